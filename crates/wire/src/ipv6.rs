@@ -1,0 +1,270 @@
+//! IPv6 header (RFC 8200 §3).
+//!
+//! The view's payload is bounded by Payload Length; anything after it in the buffer is
+//! exposed as [`Ipv6Packet::trailer`], which is where RFC 6081 trailers live when the
+//! buffer is a Teredo UDP payload.
+
+use crate::{be16, ipv6_at, Error, Result};
+use core::net::Ipv6Addr;
+
+mod field {
+    pub const VER_TC_FLOW: usize = 0;
+    pub const PAYLOAD_LEN: usize = 4;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: usize = 8;
+    pub const DST: usize = 24;
+}
+
+/// Length of the fixed IPv6 header.
+pub const HEADER_LEN: usize = 40;
+
+/// The IPv6 minimum link MTU, Teredo's default (RFC 4380 §5.1.2).
+pub const MIN_MTU: usize = 1280;
+
+/// A view over an IPv6 packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// Wrap a buffer without checking it; accessors may panic until checked.
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Ipv6Packet { buffer }
+    }
+
+    /// Wrap an untrusted buffer: after this succeeds no accessor can panic.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Validate the version and that Payload Length fits in the buffer. A longer buffer
+    /// is fine: the rest is the trailer.
+    pub fn check_len(&self) -> Result<()> {
+        let b = self.buffer.as_ref();
+        if b.len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        if b[field::VER_TC_FLOW] >> 4 != 6 {
+            return Err(Error::BadVersion);
+        }
+        if b.len() < self.total_len() {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    /// Return the underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+    /// The underlying buffer, trailer included.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+    /// Version field (6 once checked).
+    pub fn version(&self) -> u8 {
+        self.buffer.as_ref()[field::VER_TC_FLOW] >> 4
+    }
+    /// Traffic class.
+    pub fn traffic_class(&self) -> u8 {
+        let b = self.buffer.as_ref();
+        (b[0] << 4) | (b[1] >> 4)
+    }
+    /// Flow label.
+    pub fn flow_label(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        (u32::from(b[1] & 0x0f) << 16) | u32::from(be16(b, 2))
+    }
+    /// Payload length (extension headers included).
+    pub fn payload_len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
+    }
+    /// Header plus payload: the length of the packet proper.
+    pub fn total_len(&self) -> usize {
+        HEADER_LEN + usize::from(self.payload_len())
+    }
+    /// Next header.
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[field::NEXT_HEADER]
+    }
+    /// Hop limit.
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[field::HOP_LIMIT]
+    }
+    /// Source address.
+    pub fn src_addr(&self) -> Ipv6Addr {
+        ipv6_at(self.buffer.as_ref(), field::SRC)
+    }
+    /// Destination address.
+    pub fn dst_addr(&self) -> Ipv6Addr {
+        ipv6_at(self.buffer.as_ref(), field::DST)
+    }
+    /// The packet proper: header and payload, trailer excluded.
+    pub fn packet(&self) -> &[u8] {
+        &self.buffer.as_ref()[..self.total_len()]
+    }
+    /// The payload (extension headers and upper layer), bounded by Payload Length.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..self.total_len()]
+    }
+    /// Bytes after the packet proper (RFC 6081 trailers in a Teredo payload).
+    pub fn trailer(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.total_len()..]
+    }
+    /// A Teredo bubble: Next Header 59 and Payload Length 0 (RFC 4380 §2.8). A packet
+    /// with Next Header 59 and a payload is not a bubble.
+    pub fn is_bubble(&self) -> bool {
+        self.payload_len() == 0 && self.next_header() == crate::ip_protocol::NO_NEXT_HEADER
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    /// Set the hop limit (routers decrement it when forwarding).
+    pub fn set_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[field::HOP_LIMIT] = v;
+    }
+    /// Mutable payload, bounded by Payload Length.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = self.total_len();
+        &mut self.buffer.as_mut()[HEADER_LEN..end]
+    }
+}
+
+/// A parsed IPv6 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ipv6Repr {
+    /// Source address.
+    pub src_addr: Ipv6Addr,
+    /// Destination address.
+    pub dst_addr: Ipv6Addr,
+    /// Next header.
+    pub next_header: u8,
+    /// Payload length in bytes.
+    pub payload_len: usize,
+    /// Hop limit.
+    pub hop_limit: u8,
+}
+
+impl Ipv6Repr {
+    /// Parse a checked packet.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Ipv6Packet<T>) -> Self {
+        Ipv6Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            next_header: packet.next_header(),
+            payload_len: usize::from(packet.payload_len()),
+            hop_limit: packet.hop_limit(),
+        }
+    }
+
+    /// Bytes the header needs.
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the header (traffic class and flow label zero) into the first 40 bytes.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        let plen = u16::try_from(self.payload_len).map_err(|_| Error::BadLength)?;
+        let b = buf.get_mut(..HEADER_LEN).ok_or(Error::BufferTooSmall)?;
+        b[..4].copy_from_slice(&[0x60, 0, 0, 0]);
+        b[field::PAYLOAD_LEN..field::PAYLOAD_LEN + 2].copy_from_slice(&plen.to_be_bytes());
+        b[field::NEXT_HEADER] = self.next_header;
+        b[field::HOP_LIMIT] = self.hop_limit;
+        b[field::SRC..field::SRC + 16].copy_from_slice(&self.src_addr.octets());
+        b[field::DST..field::DST + 16].copy_from_slice(&self.dst_addr.octets());
+        Ok(())
+    }
+}
+
+/// Address classes that Teredo nodes refuse to forward (RFC 4380 §5.3.1, §5.4.2).
+pub trait Ipv6AddrExt {
+    /// fe80::/10.
+    fn is_link_local(&self) -> bool;
+    /// Global scope: not unspecified, loopback, link-local, site-local or multicast.
+    fn is_global_scope(&self) -> bool;
+}
+
+impl Ipv6AddrExt for Ipv6Addr {
+    fn is_link_local(&self) -> bool {
+        self.segments()[0] & 0xffc0 == 0xfe80
+    }
+    fn is_global_scope(&self) -> bool {
+        let s0 = self.segments()[0];
+        !(self.is_unspecified()
+            || self.is_loopback()
+            || self.is_multicast()
+            || s0 & 0xffc0 == 0xfe80
+            || s0 & 0xffc0 == 0xfec0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The bubble of teredo-requirements §2.5.
+    static BUBBLE: [u8; 40] = [
+        0x60, 0, 0, 0, 0, 0, 0x3b, 0, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0x63, 0xbf,
+        0x3f, 0xff, 0xfd, 0xd2, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0xf2, 0x27, 0x39,
+        0xcc, 0x9b, 0xf8,
+    ];
+
+    #[test]
+    fn bubble_vector() {
+        let p = Ipv6Packet::new_checked(&BUBBLE[..]).unwrap();
+        assert!(p.is_bubble());
+        assert_eq!(p.hop_limit(), 0);
+        assert_eq!(p.src_addr(), "2001:0:4136:e378:0:63bf:3fff:fdd2".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(p.dst_addr(), "2001:0:4136:e378:0:f227:39cc:9bf8".parse::<Ipv6Addr>().unwrap());
+        let repr = Ipv6Repr::parse(&p);
+        let mut out = [0u8; 40];
+        repr.emit(&mut out).unwrap();
+        assert_eq!(out, BUBBLE);
+    }
+
+    #[test]
+    fn trailer_is_kept_apart() {
+        let mut b = [0u8; 46];
+        b[..40].copy_from_slice(&BUBBLE);
+        b[40..].copy_from_slice(&[3, 4, 0, 0, 0, 0]);
+        let p = Ipv6Packet::new_checked(&b[..]).unwrap();
+        assert!(p.is_bubble());
+        assert_eq!(p.packet().len(), 40);
+        assert_eq!(p.trailer(), &[3, 4, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn nh59_with_payload_is_not_a_bubble() {
+        let mut b = [0u8; 48];
+        b[..40].copy_from_slice(&BUBBLE);
+        b[5] = 8;
+        let p = Ipv6Packet::new_checked(&b[..]).unwrap();
+        assert!(!p.is_bubble());
+    }
+
+    #[test]
+    fn refuses_bad_headers() {
+        let mut b = BUBBLE;
+        b[0] = 0x40;
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
+        let mut b = [0u8; 60];
+        b[..40].copy_from_slice(&BUBBLE);
+        b[5] = 100; // payload length 100, 20 bytes present
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        assert_eq!(Ipv6Packet::new_checked(&BUBBLE[..39]).unwrap_err(), Error::Truncated);
+    }
+
+    #[test]
+    fn scopes() {
+        let g: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        assert!(g.is_global_scope());
+        for a in ["fe80::1", "ff0e::1", "::", "::1", "fec0::1"] {
+            assert!(!a.parse::<Ipv6Addr>().unwrap().is_global_scope(), "{a}");
+        }
+        assert!("fe80::1".parse::<Ipv6Addr>().unwrap().is_link_local());
+    }
+}

@@ -1,0 +1,282 @@
+//! RFC 6081 trailers: type-length-value options after the IPv6 packet in a Teredo UDP
+//! payload (the IPv6 packet ends at 40 + Payload Length; whatever follows is trailer
+//! space).
+//!
+//! Every node tolerates them and a server forwards them intact, so the trailer area is
+//! kept as the raw bytes it arrived as; this module only reads it. If a TLV runs past
+//! the end, the area is malformed: [`Trailers::validate`] says so and the typed look-ups
+//! return nothing (we ignore such trailers rather than drop the packet, so a plain
+//! RFC 4380 exchange is never broken by a bad trailer).
+
+use crate::{be16, Error, Result};
+use core::net::{Ipv4Addr, SocketAddrV4};
+
+/// Trailer type codes.
+pub mod trailer_type {
+    /// Nonce trailer (4-byte nonce).
+    pub const NONCE: u8 = 0x01;
+    /// Alternate address trailer (hairpinning).
+    pub const ALTERNATE_ADDRESS: u8 = 0x03;
+    /// Neighbor discovery option trailer (server load reduction).
+    pub const NEIGHBOR_DISCOVERY: u8 = 0x04;
+    /// Random port trailer (port-preserving symmetric NAT).
+    pub const RANDOM_PORT: u8 = 0x05;
+}
+
+/// One trailer as it lies in the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer<'a> {
+    /// Type.
+    pub kind: u8,
+    /// Value (Length bytes).
+    pub value: &'a [u8],
+}
+
+/// The trailer area of a Teredo payload, kept as it arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Trailers<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Trailers<'a> {
+    /// Wrap the bytes after the IPv6 packet.
+    pub const fn new(bytes: &'a [u8]) -> Self {
+        Trailers { bytes }
+    }
+    /// The raw area, to be forwarded unchanged.
+    pub const fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// No trailer bytes at all.
+    pub const fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+    /// Iterate over the TLVs; yields `Err` once and stops if one runs past the end.
+    pub fn iter(&self) -> TrailerIter<'a> {
+        TrailerIter { rest: self.bytes }
+    }
+    /// Whether every TLV fits.
+    pub fn validate(&self) -> Result<()> {
+        self.iter().try_for_each(|t| t.map(|_| ()))
+    }
+    /// The first trailer of type `kind`, if the whole area is well formed.
+    pub fn find(&self, kind: u8) -> Option<Trailer<'a>> {
+        self.validate().ok()?;
+        self.iter().filter_map(|t| t.ok()).find(|t| t.kind == kind)
+    }
+    /// The typed value of the first trailer of type `kind`, if well formed.
+    pub fn get(&self, kind: u8) -> Option<TrailerRepr<'a>> {
+        TrailerRepr::parse(&self.find(kind)?).ok()
+    }
+}
+
+/// Iterator over trailer TLVs.
+#[derive(Debug, Clone)]
+pub struct TrailerIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for TrailerIter<'a> {
+    type Item = Result<Trailer<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let r = core::mem::take(&mut self.rest);
+        if r.len() < 2 {
+            return Some(Err(Error::Truncated));
+        }
+        let len = usize::from(r[1]);
+        let Some(value) = r.get(2..2 + len) else {
+            return Some(Err(Error::Truncated));
+        };
+        self.rest = &r[2 + len..];
+        Some(Ok(Trailer { kind: r[0], value }))
+    }
+}
+
+/// The DiscoveryType of a neighbor-discovery option trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscoveryType {
+    /// TeredoDiscoverySolicitation (0): please answer with a direct bubble.
+    Solicitation,
+    /// TeredoDiscoveryAdvertisement (1): the answer.
+    Advertisement,
+}
+
+/// Alternate addresses, as they lie in the trailer (6 bytes each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlternateAddresses<'a> {
+    entries: &'a [u8],
+}
+
+impl<'a> AlternateAddresses<'a> {
+    /// Number of entries.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.entries.len() / 6
+    }
+    /// The entries, as IPv4 address and port.
+    pub fn iter(&self) -> impl Iterator<Item = SocketAddrV4> + 'a {
+        self.entries
+            .chunks_exact(6)
+            .map(|e| SocketAddrV4::new(Ipv4Addr::new(e[0], e[1], e[2], e[3]), be16(e, 4)))
+    }
+}
+
+/// A typed trailer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrailerRepr<'a> {
+    /// Nonce trailer.
+    Nonce([u8; 4]),
+    /// Alternate address trailer: 1 to 4 entries.
+    AlternateAddress(AlternateAddresses<'a>),
+    /// Neighbor discovery option trailer.
+    NeighborDiscovery(DiscoveryType),
+    /// Random port trailer.
+    RandomPort(u16),
+}
+
+impl<'a> TrailerRepr<'a> {
+    /// Parse a known trailer; unknown types and wrong lengths give `BadValue`.
+    pub fn parse(t: &Trailer<'a>) -> Result<Self> {
+        let v = t.value;
+        match (t.kind, v.len()) {
+            (trailer_type::NONCE, 4) => Ok(TrailerRepr::Nonce([v[0], v[1], v[2], v[3]])),
+            (trailer_type::ALTERNATE_ADDRESS, 8 | 14 | 20 | 26) => {
+                let entries = &v[2..];
+                // Each address must be unicast and each port non-zero (RFC 6081 §4.3).
+                let ok = entries.chunks_exact(6).all(|e| {
+                    let ip = Ipv4Addr::new(e[0], e[1], e[2], e[3]);
+                    be16(e, 4) != 0 && !ip.is_unspecified() && !ip.is_multicast() && !ip.is_broadcast()
+                });
+                if !ok {
+                    return Err(Error::BadValue);
+                }
+                Ok(TrailerRepr::AlternateAddress(AlternateAddresses { entries }))
+            }
+            (trailer_type::NEIGHBOR_DISCOVERY, 4) => match v[0] {
+                0 => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation)),
+                1 => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)),
+                _ => Err(Error::BadValue),
+            },
+            (trailer_type::RANDOM_PORT, 2) => Ok(TrailerRepr::RandomPort(be16(v, 0))),
+            _ => Err(Error::BadValue),
+        }
+    }
+
+    /// Bytes the trailer needs, type and length included.
+    pub fn buffer_len(&self) -> usize {
+        2 + match self {
+            TrailerRepr::Nonce(_) | TrailerRepr::NeighborDiscovery(_) => 4,
+            TrailerRepr::AlternateAddress(a) => 2 + a.entries.len(),
+            TrailerRepr::RandomPort(_) => 2,
+        }
+    }
+
+    /// Write the trailer at the start of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let len = self.buffer_len();
+        let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
+        b.fill(0);
+        b[1] = (len - 2) as u8;
+        match *self {
+            TrailerRepr::Nonce(n) => {
+                b[0] = trailer_type::NONCE;
+                b[2..6].copy_from_slice(&n);
+            }
+            TrailerRepr::AlternateAddress(a) => {
+                b[0] = trailer_type::ALTERNATE_ADDRESS;
+                b[4..].copy_from_slice(a.entries);
+            }
+            TrailerRepr::NeighborDiscovery(d) => {
+                b[0] = trailer_type::NEIGHBOR_DISCOVERY;
+                b[2] = match d {
+                    DiscoveryType::Solicitation => 0,
+                    DiscoveryType::Advertisement => 1,
+                };
+            }
+            TrailerRepr::RandomPort(p) => {
+                b[0] = trailer_type::RANDOM_PORT;
+                b[2..4].copy_from_slice(&p.to_be_bytes());
+            }
+        }
+        Ok(len)
+    }
+}
+
+/// Write an alternate-address trailer listing `addrs` (1 to 4) at the start of `buf`.
+pub fn emit_alternate_addresses(addrs: &[SocketAddrV4], buf: &mut [u8]) -> Result<usize> {
+    if addrs.is_empty() || addrs.len() > 4 {
+        return Err(Error::BadValue);
+    }
+    let len = 4 + 6 * addrs.len();
+    let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
+    b[..4].copy_from_slice(&[trailer_type::ALTERNATE_ADDRESS, (len - 2) as u8, 0, 0]);
+    for (e, a) in b[4..].chunks_exact_mut(6).zip(addrs) {
+        e[..4].copy_from_slice(&a.ip().octets());
+        e[4..].copy_from_slice(&a.port().to_be_bytes());
+    }
+    Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nd_solicitation_and_advertisement() {
+        let t = Trailers::new(&[4, 4, 0, 0, 0, 0]);
+        assert_eq!(
+            t.get(trailer_type::NEIGHBOR_DISCOVERY),
+            Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
+        );
+        let mut b = [0u8; 6];
+        TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement).emit(&mut b).unwrap();
+        assert_eq!(b, [4, 4, 1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn tlv_past_the_end_is_ignored_without_over_read() {
+        // Case 50: a length running past the datagram.
+        let t = Trailers::new(&[4, 40, 0, 0]);
+        assert_eq!(t.validate(), Err(Error::Truncated));
+        assert_eq!(t.find(4), None);
+        assert_eq!(t.as_bytes(), &[4, 40, 0, 0]);
+        assert_eq!(Trailers::new(&[1]).validate(), Err(Error::Truncated));
+    }
+
+    #[test]
+    fn several_trailers_and_unknown_types() {
+        let mut b = [0u8; 64];
+        let mut n = TrailerRepr::Nonce([1, 2, 3, 4]).emit(&mut b).unwrap();
+        b[n..n + 3].copy_from_slice(&[0x7f, 1, 0xee]); // unknown: skipped
+        n += 3;
+        n += emit_alternate_addresses(
+            &["10.0.0.2:3544".parse().unwrap(), "192.0.2.1:50000".parse().unwrap()],
+            &mut b[n..],
+        )
+        .unwrap();
+        n += TrailerRepr::RandomPort(4242).emit(&mut b[n..]).unwrap();
+        let t = Trailers::new(&b[..n]);
+        assert_eq!(t.validate(), Ok(()));
+        assert_eq!(t.iter().count(), 4);
+        assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([1, 2, 3, 4])));
+        assert_eq!(t.get(trailer_type::RANDOM_PORT), Some(TrailerRepr::RandomPort(4242)));
+        let Some(TrailerRepr::AlternateAddress(alt)) = t.get(trailer_type::ALTERNATE_ADDRESS) else {
+            panic!("alternate address trailer not found");
+        };
+        assert_eq!(alt.len(), 2);
+        assert_eq!(alt.iter().nth(1), Some("192.0.2.1:50000".parse().unwrap()));
+    }
+
+    #[test]
+    fn alternate_address_rules() {
+        // Length 10 is not 8 + 6k; port 0 is refused.
+        assert!(TrailerRepr::parse(&Trailer { kind: 3, value: &[0; 10] }).is_err());
+        let v = [0, 0, 192, 0, 2, 1, 0, 0];
+        assert!(TrailerRepr::parse(&Trailer { kind: 3, value: &v }).is_err());
+        assert!(emit_alternate_addresses(&[], &mut [0; 8]).is_err());
+    }
+}
