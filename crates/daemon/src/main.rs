@@ -1,1 +1,79 @@
-fn main() {}
+//! `shipworm`: the Teredo client, server, relay and host-specific relay, and the tools
+//! around them. This crate is the top floor: command line, sockets, TUN, netlink,
+//! configuration, privileges. The protocol itself lives in `shipworm-proto`, the
+//! packet formats in `shipworm-wire`.
+
+mod address_cmd;
+mod cli;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// A failure to report: one line on stderr and an exit status.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong and, where we know it, how to fix it.
+    pub message: String,
+    /// 2 for bad input (usage, malformed arguments or configuration), 1 otherwise.
+    pub status: u8,
+}
+
+impl Failure {
+    /// Bad input from the user: exit status 2.
+    pub fn usage(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            status: 2,
+        }
+    }
+}
+
+/// Clap's error as one line: its first line plus the indented lines that continue it
+/// (the names of missing arguments), without the usage block.
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or("invalid arguments");
+    let mut out = first
+        .strip_prefix("error: ")
+        .unwrap_or(first)
+        .trim_end_matches(':')
+        .to_string();
+    let more: Vec<&str> = lines
+        .take_while(|l| l.starts_with(' '))
+        .map(str::trim)
+        .collect();
+    if !more.is_empty() {
+        out.push_str(": ");
+        out.push_str(&more.join(", "));
+    }
+    out
+}
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version go to stdout with status 0.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line, not clap's multi-line usage block: scripts read stderr too.
+            eprintln!(
+                "shipworm: {} (see 'shipworm --help')",
+                one_line(&e.to_string())
+            );
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        cli::Command::Address(args) => address_cmd::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("shipworm: {}", f.message);
+            ExitCode::from(f.status)
+        }
+    }
+}

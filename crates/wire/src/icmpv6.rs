@@ -164,8 +164,11 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     /// Whether the checksum verifies over the IPv6 pseudo-header.
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
-        let Ok(len) = u32::try_from(b.len()) else { return false };
-        let acc = checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
+        let Ok(len) = u32::try_from(b.len()) else {
+            return false;
+        };
+        let acc =
+            checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
         checksum::fold(acc) == 0xffff
     }
 }
@@ -176,8 +179,10 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
         let b = self.buffer.as_mut();
         b[field::CHECKSUM..field::CHECKSUM + 2].fill(0);
         let len = b.len() as u32;
-        let acc = checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
-        b[field::CHECKSUM..field::CHECKSUM + 2].copy_from_slice(&checksum::finish(acc).to_be_bytes());
+        let acc =
+            checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
+        b[field::CHECKSUM..field::CHECKSUM + 2]
+            .copy_from_slice(&checksum::finish(acc).to_be_bytes());
     }
 }
 
@@ -206,7 +211,8 @@ pub struct RouterAdvertRepr {
 
 impl RouterAdvertRepr {
     fn options_len(&self) -> usize {
-        self.prefix_info.map_or(0, |_| ndisc_option::PREFIX_INFO_LEN)
+        self.prefix_info
+            .map_or(0, |_| ndisc_option::PREFIX_INFO_LEN)
             + self.mtu.map_or(0, |_| ndisc_option::MTU_LEN)
     }
 }
@@ -284,7 +290,9 @@ impl<'a> Icmpv6Repr<'a> {
         let payload = &buf[packet.header_len()..];
         let code = packet.msg_code();
         Ok(match packet.msg_type() {
-            message::ECHO_REQUEST | message::ECHO_REPLY if code != 0 => return Err(Error::BadValue),
+            message::ECHO_REQUEST | message::ECHO_REPLY if code != 0 => {
+                return Err(Error::BadValue)
+            }
             message::ECHO_REQUEST => Icmpv6Repr::EchoRequest {
                 ident: packet.echo_ident(),
                 seq_no: packet.echo_seq_no(),
@@ -295,12 +303,23 @@ impl<'a> Icmpv6Repr<'a> {
                 seq_no: packet.echo_seq_no(),
                 data: payload,
             },
-            message::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable { code, invoking: payload },
-            message::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig { mtu: packet.word1(), invoking: payload },
-            message::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded { code, invoking: payload },
-            message::PARAM_PROBLEM => {
-                Icmpv6Repr::ParamProblem { code, pointer: packet.word1(), invoking: payload }
-            }
+            message::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable {
+                code,
+                invoking: payload,
+            },
+            message::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig {
+                mtu: packet.word1(),
+                invoking: payload,
+            },
+            message::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded {
+                code,
+                invoking: payload,
+            },
+            message::PARAM_PROBLEM => Icmpv6Repr::ParamProblem {
+                code,
+                pointer: packet.word1(),
+                invoking: payload,
+            },
             message::ROUTER_SOLICIT | message::ROUTER_ADVERT if code != 0 => {
                 return Err(Error::BadValue)
             }
@@ -359,12 +378,16 @@ impl<'a> Icmpv6Repr<'a> {
         let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
         b.fill(0);
         let (t, code, word1, body): (u8, u8, [u8; 4], &[u8]) = match *self {
-            Icmpv6Repr::EchoRequest { ident, seq_no, data } => {
-                (message::ECHO_REQUEST, 0, echo_word(ident, seq_no), data)
-            }
-            Icmpv6Repr::EchoReply { ident, seq_no, data } => {
-                (message::ECHO_REPLY, 0, echo_word(ident, seq_no), data)
-            }
+            Icmpv6Repr::EchoRequest {
+                ident,
+                seq_no,
+                data,
+            } => (message::ECHO_REQUEST, 0, echo_word(ident, seq_no), data),
+            Icmpv6Repr::EchoReply {
+                ident,
+                seq_no,
+                data,
+            } => (message::ECHO_REPLY, 0, echo_word(ident, seq_no), data),
             Icmpv6Repr::DstUnreachable { code, invoking } => {
                 (message::DST_UNREACHABLE, code, [0; 4], invoking)
             }
@@ -374,9 +397,16 @@ impl<'a> Icmpv6Repr<'a> {
             Icmpv6Repr::TimeExceeded { code, invoking } => {
                 (message::TIME_EXCEEDED, code, [0; 4], invoking)
             }
-            Icmpv6Repr::ParamProblem { code, pointer, invoking } => {
-                (message::PARAM_PROBLEM, code, pointer.to_be_bytes(), invoking)
-            }
+            Icmpv6Repr::ParamProblem {
+                code,
+                pointer,
+                invoking,
+            } => (
+                message::PARAM_PROBLEM,
+                code,
+                pointer.to_be_bytes(),
+                invoking,
+            ),
             Icmpv6Repr::RouterSolicit => (message::ROUTER_SOLICIT, 0, [0; 4], &[]),
             Icmpv6Repr::RouterAdvert(ra) => {
                 b[0] = message::ROUTER_ADVERT;
@@ -431,11 +461,16 @@ mod tests {
             ("fe80::5445:5245:444f", 0x925d),
         ] {
             let mut b = [0u8; 8];
-            Icmpv6Repr::RouterSolicit.emit(&a(src), &dst, &mut b).unwrap();
+            Icmpv6Repr::RouterSolicit
+                .emit(&a(src), &dst, &mut b)
+                .unwrap();
             let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
             assert_eq!(p.checksum(), sum, "RS from {src}");
             assert!(p.verify_checksum(&a(src), &dst));
-            assert_eq!(Icmpv6Repr::parse(&a(src), &dst, &p).unwrap(), Icmpv6Repr::RouterSolicit);
+            assert_eq!(
+                Icmpv6Repr::parse(&a(src), &dst, &p).unwrap(),
+                Icmpv6Repr::RouterSolicit
+            );
         }
     }
 
@@ -443,14 +478,21 @@ mod tests {
     fn echo_round_trip_and_checksum() {
         let (s, d) = (a("2001:0:4136:e378:0:63bf:3fff:fdd2"), a("2001:db8::1"));
         let nonce = [1, 2, 3, 4, 5, 6, 7, 8];
-        let repr = Icmpv6Repr::EchoRequest { ident: 7, seq_no: 9, data: &nonce };
+        let repr = Icmpv6Repr::EchoRequest {
+            ident: 7,
+            seq_no: 9,
+            data: &nonce,
+        };
         let mut b = [0u8; 16];
         assert_eq!(repr.emit(&s, &d, &mut b).unwrap(), 16);
         let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
         assert_eq!(Icmpv6Repr::parse(&s, &d, &p).unwrap(), repr);
         // The pseudo-header matters: the same bytes from another source do not verify.
         let other = a("2001:0:4136:e378:0:63bf:3fff:fdd3");
-        assert_eq!(Icmpv6Repr::parse(&other, &d, &p).unwrap_err(), Error::BadChecksum);
+        assert_eq!(
+            Icmpv6Repr::parse(&other, &d, &p).unwrap_err(),
+            Error::BadChecksum
+        );
     }
 
     #[test]
@@ -458,10 +500,23 @@ mod tests {
         let (s, d) = (a("2001:db8::1"), a("2001:db8::2"));
         let inv = [0x60u8; 48];
         for repr in [
-            Icmpv6Repr::DstUnreachable { code: unreachable::ADDRESS, invoking: &inv },
-            Icmpv6Repr::PacketTooBig { mtu: 1280, invoking: &inv },
-            Icmpv6Repr::TimeExceeded { code: 0, invoking: &inv },
-            Icmpv6Repr::ParamProblem { code: 1, pointer: 40, invoking: &inv },
+            Icmpv6Repr::DstUnreachable {
+                code: unreachable::ADDRESS,
+                invoking: &inv,
+            },
+            Icmpv6Repr::PacketTooBig {
+                mtu: 1280,
+                invoking: &inv,
+            },
+            Icmpv6Repr::TimeExceeded {
+                code: 0,
+                invoking: &inv,
+            },
+            Icmpv6Repr::ParamProblem {
+                code: 1,
+                pointer: 40,
+                invoking: &inv,
+            },
         ] {
             let mut b = [0u8; 56];
             repr.emit(&s, &d, &mut b).unwrap();
@@ -495,8 +550,14 @@ mod tests {
 
     #[test]
     fn truncated_and_bad_codes() {
-        assert_eq!(Icmpv6Packet::new_checked(&[134u8, 0, 0, 0, 0, 0, 0, 0][..]).unwrap_err(), Error::Truncated);
-        assert_eq!(Icmpv6Packet::new_checked(&[128u8, 0, 0][..]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Icmpv6Packet::new_checked(&[134u8, 0, 0, 0, 0, 0, 0, 0][..]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            Icmpv6Packet::new_checked(&[128u8, 0, 0][..]).unwrap_err(),
+            Error::Truncated
+        );
         let (s, d) = (a("fe80::1"), a("ff02::2"));
         let mut b = [133u8, 1, 0, 0, 0, 0, 0, 0];
         Icmpv6Packet::new_unchecked(&mut b[..]).fill_checksum(&s, &d);

@@ -218,8 +218,18 @@ mod tests {
         let p = Ipv6Packet::new_checked(&BUBBLE[..]).unwrap();
         assert!(p.is_bubble());
         assert_eq!(p.hop_limit(), 0);
-        assert_eq!(p.src_addr(), "2001:0:4136:e378:0:63bf:3fff:fdd2".parse::<Ipv6Addr>().unwrap());
-        assert_eq!(p.dst_addr(), "2001:0:4136:e378:0:f227:39cc:9bf8".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(
+            p.src_addr(),
+            "2001:0:4136:e378:0:63bf:3fff:fdd2"
+                .parse::<Ipv6Addr>()
+                .unwrap()
+        );
+        assert_eq!(
+            p.dst_addr(),
+            "2001:0:4136:e378:0:f227:39cc:9bf8"
+                .parse::<Ipv6Addr>()
+                .unwrap()
+        );
         let repr = Ipv6Repr::parse(&p);
         let mut out = [0u8; 40];
         repr.emit(&mut out).unwrap();
@@ -250,12 +260,21 @@ mod tests {
     fn refuses_bad_headers() {
         let mut b = BUBBLE;
         b[0] = 0x40;
-        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
+            Error::BadVersion
+        );
         let mut b = [0u8; 60];
         b[..40].copy_from_slice(&BUBBLE);
         b[5] = 100; // payload length 100, 20 bytes present
-        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
-        assert_eq!(Ipv6Packet::new_checked(&BUBBLE[..39]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            Ipv6Packet::new_checked(&BUBBLE[..39]).unwrap_err(),
+            Error::Truncated
+        );
     }
 
     #[test]

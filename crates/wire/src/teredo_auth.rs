@@ -97,7 +97,12 @@ pub struct AuthRepr<'a> {
 impl<'a> AuthRepr<'a> {
     /// A header carrying only a nonce, as in an RS without secure qualification.
     pub const fn with_nonce(nonce: [u8; NONCE_LEN]) -> Self {
-        AuthRepr { client_id: &[], auth_value: &[], nonce, confirmation: 0 }
+        AuthRepr {
+            client_id: &[],
+            auth_value: &[],
+            nonce,
+            confirmation: 0,
+        }
     }
 
     /// Parse a checked header.
@@ -171,9 +176,18 @@ mod tests {
         let mut b = [0u8; 60];
         b[1] = 1;
         b[2] = 200;
-        assert_eq!(AuthHeader::new_checked(&b[..]).unwrap_err(), Error::Truncated);
-        assert_eq!(AuthHeader::new_checked(&b[..12]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            AuthHeader::new_checked(&b[..]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            AuthHeader::new_checked(&b[..12]).unwrap_err(),
+            Error::Truncated
+        );
         b[1] = 0;
-        assert_eq!(AuthHeader::new_checked(&b[..]).unwrap_err(), Error::BadIndicator);
+        assert_eq!(
+            AuthHeader::new_checked(&b[..]).unwrap_err(),
+            Error::BadIndicator
+        );
     }
 }

@@ -1,0 +1,57 @@
+//! Command-line definitions.
+
+use clap::{Args, Parser, Subcommand};
+
+/// shipworm — IPv6 for hosts behind IPv4 NATs, tunnelled over UDP (Teredo, RFC 4380,
+/// 5991, 6081). One binary for every role.
+#[derive(Debug, Parser)]
+#[command(name = "shipworm", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode a Teredo address, or encode one from its parts.
+    ///
+    /// Decode: `shipworm address 2001:0:303:303:8000:e148:fefe:fefe`.
+    /// Encode: `shipworm address --server 3.3.3.3 --mapped 1.1.1.1:7863 --cone`.
+    Address(AddressArgs),
+}
+
+/// Arguments of `shipworm address`.
+#[derive(Debug, Args)]
+pub struct AddressArgs {
+    /// The Teredo IPv6 address to decode.
+    #[arg(value_name = "ADDRESS", conflicts_with_all = ["server", "mapped", "cone", "random_bits"], required_unless_present_all = ["server", "mapped"])]
+    pub address: Option<String>,
+
+    /// Encode: the Teredo server's IPv4 address.
+    #[arg(long, value_name = "IPV4", requires = "mapped")]
+    pub server: Option<String>,
+
+    /// Encode: the client's mapped (NAT-external) IPv4 address and port.
+    #[arg(long, value_name = "IPV4:PORT", requires = "server")]
+    pub mapped: Option<String>,
+
+    /// Encode: set the cone flag (deprecated by RFC 5991; only old clients set it).
+    #[arg(long)]
+    pub cone: bool,
+
+    /// Encode: the 12 RFC 5991 random bits, 0–4095 (decimal or 0x hex), or `random`.
+    /// Without it the bits are zero, as an RFC 4380 client would form the address.
+    #[arg(long, value_name = "N")]
+    pub random_bits: Option<String>,
+
+    /// The Teredo prefix (a /32). Decoding accepts 2001:0::/32 and the old 3ffe:831f::/32
+    /// unless this names another; encoding uses 2001:0::/32 unless this is given.
+    #[arg(long, value_name = "PREFIX")]
+    pub prefix: Option<String>,
+
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}

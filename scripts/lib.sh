@@ -1,0 +1,43 @@
+# Shared set-up for the project's scripts: install what is missing, say what is done.
+# Sourced, not run.
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Install Debian packages that are missing. Needs root (apt-get).
+APT_UPDATED=
+ensure_apt() {
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" -eq 0 ] || die "missing Debian packages: ${missing[*]}; run as root or: sudo apt-get install ${missing[*]}"
+    say "installing Debian packages: ${missing[*]}"
+    if [ -z "$APT_UPDATED" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq || die "apt-get update failed"
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+        || die "apt-get install ${missing[*]} failed"
+}
+
+# The Rust toolchain with the components the checks use.
+ensure_rust() {
+    command -v cargo >/dev/null || die "cargo not found: install Rust with rustup (https://rustup.rs) and retry"
+    if command -v rustup >/dev/null; then
+        for c in rustfmt clippy; do
+            rustup component list --installed 2>/dev/null | grep -q "^$c" || {
+                say "installing rust component $c"
+                rustup component add "$c" || die "rustup component add $c failed"
+            }
+        done
+    fi
+}
+
+# cargo-fuzz, for the fuzz smoke run.
+ensure_cargo_fuzz() {
+    command -v cargo-fuzz >/dev/null && return 0
+    say "installing cargo-fuzz (once)"
+    cargo install --locked cargo-fuzz >/dev/null 2>&1 || die "cargo install cargo-fuzz failed"
+}

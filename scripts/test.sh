@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every test of the project, as the README's test command and CI run it. Installs what
+# it needs when missing (needs root for apt-get on a fresh machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+say "checking tools"
+ensure_apt build-essential
+ensure_rust
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+say "fuzz smoke run (every target, bounded)"
+scripts/fuzz-smoke.sh
+
+say "cargo test (unit, vectors, property runs, CLI)"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
+# One closing line over every test binary.
+awk '/^test result:/ { p += $4; f += $6; i += $8 }
+     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i; exit (p == 0 || f > 0) }' "$log"
