@@ -1,0 +1,434 @@
+//! The Teredo server (RFC 4380 §5.3, RFC 5991): stateless. It answers router
+//! solicitations so clients learn their mapping, and relays bubbles and the ICMPv6
+//! echoes of the connectivity test — nothing else.
+//!
+//! Decisions where the RFC leaves room (see the README):
+//! * Forwarded between Teredo peers: bubbles, echo request and echo reply. Forwarded to
+//!   native IPv6: echo requests only (the direct connectivity test). ICMPv6 must not sit
+//!   behind extension headers, and is capped in size (`max_forwarded_icmpv6`).
+//! * Forwarding between Teredo peers leaves the hop limit alone (the Teredo service is
+//!   one link); forwarding to native IPv6 decrements it like a router.
+//! * RS checks: link-local source, destination ff02::2, hop limit 255, valid checksum,
+//!   code 0, valid options, no extension headers.
+
+use crate::drop_reason::{DropCounters, DropReason};
+use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
+use shipworm_wire::ipv4_scope::is_global_unicast;
+use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
+use shipworm_wire::ndisc_option::PrefixInfo;
+use shipworm_wire::teredo_addr::{self, server_link_local, TeredoAddr, TEREDO_PORT};
+use shipworm_wire::teredo_auth::AuthRepr;
+use shipworm_wire::teredo_packet::{TeredoHeaderRepr, TeredoPacket};
+use shipworm_wire::{ip_protocol, teredo_origin};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+
+/// All-routers multicast, the destination of router solicitations.
+pub const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+/// Default cap on a forwarded ICMPv6 message (header and data). Enough for any
+/// connectivity-test echo; keeps the server from relaying bulk ICMPv6.
+pub const DEFAULT_MAX_FORWARDED_ICMPV6: usize = 1232;
+
+/// Server settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Primary address: embedded in clients' addresses and in the advertised prefix.
+    pub primary: Ipv4Addr,
+    /// Secondary address (by convention primary + 1), for the cone test.
+    pub secondary: Ipv4Addr,
+    /// The Teredo prefix, first 32 bits (2001:0 unless configured).
+    pub prefix: u32,
+    /// MTU advertised in router advertisements.
+    pub mtu: u32,
+    /// Largest ICMPv6 message (header and data) the server forwards.
+    pub max_forwarded_icmpv6: usize,
+}
+
+impl ServerConfig {
+    /// Defaults for a server on `primary` (secondary = primary + 1).
+    pub fn new(primary: Ipv4Addr) -> Self {
+        ServerConfig {
+            primary,
+            secondary: Ipv4Addr::from_bits(primary.to_bits().wrapping_add(1)),
+            prefix: teredo_addr::PREFIX,
+            mtu: shipworm_wire::ipv6::MIN_MTU as u32,
+            max_forwarded_icmpv6: DEFAULT_MAX_FORWARDED_ICMPV6,
+        }
+    }
+}
+
+/// Which of the server's two addresses a datagram arrived on or leaves from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Local {
+    /// The primary address, port 3544.
+    Primary,
+    /// The secondary address, port 3544.
+    Secondary,
+}
+
+impl Local {
+    /// The other address: the cone test answers from it.
+    pub fn other(self) -> Local {
+        match self {
+            Local::Primary => Local::Secondary,
+            Local::Secondary => Local::Primary,
+        }
+    }
+}
+
+/// What to do with a datagram or packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerAction {
+    /// Nothing: the packet was dropped, and counted.
+    Drop(DropReason),
+    /// Send `out[..len]` as a UDP payload from `from`:3544 to `to`.
+    Udp {
+        /// Which local address sends it.
+        from: Local,
+        /// Destination.
+        to: SocketAddrV4,
+        /// Payload length in the output buffer.
+        len: usize,
+    },
+    /// Write `out[..len]`, an IPv6 packet, to the native IPv6 side.
+    Native {
+        /// Packet length in the output buffer.
+        len: usize,
+    },
+}
+
+/// What the server has done so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Router advertisements sent.
+    pub advertisements: u64,
+    /// Packets relayed to Teredo clients over UDP.
+    pub forwarded_udp: u64,
+    /// Packets relayed to native IPv6.
+    pub forwarded_native: u64,
+    /// Drops by reason.
+    pub drops: DropCounters,
+}
+
+/// The Teredo server state machine. It holds no per-client state: only its
+/// configuration and counters.
+#[derive(Debug, Clone)]
+pub struct Server {
+    config: ServerConfig,
+    link_local: Ipv6Addr,
+    stats: ServerStats,
+}
+
+/// How a datagram passed the admission checks of RFC 4380 §5.3.1.
+enum Admitted {
+    /// Check 5: a Teredo source whose mapping is the outer source.
+    Client,
+    /// Check 6: a native source writing to one of our clients (a relay's bubble or a
+    /// native host's echo reply).
+    NativeToClient,
+}
+
+impl Server {
+    /// A server with this configuration.
+    pub fn new(config: ServerConfig) -> Self {
+        let link_local = server_link_local(config.primary);
+        Server {
+            config,
+            link_local,
+            stats: ServerStats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    /// The prefix advertised to clients: `prefix:primary::/64`.
+    pub fn client_prefix(&self) -> Ipv6Addr {
+        TeredoAddr::client_prefix(self.config.prefix, self.config.primary)
+    }
+
+    /// The IPv4 address of `l`.
+    pub fn address(&self, l: Local) -> Ipv4Addr {
+        match l {
+            Local::Primary => self.config.primary,
+            Local::Secondary => self.config.secondary,
+        }
+    }
+
+    fn is_own(&self, ip: &Ipv4Addr) -> bool {
+        *ip == self.config.primary || *ip == self.config.secondary
+    }
+
+    /// Whether `addr` is a Teredo address this server issued.
+    fn issued_by_us(&self, addr: &Ipv6Addr) -> bool {
+        TeredoAddr::decode_with_prefix(addr, self.config.prefix)
+            .is_some_and(|t| t.server == self.config.primary)
+    }
+
+    fn drop(&mut self, reason: DropReason) -> ServerAction {
+        self.stats.drops.count(reason);
+        ServerAction::Drop(reason)
+    }
+
+    /// A datagram arrived on `local`:3544 from `from`. The answer, if any, is written
+    /// into `out` (give it at least 64 KiB to never refuse a forward for size).
+    pub fn on_udp(
+        &mut self,
+        local: Local,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        out: &mut [u8],
+    ) -> ServerAction {
+        match self.handle_udp(local, from, datagram, out) {
+            Ok(action) => action,
+            Err(reason) => self.drop(reason),
+        }
+    }
+
+    fn handle_udp(
+        &mut self,
+        local: Local,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        if from.port() == TEREDO_PORT && self.is_own(from.ip()) {
+            return Err(DropReason::LoopGuard);
+        }
+        // Check 1: a well-formed Teredo payload.
+        let pkt = TeredoPacket::parse(datagram)?;
+        let ip = &pkt.ipv6;
+        // Check 2: bubbles and ICMPv6 only; ICMPv6 must stand alone.
+        let icmp = if pkt.is_bubble() {
+            None
+        } else {
+            match ip.next_header() {
+                ip_protocol::ICMPV6 => Some(Icmpv6Packet::new_checked(ip.payload())?),
+                ip_protocol::HOP_BY_HOP
+                | ip_protocol::ROUTING
+                | ip_protocol::FRAGMENT
+                | ip_protocol::DEST_OPTS
+                | ip_protocol::AH => return Err(DropReason::ExtensionHeaders),
+                _ => return Err(DropReason::NotBubbleOrIcmpv6),
+            }
+        };
+        // Check 3: the outer source must be global unicast.
+        if !is_global_unicast(*from.ip()) {
+            return Err(DropReason::SourceNotGlobal);
+        }
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        // Check 4: router solicitation.
+        if let Some(icmp) = &icmp {
+            if icmp.msg_type() == message::ROUTER_SOLICIT {
+                return self.answer_solicitation(local, from, &pkt, icmp, out);
+            }
+        }
+        // Checks 5 to 7.
+        let admitted = match TeredoAddr::decode_with_prefix(&src, self.config.prefix) {
+            Some(t) if t.mapped == from => Admitted::Client,
+            Some(_) => return Err(DropReason::SourceMismatch),
+            None if self.issued_by_us(&dst) => Admitted::NativeToClient,
+            None => return Err(DropReason::SourceMismatch),
+        };
+        // §5.3.1 dispatch on the destination.
+        if dst == ALL_ROUTERS || dst == self.link_local {
+            return Err(DropReason::LocalDestination);
+        }
+        if !dst.is_global_scope() {
+            return Err(DropReason::DestinationNotGlobal);
+        }
+        match TeredoAddr::decode_with_prefix(&dst, self.config.prefix) {
+            Some(t) => {
+                if let Some(icmp) = &icmp {
+                    self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST, message::ECHO_REPLY])?;
+                }
+                self.forward_to_teredo(&t, from, &pkt, out)
+            }
+            // The direct connectivity test: a client's echo request to a native host.
+            None => match (admitted, &icmp) {
+                (Admitted::Client, Some(icmp)) => {
+                    self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST])?;
+                    self.forward_native(ip, out)
+                }
+                (Admitted::Client, None) => Err(DropReason::NotBubbleOrIcmpv6),
+                (Admitted::NativeToClient, _) => Err(DropReason::SourceMismatch),
+            },
+        }
+    }
+
+    fn check_icmpv6_forward(
+        &self,
+        icmp: &Icmpv6Packet<&[u8]>,
+        allowed: &[u8],
+    ) -> Result<(), DropReason> {
+        if !allowed.contains(&icmp.msg_type()) {
+            return Err(DropReason::Icmpv6TypeNotForwarded);
+        }
+        if icmp.into_inner().len() > self.config.max_forwarded_icmpv6 {
+            return Err(DropReason::Icmpv6TooLarge);
+        }
+        Ok(())
+    }
+
+    fn answer_solicitation(
+        &mut self,
+        local: Local,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        icmp: &Icmpv6Packet<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if !src.is_link_local() || dst != ALL_ROUTERS || ip.hop_limit() != 255 {
+            return Err(DropReason::InvalidSolicitation);
+        }
+        match Icmpv6Repr::parse(&src, &dst, icmp) {
+            Ok(Icmpv6Repr::RouterSolicit) => {}
+            Ok(_) => return Err(DropReason::InvalidSolicitation),
+            Err(e) => return Err(e.into()),
+        }
+        // The cone bit of the solicitation's link-local source asks for the cone test:
+        // answer from the other address, so only a cone NAT lets the answer in.
+        let cone = src.octets()[8] & 0x80 != 0;
+        let send_from = if cone { local.other() } else { local };
+        let headers = TeredoHeaderRepr {
+            auth: pkt.auth_repr().map(|a| AuthRepr::with_nonce(a.nonce)),
+            origin: Some(from),
+        };
+        let ra = Icmpv6Repr::RouterAdvert(RouterAdvertRepr {
+            cur_hop_limit: 0,
+            flags: 0,
+            router_lifetime: 0,
+            reachable_time: 0,
+            retrans_time: 2000,
+            prefix_info: Some(PrefixInfo {
+                prefix_len: 64,
+                on_link: false,
+                autonomous: true,
+                valid_lifetime: u32::MAX,
+                preferred_lifetime: u32::MAX,
+                prefix: self.client_prefix(),
+            }),
+            prefix_info_count: 1,
+            mtu: Some(self.config.mtu),
+        });
+        let at = headers.emit(out)?;
+        let ipv6 = Ipv6Repr {
+            src_addr: self.link_local,
+            dst_addr: src,
+            next_header: ip_protocol::ICMPV6,
+            payload_len: ra.buffer_len(),
+            hop_limit: 255,
+        };
+        ipv6.emit(out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
+        let n = ra.emit(
+            &self.link_local,
+            &src,
+            out.get_mut(at + 40..).ok_or(DropReason::TooBig)?,
+        )?;
+        self.stats.advertisements += 1;
+        Ok(ServerAction::Udp {
+            from: send_from,
+            to: from,
+            len: at + 40 + n,
+        })
+    }
+
+    /// Relay to a Teredo destination: to its embedded mapping, from the primary
+    /// address, with an origin indication when the destination is one of our clients,
+    /// and the trailers kept intact.
+    fn forward_to_teredo(
+        &mut self,
+        dest: &TeredoAddr,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        if !is_global_unicast(*dest.mapped.ip()) || self.is_own(dest.mapped.ip()) {
+            return Err(DropReason::DestinationMappingNotGlobal);
+        }
+        let mut at = 0;
+        if dest.server == self.config.primary {
+            at = teredo_origin::emit(from, out)?;
+        }
+        let body_len = pkt.ipv6.total_len() + pkt.trailers.as_bytes().len();
+        let body = out.get_mut(at..at + body_len).ok_or(DropReason::TooBig)?;
+        let (packet, trailers) = body.split_at_mut(pkt.ipv6.total_len());
+        packet.copy_from_slice(pkt.ipv6.packet());
+        trailers.copy_from_slice(pkt.trailers.as_bytes());
+        self.stats.forwarded_udp += 1;
+        Ok(ServerAction::Udp {
+            from: Local::Primary,
+            to: dest.mapped,
+            len: at + body_len,
+        })
+    }
+
+    /// Relay natively, as a router: hop limit decremented, trailers dropped.
+    fn forward_native(
+        &mut self,
+        ip: &Ipv6Packet<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        if ip.hop_limit() <= 1 {
+            return Err(DropReason::HopLimitExceeded);
+        }
+        let len = ip.total_len();
+        let o = out.get_mut(..len).ok_or(DropReason::TooBig)?;
+        o.copy_from_slice(ip.packet());
+        Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
+        self.stats.forwarded_native += 1;
+        Ok(ServerAction::Native { len })
+    }
+
+    /// An IPv6 packet arrived from the native side (the server's own IPv6 link, when
+    /// it routes the server's Teredo prefix): echo replies for one of our clients go
+    /// back over UDP to its mapping. No origin indication: there is no outer source to
+    /// report.
+    pub fn on_native(&mut self, packet: &[u8], out: &mut [u8]) -> ServerAction {
+        match self.handle_native(packet, out) {
+            Ok(action) => action,
+            Err(reason) => self.drop(reason),
+        }
+    }
+
+    fn handle_native(&mut self, packet: &[u8], out: &mut [u8]) -> Result<ServerAction, DropReason> {
+        let ip = Ipv6Packet::new_checked(packet)?;
+        let dst = ip.dst_addr();
+        let Some(dest) = TeredoAddr::decode_with_prefix(&dst, self.config.prefix) else {
+            return Err(DropReason::NotOurClient);
+        };
+        if dest.server != self.config.primary {
+            return Err(DropReason::NotOurClient);
+        }
+        if ip.next_header() != ip_protocol::ICMPV6 {
+            return Err(DropReason::NotBubbleOrIcmpv6);
+        }
+        let icmp = Icmpv6Packet::new_checked(ip.payload())?;
+        self.check_icmpv6_forward(&icmp, &[message::ECHO_REPLY])?;
+        if !is_global_unicast(*dest.mapped.ip()) || self.is_own(dest.mapped.ip()) {
+            return Err(DropReason::DestinationMappingNotGlobal);
+        }
+        if ip.hop_limit() <= 1 {
+            return Err(DropReason::HopLimitExceeded);
+        }
+        let len = ip.total_len();
+        let o = out.get_mut(..len).ok_or(DropReason::TooBig)?;
+        o.copy_from_slice(ip.packet());
+        Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
+        self.stats.forwarded_udp += 1;
+        Ok(ServerAction::Udp {
+            from: Local::Primary,
+            to: dest.mapped,
+            len,
+        })
+    }
+}
