@@ -20,6 +20,65 @@ pub enum Command {
     /// Decode: `shipworm address 2001:0:303:303:8000:e148:fefe:fefe`.
     /// Encode: `shipworm address --server 3.3.3.3 --mapped 1.1.1.1:7863 --cone`.
     Address(AddressArgs),
+
+    /// Run a Teredo server (RFC 4380 §5.3) on two consecutive public IPv4 addresses.
+    ///
+    /// Reads Miredo's miredo-server.conf format unchanged. Needs root (or CAP_NET_RAW)
+    /// to open its raw IPv6 socket, then runs as an unprivileged user.
+    Server(ServerArgs),
+
+    /// Check a configuration file without starting anything: prints what it means, or
+    /// one line naming the file, line and reason (exit status 2).
+    CheckConfig(CheckConfigArgs),
+}
+
+/// Arguments of `shipworm server`, Miredo's options included.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Configuration file (miredo-server.conf format).
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        default_value = "/etc/miredo/miredo-server.conf"
+    )]
+    pub config: std::path::PathBuf,
+
+    /// Primary IPv4 address, overriding ServerBindAddress (as miredo-server's
+    /// `server_name` argument).
+    #[arg(value_name = "SERVER_ADDRESS")]
+    pub bind: Option<String>,
+
+    /// Secondary IPv4 address, overriding ServerBindAddress2.
+    #[arg(long, value_name = "IPV4")]
+    pub bind2: Option<String>,
+
+    /// The user to run as once the sockets are open (default: nobody).
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Stay in the foreground (always the case; accepted for Miredo compatibility).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+}
+
+/// Which role a configuration file is for.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Role {
+    /// miredo-server.conf.
+    Server,
+}
+
+/// Arguments of `shipworm check-config`.
+#[derive(Debug, Args)]
+pub struct CheckConfigArgs {
+    /// The file to check.
+    #[arg(value_name = "FILE")]
+    pub file: std::path::PathBuf,
+
+    /// The role the file configures.
+    #[arg(long, value_enum, default_value = "server")]
+    pub role: Role,
 }
 
 /// Arguments of `shipworm address`.

@@ -5,6 +5,13 @@
 
 mod address_cmd;
 mod cli;
+mod config;
+mod logging;
+mod privileges;
+mod server_cmd;
+mod server_config;
+mod signals;
+mod udp_batch;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -24,6 +31,14 @@ impl Failure {
         Failure {
             message: message.into(),
             status: 2,
+        }
+    }
+
+    /// A failure at run time (a socket, a permission…): exit status 1.
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            status: 1,
         }
     }
 }
@@ -68,6 +83,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         cli::Command::Address(args) => address_cmd::run(&args),
+        cli::Command::Server(args) => run_server(&args),
+        cli::Command::CheckConfig(args) => check_config(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,4 +93,40 @@ fn main() -> ExitCode {
             ExitCode::from(f.status)
         }
     }
+}
+
+fn run_server(args: &cli::ServerArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let over = server_config::ServerOverrides {
+        bind: args.bind.clone(),
+        bind2: args.bind2.clone(),
+        user: args.user.clone(),
+    };
+    let settings = server_config::load(Some(&args.config), &over)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    server_cmd::run(&settings)
+}
+
+fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
+    match args.role {
+        cli::Role::Server => {
+            let s = server_config::load(Some(&args.file), &Default::default())
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            let p = &s.proto;
+            println!("{}: valid server configuration", args.file.display());
+            println!("  primary    {}:3544", p.primary);
+            println!("  secondary  {}:3544", p.secondary);
+            println!(
+                "  prefix     {}/64 advertised",
+                shipworm_wire::teredo_addr::TeredoAddr::client_prefix(p.prefix, p.primary)
+            );
+            println!("  MTU        {}", p.mtu);
+            println!("  ICMPv6 forwarded up to {} bytes", p.max_forwarded_icmpv6);
+            println!(
+                "  runs as    {}",
+                s.user.as_deref().unwrap_or(privileges::DEFAULT_USER)
+            );
+        }
+    }
+    Ok(())
 }

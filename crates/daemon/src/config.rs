@@ -1,0 +1,282 @@
+//! Miredo's configuration format, read unchanged: one `Directive value` per line,
+//! directive names case-insensitive, `#` starts a comment, blank lines ignored. Each
+//! role takes the directives it knows and refuses the rest; every error names the
+//! file, the line and the reason, on one line.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+
+/// One `Directive value` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Directive {
+    /// Name as written (matched case-insensitively).
+    pub name: String,
+    /// Value, trimmed; may contain spaces (hook script paths).
+    pub value: String,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// A configuration error: `FILE:LINE: reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// The line, when the error is about one.
+    pub line: Option<usize>,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.path.display(), l, self.reason),
+            None => write!(f, "{}: {}", self.path.display(), self.reason),
+        }
+    }
+}
+
+/// A parsed file whose directives the role consumes one by one; whatever is left at
+/// the end is unknown to the role.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    path: PathBuf,
+    directives: Vec<Directive>,
+}
+
+impl ConfigFile {
+    /// Read and split a file.
+    pub fn read(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            reason: format!("cannot read: {e}"),
+        })?;
+        ConfigFile::parse(path, &text)
+    }
+
+    /// Split `text` into directives.
+    pub fn parse(path: &Path, text: &str) -> Result<ConfigFile, ConfigError> {
+        let mut directives = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (name, value) = match line.split_once(char::is_whitespace) {
+                Some((n, v)) => (n, v.trim()),
+                None => (line, ""),
+            };
+            if value.is_empty() {
+                return Err(ConfigError {
+                    path: path.to_path_buf(),
+                    line: Some(i + 1),
+                    reason: format!("directive {name} has no value"),
+                });
+            }
+            directives.push(Directive {
+                name: name.to_string(),
+                value: value.to_string(),
+                line: i + 1,
+            });
+        }
+        Ok(ConfigFile {
+            path: path.to_path_buf(),
+            directives,
+        })
+    }
+
+    /// An error about `d`.
+    pub fn error(&self, d: &Directive, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.path.clone(),
+            line: Some(d.line),
+            reason: reason.into(),
+        }
+    }
+
+    /// An error about the file as a whole.
+    pub fn file_error(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            path: self.path.clone(),
+            line: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// Take the directive `name` (at most once in the file).
+    pub fn take(&mut self, name: &str) -> Result<Option<Directive>, ConfigError> {
+        let mut found = self.take_all(name);
+        if found.len() > 1 {
+            let second = found.swap_remove(1);
+            return Err(self.error(
+                &second,
+                format!(
+                    "{} given twice (first on line {})",
+                    second.name, found[0].line
+                ),
+            ));
+        }
+        Ok(found.pop())
+    }
+
+    /// Take every occurrence of `name`.
+    pub fn take_all(&mut self, name: &str) -> Vec<Directive> {
+        let (found, rest) = self
+            .directives
+            .drain(..)
+            .partition(|d| d.name.eq_ignore_ascii_case(name));
+        self.directives = rest;
+        found
+    }
+
+    /// Refuse whatever the role did not take.
+    pub fn finish(self, known: &[&str]) -> Result<(), ConfigError> {
+        match self.directives.first() {
+            None => Ok(()),
+            Some(d) => Err(self.error(
+                d,
+                format!(
+                    "unknown directive {} (known here: {})",
+                    d.name,
+                    known.join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Parse the value of `d` with `f`, turning its error into a located one.
+    pub fn value<T>(
+        &self,
+        d: &Directive,
+        f: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Result<T, ConfigError> {
+        f(&d.value).map_err(|why| self.error(d, format!("{} {}: {why}", d.name, d.value)))
+    }
+}
+
+/// An IPv4 address, or a host name resolved once to its first IPv4 address.
+pub fn ipv4(value: &str) -> Result<Ipv4Addr, String> {
+    if let Ok(a) = value.parse() {
+        return Ok(a);
+    }
+    if value.parse::<IpAddr>().is_ok() {
+        return Err("not an IPv4 address".into());
+    }
+    (value, 0)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve: {e}"))?
+        .find_map(|a| match a.ip() {
+            IpAddr::V4(v4) => Some(v4),
+            IpAddr::V6(_) => None,
+        })
+        .ok_or_else(|| "has no IPv4 address".into())
+}
+
+/// A Teredo prefix as Miredo writes it (`2001:0::`, optionally with `/32`).
+pub fn teredo_prefix(value: &str) -> Result<u32, String> {
+    let (addr, len) = match value.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (value, None),
+    };
+    if len.is_some_and(|l| l != "32") {
+        return Err("a Teredo prefix is a /32".into());
+    }
+    let a: std::net::Ipv6Addr = addr
+        .parse()
+        .map_err(|_| "not an IPv6 prefix (e.g. 2001:0::)".to_string())?;
+    let o = a.octets();
+    if o[4..].iter().any(|&b| b != 0) {
+        return Err("bits beyond the first 32 are set".into());
+    }
+    if o[0] & 0xe0 != 0x20 {
+        return Err("not a global unicast prefix (2000::/3)".into());
+    }
+    Ok(u32::from_be_bytes([o[0], o[1], o[2], o[3]]))
+}
+
+/// An interface MTU: IPv6 needs at least 1280.
+pub fn mtu(value: &str) -> Result<u16, String> {
+    match value.parse::<u32>() {
+        Ok(m) if (1280..=65535).contains(&m) => Ok(m as u16),
+        _ => Err("expected an MTU from 1280 to 65535".into()),
+    }
+}
+
+/// A syslog facility name, as Miredo accepts (daemon, local0 … local7, …).
+pub fn syslog_facility(value: &str) -> Result<String, String> {
+    const NAMES: &[&str] = &[
+        "auth", "authpriv", "cron", "daemon", "ftp", "kern", "lpr", "mail", "news", "syslog",
+        "user", "uucp", "local0", "local1", "local2", "local3", "local4", "local5", "local6",
+        "local7",
+    ];
+    let v = value.to_ascii_lowercase();
+    if NAMES.contains(&v.as_str()) {
+        Ok(v)
+    } else {
+        Err(format!(
+            "unknown syslog facility (one of {})",
+            NAMES.join(", ")
+        ))
+    }
+}
+
+/// A count or size.
+pub fn number(value: &str) -> Result<usize, String> {
+    value.parse().map_err(|_| "expected a whole number".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(text: &str) -> ConfigFile {
+        ConfigFile::parse(Path::new("test.conf"), text).unwrap()
+    }
+
+    #[test]
+    fn miredo_syntax() {
+        let mut f =
+            file("# comment\n\n  ServerBindAddress\t192.0.2.1  # trailing\nprefix 2001:0::\n");
+        let d = f.take("serverbindaddress").unwrap().unwrap();
+        assert_eq!((d.value.as_str(), d.line), ("192.0.2.1", 3));
+        assert_eq!(f.take("PREFIX").unwrap().unwrap().value, "2001:0::");
+        assert!(f.finish(&[]).is_ok());
+    }
+
+    #[test]
+    fn errors_name_file_line_and_reason() {
+        let e = ConfigFile::parse(Path::new("/etc/x.conf"), "Prefix\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/x.conf:1: directive Prefix has no value"
+        );
+        let mut f = file("Prefix 2001:0::\nprefix 3ffe:831f::\n");
+        assert_eq!(
+            f.take("Prefix").unwrap_err().to_string(),
+            "test.conf:2: prefix given twice (first on line 1)"
+        );
+        let f = file("\nBogus 1\n");
+        let e = f.finish(&["Prefix"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "test.conf:2: unknown directive Bogus (known here: Prefix)"
+        );
+    }
+
+    #[test]
+    fn values() {
+        assert_eq!(teredo_prefix("2001:0::").unwrap(), 0x2001_0000);
+        assert_eq!(teredo_prefix("3ffe:831f::/32").unwrap(), 0x3ffe_831f);
+        assert!(teredo_prefix("fe80::").is_err());
+        assert!(teredo_prefix("2001:0:1::").is_err());
+        assert_eq!(mtu("1280").unwrap(), 1280);
+        assert!(mtu("1279").is_err());
+        assert!(ipv4("2001:db8::1").is_err());
+        assert_eq!(ipv4("192.0.2.1").unwrap(), Ipv4Addr::new(192, 0, 2, 1));
+        assert_eq!(syslog_facility("LOCAL3").unwrap(), "local3");
+        assert!(syslog_facility("local9").is_err());
+    }
+}

@@ -1,0 +1,30 @@
+//! Giving up root once the sockets are open.
+
+use nix::unistd::{setgid, setgroups, setuid, Uid, User};
+
+/// The user daemons run as unless told otherwise (as Miredo does).
+pub const DEFAULT_USER: &str = "nobody";
+
+/// If running as root, become `user` for good (supplementary groups, group, user) and
+/// check that root cannot be regained. Not root: nothing to drop.
+pub fn drop_root(user: &str) -> Result<(), String> {
+    if !Uid::effective().is_root() {
+        return Ok(());
+    }
+    let u = User::from_name(user)
+        .map_err(|e| format!("cannot look up user {user}: {e}"))?
+        .ok_or_else(|| {
+            format!("no user named {user} (create it, or choose another with -u / User)")
+        })?;
+    setgroups(&[u.gid]).map_err(|e| format!("setgroups: {e}"))?;
+    setgid(u.gid).map_err(|e| format!("setgid({}): {e}", u.gid))?;
+    setuid(u.uid).map_err(|e| format!("setuid({}): {e}", u.uid))?;
+    if u.uid.is_root() {
+        return Ok(()); // asked to stay root: allowed, if unwise
+    }
+    if setuid(Uid::from_raw(0)).is_ok() {
+        return Err("root privileges could be regained after setuid; refusing to run".into());
+    }
+    tracing::info!("running as {user} (uid {}, gid {})", u.uid, u.gid);
+    Ok(())
+}

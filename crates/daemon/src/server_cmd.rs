@@ -1,0 +1,170 @@
+//! `shipworm server`: the Teredo server daemon. Two UDP sockets (primary and
+//! secondary address, port 3544), a raw IPv6 socket for the connectivity-test echoes it
+//! relays natively, batched I/O, then root is dropped.
+
+use crate::privileges;
+use crate::server_config::ServerSettings;
+use crate::signals::Signals;
+use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::Failure;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use shipworm_proto::server::{Local, Server, ServerAction};
+use shipworm_wire::teredo_addr::TEREDO_PORT;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::net::{Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsFd;
+
+/// Datagrams per system call.
+const BATCH: usize = 32;
+
+fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
+    // Large buffers absorb bursts; failures here only cost performance.
+    let _ = s.set_recv_buffer_size(4 << 20);
+    let _ = s.set_send_buffer_size(4 << 20);
+    s.set_nonblocking(true)
+        .map_err(|e| Failure::runtime(format!("{e}")))?;
+    s.bind(&addr.into()).map_err(|e| {
+        let hint = match e.raw_os_error() {
+            Some(libc::EADDRNOTAVAIL) => format!(
+                "; assign {} to an interface of this host{}",
+                addr.ip(),
+                if role == "secondary" {
+                    " or set ServerBindAddress2"
+                } else {
+                    ""
+                }
+            ),
+            Some(libc::EADDRINUSE) => "; another Teredo server (miredo-server?) is running".into(),
+            _ => String::new(),
+        };
+        Failure::runtime(format!("cannot bind the {role} address {addr}: {e}{hint}"))
+    })?;
+    Ok(s)
+}
+
+fn open_raw_ipv6() -> Result<Socket, Failure> {
+    // IPPROTO_RAW over IPv6 sends whole packets, header included: the echo keeps the
+    // client's Teredo source address.
+    let s = Socket::new(
+        Domain::IPV6,
+        Type::RAW,
+        Some(Protocol::from(libc::IPPROTO_RAW)),
+    )
+    .map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+            "; run as root or grant CAP_NET_RAW (it is dropped once the socket is open)"
+        } else {
+            ""
+        };
+        Failure::runtime(format!(
+            "cannot open the raw IPv6 socket for connectivity-test echoes: {e}{hint}"
+        ))
+    })?;
+    s.set_nonblocking(true)
+        .map_err(|e| Failure::runtime(format!("{e}")))?;
+    Ok(s)
+}
+
+/// Run the server until SIGTERM/SIGINT.
+pub fn run(settings: &ServerSettings) -> Result<(), Failure> {
+    let cfg = &settings.proto;
+    let primary = bind_udp(SocketAddrV4::new(cfg.primary, TEREDO_PORT), "primary")?;
+    let secondary = bind_udp(SocketAddrV4::new(cfg.secondary, TEREDO_PORT), "secondary")?;
+    let raw = open_raw_ipv6()?;
+    let signals = Signals::install()
+        .map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    privileges::drop_root(settings.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
+        .map_err(Failure::runtime)?;
+
+    let mut server = Server::new(cfg.clone());
+    tracing::info!(
+        "Teredo server on {}:{p} and {}:{p}, advertising {}/64, MTU {}",
+        cfg.primary,
+        cfg.secondary,
+        server.client_prefix(),
+        cfg.mtu,
+        p = TEREDO_PORT
+    );
+    let mut rx = RecvBatch::new(BATCH, SLOT);
+    let mut tx = [SendBatch::new(BATCH, SLOT), SendBatch::new(BATCH, SLOT)];
+    let mut out = vec![0u8; SLOT];
+    let sockets = [(Local::Primary, &primary), (Local::Secondary, &secondary)];
+
+    while !signals.stop_requested() {
+        if signals.take_report_request() {
+            report(&server, "counters");
+        }
+        let mut fds = [
+            PollFd::new(primary.as_fd(), PollFlags::POLLIN),
+            PollFd::new(secondary.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::from(500u16)) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
+        }
+        for (local, sock) in sockets {
+            // Drain this socket a batch at a time.
+            loop {
+                let n = rx
+                    .recv(sock.as_fd())
+                    .map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+                for i in 0..n {
+                    let (from, data) = rx.get(i);
+                    match server.on_udp(local, from, data, &mut out) {
+                        ServerAction::Drop(_) => {}
+                        ServerAction::Udp { from: via, to, len } => {
+                            let batch = &mut tx[via as usize];
+                            batch.slot_mut()[..len].copy_from_slice(&out[..len]);
+                            batch.commit(len, to);
+                            if batch.is_full() {
+                                batch.flush(sockets[via as usize].1.as_fd());
+                            }
+                        }
+                        ServerAction::Native { len } => send_native(&raw, &out[..len]),
+                    }
+                }
+                for (b, (_, s)) in tx.iter_mut().zip(sockets) {
+                    if !b.is_empty() {
+                        b.flush(s.as_fd());
+                    }
+                }
+                if n < BATCH {
+                    break;
+                }
+            }
+        }
+    }
+    report(&server, "stopping");
+    Ok(())
+}
+
+fn send_native(raw: &Socket, packet: &[u8]) {
+    let mut d = [0u8; 16];
+    d.copy_from_slice(&packet[24..40]);
+    let dst = SockAddr::from(SocketAddrV6::new(Ipv6Addr::from(d), 0, 0, 0));
+    if let Err(e) = raw.send_to(packet, &dst) {
+        tracing::debug!("native send to {}: {e}", Ipv6Addr::from(d));
+    }
+}
+
+fn report(server: &Server, what: &str) {
+    let s = server.stats();
+    let drops: Vec<String> = s
+        .drops
+        .nonzero()
+        .map(|(r, n)| format!("{}={n}", r.as_str()))
+        .collect();
+    tracing::info!(
+        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {} dropped{}{}",
+        s.advertisements,
+        s.forwarded_udp,
+        s.forwarded_native,
+        s.drops.total(),
+        if drops.is_empty() { "" } else { ": " },
+        drops.join(" ")
+    );
+}

@@ -1,0 +1,186 @@
+//! `shipworm server` settings: Miredo's `miredo-server.conf` directives, plus the new
+//! ones in the same style, with command-line overrides.
+
+use crate::config::{self, ConfigError, ConfigFile};
+use shipworm_proto::server::{ServerConfig, DEFAULT_MAX_FORWARDED_ICMPV6};
+use shipworm_wire::ipv4_scope::non_global_reason;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// Directives a server configuration may hold.
+pub const DIRECTIVES: &[&str] = &[
+    // Miredo's miredo-server.conf
+    "ServerBindAddress",
+    "ServerBindAddress2",
+    "Prefix",
+    "InterfaceMTU",
+    "SyslogFacility",
+    // shipworm's own
+    "User",
+    "MaxForwardedIcmpv6",
+];
+
+/// Everything the server daemon needs to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// Protocol settings.
+    pub proto: ServerConfig,
+    /// Accepted for compatibility; logs go to stderr (journald picks them up).
+    pub syslog_facility: Option<String>,
+    /// The user to become after binding.
+    pub user: Option<String>,
+}
+
+/// Command-line values that override the file.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOverrides {
+    /// Primary address (Miredo's positional `server_name`).
+    pub bind: Option<String>,
+    /// Secondary address.
+    pub bind2: Option<String>,
+    /// User to run as.
+    pub user: Option<String>,
+}
+
+/// Read `path` (if given) and apply the overrides.
+pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSettings, ConfigError> {
+    let mut f = match path {
+        Some(p) => ConfigFile::read(p)?,
+        None => ConfigFile::parse(Path::new("<command line>"), "")?,
+    };
+    let bind = f.take("ServerBindAddress")?;
+    let bind2 = f.take("ServerBindAddress2")?;
+    let prefix = f.take("Prefix")?;
+    let mtu = f.take("InterfaceMTU")?;
+    let facility = f.take("SyslogFacility")?;
+    let user = f.take("User")?;
+    let max_icmp = f.take("MaxForwardedIcmpv6")?;
+
+    let global = |a: Ipv4Addr| match non_global_reason(a) {
+        None => Ok(a),
+        Some(why) => Err(format!(
+            "a Teredo server needs a global unicast address, this is {why}"
+        )),
+    };
+    let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
+        config::ipv4(v)
+            .and_then(global)
+            .map_err(|why| f.file_error(format!("{what} {v}: {why}")))
+    };
+    let primary = match (&over.bind, &bind) {
+        (Some(v), _) => cli("server address", v)?,
+        (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(global))?,
+        (None, None) => {
+            return Err(f.file_error(
+                "ServerBindAddress is required (the primary IPv4 address to serve on)",
+            ))
+        }
+    };
+    let mut proto = ServerConfig::new(primary);
+    match (&over.bind2, &bind2) {
+        (Some(v), _) => proto.secondary = cli("secondary address", v)?,
+        (None, Some(d)) => proto.secondary = f.value(d, |v| config::ipv4(v).and_then(global))?,
+        (None, None) => {
+            if let Some(why) = non_global_reason(proto.secondary) {
+                return Err(f.file_error(format!(
+                    "the secondary address {} (primary + 1) is {why}; set ServerBindAddress2",
+                    proto.secondary
+                )));
+            }
+        }
+    }
+    if proto.secondary == proto.primary {
+        return Err(f.file_error("the secondary address must differ from the primary"));
+    }
+    if let Some(d) = &prefix {
+        proto.prefix = f.value(d, config::teredo_prefix)?;
+    }
+    if let Some(d) = &mtu {
+        proto.mtu = u32::from(f.value(d, config::mtu)?);
+    }
+    if let Some(d) = &max_icmp {
+        proto.max_forwarded_icmpv6 = f.value(d, |v| match config::number(v)? {
+            n @ 8..=65535 => Ok(n),
+            _ => Err("expected 8 to 65535 bytes".into()),
+        })?;
+    } else {
+        proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
+    }
+    let syslog_facility = facility
+        .as_ref()
+        .map(|d| f.value(d, config::syslog_facility))
+        .transpose()?;
+    let user = over.user.clone().or_else(|| user.map(|d| d.value));
+    f.finish(DIRECTIVES)?;
+    Ok(ServerSettings {
+        proto,
+        syslog_facility,
+        user,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<ServerSettings, String> {
+        let dir = std::env::temp_dir().join(format!("shipworm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!(
+            "{:x}.conf",
+            text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()
+        ));
+        std::fs::write(&p, text).unwrap();
+        let r = load(Some(&p), &ServerOverrides::default()).map_err(|e| e.reason);
+        let _ = std::fs::remove_file(&p);
+        r
+    }
+
+    #[test]
+    fn debian_default_file_works_unchanged() {
+        let s = load_text(
+            "# Please refer to the miredo-server.conf(5) manpage for details.\n\
+             # Server primary IPv4 address.\n\
+             # Miredo will open UDP port 3544 on this IPv4 address and the next one.\n\
+             ServerBindAddress 192.0.2.221\n",
+        )
+        .unwrap();
+        assert_eq!(s.proto.primary, Ipv4Addr::new(192, 0, 2, 221));
+        assert_eq!(s.proto.secondary, Ipv4Addr::new(192, 0, 2, 222));
+        assert_eq!(s.proto.prefix, 0x2001_0000);
+        assert_eq!(s.proto.mtu, 1280);
+    }
+
+    #[test]
+    fn every_miredo_directive() {
+        let s = load_text(
+            "serverbindaddress 198.51.100.10\nServerBindAddress2 198.51.100.20\nPREFIX 3ffe:831f::\n\
+             InterfaceMTU 1400\nSyslogFacility local3\nUser teredo\nMaxForwardedIcmpv6 88\n",
+        )
+        .unwrap();
+        assert_eq!(s.proto.secondary, Ipv4Addr::new(198, 51, 100, 20));
+        assert_eq!(s.proto.prefix, 0x3ffe_831f);
+        assert_eq!((s.proto.mtu, s.proto.max_forwarded_icmpv6), (1400, 88));
+        assert_eq!(s.syslog_facility.as_deref(), Some("local3"));
+        assert_eq!(s.user.as_deref(), Some("teredo"));
+    }
+
+    #[test]
+    fn bad_files_say_why() {
+        assert!(load_text("Prefix 2001:0::\n")
+            .unwrap_err()
+            .contains("ServerBindAddress is required"));
+        assert!(load_text("ServerBindAddress 10.0.0.1\n")
+            .unwrap_err()
+            .contains("private"));
+        assert!(load_text("ServerBindAddress 192.0.2.1\nRelayType client\n")
+            .unwrap_err()
+            .contains("unknown directive RelayType"));
+        assert!(load_text("ServerBindAddress 192.0.2.1\nInterfaceMTU 9\n")
+            .unwrap_err()
+            .contains("1280"));
+        assert!(load_text("ServerBindAddress 223.255.255.255\n")
+            .unwrap_err()
+            .contains("ServerBindAddress2"));
+    }
+}
