@@ -6,6 +6,7 @@
 mod address_cmd;
 mod cli;
 mod config;
+mod lab_cmd;
 mod logging;
 mod privileges;
 mod server_cmd;
@@ -85,6 +86,7 @@ fn main() -> ExitCode {
         cli::Command::Address(args) => address_cmd::run(&args),
         cli::Command::Server(args) => run_server(&args),
         cli::Command::CheckConfig(args) => check_config(&args),
+        cli::Command::Lab(args) => lab_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

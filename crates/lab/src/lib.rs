@@ -1,0 +1,265 @@
+//! # shipworm-lab
+//!
+//! A little Internet made of network namespaces, for `shipworm lab` and the end-to-end
+//! suite. One "public" segment (a bridge in a `core` namespace, 192.0.2.0/24 and
+//! 2001:db8:1::/64) joins:
+//!
+//! * a Teredo server with two consecutive addresses (192.0.2.1 and .2) and native IPv6;
+//! * a relay (192.0.2.10, 2001:db8:1::10) that the native side routes 2001::/32 to;
+//! * a native IPv6 host (2001:db8:1::100);
+//! * NAT boxes (192.0.2.21, .22, …) built with nftables, each with a private
+//!   10.k.0.0/24 behind it and clients on it.
+//!
+//! The lab builds its network with `ip` and `nft`, as an administrator would: it is
+//! the test bench, not the daemon (which configures itself through rtnetlink).
+//! Namespace names are unique per run; everything is removed when the [`Lab`] is
+//! dropped, on panic, and on Ctrl-C.
+
+pub mod error;
+pub mod nat;
+pub mod netns;
+pub mod peers;
+pub mod scenario;
+pub mod traffic;
+
+pub use error::{LabError, Result};
+pub use nat::NatKind;
+pub use peers::Impl;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Server primary address.
+pub const SERVER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// Server secondary address.
+pub const SERVER2_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+/// Server native IPv6 address.
+pub const SERVER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1);
+/// Relay IPv4 address.
+pub const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// Relay native IPv6 address.
+pub const RELAY_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
+/// The native IPv6 host.
+pub const HOST6_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x100);
+
+/// A client host behind a NAT.
+#[derive(Debug, Clone)]
+pub struct ClientHost {
+    /// Its namespace.
+    pub ns: String,
+    /// The NAT in front of it.
+    pub nat: NatKind,
+    /// Its private address.
+    pub lan: Ipv4Addr,
+    /// The NAT's public address.
+    pub nat_public: Ipv4Addr,
+}
+
+/// What to build: NAT boxes, each with a number of clients.
+#[derive(Debug, Clone)]
+pub struct LabSpec {
+    /// One entry per NAT box.
+    pub nats: Vec<(NatKind, usize)>,
+}
+
+/// A built lab. Dropping it stops its processes and removes its namespaces.
+pub struct Lab {
+    prefix: String,
+    dir: PathBuf,
+    keep: bool,
+    /// Running daemons (server, relay, clients).
+    pub(crate) peers: Vec<peers::Peer>,
+    /// The clients, in the order of the spec.
+    pub clients: Vec<ClientHost>,
+}
+
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+impl Lab {
+    /// Build the topology of `spec`. Needs root.
+    pub fn build(spec: &LabSpec) -> Result<Lab> {
+        netns::preflight()?;
+        netns::install_interrupt_cleanup();
+        netns::remove_stale()?;
+        let k = RUNS.fetch_add(1, Ordering::Relaxed);
+        let prefix = netns::run_prefix(k);
+        let dir = std::env::temp_dir().join(format!("shipworm-lab-{}-{k}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+        let mut lab = Lab {
+            prefix,
+            dir,
+            keep: false,
+            peers: Vec::new(),
+            clients: Vec::new(),
+        };
+        lab.build_core()?;
+        for (i, &(kind, clients)) in spec.nats.iter().enumerate() {
+            lab.build_nat(i + 1, kind, clients)?;
+        }
+        Ok(lab)
+    }
+
+    /// The full name of the lab namespace `short` (`srv`, `rly`, `h6`, `nat1`, `c1a`…).
+    pub fn ns(&self, short: &str) -> String {
+        format!("{}{short}", self.prefix)
+    }
+
+    /// Where configuration files and logs go.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Leave everything running when dropped (`shipworm lab --keep`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+
+    /// Every namespace of this lab.
+    pub fn namespaces(&self) -> Vec<String> {
+        netns::ip(&["netns", "list"])
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|n| n.starts_with(&self.prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn host(&self, short: &str, veth: usize) -> Result<String> {
+        let ns = self.ns(short);
+        netns::add(&ns)?;
+        let core = self.ns("core");
+        let port = format!("p{veth}");
+        netns::ip(&[
+            "link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "eth0", "netns",
+            &ns,
+        ])?;
+        netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
+        netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        Ok(ns)
+    }
+
+    fn addr(ns: &str, cidr: &str, dev: &str) -> Result<()> {
+        let mut args = vec!["-n", ns, "addr", "add", cidr, "dev", dev];
+        if cidr.contains(':') {
+            args.push("nodad");
+        }
+        netns::ip(&args).map(drop)
+    }
+
+    fn build_core(&mut self) -> Result<()> {
+        let core = self.ns("core");
+        netns::add(&core)?;
+        netns::ip(&["-n", &core, "link", "add", "br0", "type", "bridge"])?;
+        netns::ip(&["-n", &core, "link", "set", "br0", "up"])?;
+
+        let srv = self.host("srv", 1)?;
+        Self::addr(&srv, &format!("{SERVER_V4}/24"), "eth0")?;
+        Self::addr(&srv, &format!("{SERVER2_V4}/24"), "eth0")?;
+        Self::addr(&srv, &format!("{SERVER_V6}/64"), "eth0")?;
+        netns::ip(&[
+            "-n",
+            &srv,
+            "-6",
+            "route",
+            "add",
+            "2001::/32",
+            "via",
+            &RELAY_V6.to_string(),
+        ])?;
+
+        let rly = self.host("rly", 2)?;
+        Self::addr(&rly, &format!("{RELAY_V4}/24"), "eth0")?;
+        Self::addr(&rly, &format!("{RELAY_V6}/64"), "eth0")?;
+        netns::exec(&rly, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+
+        let h6 = self.host("h6", 3)?;
+        Self::addr(&h6, &format!("{HOST6_V6}/64"), "eth0")?;
+        netns::ip(&[
+            "-n",
+            &h6,
+            "-6",
+            "route",
+            "add",
+            "2001::/32",
+            "via",
+            &RELAY_V6.to_string(),
+        ])?;
+        Ok(())
+    }
+
+    fn build_nat(&mut self, i: usize, kind: NatKind, clients: usize) -> Result<()> {
+        let wan = Ipv4Addr::new(192, 0, 2, 20 + i as u8);
+        let nat = self.ns(&format!("nat{i}"));
+        netns::add(&nat)?;
+        let core = self.ns("core");
+        let port = format!("p{}", 10 + i);
+        netns::ip(&[
+            "link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "wan", "netns",
+            &nat,
+        ])?;
+        netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
+        netns::ip(&["-n", &nat, "link", "set", "wan", "up"])?;
+        Self::addr(&nat, &format!("{wan}/24"), "wan")?;
+        netns::ip(&["-n", &nat, "link", "add", "lan", "type", "bridge"])?;
+        netns::ip(&["-n", &nat, "link", "set", "lan", "up"])?;
+        Self::addr(&nat, &format!("10.{i}.0.1/24"), "lan")?;
+        netns::exec(&nat, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        let first = Ipv4Addr::new(10, i as u8, 0, 2);
+        netns::run_stdin(
+            "ip",
+            &["netns", "exec", &nat, "nft", "-f", "-"],
+            Some(&kind.ruleset(wan, first)),
+        )?;
+        for j in 0..clients {
+            let ns = self.ns(&format!("c{i}{}", (b'a' + j as u8) as char));
+            netns::add(&ns)?;
+            let port = format!("l{j}");
+            netns::ip(&[
+                "link", "add", &port, "netns", &nat, "type", "veth", "peer", "name", "eth0",
+                "netns", &ns,
+            ])?;
+            netns::ip(&["-n", &nat, "link", "set", &port, "master", "lan", "up"])?;
+            netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            let lan = Ipv4Addr::new(10, i as u8, 0, 2 + j as u8);
+            Self::addr(&ns, &format!("{lan}/24"), "eth0")?;
+            netns::ip(&[
+                "-n",
+                &ns,
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.{i}.0.1"),
+            ])?;
+            self.clients.push(ClientHost {
+                ns,
+                nat: kind,
+                lan,
+                nat_public: wan,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stop the daemons and remove every namespace now (also done on drop).
+    pub fn teardown(&mut self) {
+        for p in &mut self.peers {
+            p.stop();
+        }
+        self.peers.clear();
+        for ns in self.namespaces() {
+            netns::del(&ns);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.teardown();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Network namespaces and the commands run in them. Every namespace and process the
+//! lab makes is registered, so that a normal return, a panic (through `Drop`) and
+//! Ctrl-C/SIGTERM (through [`install_interrupt_cleanup`]) all remove them.
+
+use crate::error::{err, LabError, Result};
+use std::fs::File;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, Once};
+
+static NAMESPACES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static PIDS: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Name prefix of every namespace this process makes: `swl<pid>n<k>-`. Another run's
+/// leftovers are recognised by it and removed when that pid is gone.
+pub fn run_prefix(k: usize) -> String {
+    format!("swl{}n{k}-", std::process::id())
+}
+
+/// Run a command; its stdout on success, or an error quoting its stderr.
+pub fn run(program: &str, args: &[&str]) -> Result<String> {
+    run_stdin(program, args, None)
+}
+
+/// Run a command with `input` on its standard input.
+pub fn run_stdin(program: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| LabError(format!("cannot run {program}: {e} (is it installed? scripts/test.sh installs the lab's tools)")))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin
+            .write_all(text.as_bytes())
+            .map_err(|e| LabError(format!("{program}: {e}")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| LabError(format!("{program}: {e}")))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return err(format!(
+            "`{program} {}` failed: {}",
+            args.join(" "),
+            stderr.trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `ip` with these arguments.
+pub fn ip(args: &[&str]) -> Result<String> {
+    run("ip", args)
+}
+
+/// A command inside namespace `ns`.
+pub fn exec(ns: &str, args: &[&str]) -> Result<String> {
+    let mut full = vec!["netns", "exec", ns];
+    full.extend_from_slice(args);
+    ip(&full)
+}
+
+/// Create namespace `name` with its loopback up, and register it for removal.
+pub fn add(name: &str) -> Result<()> {
+    ip(&["netns", "add", name])?;
+    NAMESPACES.lock().unwrap().push(name.to_string());
+    ip(&["-n", name, "link", "set", "lo", "up"])?;
+    Ok(())
+}
+
+/// Remove namespace `name` (quietly if already gone), killing what still runs in it.
+pub fn del(name: &str) {
+    if let Ok(pids) = ip(&["netns", "pids", name]) {
+        for pid in pids
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "del", name])
+        .stderr(Stdio::null())
+        .status();
+    NAMESPACES.lock().unwrap().retain(|n| n != name);
+}
+
+/// Register a child process to kill if the run is interrupted.
+pub fn register_pid(pid: u32) {
+    PIDS.lock().unwrap().push(pid as i32);
+}
+
+/// Forget a child that has been reaped.
+pub fn unregister_pid(pid: u32) {
+    PIDS.lock().unwrap().retain(|&p| p != pid as i32);
+}
+
+/// Remove the namespaces (and the processes in them) of earlier runs whose process is
+/// gone: crashed runs, and labs left running with `--keep`.
+pub fn remove_stale() -> Result<usize> {
+    let list = ip(&["netns", "list"])?;
+    let mut removed = 0;
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        let Some(rest) = name.strip_prefix("swl") else {
+            continue;
+        };
+        let Some((pid, _)) = rest.split_once('n') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        del(name);
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: kill the registered processes, remove the registered
+/// namespaces, and exit with 128 + the signal. Installed once per process.
+pub fn install_interrupt_cleanup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                eprintln!("\ninterrupted: removing the lab");
+                cleanup_all();
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+/// Kill every registered process and remove every registered namespace.
+pub fn cleanup_all() {
+    let pids: Vec<i32> = std::mem::take(&mut *PIDS.lock().unwrap());
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let names: Vec<String> = NAMESPACES.lock().unwrap().clone();
+    for n in names {
+        del(&n);
+    }
+}
+
+/// Move the calling thread into namespace `ns`; sockets it opens afterwards live there.
+pub fn enter(ns: &str) -> Result<()> {
+    let f = File::open(format!("/var/run/netns/{ns}"))
+        .map_err(|e| LabError(format!("namespace {ns}: {e}")))?;
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| LabError(format!("setns {ns}: {e}")))
+}
+
+/// Refuse clearly when the lab cannot work here.
+pub fn preflight() -> Result<()> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return err("the lab needs root (network namespaces, veth, nftables): run it with sudo");
+    }
+    for (tool, pkg) in [
+        ("ip", "iproute2"),
+        ("nft", "nftables"),
+        ("ping", "iputils-ping"),
+    ] {
+        if Command::new(tool)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_err()
+        {
+            return err(format!(
+                "{tool} not found: apt-get install {pkg} (scripts/test.sh does it)"
+            ));
+        }
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return err("/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device");
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! The Teredo daemons in the lab: shipworm's own roles or Debian's Miredo, started in
+//! their namespaces with configuration files written for them, logs kept for reports.
+
+use crate::error::{err, LabError, Result};
+use crate::{netns, Lab, RELAY_V4, SERVER_V4};
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which implementation plays a role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Impl {
+    /// shipworm, from this binary.
+    Shipworm(PathBuf),
+    /// Debian's `miredo` / `miredo-server`.
+    Miredo,
+}
+
+impl fmt::Display for Impl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Impl::Shipworm(_) => "shipworm",
+            Impl::Miredo => "miredo",
+        })
+    }
+}
+
+/// A running daemon.
+pub(crate) struct Peer {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Peer {
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM first: both implementations clean their interfaces up on it.
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+            netns::unregister_pid(c.id());
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last `n` lines of a log file, for error reports.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+impl Lab {
+    fn spawn(&mut self, name: &str, ns: &str, args: &[&str]) -> Result<PathBuf> {
+        let log = self.dir().join(format!("{name}.log"));
+        let out =
+            std::fs::File::create(&log).map_err(|e| LabError(format!("{}: {e}", log.display())))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().map_err(|e| LabError(e.to_string()))?)
+            .stderr(out)
+            .spawn()
+            .map_err(|e| LabError(format!("cannot start {name}: {e}")))?;
+        netns::register_pid(child.id());
+        self.peers.push(Peer {
+            name: name.to_string(),
+            child: Some(child),
+            log: log.clone(),
+        });
+        Ok(log)
+    }
+
+    fn write_conf(&self, name: &str, text: &str) -> Result<String> {
+        let p = self.dir().join(name);
+        std::fs::write(&p, text).map_err(|e| LabError(format!("{}: {e}", p.display())))?;
+        Ok(p.display().to_string())
+    }
+
+    /// Fail with the daemon's last log lines if it has exited.
+    fn check_alive(&mut self, name: &str) -> Result<()> {
+        let Some(p) = self.peers.iter_mut().find(|p| p.name == name) else {
+            return Ok(());
+        };
+        if let Some(c) = p.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                return err(format!("{name} exited ({status}):\n{}", tail(&p.log, 15)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The log of a daemon started earlier.
+    pub fn log_tail(&self, name: &str, lines: usize) -> String {
+        self.peers
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| tail(&p.log, lines))
+            .unwrap_or_default()
+    }
+
+    /// Wait until something in `ns` listens on UDP `port`.
+    fn wait_udp(&mut self, name: &str, ns: &str, port: u16, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        let filter = format!("sport = :{port}");
+        while Instant::now() < deadline {
+            self.check_alive(name)?;
+            if !netns::exec(ns, &["ss", "-Hlun", &filter])?
+                .trim()
+                .is_empty()
+            {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        err(format!(
+            "{name} did not open UDP port {port} within {within:?}:\n{}",
+            self.log_tail(name, 15)
+        ))
+    }
+
+    /// Start the Teredo server on 192.0.2.1 / 192.0.2.2.
+    pub fn start_server(&mut self, imp: &Impl) -> Result<()> {
+        let ns = self.ns("srv");
+        let conf = self.write_conf(
+            "server.conf",
+            &format!("# lab server\nServerBindAddress {SERVER_V4}\n"),
+        )?;
+        match imp {
+            Impl::Shipworm(bin) => {
+                let bin = bin.display().to_string();
+                self.spawn("server", &ns, &[&bin, "server", "-c", &conf])?
+            }
+            Impl::Miredo => {
+                let pid = self.dir().join("server.pid").display().to_string();
+                self.spawn(
+                    "server",
+                    &ns,
+                    &["miredo-server", "-f", "-p", &pid, "-c", &conf],
+                )?
+            }
+        };
+        self.wait_udp("server", &ns, 3544, Duration::from_secs(10))
+    }
+
+    /// Start the relay on 192.0.2.10, routing 2001::/32 for the native side.
+    pub fn start_relay(&mut self, imp: &Impl) -> Result<()> {
+        let ns = self.ns("rly");
+        let conf = self.write_conf(
+            "relay.conf",
+            &format!("# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n"),
+        )?;
+        match imp {
+            Impl::Shipworm(_) => return err("shipworm relay is not implemented yet (relay issue)"),
+            Impl::Miredo => {
+                let pid = self.dir().join("relay.pid").display().to_string();
+                self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])?;
+            }
+        }
+        self.wait_udp("relay", &ns, 3545, Duration::from_secs(10))?;
+        self.wait_route("relay", &ns, "2001::/32", Duration::from_secs(10))
+    }
+
+    fn wait_route(&mut self, name: &str, ns: &str, prefix: &str, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            self.check_alive(name)?;
+            if netns::exec(ns, &["ip", "-6", "route", "show", prefix])?.contains("dev") {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        err(format!(
+            "{name} did not route {prefix} within {within:?}:\n{}",
+            self.log_tail(name, 15)
+        ))
+    }
+
+    /// Start the Teredo client of `client` (an index into [`Lab::clients`]).
+    pub fn start_client(&mut self, client: usize, imp: &Impl) -> Result<()> {
+        let ns = self.clients[client].ns.clone();
+        let name = format!("client{client}");
+        let conf = self.write_conf(
+            &format!("{name}.conf"),
+            &format!(
+                "# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n"
+            ),
+        )?;
+        match imp {
+            Impl::Shipworm(_) => err("shipworm client is not implemented yet (client issue)"),
+            Impl::Miredo => {
+                let pid = self.dir().join(format!("{name}.pid")).display().to_string();
+                self.spawn(&name, &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])
+                    .map(drop)
+            }
+        }
+    }
+
+    /// Wait for `client` to have a global Teredo address on its interface.
+    pub fn wait_qualified(&mut self, client: usize, within: Duration) -> Result<Ipv6Addr> {
+        let ns = self.clients[client].ns.clone();
+        let name = format!("client{client}");
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            self.check_alive(&name)?;
+            if let Some(a) = teredo_address(&ns) {
+                return Ok(a);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        err(format!(
+            "client {client} did not qualify within {within:?}:\n{}",
+            self.log_tail(&name, 15)
+        ))
+    }
+}
+
+/// The global 2001::/32 address on interface `teredo` in `ns`, if any.
+pub fn teredo_address(ns: &str) -> Option<Ipv6Addr> {
+    let out = netns::exec(
+        ns,
+        &[
+            "ip", "-6", "-o", "addr", "show", "dev", "teredo", "scope", "global",
+        ],
+    )
+    .ok()?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet6")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+}

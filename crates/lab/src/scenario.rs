@@ -1,0 +1,143 @@
+//! One end-to-end run, step by step: build the lab, start server and relay, qualify a
+//! client behind a NAT, then ping6 and TCP both ways with the native host. Used by
+//! `shipworm lab` (which prints the steps) and by the end-to-end suite (which asserts
+//! the outcome).
+
+use crate::error::{err, LabError, Result};
+use crate::traffic::{self, PingResult, Transfer};
+use crate::{Impl, Lab, LabSpec, NatKind, HOST6_V6};
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The NAT in front of the client.
+    pub nat: NatKind,
+    /// Who plays the server.
+    pub server: Impl,
+    /// Who plays the relay.
+    pub relay: Impl,
+    /// Who plays the client.
+    pub client: Impl,
+    /// Bytes in each TCP transfer.
+    pub transfer_bytes: usize,
+    /// Pings each way.
+    pub pings: u32,
+}
+
+/// What the run measured.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The client's Teredo address.
+    pub address: Ipv6Addr,
+    /// Seconds from client start to a configured address.
+    pub qualify_secs: f64,
+    /// Client → native host.
+    pub ping_out: PingResult,
+    /// Native host → client.
+    pub ping_in: PingResult,
+    /// Client → native host.
+    pub tcp_out: Transfer,
+    /// Native host → client.
+    pub tcp_in: Transfer,
+}
+
+/// Run `s`, reporting each step through `say`. On success the lab is returned still
+/// running (drop it to tear it down); on failure the error names the step.
+pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
+    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
+    let mut lab = Lab::build(&LabSpec {
+        nats: vec![(s.nat, 1)],
+    })
+    .map_err(|e| step(1, "build the lab", e))?;
+    say(&format!(
+        "lab built: {} namespaces ({} NAT)",
+        lab.namespaces().len(),
+        s.nat
+    ));
+    lab.start_server(&s.server)
+        .map_err(|e| step(2, "start the server", e))?;
+    say(&format!(
+        "server up ({}) on {}:3544 and {}:3544",
+        s.server,
+        crate::SERVER_V4,
+        crate::SERVER2_V4
+    ));
+    lab.start_relay(&s.relay)
+        .map_err(|e| step(3, "start the relay", e))?;
+    say(&format!(
+        "relay up ({}) on {}, routing 2001::/32 for the native side",
+        s.relay,
+        crate::RELAY_V4
+    ));
+    let t0 = Instant::now();
+    lab.start_client(0, &s.client)
+        .map_err(|e| step(4, "start the client", e))?;
+    let address = lab
+        .wait_qualified(0, Duration::from_secs(20))
+        .map_err(|e| step(4, "qualify the client", e))?;
+    let qualify_secs = t0.elapsed().as_secs_f64();
+    say(&format!(
+        "client qualified ({}) in {qualify_secs:.2} s: {address}",
+        s.client
+    ));
+    let ns = lab.clients[0].ns.clone();
+    let h6 = lab.ns("h6");
+    let ping_out = traffic::ping(&ns, HOST6_V6, s.pings)
+        .map_err(|e| step(5, "ping6 client → native host", e))?;
+    check_ping(&ping_out).map_err(|e| step(5, "ping6 client → native host", e))?;
+    say(&format!("ping6 client → {HOST6_V6}: {ping_out}"));
+    let ping_in = traffic::ping(&h6, address, s.pings)
+        .map_err(|e| step(6, "ping6 native host → client", e))?;
+    check_ping(&ping_in).map_err(|e| step(6, "ping6 native host → client", e))?;
+    say(&format!("ping6 {HOST6_V6} → client: {ping_in}"));
+    let timeout = Duration::from_secs(30);
+    let tcp_out = traffic::tcp_transfer(&ns, &h6, HOST6_V6, s.transfer_bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(7, "TCP client → native host", e))?;
+    say(&format!(
+        "TCP client → native host: {} bytes intact, {:.1} Mbit/s",
+        tcp_out.bytes,
+        tcp_out.mbit_per_s()
+    ));
+    let tcp_in = traffic::tcp_transfer(&h6, &ns, address, s.transfer_bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(8, "TCP native host → client", e))?;
+    say(&format!(
+        "TCP native host → client: {} bytes intact, {:.1} Mbit/s",
+        tcp_in.bytes,
+        tcp_in.mbit_per_s()
+    ));
+    Ok((
+        lab,
+        Outcome {
+            address,
+            qualify_secs,
+            ping_out,
+            ping_in,
+            tcp_out,
+            tcp_in,
+        },
+    ))
+}
+
+fn check_ping(p: &PingResult) -> Result<()> {
+    // Allow one loss: the first echo may wait for the bubble exchange.
+    if p.received + 1 >= p.sent && p.received > 0 {
+        Ok(())
+    } else {
+        err(format!("{}/{} replies", p.received, p.sent))
+    }
+}
+
+fn check_transfer(t: Transfer) -> Result<Transfer> {
+    if t.intact {
+        Ok(t)
+    } else {
+        err(format!(
+            "data damaged or cut: {} bytes arrived, checksums differ",
+            t.bytes
+        ))
+    }
+}

@@ -1,0 +1,207 @@
+//! Traffic through the lab: ping6 (iputils) and a bounded TCP transfer whose SHA-256
+//! is compared at both ends. Both stop by themselves.
+
+use crate::error::{err, LabError, Result};
+use crate::netns;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// What a ping run saw.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PingResult {
+    /// Echo requests sent.
+    pub sent: u32,
+    /// Replies received.
+    pub received: u32,
+    /// Round-trip times of the replies, in milliseconds.
+    pub rtts_ms: Vec<f64>,
+}
+
+impl PingResult {
+    /// Median round-trip time of the replies after the first: the first may wait for
+    /// the connectivity test or a bubble exchange, the rest show the path itself.
+    pub fn steady_median_ms(&self) -> Option<f64> {
+        let mut v = self.rtts_ms.get(1..)?.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    }
+}
+
+impl std::fmt::Display for PingResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} replies", self.received, self.sent)?;
+        if let Some(first) = self.rtts_ms.first() {
+            write!(f, ", first {first:.2} ms")?;
+        }
+        if let Some(m) = self.steady_median_ms() {
+            write!(f, ", then median {m:.2} ms")?;
+        }
+        Ok(())
+    }
+}
+
+/// `count` pings from namespace `ns` to `dst`, 0.2 s apart, 2 s wait each.
+pub fn ping(ns: &str, dst: Ipv6Addr, count: u32) -> Result<PingResult> {
+    let c = count.to_string();
+    let d = dst.to_string();
+    let out = Command::new("ip")
+        .args([
+            "netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", "2", &d,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| LabError(format!("ping: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rtts_ms: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next())
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    Ok(PingResult {
+        sent: count,
+        received: rtts_ms.len() as u32,
+        rtts_ms,
+    })
+}
+
+/// What a TCP transfer achieved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transfer {
+    /// Bytes received.
+    pub bytes: u64,
+    /// Seconds from connect to the last byte.
+    pub secs: f64,
+    /// Whether the SHA-256 of what was sent equals that of what arrived.
+    pub intact: bool,
+}
+
+impl Transfer {
+    /// Throughput in Mbit/s.
+    pub fn mbit_per_s(&self) -> f64 {
+        self.bytes as f64 * 8.0 / self.secs.max(1e-9) / 1e6
+    }
+}
+
+/// Deterministic, incompressible test data.
+fn fill(buf: &mut [u8], state: &mut u64) {
+    for chunk in buf.chunks_mut(8) {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        let b = state.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+/// Send `bytes` over TCP from namespace `from` to `to_addr`, received in namespace
+/// `to`; gives up after `timeout`.
+pub fn tcp_transfer(
+    from: &str,
+    to: &str,
+    to_addr: Ipv6Addr,
+    bytes: usize,
+    timeout: Duration,
+) -> Result<Transfer> {
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<u16>>();
+    let to_ns = to.to_string();
+    let receiver = std::thread::spawn(move || -> Result<(u64, [u8; 32])> {
+        let listen: Result<(TcpListener, u16)> = (|| {
+            netns::enter(&to_ns)?;
+            let l = TcpListener::bind("[::]:0")
+                .map_err(|e| LabError(format!("listen in {to_ns}: {e}")))?;
+            let port = l.local_addr().map_err(|e| LabError(e.to_string()))?.port();
+            l.set_nonblocking(true)
+                .map_err(|e| LabError(e.to_string()))?;
+            Ok((l, port))
+        })();
+        let l = match listen {
+            Ok((l, port)) => {
+                let _ = ready_tx.send(Ok(port));
+                l
+            }
+            Err(e) => {
+                let _ = ready_tx.send(Err(e.clone()));
+                return Err(e);
+            }
+        };
+        let deadline = Instant::now() + timeout;
+        let mut s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => return err(format!("accept: {e}")),
+            }
+        };
+        s.set_nonblocking(false)
+            .map_err(|e| LabError(e.to_string()))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| LabError(e.to_string()))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 65536];
+        let mut total = 0u64;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    h.update(&buf[..n]);
+                    total += n as u64;
+                }
+                Err(e) => return err(format!("receive after {total} bytes: {e}")),
+            }
+        }
+        Ok((total, h.finalize().into()))
+    });
+    let port = ready_rx
+        .recv()
+        .map_err(|_| LabError("receiver thread died".into()))??;
+    let from_ns = from.to_string();
+    let sender = std::thread::spawn(move || -> Result<(f64, [u8; 32])> {
+        netns::enter(&from_ns)?;
+        let start = Instant::now();
+        let addr = SocketAddr::from((to_addr, port));
+        let mut s = TcpStream::connect_timeout(&addr, timeout)
+            .map_err(|e| LabError(format!("connect to {addr}: {e}")))?;
+        s.set_write_timeout(Some(timeout))
+            .map_err(|e| LabError(e.to_string()))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 65536];
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(buf.len());
+            fill(&mut buf[..n], &mut state);
+            s.write_all(&buf[..n])
+                .map_err(|e| LabError(format!("send after {} bytes: {e}", bytes - left)))?;
+            h.update(&buf[..n]);
+            left -= n;
+        }
+        s.shutdown(std::net::Shutdown::Write)
+            .map_err(|e| LabError(e.to_string()))?;
+        // Wait for the receiver to close, so the time covers delivery.
+        let _ = s.set_read_timeout(Some(timeout));
+        let _ = s.read(&mut [0u8; 1]);
+        Ok((start.elapsed().as_secs_f64(), h.finalize().into()))
+    });
+    let sent = sender
+        .join()
+        .map_err(|_| LabError("sender thread panicked".into()))?;
+    let received = receiver
+        .join()
+        .map_err(|_| LabError("receiver thread panicked".into()))?;
+    let (secs, sent_hash) = sent?;
+    let (total, recv_hash) = received?;
+    Ok(Transfer {
+        bytes: total,
+        secs,
+        intact: total == bytes as u64 && sent_hash == recv_hash,
+    })
+}
