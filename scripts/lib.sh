@@ -18,8 +18,16 @@ ensure_apt() {
         DEBIAN_FRONTEND=noninteractive apt-get update -qq || die "apt-get update failed"
         APT_UPDATED=1
     fi
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
-        || die "apt-get install ${missing[*]} failed"
+    # Never let a package start its service while installing: Debian's miredo would
+    # contact its default public Teredo server. policy-rc.d exit 101 forbids starts.
+    local guard=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1
+    fi
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
+    [ -n "$guard" ] && rm -f /usr/sbin/policy-rc.d
+    [ $rc -eq 0 ] || die "apt-get install ${missing[*]} failed"
 }
 
 # The Rust toolchain with the components the checks use.

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 say "checking tools"
-ensure_apt build-essential
+# build-essential: libFuzzer's C++; the rest: the namespace lab and its Miredo peers.
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server
 ensure_rust
 
 say "cargo fmt --check"
@@ -18,7 +19,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 say "fuzz smoke run (every target, bounded)"
 scripts/fuzz-smoke.sh
 
-say "cargo test (unit, vectors, property runs, CLI)"
+say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-targets --locked 2>&1 | tee "$log"

@@ -44,13 +44,15 @@ impl std::fmt::Display for PingResult {
     }
 }
 
-/// `count` pings from namespace `ns` to `dst`, 0.2 s apart, 2 s wait each.
-pub fn ping(ns: &str, dst: Ipv6Addr, count: u32) -> Result<PingResult> {
+/// `count` pings from namespace `ns` to `dst`, 0.2 s apart, waiting `wait_secs` for
+/// each reply.
+pub fn ping(ns: &str, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
     let c = count.to_string();
+    let w = wait_secs.to_string();
     let d = dst.to_string();
     let out = Command::new("ip")
         .args([
-            "netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", "2", &d,
+            "netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w, &d,
         ])
         .stdin(Stdio::null())
         .output()

@@ -1,0 +1,187 @@
+//! The end-to-end suite: every NAT kind × every pairing of shipworm and Miredo as
+//! server, relay and client, in the namespace lab. Each case states its expected
+//! outcome — pass, or failure at a named step with the reason — and the suite fails
+//! when a case does otherwise, including a case that starts passing (so expectations
+//! are updated when a role lands). Needs root; `scripts/test.sh` provides it.
+
+use shipworm_lab::scenario::{self, Scenario};
+use shipworm_lab::{Impl, NatKind};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+const BYTES: usize = 10_000_000;
+
+#[derive(Debug, Clone)]
+enum Expect {
+    Pass,
+    /// Fails at this step, for this reason.
+    Fail(u32, &'static str),
+}
+
+struct Case {
+    name: String,
+    expect: Expect,
+    run: Box<dyn Fn() -> Result<String, String> + Send>,
+}
+
+fn expectation(nat: NatKind, server: &Impl, relay: &Impl, client: &Impl) -> Expect {
+    let _ = server;
+    if matches!(relay, Impl::Shipworm(_)) {
+        return Expect::Fail(3, "shipworm relay is not built yet (relay issue)");
+    }
+    if matches!(client, Impl::Shipworm(_)) {
+        return Expect::Fail(4, "shipworm client is not built yet (client issue)");
+    }
+    // Miredo client and Miredo relay even get through the symmetric NAT: Miredo's relay
+    // accepts the client's bubbles from a port its address does not embed (a Miredo
+    // extension, not RFC 4380 §5.4.2). Asserted, so a change in that shows up.
+    let _ = nat;
+    Expect::Pass
+}
+
+fn step_of(err: &str) -> Option<u32> {
+    err.strip_prefix("step ")?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn main() {
+    if !nix::unistd::Uid::effective().is_root() {
+        if std::env::var_os("SHIPWORM_SKIP_E2E").is_some() {
+            println!("e2e: skipped (SHIPWORM_SKIP_E2E set)");
+            println!("test result: ok. 0 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out");
+            return;
+        }
+        eprintln!("e2e: needs root (network namespaces): run scripts/test.sh as root, or set SHIPWORM_SKIP_E2E=1");
+        std::process::exit(1);
+    }
+    let me = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shipworm"));
+    let impls = [Impl::Shipworm(me.clone()), Impl::Miredo];
+    let mut cases: Vec<Case> = Vec::new();
+    for nat in NatKind::ALL {
+        for server in &impls {
+            for relay in &impls {
+                for client in &impls {
+                    let s = Scenario {
+                        nat,
+                        server: server.clone(),
+                        relay: relay.clone(),
+                        client: client.clone(),
+                        transfer_bytes: BYTES,
+                        pings: 5,
+                    };
+                    cases.push(Case {
+                        name: format!(
+                            "{nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"
+                        ),
+                        expect: expectation(nat, server, relay, client),
+                        run: Box::new(move || {
+                            let (_lab, o) =
+                                scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                            Ok(format!(
+                                "qualified {:.2} s; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+                                o.qualify_secs,
+                                o.ping_out,
+                                o.ping_in,
+                                o.tcp_out.mbit_per_s(),
+                                o.tcp_in.mbit_per_s()
+                            ))
+                        }),
+                    });
+                }
+            }
+        }
+    }
+    for server in &impls {
+        for client in &impls {
+            let (server, client) = (server.clone(), client.clone());
+            let expect = match client {
+                Impl::Shipworm(_) => {
+                    Expect::Fail(4, "shipworm client is not built yet (client issue)")
+                }
+                Impl::Miredo => Expect::Pass,
+            };
+            cases.push(Case {
+                name: format!("client↔client full-cone/port-restricted server={server:<8} clients={client:<8}"),
+                expect,
+                run: Box::new(move || {
+                    let nats = [NatKind::FullCone, NatKind::PortRestricted];
+                    let (_lab, ping, tcp) = scenario::run_peer_to_peer(nats, &server, &client, BYTES, &mut |_| {}).map_err(|e| e.to_string())?;
+                    Ok(format!("direct: ping {ping}; TCP {:.0} Mbit/s", tcp.mbit_per_s()))
+                }),
+            });
+        }
+    }
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
+
+    let started = Instant::now();
+    let queue = Arc::new(Mutex::new(
+        cases.into_iter().enumerate().collect::<Vec<_>>(),
+    ));
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (queue, results) = (Arc::clone(&queue), Arc::clone(&results));
+            std::thread::spawn(move || loop {
+                let Some((i, case)) = queue.lock().unwrap().pop() else {
+                    break;
+                };
+                let t = Instant::now();
+                let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (case.run)()))
+                    .unwrap_or_else(|_| Err("panicked".into()));
+                let (verdict, detail) = judge(&case.expect, &got);
+                println!(
+                    "{verdict:<5} {} ({:.1} s) {detail}",
+                    case.name,
+                    t.elapsed().as_secs_f64()
+                );
+                results.lock().unwrap().push((i, verdict));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let results = results.lock().unwrap();
+    let count = |v: &str| results.iter().filter(|(_, r)| *r == v).count();
+    let (pass, xfail, fail) = (count("PASS"), count("XFAIL"), count("FAIL"));
+    println!(
+        "e2e: {pass} passed, {xfail} expected failures (roles not built yet or known limits), {fail} failed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    let left = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let ours = String::from_utf8_lossy(&left)
+        .lines()
+        .filter(|l| l.starts_with(&format!("swl{}n", std::process::id())))
+        .count();
+    if ours > 0 {
+        println!("FAIL  {ours} namespace(s) left behind");
+    }
+    println!("test result: {}. {pass} passed; {fail} failed; {xfail} ignored; 0 measured; 0 filtered out", if fail == 0 && ours == 0 { "ok" } else { "FAILED" });
+    if fail > 0 || ours > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn judge(expect: &Expect, got: &Result<String, String>) -> (&'static str, String) {
+    match (expect, got) {
+        (Expect::Pass, Ok(detail)) => ("PASS", detail.clone()),
+        (Expect::Pass, Err(e)) => ("FAIL", format!("expected to pass: {e}")),
+        (Expect::Fail(step, why), Err(e)) if step_of(e) == Some(*step) => ("XFAIL", format!("step {step}: {why}")),
+        (Expect::Fail(step, why), Err(e)) => ("FAIL", format!("expected failure at step {step} ({why}), got: {e}")),
+        (Expect::Fail(step, why), Ok(detail)) => (
+            "FAIL",
+            format!("passed, but expected to fail at step {step} ({why}): update the expectation. {detail}"),
+        ),
+    }
+}
