@@ -49,13 +49,16 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
         Ok((mut lab, outcome)) => {
             if let Some(t) = TeredoAddr::decode(&outcome.address) {
                 println!(
-                    "    address decoded: server {}, mapped {} ({} NAT, public address {}), random bits {:#05x}",
+                    "    address decoded: server {}, mapped {}, random bits {:#05x} (the lab's {} NAT is at {})",
                     t.server,
                     t.mapped,
+                    t.flags.random_bits(),
                     nat,
                     lab.clients[0].nat_public,
-                    t.flags.random_bits()
                 );
+                if s.client == Impl::Miredo {
+                    println!("    NAT kind detected: not reported — Miredo does not probe for it (the shipworm client will)");
+                }
             }
             println!("all steps passed");
             if args.keep {

@@ -94,6 +94,23 @@ fn main() {
             }
         }
     }
+    for nat in NatKind::ALL {
+        cases.push(Case {
+            name: format!("NAT behaviour {nat}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec { nats: vec![(nat, 1)] })
+                    .map_err(|e| e.to_string())?;
+                let got = lab.probe_nat(0).map_err(|e| e.to_string())?;
+                let want = nat.expected_behaviour();
+                if got == want {
+                    Ok(format!("{got:?}"))
+                } else {
+                    Err(format!("step 0 (probe the NAT) failed: got {got:?}, a {nat} NAT must give {want:?}"))
+                }
+            }),
+        });
+    }
     for server in &impls {
         for client in &impls {
             let (server, client) = (server.clone(), client.clone());

@@ -17,6 +17,7 @@
 
 pub mod error;
 pub mod nat;
+pub mod nat_probe;
 pub mod netns;
 pub mod peers;
 pub mod scenario;

@@ -9,6 +9,9 @@ use std::str::FromStr;
 pub enum NatKind {
     /// Static 1:1 snat/dnat: the mapping keeps the port and anyone may send in.
     FullCone,
+    /// Static 1:1 mapping, but only hosts the client has sent to may send in (from
+    /// any port): a dynamic nftables set of contacted addresses filters the inbound.
+    AddressRestricted,
     /// `masquerade`: the mapping keeps the port while it is free (endpoint-independent
     /// mapping), and only the peer:port written to may answer.
     PortRestricted,
@@ -18,8 +21,9 @@ pub enum NatKind {
 
 impl NatKind {
     /// Every kind, in the order the suite runs them.
-    pub const ALL: [NatKind; 3] = [
+    pub const ALL: [NatKind; 4] = [
         NatKind::FullCone,
+        NatKind::AddressRestricted,
         NatKind::PortRestricted,
         NatKind::Symmetric,
     ];
@@ -28,24 +32,36 @@ impl NatKind {
     pub fn name(self) -> &'static str {
         match self {
             NatKind::FullCone => "full-cone",
+            NatKind::AddressRestricted => "address-restricted",
             NatKind::PortRestricted => "port-restricted",
             NatKind::Symmetric => "symmetric",
         }
     }
 
     /// The nftables ruleset for a box whose public side is `wan` (interface `wan`) and
-    /// whose first client is `client`.
+    /// whose first client is `client`. The cone kinds map that client 1:1; any other
+    /// client behind the box is masqueraded.
     pub fn ruleset(self, wan: Ipv4Addr, client: Ipv4Addr) -> String {
-        let post = match self {
-            NatKind::FullCone => format!("oifname \"wan\" ip saddr {client} snat to {wan}"),
-            NatKind::PortRestricted => "oifname \"wan\" masquerade".to_string(),
-            NatKind::Symmetric => "oifname \"wan\" masquerade fully-random".to_string(),
+        let one_to_one = format!(
+            "  chain pre {{\n    type nat hook prerouting priority -100;\n    iifname \"wan\" ip daddr {wan} dnat to {client}\n  }}\n  \
+             chain post {{\n    type nat hook postrouting priority 100;\n    oifname \"wan\" ip saddr {client} snat to {wan}\n    oifname \"wan\" masquerade\n  }}\n"
+        );
+        let body = match self {
+            NatKind::FullCone => one_to_one,
+            NatKind::AddressRestricted => format!(
+                "  set contacted {{\n    type ipv4_addr; flags dynamic, timeout; timeout 5m;\n  }}\n{one_to_one}  \
+                 chain filter {{\n    type filter hook forward priority 0; policy accept;\n    \
+                 oifname \"wan\" update @contacted {{ ip daddr }}\n    \
+                 iifname \"wan\" ct state established,related accept\n    \
+                 iifname \"wan\" ip saddr @contacted accept\n    \
+                 iifname \"wan\" drop\n  }}\n"
+            ),
+            NatKind::PortRestricted => {
+                "  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"wan\" masquerade\n  }\n".to_string()
+            }
+            NatKind::Symmetric => "  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"wan\" masquerade fully-random\n  }\n".to_string(),
         };
-        let pre = match self {
-            NatKind::FullCone => format!("\n  chain pre {{\n    type nat hook prerouting priority -100;\n    iifname \"wan\" ip daddr {wan} dnat to {client}\n  }}"),
-            _ => String::new(),
-        };
-        format!("table ip lab_nat {{{pre}\n  chain post {{\n    type nat hook postrouting priority 100;\n    {post}\n  }}\n}}\n")
+        format!("table ip lab_nat {{\n{body}}}\n")
     }
 }
 
@@ -62,10 +78,10 @@ impl FromStr for NatKind {
             "full-cone" | "cone" => Ok(NatKind::FullCone),
             "port-restricted" | "restricted" => Ok(NatKind::PortRestricted),
             "symmetric" => Ok(NatKind::Symmetric),
-            "address-restricted" => {
-                Err("address-restricted cone NAT cannot be made with nftables' NAT alone; use full-cone, port-restricted or symmetric".into())
-            }
-            _ => Err(format!("unknown NAT kind {s} (full-cone, port-restricted, symmetric)")),
+            "address-restricted" => Ok(NatKind::AddressRestricted),
+            _ => Err(format!(
+                "unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric)"
+            )),
         }
     }
 }
@@ -84,7 +100,10 @@ mod tests {
             .ruleset(w, c)
             .contains("masquerade fully-random"));
         assert!(!NatKind::PortRestricted.ruleset(w, c).contains("prerouting"));
+        assert!(NatKind::AddressRestricted
+            .ruleset(w, c)
+            .contains("ip saddr @contacted accept"));
         assert_eq!("symmetric".parse::<NatKind>().unwrap(), NatKind::Symmetric);
-        assert!("address-restricted".parse::<NatKind>().is_err());
+        assert!("bogus".parse::<NatKind>().is_err());
     }
 }

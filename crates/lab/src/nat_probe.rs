@@ -1,0 +1,99 @@
+//! Check what a lab NAT really does, with plain UDP: is the mapping the same for every
+//! destination, and who may send in through it? The answer must match the kind the
+//! box was built as, or the lab is lying to every test that uses it.
+
+use crate::error::{LabError, Result};
+use crate::{netns, Lab, RELAY_V4, SERVER2_V4, SERVER_V4};
+use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
+use std::time::Duration;
+
+/// What a probe saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NatBehaviour {
+    /// The same public address and port towards two destinations (cone kinds).
+    pub mapping_independent: bool,
+    /// A host the client never wrote to gets in.
+    pub inbound_from_anyone: bool,
+    /// A host the client wrote to gets in from another port.
+    pub inbound_from_other_port: bool,
+}
+
+impl crate::NatKind {
+    /// What this kind must do.
+    pub fn expected_behaviour(self) -> NatBehaviour {
+        use crate::NatKind::*;
+        let (m, a, p) = match self {
+            FullCone => (true, true, true),
+            AddressRestricted => (true, false, true),
+            PortRestricted => (true, false, false),
+            Symmetric => (false, false, false),
+        };
+        NatBehaviour {
+            mapping_independent: m,
+            inbound_from_anyone: a,
+            inbound_from_other_port: p,
+        }
+    }
+}
+
+fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
+    let ns = ns.to_string();
+    // Sockets keep the namespace they were made in; make each in a thread that enters it.
+    std::thread::spawn(move || -> Result<UdpSocket> {
+        netns::enter(&ns)?;
+        let s = UdpSocket::bind(addr).map_err(|e| LabError(format!("bind {addr} in {ns}: {e}")))?;
+        s.set_read_timeout(Some(Duration::from_millis(700)))
+            .map_err(|e| LabError(e.to_string()))?;
+        Ok(s)
+    })
+    .join()
+    .map_err(|_| LabError("probe thread panicked".into()))?
+}
+
+fn observed(s: &UdpSocket) -> Option<SocketAddr> {
+    let mut b = [0u8; 16];
+    s.recv_from(&mut b).ok().map(|(_, a)| a)
+}
+
+fn arrives(s: &UdpSocket) -> bool {
+    observed(s).is_some()
+}
+
+impl Lab {
+    /// Probe the NAT in front of `client` (an index into [`Lab::clients`]), from UDP
+    /// port 40000 behind it to ports 7000/7001 on the server host's two addresses and
+    /// 7000 on the relay host. The mapping is checked first: on Linux an unsolicited
+    /// inbound packet leaves a conntrack entry that can make the NAT pick another port.
+    pub fn probe_nat(&self, client: usize) -> Result<NatBehaviour> {
+        let (srv, rly) = (self.ns("srv"), self.ns("rly"));
+        let c = socket_in(
+            &self.clients[client].ns,
+            SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40000),
+        )?;
+        let s1 = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7000))?;
+        let s1b = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7001))?;
+        let stranger = socket_in(&srv, SocketAddrV4::new(SERVER2_V4, 7000))?;
+        let r = socket_in(&rly, SocketAddrV4::new(RELAY_V4, 7000))?;
+        let send = |s: &UdpSocket, to: SocketAddr| {
+            s.send_to(b"probe", to)
+                .map_err(|e| LabError(format!("send to {to}: {e}")))
+        };
+
+        send(&c, SocketAddr::V4(SocketAddrV4::new(SERVER_V4, 7000)))?;
+        let m1 = observed(&s1)
+            .ok_or_else(|| LabError("the client's UDP did not reach the server host".into()))?;
+        send(&c, SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 7000)))?;
+        let m2 = observed(&r)
+            .ok_or_else(|| LabError("the client's UDP did not reach the relay host".into()))?;
+        // 192.0.2.2 was never written to; 192.0.2.1 was, but from port 7000.
+        send(&stranger, m1)?;
+        let inbound_from_anyone = arrives(&c);
+        send(&s1b, m1)?;
+        let inbound_from_other_port = arrives(&c);
+        Ok(NatBehaviour {
+            mapping_independent: m1 == m2,
+            inbound_from_anyone,
+            inbound_from_other_port,
+        })
+    }
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The newcomer's first command: install what the lab needs, build shipworm, and run
+# `shipworm lab` (arguments are passed on: --nat KIND, --keep, --peer miredo, …).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server
+ensure_rust
+say "building shipworm (release)"
+cargo build --release --locked -q
+[ "$(id -u)" -eq 0 ] || die "the lab needs root (network namespaces): sudo $0 $*"
+exec target/release/shipworm lab "$@"
