@@ -54,11 +54,19 @@ pub enum DropReason {
     HopLimitExceeded,
     /// Secure qualification is required and the solicitation is not authenticated.
     AuthenticationFailed,
+    /// The peer table is full of peers in use.
+    TableFull,
+    /// A waiting peer's queue is full.
+    QueueFull,
+    /// A Teredo source the relay has no entry for (it never bubbled it).
+    NoPeerEntry,
+    /// An IPv6 destination outside what this relay serves.
+    NotServed,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 23] = [
+    pub const ALL: [DropReason; 27] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -82,6 +90,10 @@ impl DropReason {
         DropReason::NotOurClient,
         DropReason::HopLimitExceeded,
         DropReason::AuthenticationFailed,
+        DropReason::TableFull,
+        DropReason::QueueFull,
+        DropReason::NoPeerEntry,
+        DropReason::NotServed,
     ];
 
     /// A stable name for metrics and logs.
@@ -110,6 +122,10 @@ impl DropReason {
             DropReason::NotOurClient => "not_our_client",
             DropReason::HopLimitExceeded => "hop_limit_exceeded",
             DropReason::AuthenticationFailed => "authentication_failed",
+            DropReason::TableFull => "peer_table_full",
+            DropReason::QueueFull => "queue_full",
+            DropReason::NoPeerEntry => "no_peer_entry",
+            DropReason::NotServed => "destination_not_served",
         }
     }
 }

@@ -10,6 +10,9 @@
 #![warn(missing_docs)]
 
 pub mod drop_reason;
+pub mod icmp_error;
+pub mod peer_table;
+pub mod relay;
 pub mod server;
 
 pub use drop_reason::{DropCounters, DropReason};

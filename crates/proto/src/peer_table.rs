@@ -1,0 +1,381 @@
+//! The peer list of RFC 4380 §5.2 / §5.4, shared by relays and clients: one entry per
+//! IPv6 peer, with its mapping, trust, timers, bubble budget and a bounded queue.
+//!
+//! Built for millions of entries and for floods: entries live in a slab indexed by a
+//! hash map keyed with SipHash-1-3 under secret keys (addresses are chosen by
+//! attackers), the total is capped, and when full a new entry may only take the place
+//! of an untrusted or idle one, never of a peer in use — a flood of new peers cannot
+//! push established ones out. Nothing here allocates per packet except a pending
+//! peer's queue, which is bounded.
+
+use siphasher::sip::SipHasher13;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::{Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+/// RFC 4380 §5.2.4: an entry is valid while its last reception is this recent.
+pub const VALIDITY: Duration = Duration::from_secs(30);
+
+/// SipHash-1-3 with keys chosen by the caller (the daemon draws them at random).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedHash {
+    k0: u64,
+    k1: u64,
+}
+
+impl KeyedHash {
+    /// A hasher builder with these secret keys.
+    pub fn new(k0: u64, k1: u64) -> Self {
+        KeyedHash { k0, k1 }
+    }
+}
+
+impl BuildHasher for KeyedHash {
+    type Hasher = SipHasher13;
+    fn build_hasher(&self) -> SipHasher13 {
+        SipHasher13::new_with_keys(self.k0, self.k1)
+    }
+}
+
+/// Packets waiting for a peer's bubble exchange, in order, bounded in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PacketQueue {
+    /// Length-prefixed packets (u16 big-endian length, then the bytes).
+    buf: Vec<u8>,
+    packets: usize,
+}
+
+impl PacketQueue {
+    /// Append `packet` unless that would take the queue past `cap` bytes of packets.
+    pub fn push(&mut self, packet: &[u8], cap: usize) -> bool {
+        let used = self.buf.len() - 2 * self.packets;
+        if packet.len() > u16::MAX as usize || used + packet.len() > cap {
+            return false;
+        }
+        self.buf
+            .extend_from_slice(&(packet.len() as u16).to_be_bytes());
+        self.buf.extend_from_slice(packet);
+        self.packets += 1;
+        true
+    }
+
+    /// Number of queued packets.
+    pub fn len(&self) -> usize {
+        self.packets
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.packets == 0
+    }
+
+    /// Bytes of packet data queued.
+    pub fn bytes(&self) -> usize {
+        self.buf.len() - 2 * self.packets
+    }
+
+    /// The oldest queued packet, left in place.
+    pub fn first(&self) -> Option<&[u8]> {
+        let len = usize::from(u16::from_be_bytes([*self.buf.first()?, *self.buf.get(1)?]));
+        self.buf.get(2..2 + len)
+    }
+
+    /// Take every packet out, in order, releasing the memory.
+    pub fn drain(&mut self) -> QueueDrain {
+        self.packets = 0;
+        QueueDrain {
+            buf: std::mem::take(&mut self.buf),
+            at: 0,
+        }
+    }
+}
+
+/// The packets taken out of a queue.
+#[derive(Debug)]
+pub struct QueueDrain {
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl QueueDrain {
+    /// The next packet.
+    pub fn next_packet(&mut self) -> Option<&[u8]> {
+        let len = usize::from(u16::from_be_bytes([
+            *self.buf.get(self.at)?,
+            *self.buf.get(self.at + 1)?,
+        ]));
+        let p = self.buf.get(self.at + 2..self.at + 2 + len)?;
+        self.at += 2 + len;
+        Some(p)
+    }
+}
+
+/// One peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The peer's IPv6 address (the key).
+    pub addr: Ipv6Addr,
+    /// Where its packets come from and go to.
+    pub mapped: SocketAddrV4,
+    /// Trusted: its mapping was confirmed by a packet from it.
+    pub trusted: bool,
+    /// Last reception from the peer.
+    pub last_rx: Duration,
+    /// Last transmission to the peer (bubbles included).
+    pub last_tx: Duration,
+    /// Bubbles sent since the last direct reception.
+    pub bubbles: u8,
+    /// When the current 300-second bubble window started.
+    pub bubble_window: Duration,
+    /// Bubbles are out and unanswered: the owner's timer list holds this peer.
+    pub waiting: bool,
+    /// Packets waiting for the peer to answer.
+    pub queue: PacketQueue,
+}
+
+impl Peer {
+    /// A new untrusted entry, as RFC 4380 §5.2.6 creates one: last reception and
+    /// transmission 30 s in the past, no bubbles sent.
+    pub fn new(addr: Ipv6Addr, mapped: SocketAddrV4, now: Duration) -> Peer {
+        let past = now.saturating_sub(VALIDITY);
+        Peer {
+            addr,
+            mapped,
+            trusted: false,
+            last_rx: past,
+            last_tx: past,
+            bubbles: 0,
+            bubble_window: now,
+            waiting: false,
+            queue: PacketQueue::default(),
+        }
+    }
+
+    /// Trusted and heard from within 30 s: packets may go straight to its mapping.
+    pub fn is_valid(&self, now: Duration) -> bool {
+        self.trusted && now.saturating_sub(self.last_rx) < VALIDITY
+    }
+}
+
+/// Why an insertion was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableFull;
+
+/// The peer table.
+#[derive(Debug)]
+pub struct PeerTable {
+    index: HashMap<Ipv6Addr, u32, KeyedHash>,
+    slots: Vec<Option<Peer>>,
+    free: Vec<u32>,
+    capacity: usize,
+    hand: usize,
+    idle: Duration,
+}
+
+/// How many slots an insertion into a full table may look at for one to replace.
+const EVICTION_PROBES: usize = 32;
+
+impl PeerTable {
+    /// A table of at most `capacity` peers; trusted peers silent for `idle` may be
+    /// replaced or swept.
+    pub fn new(capacity: usize, idle: Duration, keys: KeyedHash) -> PeerTable {
+        PeerTable {
+            index: HashMap::with_hasher(keys),
+            slots: Vec::new(),
+            free: Vec::new(),
+            capacity: capacity.max(1),
+            hand: 0,
+            idle,
+        }
+    }
+
+    /// Number of peers.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The cap.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The entry for `addr`.
+    pub fn get(&self, addr: &Ipv6Addr) -> Option<&Peer> {
+        let i = *self.index.get(addr)? as usize;
+        self.slots[i].as_ref()
+    }
+
+    /// The entry for `addr`, to change it.
+    pub fn get_mut(&mut self, addr: &Ipv6Addr) -> Option<&mut Peer> {
+        let i = *self.index.get(addr)? as usize;
+        self.slots[i].as_mut()
+    }
+
+    /// Remove `addr`'s entry.
+    pub fn remove(&mut self, addr: &Ipv6Addr) -> Option<Peer> {
+        let i = self.index.remove(addr)?;
+        self.free.push(i);
+        self.slots[i as usize].take()
+    }
+
+    /// Whether `p` may give its place to a newcomer: not trusted, or idle.
+    fn replaceable(&self, p: &Peer, now: Duration) -> bool {
+        !p.trusted || now.saturating_sub(p.last_rx) >= self.idle
+    }
+
+    /// Insert `peer` (replacing any entry for the same address). When the table is
+    /// full, an untrusted or idle entry found by a bounded sweep gives up its place;
+    /// if none is found the newcomer is refused and the table is unchanged.
+    pub fn insert(&mut self, peer: Peer, now: Duration) -> Result<&mut Peer, TableFull> {
+        if let Some(&i) = self.index.get(&peer.addr) {
+            let slot = &mut self.slots[i as usize];
+            *slot = Some(peer);
+            return Ok(slot.as_mut().expect("just set"));
+        }
+        if self.index.len() >= self.capacity {
+            let n = self.slots.len();
+            let victim = (0..EVICTION_PROBES.min(n)).find_map(|k| {
+                let i = (self.hand + k) % n;
+                let p = self.slots[i].as_ref()?;
+                self.replaceable(p, now).then_some((i, p.addr))
+            });
+            let (i, addr) = victim.ok_or(TableFull)?;
+            self.hand = (i + 1) % n;
+            self.remove(&addr);
+        }
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.index.insert(peer.addr, i);
+        let slot = &mut self.slots[i as usize];
+        *slot = Some(peer);
+        Ok(slot.as_mut().expect("just set"))
+    }
+
+    /// Remove idle entries, looking at no more than `budget` slots from where the last
+    /// sweep stopped (so a tick costs the same with ten peers or ten million).
+    pub fn sweep(&mut self, now: Duration, budget: usize) -> usize {
+        let n = self.slots.len();
+        if n == 0 {
+            return 0;
+        }
+        let mut removed = 0;
+        for _ in 0..budget.min(n) {
+            let i = self.hand % n;
+            self.hand = (i + 1) % n;
+            let idle = match &self.slots[i] {
+                Some(p) => now.saturating_sub(p.last_rx) >= self.idle && p.queue.is_empty(),
+                None => false,
+            };
+            if idle {
+                let addr = self.slots[i].as_ref().map(|p| p.addr).expect("checked");
+                self.remove(&addr);
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(i: u32) -> Ipv6Addr {
+        Ipv6Addr::new(0x2001, 0, 0x4136, 0xe378, 0, 0, (i >> 16) as u16, i as u16)
+    }
+    const M: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 45), 40000);
+    const KEYS: KeyedHash = KeyedHash { k0: 1, k1: 2 };
+
+    #[test]
+    fn queue_is_bounded_and_ordered() {
+        let mut q = PacketQueue::default();
+        assert!(q.push(&[1; 600], 1280));
+        assert!(q.push(&[2; 600], 1280));
+        assert!(!q.push(&[3; 600], 1280), "third packet exceeds the cap");
+        assert_eq!((q.len(), q.bytes()), (2, 1200));
+        assert_eq!(q.first().unwrap()[0], 1);
+        let mut d = q.drain();
+        assert_eq!(d.next_packet().unwrap()[0], 1);
+        assert_eq!(d.next_packet().unwrap()[0], 2);
+        assert!(d.next_packet().is_none());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn flood_of_newcomers_cannot_evict_established_peers() {
+        let now = Duration::from_secs(100);
+        let mut t = PeerTable::new(100, Duration::from_secs(300), KEYS);
+        for i in 0..50 {
+            let mut p = Peer::new(addr(i), M, now);
+            p.trusted = true;
+            p.last_rx = now;
+            t.insert(p, now).unwrap();
+        }
+        for i in 1000..100_000 {
+            let _ = t.insert(Peer::new(addr(i), M, now), now);
+        }
+        assert_eq!(t.len(), 100, "capped");
+        for i in 0..50 {
+            assert!(
+                t.get(&addr(i)).is_some_and(|p| p.trusted),
+                "established peer {i} survived"
+            );
+        }
+    }
+
+    #[test]
+    fn a_full_table_of_busy_peers_refuses_newcomers() {
+        let now = Duration::from_secs(10);
+        let mut t = PeerTable::new(8, Duration::from_secs(300), KEYS);
+        for i in 0..8 {
+            let mut p = Peer::new(addr(i), M, now);
+            p.trusted = true;
+            p.last_rx = now;
+            t.insert(p, now).unwrap();
+        }
+        assert_eq!(
+            t.insert(Peer::new(addr(99), M, now), now).unwrap_err(),
+            TableFull
+        );
+        // Once they fall idle, newcomers may take their place.
+        let later = now + Duration::from_secs(301);
+        assert!(t.insert(Peer::new(addr(99), M, later), later).is_ok());
+        assert_eq!(t.len(), 8);
+    }
+
+    #[test]
+    fn sweep_removes_idle_entries_a_bounded_step_at_a_time() {
+        let now = Duration::from_secs(10);
+        let mut t = PeerTable::new(1000, Duration::from_secs(60), KEYS);
+        for i in 0..1000 {
+            t.insert(Peer::new(addr(i), M, now), now).unwrap();
+        }
+        let later = now + Duration::from_secs(61);
+        assert_eq!(t.sweep(later, 100), 100);
+        assert_eq!(t.len(), 900);
+        while t.sweep(later, 100) > 0 {}
+        assert!(t.is_empty());
+        // Removed slots are reused.
+        t.insert(Peer::new(addr(5), M, later), later).unwrap();
+        assert_eq!(t.slots.len(), 1000);
+    }
+
+    #[test]
+    fn new_entries_start_thirty_seconds_in_the_past() {
+        let now = Duration::from_secs(100);
+        let p = Peer::new(addr(1), M, now);
+        assert_eq!(p.last_tx, Duration::from_secs(70));
+        assert!(!p.is_valid(now));
+    }
+}

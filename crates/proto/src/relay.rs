@@ -1,0 +1,407 @@
+//! The Teredo relay (RFC 4380 §5.4) and host-specific relay (§5.5): the bridge between
+//! Teredo clients (UDP/IPv4) and the native IPv6 side (a TUN device).
+//!
+//! Decisions (see the README):
+//! * No trusted entry → bubble first, whatever the cone bit says (RFC 5991 deprecates
+//!   it; bubbling avoids the §7.4.3 reflection attack). The bubble goes to the client's
+//!   server; a direct bubble to its mapping too only in `restricted` mode, since on a
+//!   public relay it opens nothing and a Linux NAT that sees it first may re-map the
+//!   client's next packet to another port.
+//! * Packets from a Teredo source with no entry are dropped (as Miredo): the relay is
+//!   not an open IPv4→IPv6 gateway. Every legitimate exchange starts with the relay's
+//!   bubble, which creates the entry.
+//! * Bubbles carry the source address of the packet that caused them.
+
+use crate::drop_reason::{DropCounters, DropReason};
+use crate::icmp_error::{self, RateLimit};
+use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
+use shipworm_wire::ipv4_scope::is_global_unicast;
+use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
+use shipworm_wire::teredo_addr::{self, TeredoAddr, TEREDO_PORT};
+use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
+use std::collections::VecDeque;
+use std::net::{Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+/// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
+pub const BUBBLE_SPACING: Duration = Duration::from_secs(2);
+/// Bubbles sent without an answer before the peer is given up.
+pub const MAX_BUBBLES: u8 = 4;
+/// The window the bubble budget counts over.
+pub const BUBBLE_WINDOW: Duration = Duration::from_secs(300);
+
+/// Which IPv6 destinations the relay delivers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// A relay: every global, non-Teredo destination.
+    AnyGlobal,
+    /// A host-specific relay: only these addresses (the host's own).
+    Only(Vec<Ipv6Addr>),
+}
+
+/// Relay settings.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// The Teredo prefix (first 32 bits).
+    pub prefix: u32,
+    /// Destinations served on the IPv6 side.
+    pub served: Served,
+    /// Also send direct bubbles (Miredo's `restricted` relay type).
+    pub direct_bubbles: bool,
+    /// Most peers kept.
+    pub capacity: usize,
+    /// Most peers waiting for a bubble answer at once.
+    pub pending_capacity: usize,
+    /// Bytes queued per waiting peer.
+    pub queue_bytes: usize,
+    /// Trusted peers silent this long are forgotten.
+    pub idle: Duration,
+    /// Source of ICMPv6 errors sent back to the IPv6 side (none: no errors).
+    pub icmp_source: Option<Ipv6Addr>,
+    /// ICMPv6 errors per second.
+    pub icmp_rate: u32,
+    /// Secret keys for the peer table's hash.
+    pub hash_keys: (u64, u64),
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            prefix: teredo_addr::PREFIX,
+            served: Served::AnyGlobal,
+            direct_bubbles: false,
+            capacity: 1 << 20,
+            pending_capacity: 4096,
+            queue_bytes: 4096,
+            idle: Duration::from_secs(300),
+            icmp_source: None,
+            icmp_rate: 10,
+            hash_keys: (0, 0),
+        }
+    }
+}
+
+/// Where the relay's output goes: the daemon implements it over its sockets and TUN
+/// (batching as it likes); tests record into vectors.
+pub trait Transmit {
+    /// Send a UDP datagram whose payload is `payload` to `to`.
+    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]);
+    /// Write an IPv6 packet to the native side.
+    fn tun(&mut self, packet: &[u8]);
+}
+
+/// What became of one input, for counters and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Forwarded (to the client over UDP, or to the TUN).
+    Forwarded,
+    /// Queued while bubbles go out.
+    Queued,
+    /// A bubble: state updated, nothing delivered.
+    Consumed,
+    /// Dropped, for this reason.
+    Dropped(DropReason),
+}
+
+/// Counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Packets sent to Teredo clients.
+    pub to_teredo: u64,
+    /// Packets delivered to the IPv6 side.
+    pub to_native: u64,
+    /// Bubbles sent.
+    pub bubbles: u64,
+    /// Peers given up after their bubbles went unanswered.
+    pub unreachable_peers: u64,
+    /// ICMPv6 errors sent.
+    pub icmp_errors: u64,
+    /// Drops by reason.
+    pub drops: DropCounters,
+}
+
+/// The relay state machine.
+#[derive(Debug)]
+pub struct Relay {
+    cfg: RelayConfig,
+    peers: PeerTable,
+    /// Peers waiting for an answer to their bubbles, oldest first. Entries whose peer
+    /// stopped waiting are dropped lazily by the timer, so the packet path never
+    /// searches this list.
+    pending: VecDeque<Ipv6Addr>,
+    icmp: RateLimit,
+    stats: RelayStats,
+    scratch: Vec<u8>,
+}
+
+impl Relay {
+    /// A relay with this configuration.
+    pub fn new(cfg: RelayConfig) -> Relay {
+        let keys = KeyedHash::new(cfg.hash_keys.0, cfg.hash_keys.1);
+        Relay {
+            peers: PeerTable::new(cfg.capacity, cfg.idle, keys),
+            pending: VecDeque::new(),
+            icmp: RateLimit::new(cfg.icmp_rate),
+            stats: RelayStats::default(),
+            scratch: vec![0u8; 2048],
+            cfg,
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RelayStats {
+        &self.stats
+    }
+
+    /// The peer table (for status and tests).
+    pub fn peers(&self) -> &PeerTable {
+        &self.peers
+    }
+
+    /// Peers waiting for bubble answers (counted, for status and tests).
+    pub fn pending_len(&self) -> usize {
+        self.pending
+            .iter()
+            .filter(|a| self.peers.get(a).is_some_and(|p| p.waiting))
+            .count()
+    }
+
+    fn dropped(&mut self, r: DropReason) -> Verdict {
+        self.stats.drops.count(r);
+        Verdict::Dropped(r)
+    }
+
+    /// An IPv6 packet from the native side, for a Teredo client.
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
+        let Ok(ip) = Ipv6Packet::new_checked(packet) else {
+            return self.dropped(DropReason::MalformedVersion);
+        };
+        let ip = Ipv6Packet::new_unchecked(ip.packet());
+        let dst = ip.dst_addr();
+        let Some(t) = TeredoAddr::decode_with_prefix(&dst, self.cfg.prefix) else {
+            // A routing error: only Teredo destinations belong on this interface.
+            self.icmp_error(now, &ip, unreachable::NO_ROUTE, tx);
+            return self.dropped(DropReason::NotOurClient);
+        };
+        if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
+            return self.dropped(DropReason::DestinationMappingNotGlobal);
+        }
+        if let Some(p) = self.peers.get_mut(&dst) {
+            if p.is_valid(now) {
+                p.last_tx = now;
+                let to = p.mapped;
+                tx.udp(to, ip.packet());
+                self.stats.to_teredo += 1;
+                return Verdict::Forwarded;
+            }
+        }
+        self.queue_and_bubble(now, &ip, &t, tx)
+    }
+
+    fn queue_and_bubble(
+        &mut self,
+        now: Duration,
+        ip: &Ipv6Packet<&[u8]>,
+        t: &TeredoAddr,
+        tx: &mut impl Transmit,
+    ) -> Verdict {
+        let dst = ip.dst_addr();
+        if self.peers.get(&dst).is_none() {
+            if self.pending.len() >= self.cfg.pending_capacity {
+                // Flood: the oldest waiting newcomer gives way (its packets are lost).
+                // A peer that was trusted keeps its place, and then the newcomer is
+                // refused: the list, and the memory its queues hold, never grow.
+                let old = self.pending.pop_front().expect("non-empty");
+                match self.peers.get(&old) {
+                    Some(p) if p.waiting && p.trusted => {
+                        self.pending.push_front(old);
+                        return self.dropped(DropReason::TableFull);
+                    }
+                    Some(p) if p.waiting => {
+                        self.peers.remove(&old);
+                    }
+                    _ => {}
+                }
+            }
+            if self
+                .peers
+                .insert(Peer::new(dst, t.mapped, now), now)
+                .is_err()
+            {
+                return self.dropped(DropReason::TableFull);
+            }
+        }
+        let cap = self.cfg.queue_bytes;
+        let p = self.peers.get_mut(&dst).expect("present");
+        // A trusted but silent peer keeps its mapping; bubbles check it again.
+        let queued = p.queue.push(ip.packet(), cap);
+        if !p.waiting {
+            p.waiting = true;
+            self.pending.push_back(dst);
+        }
+        self.send_bubbles(now, &dst, ip.src_addr(), tx);
+        if queued {
+            Verdict::Queued
+        } else {
+            self.dropped(DropReason::QueueFull)
+        }
+    }
+
+    /// Bubbles to `dst` within the RFC 4380 §5.2.6 limits: none sooner than 2 s after
+    /// the last, none once 4 went unanswered in 300 s.
+    fn send_bubbles(
+        &mut self,
+        now: Duration,
+        dst: &Ipv6Addr,
+        src: Ipv6Addr,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        let Some(p) = self.peers.get_mut(dst) else {
+            return false;
+        };
+        if now.saturating_sub(p.bubble_window) >= BUBBLE_WINDOW {
+            p.bubble_window = now;
+            p.bubbles = 0;
+        }
+        if now.saturating_sub(p.last_tx) < BUBBLE_SPACING || p.bubbles >= MAX_BUBBLES {
+            return false;
+        }
+        p.last_tx = now;
+        p.bubbles += 1;
+        let mapped = p.mapped;
+        let Some(t) = TeredoAddr::decode_with_prefix(dst, self.cfg.prefix) else {
+            return false;
+        };
+        let n = emit_bubble(&src, dst, 0, &mut self.scratch).expect("scratch holds a bubble");
+        tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &self.scratch[..n]);
+        self.stats.bubbles += 1;
+        if self.cfg.direct_bubbles {
+            tx.udp(mapped, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+        }
+        true
+    }
+
+    /// A UDP datagram from a Teredo client.
+    pub fn on_udp(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut impl Transmit,
+    ) -> Verdict {
+        let pkt = match TeredoPacket::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => return self.dropped(e.into()),
+        };
+        let ip = pkt.ipv6;
+        let src = ip.src_addr();
+        // §5.4.2: the source must be a Teredo address whose mapping is where it came from.
+        match TeredoAddr::decode_with_prefix(&src, self.cfg.prefix) {
+            Some(t) if t.mapped == from => {}
+            _ => return self.dropped(DropReason::SourceMismatch),
+        }
+        let Some(p) = self.peers.get_mut(&src) else {
+            return self.dropped(DropReason::NoPeerEntry);
+        };
+        p.trusted = true;
+        p.mapped = from;
+        p.last_rx = now;
+        p.bubbles = 0;
+        p.waiting = false;
+        let mut queue = (!p.queue.is_empty()).then(|| p.queue.drain());
+        if let Some(q) = queue.as_mut() {
+            while let Some(packet) = q.next_packet() {
+                tx.udp(from, packet);
+                self.stats.to_teredo += 1;
+            }
+        }
+        if pkt.is_bubble() {
+            return Verdict::Consumed;
+        }
+        let dst = ip.dst_addr();
+        let served = match &self.cfg.served {
+            Served::AnyGlobal => dst.is_global_scope() && !teredo_addr::is_teredo(&dst),
+            Served::Only(addrs) => addrs.contains(&dst),
+        };
+        if !served {
+            return self.dropped(DropReason::NotServed);
+        }
+        tx.tun(ip.packet());
+        self.stats.to_native += 1;
+        Verdict::Forwarded
+    }
+
+    /// Time passes: bubbles are repeated every 2 s for waiting peers; a peer whose
+    /// bubbles all went unanswered is given up, and its queued packets get an ICMPv6
+    /// address-unreachable each (rate limited). Idle peers are swept a little at a time.
+    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+        for _ in 0..self.pending.len() {
+            let Some(dst) = self.pending.pop_front() else {
+                break;
+            };
+            let Some(p) = self.peers.get(&dst) else {
+                continue;
+            };
+            if !p.waiting {
+                continue; // answered since: drop the stale list entry
+            }
+            if now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
+                self.pending.push_back(dst);
+                continue;
+            }
+            let src = p
+                .queue
+                .first()
+                .and_then(|pk| Ipv6Packet::new_checked(pk).ok())
+                .map(|ip| ip.src_addr());
+            match src {
+                Some(src) if p.bubbles < MAX_BUBBLES => {
+                    self.send_bubbles(now, &dst, src, tx);
+                    self.pending.push_back(dst);
+                }
+                _ => self.give_up(now, dst, tx),
+            }
+        }
+        self.peers.sweep(now, 1024);
+    }
+
+    fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        let Some(mut p) = self.peers.remove(&dst) else {
+            return;
+        };
+        self.stats.unreachable_peers += 1;
+        let mut q = p.queue.drain();
+        while let Some(packet) = q.next_packet() {
+            if let Ok(ip) = Ipv6Packet::new_checked(packet) {
+                self.icmp_error(now, &ip, unreachable::ADDRESS, tx);
+            }
+        }
+    }
+
+    fn icmp_error(
+        &mut self,
+        now: Duration,
+        offending: &Ipv6Packet<&[u8]>,
+        code: u8,
+        tx: &mut impl Transmit,
+    ) {
+        let Some(from) = self.cfg.icmp_source else {
+            return;
+        };
+        if !icmp_error::may_answer(offending) || !self.icmp.allow(now) {
+            return;
+        }
+        let mut out = [0u8; 1280];
+        if let Some(n) = icmp_error::build(
+            &from,
+            offending,
+            |q| Icmpv6Repr::DstUnreachable { code, invoking: q },
+            &mut out,
+        ) {
+            tx.tun(&out[..n]);
+            self.stats.icmp_errors += 1;
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! The relay against the black-box cases 41–48 of the requirements reference and
+//! RFC 4380 §5.4, in virtual time.
+
+use shipworm_proto::relay::{Relay, RelayConfig, Served, Transmit, Verdict};
+use shipworm_proto::DropReason;
+use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
+use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
+use std::net::{Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Wire {
+    udp: Vec<(SocketAddrV4, Vec<u8>)>,
+    tun: Vec<Vec<u8>>,
+}
+
+impl Transmit for Wire {
+    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        self.udp.push((to, payload.to_vec()));
+    }
+    fn tun(&mut self, packet: &[u8]) {
+        self.tun.push(packet.to_vec());
+    }
+}
+
+fn a(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+fn sa(s: &str) -> SocketAddrV4 {
+    s.parse().unwrap()
+}
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Client B: served by 65.54.227.120, mapped 198.51.100.7:3544, cone bit clear.
+const B: &str = "2001:0:4136:e378:0:f227:39cc:9bf8";
+const B_MAPPED: &str = "198.51.100.7:3544";
+const B_SERVER: &str = "65.54.227.120:3544";
+const NATIVE: &str = "2001:db8::5";
+
+fn relay() -> Relay {
+    Relay::new(RelayConfig {
+        icmp_source: Some(a("2001:db8::ff")),
+        hash_keys: (7, 9),
+        ..RelayConfig::default()
+    })
+}
+
+fn ipv6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; 40];
+    Ipv6Repr {
+        src_addr: a(src),
+        dst_addr: a(dst),
+        next_header: nh,
+        payload_len: payload.len(),
+        hop_limit: 64,
+    }
+    .emit(&mut v)
+    .unwrap();
+    v.extend_from_slice(payload);
+    v
+}
+
+fn udp_packet(src: &str, dst: &str) -> Vec<u8> {
+    ipv6(src, dst, 17, &[0x12, 0x34, 0x56, 0x78, 0, 8, 0, 0])
+}
+
+fn bubble(src: &str, dst: &str) -> Vec<u8> {
+    let mut b = vec![0u8; 40];
+    emit_bubble(&a(src), &a(dst), 0, &mut b).unwrap();
+    b
+}
+
+/// Bring B to trusted: a native packet, then B's answering bubble.
+fn establish(r: &mut Relay, w: &mut Wire, now: Duration) {
+    assert_eq!(r.on_tun(now, &udp_packet(NATIVE, B), w), Verdict::Queued);
+    assert_eq!(
+        r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w),
+        Verdict::Consumed
+    );
+}
+
+#[test]
+fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let pkt = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(100), &pkt, &mut w), Verdict::Queued);
+    // One indirect bubble, to B's server, from the packet's source to B.
+    assert_eq!(w.udp.len(), 1);
+    let (to, b) = &w.udp[0];
+    assert_eq!(*to, sa(B_SERVER));
+    let p = TeredoPacket::parse(b).unwrap();
+    assert!(p.is_bubble());
+    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (a(NATIVE), a(B)));
+    assert!(w.tun.is_empty());
+    // B answers with a bubble from its mapping: the queued packet goes there, intact.
+    w.udp.clear();
+    assert_eq!(
+        r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w),
+        Verdict::Consumed
+    );
+    assert_eq!(w.udp, vec![(sa(B_MAPPED), pkt.clone())]);
+    assert!(w.tun.is_empty(), "bubbles are never delivered");
+    // From now on, straight to the mapping.
+    w.udp.clear();
+    assert_eq!(r.on_tun(secs(102), &pkt, &mut w), Verdict::Forwarded);
+    assert_eq!(w.udp, vec![(sa(B_MAPPED), pkt)]);
+    assert_eq!(r.pending_len(), 0);
+}
+
+#[test]
+fn restricted_mode_also_bubbles_the_mapping_directly() {
+    let mut r = Relay::new(RelayConfig {
+        direct_bubbles: true,
+        ..RelayConfig::default()
+    });
+    let mut w = Wire::default();
+    r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
+    let to: Vec<SocketAddrV4> = w.udp.iter().map(|(t, _)| *t).collect();
+    assert_eq!(to, vec![sa(B_SERVER), sa(B_MAPPED)]);
+}
+
+#[test]
+fn trusted_client_reaches_the_native_side() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    establish(&mut r, &mut w, secs(10));
+    w.tun.clear();
+    let up = udp_packet(B, NATIVE);
+    assert_eq!(
+        r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w),
+        Verdict::Forwarded
+    );
+    assert_eq!(w.tun, vec![up]);
+}
+
+#[test]
+fn case42_non_teredo_source_is_dropped() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let v = r.on_udp(
+        secs(1),
+        sa(B_MAPPED),
+        &udp_packet("2001:db8::5", "2001:db8::6"),
+        &mut w,
+    );
+    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+    assert!(w.tun.is_empty() && w.udp.is_empty());
+}
+
+#[test]
+fn case43_mapping_mismatch_is_dropped() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    establish(&mut r, &mut w, secs(10));
+    w.tun.clear();
+    let v = r.on_udp(
+        secs(11),
+        sa("198.51.100.7:3545"),
+        &udp_packet(B, NATIVE),
+        &mut w,
+    );
+    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+    assert!(w.tun.is_empty());
+}
+
+#[test]
+fn unknown_teredo_sources_are_dropped() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w);
+    assert_eq!(v, Verdict::Dropped(DropReason::NoPeerEntry));
+    assert!(w.tun.is_empty());
+}
+
+#[test]
+fn case44_non_global_embedded_addresses_get_no_udp() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    // Mapped 224.0.0.1, 255.255.255.255, 192.88.99.1, 0.0.0.0 (inverted in the address).
+    for dst in [
+        "2001:0:4136:e378:0:f227:1fff:fffe",
+        "2001:0:4136:e378:0:f227:0:0",
+        "2001:0:4136:e378:0:f227:3fa7:9cfe",
+        "2001:0:4136:e378:0:f227:ffff:ffff",
+        "2001:0:0:0:0:f227:39cc:9bf8", // server 0.0.0.0
+    ] {
+        let v = r.on_tun(secs(1), &udp_packet(NATIVE, dst), &mut w);
+        assert_eq!(
+            v,
+            Verdict::Dropped(DropReason::DestinationMappingNotGlobal),
+            "{dst}"
+        );
+    }
+    assert!(w.udp.is_empty());
+}
+
+#[test]
+fn case45_destinations_outside_the_served_range_are_dropped() {
+    let mut r = Relay::new(RelayConfig {
+        served: Served::Only(vec![a("2001:db8::5")]),
+        ..RelayConfig::default()
+    });
+    let mut w = Wire::default();
+    establish(&mut r, &mut w, secs(10));
+    w.tun.clear();
+    for dst in ["2001:db8::6", "fe80::1", "ff0e::1"] {
+        let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
+        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+    }
+    assert_eq!(
+        r.on_udp(
+            secs(11),
+            sa(B_MAPPED),
+            &udp_packet(B, "2001:db8::5"),
+            &mut w
+        ),
+        Verdict::Forwarded
+    );
+    assert_eq!(w.tun.len(), 1);
+    // A full relay still refuses Teredo, link-local and multicast destinations.
+    let mut r = relay();
+    establish(&mut r, &mut w, secs(10));
+    for dst in ["2001:0:4136:e378::1", "fe80::1", "ff02::1"] {
+        let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
+        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+    }
+}
+
+#[test]
+fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let big = ipv6(NATIVE, B, 17, &[0u8; 1240]);
+    assert_eq!(big.len(), 1280);
+    let mut queued = 0;
+    for _ in 0..100 {
+        if r.on_tun(secs(100), &big, &mut w) == Verdict::Queued {
+            queued += 1;
+        }
+    }
+    assert_eq!(queued, 3, "4096 bytes hold three 1280-byte packets");
+    assert_eq!(r.stats().drops.get(DropReason::QueueFull), 97);
+    // Bubbles at 0, 2, 4, 6 s, never closer; then the peer is given up.
+    let mut times = vec![100u64];
+    for t in (1000..=110_000u64).step_by(250) {
+        let before = r.stats().bubbles;
+        r.on_timer(Duration::from_millis(t), &mut w);
+        if r.stats().bubbles > before {
+            times.push(t / 1000);
+        }
+    }
+    assert_eq!(times, vec![100, 102, 104, 106]);
+    assert_eq!(r.peers().len(), 0, "entry removed");
+    assert_eq!(r.stats().unreachable_peers, 1);
+    // Each queued packet earned an address-unreachable (UDP, so allowed), ≤ 1280 bytes.
+    assert_eq!(w.tun.len(), 3);
+    for e in &w.tun {
+        assert!(e.len() <= 1280);
+        let ip = Ipv6Packet::new_checked(&e[..]).unwrap();
+        assert_eq!(ip.dst_addr(), a(NATIVE));
+        let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+        assert!(matches!(
+            Icmpv6Repr::parse(&ip.src_addr(), &ip.dst_addr(), &icmp).unwrap(),
+            Icmpv6Repr::DstUnreachable { code: 3, .. }
+        ));
+    }
+}
+
+#[test]
+fn case47_no_error_about_an_error() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let err = ipv6(NATIVE, B, 58, &[1, 3, 0, 0, 0, 0, 0, 0]);
+    r.on_tun(secs(100), &err, &mut w);
+    for t in 101..120 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(r.stats().unreachable_peers, 1);
+    assert!(w.tun.is_empty(), "no ICMPv6 error about an ICMPv6 error");
+}
+
+#[test]
+fn case48_errors_are_rate_limited() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    // 1000 packets to non-Teredo destinations: routing errors, at most 10 per second.
+    for i in 0..1000u32 {
+        let dst = format!("2001:db8:1::{:x}", i + 1);
+        r.on_tun(
+            secs(50) + Duration::from_micros(u64::from(i)),
+            &udp_packet(NATIVE, &dst),
+            &mut w,
+        );
+    }
+    assert!(w.tun.len() <= 10, "{} errors", w.tun.len());
+    assert!(!w.tun.is_empty());
+    assert!(w.tun.iter().all(|e| e.len() <= 1280));
+}
+
+#[test]
+fn bubbles_stop_at_four_per_300_seconds() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    // Data keeps arriving every 500 ms for a peer that never answers; the peer is
+    // given up after four bubbles and re-created, but bubbles stay ≥ 2 s apart.
+    let mut last = None;
+    for ms in (0..20_000u64).step_by(500) {
+        let now = secs(1000) + Duration::from_millis(ms);
+        let before = w.udp.len();
+        r.on_tun(now, &udp_packet(NATIVE, B), &mut w);
+        r.on_timer(now, &mut w);
+        if w.udp.len() > before {
+            if let Some(l) = last {
+                assert!(
+                    now - l >= Duration::from_secs(2),
+                    "bubbles {:?} apart",
+                    now - l
+                );
+            }
+            last = Some(now);
+        }
+    }
+}
+
+#[test]
+fn flood_of_new_destinations_keeps_established_peers_served() {
+    let mut r = Relay::new(RelayConfig {
+        capacity: 1000,
+        pending_capacity: 64,
+        ..RelayConfig::default()
+    });
+    let mut w = Wire::default();
+    establish(&mut r, &mut w, secs(10));
+    // 100 000 packets to 100 000 made-up clients (all with global mappings).
+    for i in 0..100_000u32 {
+        let m = i.to_be_bytes();
+        let dst = format!(
+            "2001:0:4136:e378:0:f227:{:x}:{:x}",
+            0x3900 | u16::from(m[1]),
+            u16::from_be_bytes([m[2], m[3]]) | 0x100
+        );
+        r.on_tun(secs(11), &udp_packet(NATIVE, &dst), &mut w);
+    }
+    assert!(r.pending_len() <= 64);
+    assert!(r.peers().len() <= 1000);
+    w.udp.clear();
+    assert_eq!(
+        r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w),
+        Verdict::Forwarded
+    );
+    assert_eq!(w.udp[0].0, sa(B_MAPPED));
+}
+
+#[test]
+fn non_teredo_destinations_get_a_routing_error() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let v = r.on_tun(secs(1), &udp_packet(NATIVE, "2001:db8:2::1"), &mut w);
+    assert_eq!(v, Verdict::Dropped(DropReason::NotOurClient));
+    assert_eq!(w.tun.len(), 1);
+    assert!(w.udp.is_empty());
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 3000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn relay_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>(), as_tun in any::<bool>(), valid in any::<bool>()) {
+            let mut r = relay();
+            let mut w = Wire::default();
+            establish(&mut r, &mut w, secs(5));
+            let mut d = data;
+            if valid && d.len() >= 40 {
+                d[..40].copy_from_slice(&bubble(B, NATIVE));
+            }
+            if as_tun {
+                r.on_tun(secs(6), &d, &mut w);
+            } else {
+                r.on_udp(secs(6), SocketAddrV4::new("198.51.100.7".parse().unwrap(), port), &d, &mut w);
+            }
+            r.on_timer(secs(9), &mut w);
+            prop_assert!(w.udp.iter().all(|(_, p)| p.len() <= 2048));
+        }
+    }
+}
