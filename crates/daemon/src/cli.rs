@@ -27,6 +27,12 @@ pub enum Command {
     /// to open its raw IPv6 socket, then runs as an unprivileged user.
     Server(ServerArgs),
 
+    /// Run a Teredo relay (RFC 4380 §5.4) or host-specific relay (§5.5).
+    ///
+    /// Reads Miredo's miredo.conf format unchanged, with `RelayType relay`, `cone`,
+    /// `restricted` or `host`. Needs root to create its TUN interface, then drops it.
+    Relay(RelayArgs),
+
     /// Build a little Internet of network namespaces (server, relay, NAT, client,
     /// native IPv6 host), run Teredo in it, and check ping6 and TCP both ways. Root.
     Lab(LabArgs),
@@ -66,11 +72,38 @@ pub struct ServerArgs {
     pub foreground: bool,
 }
 
+/// Arguments of `shipworm relay`, Miredo's options included.
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// Configuration file (miredo.conf format).
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        default_value = "/etc/miredo/miredo.conf"
+    )]
+    pub config: std::path::PathBuf,
+
+    /// The user to run as once set up (default: nobody).
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Write the process id to this file.
+    #[arg(short = 'p', long, value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
+
+    /// Stay in the foreground (always the case; accepted for Miredo compatibility).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+}
+
 /// Which role a configuration file is for.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Role {
     /// miredo-server.conf.
     Server,
+    /// miredo.conf (client or relay, as its RelayType says).
+    Miredo,
 }
 
 /// Arguments of `shipworm check-config`.

@@ -8,7 +8,7 @@ use shipworm_lab::{netns, Impl, NatKind};
 use shipworm_wire::teredo_addr::TeredoAddr;
 
 /// Roles shipworm can play today; the others are played by Miredo, and said so.
-const SHIPWORM_HAS: [(&str, bool); 3] = [("server", true), ("relay", false), ("client", false)];
+const SHIPWORM_HAS: [(&str, bool); 3] = [("server", true), ("relay", true), ("client", false)];
 
 /// Run the subcommand.
 pub fn run(args: &LabArgs) -> Result<(), Failure> {

@@ -8,10 +8,14 @@ mod cli;
 mod config;
 mod lab_cmd;
 mod logging;
+mod miredo_config;
+mod netlink;
 mod privileges;
+mod relay_cmd;
 mod server_cmd;
 mod server_config;
 mod signals;
+mod tun;
 mod udp_batch;
 
 use clap::Parser;
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Address(args) => address_cmd::run(&args),
         cli::Command::Server(args) => run_server(&args),
+        cli::Command::Relay(args) => run_relay(&args),
         cli::Command::CheckConfig(args) => check_config(&args),
         cli::Command::Lab(args) => lab_cmd::run(&args),
     };
@@ -109,6 +114,36 @@ fn run_server(args: &cli::ServerArgs) -> Result<(), Failure> {
     server_cmd::run(&settings)
 }
 
+fn write_pidfile(path: Option<&std::path::Path>) -> Result<(), Failure> {
+    if let Some(p) = path {
+        std::fs::write(p, format!("{}\n", std::process::id())).map_err(|e| {
+            Failure::runtime(format!("cannot write the pid file {}: {e}", p.display()))
+        })?;
+    }
+    Ok(())
+}
+
+fn run_relay(args: &cli::RelayArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let mut conf =
+        miredo_config::load(&args.config, None).map_err(|e| Failure::usage(e.to_string()))?;
+    if conf.role == miredo_config::RelayType::Client {
+        return Err(Failure::usage(format!(
+            "{}: RelayType is client: this file configures a Teredo client, not a relay",
+            args.config.display()
+        )));
+    }
+    if args.user.is_some() {
+        conf.user = args.user.clone();
+    }
+    write_pidfile(args.pidfile.as_deref())?;
+    let r = relay_cmd::run(&conf);
+    if let Some(p) = &args.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    r
+}
+
 fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
     match args.role {
         cli::Role::Server => {
@@ -127,6 +162,23 @@ fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             println!(
                 "  runs as    {}",
                 s.user.as_deref().unwrap_or(privileges::DEFAULT_USER)
+            );
+        }
+        cli::Role::Miredo => {
+            let c =
+                miredo_config::load(&args.file, None).map_err(|e| Failure::usage(e.to_string()))?;
+            for w in &c.warnings {
+                println!("warning: {w}");
+            }
+            println!("{}: valid {:?} configuration", args.file.display(), c.role);
+            println!("  interface  {} (MTU {})", c.interface, c.mtu);
+            println!("  UDP        {}:{}", c.bind_address, c.bind_port);
+            if let Some(s) = c.server {
+                println!("  server     {s}");
+            }
+            println!(
+                "  runs as    {}",
+                c.user.as_deref().unwrap_or(privileges::DEFAULT_USER)
             );
         }
     }

@@ -24,19 +24,15 @@ struct Case {
     run: Box<dyn Fn() -> Result<String, String> + Send>,
 }
 
-fn expectation(nat: NatKind, server: &Impl, relay: &Impl, client: &Impl) -> Expect {
-    let _ = server;
-    if matches!(relay, Impl::Shipworm(_)) {
-        return Expect::Fail(3, "shipworm relay is not built yet (relay issue)");
+/// What each pairing must do. Behind the symmetric NAT a Miredo client answers relays
+/// from a port its address does not embed; Miredo's relay accepts that (a Miredo
+/// extension) and so does ours, for a bubble answering its own from the embedded IPv4
+/// address — so every pairing with a Miredo client passes.
+fn expectation(client: &Impl) -> Expect {
+    match client {
+        Impl::Shipworm(_) => Expect::Fail(4, "shipworm client is not built yet (client issue)"),
+        Impl::Miredo => Expect::Pass,
     }
-    if matches!(client, Impl::Shipworm(_)) {
-        return Expect::Fail(4, "shipworm client is not built yet (client issue)");
-    }
-    // Miredo client and Miredo relay even get through the symmetric NAT: Miredo's relay
-    // accepts the client's bubbles from a port its address does not embed (a Miredo
-    // extension, not RFC 4380 §5.4.2). Asserted, so a change in that shows up.
-    let _ = nat;
-    Expect::Pass
 }
 
 fn step_of(err: &str) -> Option<u32> {
@@ -76,7 +72,7 @@ fn main() {
                         name: format!(
                             "{nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"
                         ),
-                        expect: expectation(nat, server, relay, client),
+                        expect: expectation(client),
                         run: Box::new(move || {
                             let (_lab, o) =
                                 scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;

@@ -169,7 +169,10 @@ impl Lab {
             &format!("# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n"),
         )?;
         match imp {
-            Impl::Shipworm(_) => return err("shipworm relay is not implemented yet (relay issue)"),
+            Impl::Shipworm(bin) => {
+                let bin = bin.display().to_string();
+                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf])?;
+            }
             Impl::Miredo => {
                 let pid = self.dir().join("relay.pid").display().to_string();
                 self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])?;

@@ -11,6 +11,9 @@
 //!   not an open IPv4→IPv6 gateway. Every legitimate exchange starts with the relay's
 //!   bubble, which creates the entry.
 //! * Bubbles carry the source address of the packet that caused them.
+//! * A client behind a symmetric NAT answers our bubble from another port than its
+//!   address embeds; the bubble is accepted when it comes from the embedded IPv4
+//!   address while we wait for it, and that port becomes the peer's mapping.
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
@@ -297,14 +300,27 @@ impl Relay {
         };
         let ip = pkt.ipv6;
         let src = ip.src_addr();
-        // §5.4.2: the source must be a Teredo address whose mapping is where it came from.
-        match TeredoAddr::decode_with_prefix(&src, self.cfg.prefix) {
-            Some(t) if t.mapped == from => {}
-            _ => return self.dropped(DropReason::SourceMismatch),
-        }
-        let Some(p) = self.peers.get_mut(&src) else {
-            return self.dropped(DropReason::NoPeerEntry);
+        // §5.4.2: the source must be a Teredo address whose mapping is where it came
+        // from — or whose mapping we learned by a bubble exchange: a bubble answering
+        // ours from the embedded address but another port (a symmetric NAT, as in
+        // RFC 6081's symmetric-NAT example), and what follows from that same port.
+        let Some(t) = TeredoAddr::decode_with_prefix(&src, self.cfg.prefix) else {
+            return self.dropped(DropReason::SourceMismatch);
         };
+        let embedded = t.mapped == from;
+        let Some(p) = self.peers.get_mut(&src) else {
+            let r = if embedded {
+                DropReason::NoPeerEntry
+            } else {
+                DropReason::SourceMismatch
+            };
+            return self.dropped(r);
+        };
+        let learned = p.trusted && p.mapped == from;
+        let answer = p.waiting && pkt.is_bubble() && t.mapped.ip() == from.ip();
+        if !(embedded || learned || answer) {
+            return self.dropped(DropReason::SourceMismatch);
+        }
         p.trusted = true;
         p.mapped = from;
         p.last_rx = now;

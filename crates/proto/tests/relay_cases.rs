@@ -168,6 +168,48 @@ fn case43_mapping_mismatch_is_dropped() {
 }
 
 #[test]
+fn symmetric_nat_client_is_learned_from_its_bubble() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    let pkt = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(10), &pkt, &mut w), Verdict::Queued);
+    w.udp.clear();
+    // Data from another port is still refused; the answering bubble is not.
+    let other = sa("198.51.100.7:61000");
+    assert_eq!(
+        r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w),
+        Verdict::Dropped(DropReason::SourceMismatch)
+    );
+    assert_eq!(
+        r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w),
+        Verdict::Consumed
+    );
+    assert_eq!(
+        w.udp,
+        vec![(other, pkt.clone())],
+        "queue flushed to the learned port"
+    );
+    // From now on that port is the peer's, both ways.
+    assert_eq!(
+        r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w),
+        Verdict::Forwarded
+    );
+    w.udp.clear();
+    assert_eq!(r.on_tun(secs(11), &pkt, &mut w), Verdict::Forwarded);
+    assert_eq!(w.udp[0].0, other);
+    // A bubble from another IPv4 address is never accepted.
+    let mut r = relay();
+    r.on_tun(secs(10), &pkt, &mut w);
+    let v = r.on_udp(
+        secs(10),
+        sa("203.0.113.5:61000"),
+        &bubble(B, NATIVE),
+        &mut w,
+    );
+    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+}
+
+#[test]
 fn unknown_teredo_sources_are_dropped() {
     let mut r = relay();
     let mut w = Wire::default();

@@ -1,0 +1,295 @@
+//! Miredo's `miredo.conf` (client and relay roles), read unchanged, plus shipworm's own
+//! directives in the same style. `RelayType` picks the role; directives of the other
+//! role are accepted and ignored with a warning, as Miredo does.
+
+use crate::config::{self, ConfigError, ConfigFile};
+use shipworm_wire::ipv4_scope::non_global_reason;
+use shipworm_wire::teredo_addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+/// The role a miredo.conf asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelayType {
+    /// `client` / `autoclient`: a Teredo client.
+    Client,
+    /// `relay` / `cone`: a relay with a public (or full-cone) address.
+    Relay,
+    /// `restricted`: a relay that also sends direct bubbles.
+    Restricted,
+    /// `host` (shipworm): a host-specific relay serving only this host.
+    Host,
+}
+
+/// Directives this file format knows.
+pub const DIRECTIVES: &[&str] = &[
+    "RelayType",
+    "InterfaceName",
+    "InterfaceMTU",
+    "BindAddress",
+    "BindPort",
+    "Prefix",
+    "ServerAddress",
+    "ServerAddress2",
+    "SyslogFacility",
+    // shipworm's own
+    "User",
+    "PeerCapacity",
+    "QueueBytes",
+    "RelayAddress",
+];
+
+/// A parsed miredo.conf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MiredoConf {
+    /// The role.
+    pub role: RelayType,
+    /// TUN interface name (Miredo's default: `miredo`).
+    pub interface: String,
+    /// Interface MTU (relays; clients take the server's).
+    pub mtu: u16,
+    /// Local IPv4 address to bind.
+    pub bind_address: Ipv4Addr,
+    /// Local UDP port (0: any).
+    pub bind_port: u16,
+    /// Teredo prefix (relays).
+    pub prefix: u32,
+    /// Teredo server (clients).
+    pub server: Option<Ipv4Addr>,
+    /// Secondary server address (clients; default server + 1).
+    pub server2: Option<Ipv4Addr>,
+    /// Syslog facility (accepted; logs go to stderr).
+    pub syslog_facility: Option<String>,
+    /// The user to run as after set-up.
+    pub user: Option<String>,
+    /// Most peers kept (relays).
+    pub peer_capacity: usize,
+    /// Bytes queued per waiting peer.
+    pub queue_bytes: usize,
+    /// Source of the relay's ICMPv6 errors (default: the host's first global IPv6 address).
+    pub relay_address: Option<Ipv6Addr>,
+    /// Directives accepted but not used by this role.
+    pub warnings: Vec<String>,
+}
+
+/// Read `path`; `server_arg` is Miredo's optional `SERVER_NAME` argument.
+pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigError> {
+    let mut f = ConfigFile::read(path)?;
+    let role = match f.take("RelayType")? {
+        None => RelayType::Client,
+        Some(d) => f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
+            "client" | "autoclient" => Ok(RelayType::Client),
+            "relay" | "cone" => Ok(RelayType::Relay),
+            "restricted" => Ok(RelayType::Restricted),
+            "host" => Ok(RelayType::Host),
+            _ => Err("expected client, autoclient, relay, cone, restricted or host".into()),
+        })?,
+    };
+    let relay = role != RelayType::Client;
+    let mut warnings = Vec::new();
+    let mut c = MiredoConf {
+        role,
+        interface: "miredo".into(),
+        mtu: 1280,
+        bind_address: Ipv4Addr::UNSPECIFIED,
+        bind_port: 0,
+        prefix: teredo_addr::PREFIX,
+        server: None,
+        server2: None,
+        syslog_facility: None,
+        user: None,
+        peer_capacity: 1 << 20,
+        queue_bytes: 4096,
+        relay_address: None,
+        warnings: Vec::new(),
+    };
+    if let Some(d) = f.take("InterfaceName")? {
+        c.interface = f.value(&d, |v| {
+            if v.is_empty() || v.len() > 15 || v.contains(['/', ' ']) {
+                Err("an interface name has 1 to 15 characters, no '/' or spaces".into())
+            } else {
+                Ok(v.to_string())
+            }
+        })?;
+    }
+    if let Some(d) = f.take("BindAddress")? {
+        c.bind_address = f.value(&d, config::ipv4)?;
+    }
+    if let Some(d) = f.take("BindPort")? {
+        c.bind_port = f.value(&d, |v| {
+            v.parse::<u16>()
+                .map_err(|_| "expected a UDP port, 0 to 65535".to_string())
+        })?;
+    }
+    if let Some(d) = f.take("SyslogFacility")? {
+        c.syslog_facility = Some(f.value(&d, config::syslog_facility)?);
+    }
+    c.user = f.take("User")?.map(|d| d.value);
+    let mut role_only = |d: &config::Directive, for_relay: bool| -> bool {
+        if for_relay != relay {
+            warnings.push(format!(
+                "{}:{}: {} is for {}s; ignored in {} mode",
+                path.display(),
+                d.line,
+                d.name,
+                if for_relay { "relay" } else { "client" },
+                if relay { "relay" } else { "client" }
+            ));
+            return false;
+        }
+        true
+    };
+    let global = |a: Ipv4Addr| match non_global_reason(a) {
+        None => Ok(a),
+        Some(why) => Err(format!(
+            "a Teredo server needs a global unicast address, this is {why}"
+        )),
+    };
+    if let Some(d) = f.take("Prefix")? {
+        if role_only(&d, true) {
+            c.prefix = f.value(&d, config::teredo_prefix)?;
+        }
+    }
+    if let Some(d) = f.take("InterfaceMTU")? {
+        if role_only(&d, true) {
+            c.mtu = f.value(&d, config::mtu)?;
+        }
+    }
+    for (name, for_relay) in [
+        ("PeerCapacity", true),
+        ("QueueBytes", true),
+        ("RelayAddress", true),
+    ] {
+        if let Some(d) = f.take(name)? {
+            if !role_only(&d, for_relay) {
+                continue;
+            }
+            match name {
+                "PeerCapacity" => {
+                    c.peer_capacity = f.value(&d, |v| match config::number(v)? {
+                        n @ 16..=100_000_000 => Ok(n),
+                        _ => Err("expected 16 to 100000000 peers".into()),
+                    })?
+                }
+                "QueueBytes" => {
+                    c.queue_bytes = f.value(&d, |v| match config::number(v)? {
+                        n @ 1280..=1_048_576 => Ok(n),
+                        _ => Err("expected 1280 to 1048576 bytes".into()),
+                    })?
+                }
+                _ => {
+                    c.relay_address = Some(f.value(&d, |v| {
+                        v.parse::<Ipv6Addr>()
+                            .map_err(|_| "expected an IPv6 address".to_string())
+                    })?)
+                }
+            }
+        }
+    }
+    if let Some(d) = f.take("ServerAddress")? {
+        if role_only(&d, false) {
+            c.server = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+        }
+    }
+    if let Some(d) = f.take("ServerAddress2")? {
+        if role_only(&d, false) {
+            c.server2 = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+        }
+    }
+    if let Some(s) = server_arg {
+        c.server = Some(
+            config::ipv4(s)
+                .and_then(global)
+                .map_err(|why| f.file_error(format!("server {s}: {why}")))?,
+        );
+    }
+    if role == RelayType::Client && c.server.is_none() {
+        return Err(f.file_error(
+            "ServerAddress is required in client mode (the Teredo server to qualify with)",
+        ));
+    }
+    f.finish(DIRECTIVES)?;
+    c.warnings = warnings;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<MiredoConf, String> {
+        let p = std::env::temp_dir().join(format!(
+            "shipworm-miredo-{}-{}.conf",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::write(&p, text).unwrap();
+        let r = load(&p, None).map_err(|e| e.reason);
+        let _ = std::fs::remove_file(&p);
+        r
+    }
+
+    #[test]
+    fn debian_default_client_file_works_unchanged() {
+        let c = load_text(
+            "# Please refer to the miredo.conf(5) man page for details.\nInterfaceName\tteredo\n\n\
+             # Pick a Teredo server:\n#ServerAddress\tteredo.ipv6.microsoft.com\nServerAddress\t192.0.2.1\n\
+             # Some firewall/NAT setups require a specific UDP port number:\n#BindPort\t3545\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.role, c.interface.as_str(), c.server),
+            (
+                RelayType::Client,
+                "teredo",
+                Some(Ipv4Addr::new(192, 0, 2, 1))
+            )
+        );
+    }
+
+    #[test]
+    fn relay_file() {
+        let c = load_text(
+            "RelayType cone\nInterfaceName teredo\nBindAddress 192.0.2.10\nBindPort 3545\nPrefix 2001:0::\nInterfaceMTU 1280\nServerAddress 192.0.2.1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.role, c.bind_port, c.server),
+            (RelayType::Relay, 3545, None)
+        );
+        assert_eq!(c.warnings.len(), 1, "ServerAddress ignored with a warning");
+        assert_eq!(
+            load_text("RelayType restricted\n").unwrap().role,
+            RelayType::Restricted
+        );
+        assert_eq!(load_text("relaytype HOST\n").unwrap().role, RelayType::Host);
+        assert_eq!(
+            load_text("RelayType autoclient\nServerAddress 192.0.2.1\n")
+                .unwrap()
+                .role,
+            RelayType::Client
+        );
+    }
+
+    #[test]
+    fn bad_files_say_why() {
+        assert!(load_text("RelayType bridge\n")
+            .unwrap_err()
+            .contains("expected client"));
+        assert!(load_text("RelayType client\n")
+            .unwrap_err()
+            .contains("ServerAddress is required"));
+        assert!(load_text("RelayType relay\nBindPort 70000\n")
+            .unwrap_err()
+            .contains("UDP port"));
+        assert!(load_text("RelayType relay\nFoo bar\n")
+            .unwrap_err()
+            .contains("unknown directive Foo"));
+        assert!(load_text("ServerAddress 10.0.0.1\n")
+            .unwrap_err()
+            .contains("private"));
+        assert!(load_text("RelayType relay\nInterfaceName a/b\n")
+            .unwrap_err()
+            .contains("interface name"));
+    }
+}

@@ -1,0 +1,110 @@
+//! A TUN device (IFF_TUN | IFF_NO_PI): whole IPv6 packets in and out, non-blocking.
+//! The interface disappears, with its addresses and routes, when the device closes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const IFF_TUN: libc::c_short = 0x0001;
+const IFF_NO_PI: libc::c_short = 0x1000;
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// An open TUN device.
+pub struct Tun {
+    file: File,
+    name: String,
+}
+
+impl Tun {
+    /// Create (or attach to) the TUN interface `name`.
+    pub fn create(name: &str) -> Result<Tun, String> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ', '\0']) {
+            return Err(format!(
+                "invalid interface name {name:?} (1 to 15 characters, no '/' or spaces)"
+            ));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open("/dev/net/tun")
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::NotFound => "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device".to_string(),
+                io::ErrorKind::PermissionDenied => "cannot open /dev/net/tun: permission denied (run as root or grant CAP_NET_ADMIN)".to_string(),
+                _ => format!("cannot open /dev/net/tun: {e}"),
+            })?;
+        let mut req = IfReq {
+            name: [0; libc::IFNAMSIZ],
+            flags: IFF_TUN | IFF_NO_PI,
+            _pad: [0; 22],
+        };
+        req.name[..name.len()].copy_from_slice(name.as_bytes());
+        // SAFETY: TUNSETIFF reads and writes an ifreq, which `req` is, for this fd.
+        let r = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                TUNSETIFF as _,
+                &mut req,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM) => format!("cannot create TUN interface {name}: needs CAP_NET_ADMIN (run as root)"),
+                Some(libc::EBUSY) => format!("cannot create TUN interface {name}: it exists and is in use (another Teredo daemon?)"),
+                _ => format!("cannot create TUN interface {name}: {e}"),
+            });
+        }
+        let end = req
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(libc::IFNAMSIZ);
+        let name = String::from_utf8_lossy(&req.name[..end]).into_owned();
+        Ok(Tun { file, name })
+    }
+
+    /// The interface name the kernel gave.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Read one packet; `Ok(None)` when none is waiting.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        match (&self.file).read(buf) {
+            Ok(n) => Ok(Some(n)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Write one packet (a full queue drops it, as a router would).
+    pub fn send(&self, packet: &[u8]) -> io::Result<()> {
+        match (&self.file).write(packet) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsFd for Tun {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
