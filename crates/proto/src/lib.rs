@@ -9,10 +9,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod drop_reason;
 pub mod icmp_error;
 pub mod peer_table;
 pub mod relay;
 pub mod server;
+pub mod transmit;
 
 pub use drop_reason::{DropCounters, DropReason};

@@ -130,6 +130,8 @@ pub struct Peer {
     pub bubble_window: Duration,
     /// Bubbles are out and unanswered: the owner's timer list holds this peer.
     pub waiting: bool,
+    /// The nonce of the direct IPv6 connectivity test under way (clients, native peers).
+    pub nonce: Option<[u8; 8]>,
     /// Packets waiting for the peer to answer.
     pub queue: PacketQueue,
 }
@@ -148,6 +150,7 @@ impl Peer {
             bubbles: 0,
             bubble_window: now,
             waiting: false,
+            nonce: None,
             queue: PacketQueue::default(),
         }
     }

@@ -18,6 +18,7 @@
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
+pub use crate::transmit::Transmit;
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
@@ -83,15 +84,6 @@ impl Default for RelayConfig {
             hash_keys: (0, 0),
         }
     }
-}
-
-/// Where the relay's output goes: the daemon implements it over its sockets and TUN
-/// (batching as it likes); tests record into vectors.
-pub trait Transmit {
-    /// Send a UDP datagram whose payload is `payload` to `to`.
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]);
-    /// Write an IPv6 packet to the native side.
-    fn tun(&mut self, packet: &[u8]);
 }
 
 /// What became of one input, for counters and tests.

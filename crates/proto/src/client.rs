@@ -1,0 +1,1141 @@
+//! The Teredo client (RFC 4380 §5.2, RFC 5991), with NAT kind detection, server
+//! failover and immediate re-qualification on network changes.
+//!
+//! Qualification, in one round trip more than the RFC's minimum:
+//! 1. A restricted RS (C = 0, fresh random nonce) goes to the server's primary address
+//!    from the service port; at the same time a cone RS (C = 1) goes to the same address
+//!    from a second, probe-only port. The cone RS is answered from the *secondary*
+//!    address: it arrives only through a full-cone NAT. (Probing from another port keeps
+//!    that unsolicited answer from disturbing the service port's mapping.)
+//! 2. The primary's RA gives mapping M1. A restricted RS to the secondary address gives
+//!    M2. M1 = M2: cone (if the probe's RA came) or restricted; M1 ≠ M2: symmetric.
+//! 3. Not symmetric: the address is prefix + flags (C = 0, 12 random bits, RFC 5991) +
+//!    ~port + ~IPv4, announced to the daemon. Symmetric: reported, and no address is
+//!    claimed (RFC 4380; the RFC 6081 extensions are future work).
+//!
+//! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
+//! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
+//! ignored on send (always bubble, as RFC 5991 advises). Local discovery is not
+//! implemented. Packets from unverified sources are dropped, not queued.
+
+use crate::drop_reason::{DropCounters, DropReason};
+use crate::icmp_error::{self, RateLimit};
+use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use crate::transmit::{Random, Transmit};
+use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
+use shipworm_wire::ip_protocol;
+use shipworm_wire::ipv4_scope::is_global_unicast;
+use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
+use shipworm_wire::teredo_addr::{
+    self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT,
+};
+use shipworm_wire::teredo_auth::AuthRepr;
+use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+/// RS retransmission timer (RFC 4380 §5.2.1).
+pub const RS_TIMEOUT: Duration = Duration::from_secs(4);
+/// RSs per phase.
+pub const RS_TRIES: u8 = 3;
+/// Bubble and connectivity-test spacing.
+pub const RETRY: Duration = Duration::from_secs(2);
+/// Bubbles or echoes per peer before giving up.
+pub const PEER_TRIES: u8 = 4;
+/// The client's link-local address on the Teredo interface.
+pub const LINK_LOCAL: Ipv6Addr = RS_SOURCE_RESTRICTED;
+
+/// One Teredo server: its primary and secondary addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerAddrs {
+    /// Primary address (embedded in the client's address).
+    pub primary: Ipv4Addr,
+    /// Secondary address (by convention primary + 1).
+    pub secondary: Ipv4Addr,
+}
+
+impl ServerAddrs {
+    /// A server at `primary` with the conventional secondary.
+    pub fn new(primary: Ipv4Addr) -> Self {
+        ServerAddrs {
+            primary,
+            secondary: Ipv4Addr::from_bits(primary.to_bits().wrapping_add(1)),
+        }
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Servers in order of preference: the first is used, the others on failure.
+    pub servers: Vec<ServerAddrs>,
+    /// Refresh interval (RFC 6081 §5.1.1: configurable, default 30 s).
+    pub refresh: Duration,
+    /// Most peers kept.
+    pub peer_capacity: usize,
+    /// Bytes queued per waiting peer.
+    pub queue_bytes: usize,
+    /// Secret keys for the peer table's hash.
+    pub hash_keys: (u64, u64),
+    /// How often to try going back to the first server while on another.
+    pub home_check: Duration,
+}
+
+impl ClientConfig {
+    /// Defaults for these servers.
+    pub fn new(servers: Vec<ServerAddrs>) -> Self {
+        ClientConfig {
+            servers,
+            refresh: Duration::from_secs(30),
+            peer_capacity: 65536,
+            queue_bytes: 4096,
+            hash_keys: (0, 0),
+            home_check: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What qualification learned about the NAT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatKind {
+    /// Not known (yet, or the secondary address did not answer).
+    Unknown,
+    /// Full cone: anyone may send in once the mapping exists.
+    Cone,
+    /// Address- or port-restricted cone: one mapping, filtered inbound.
+    Restricted,
+    /// Symmetric: a new mapping per destination.
+    Symmetric,
+}
+
+impl NatKind {
+    /// Lower-case name for logs, status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NatKind::Unknown => "unknown",
+            NatKind::Cone => "cone",
+            NatKind::Restricted => "restricted",
+            NatKind::Symmetric => "symmetric",
+        }
+    }
+}
+
+/// What the daemon must do to the interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// Configure this address (replacing any other) and MTU; the tunnel is usable.
+    Up {
+        /// The Teredo address.
+        address: Ipv6Addr,
+        /// Link MTU from the RA.
+        mtu: u32,
+        /// The server qualified with.
+        server: Ipv4Addr,
+        /// The NAT kind detected.
+        nat: NatKind,
+    },
+    /// Remove the address: no Teredo connectivity, for this reason.
+    Down(&'static str),
+    /// The NAT kind became known or changed (no address change).
+    Nat(NatKind),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting before trying again.
+    Offline {
+        retry_at: Duration,
+        backoff: Duration,
+    },
+    /// RS to `server`'s primary address.
+    Primary {
+        server: usize,
+        nonce: [u8; 8],
+        sent_at: Duration,
+        tries: u8,
+    },
+    /// RS to its secondary address, knowing the primary's answer.
+    Secondary {
+        server: usize,
+        first: Ra,
+        nonce: [u8; 8],
+        sent_at: Duration,
+        tries: u8,
+    },
+    /// Qualified.
+    Up {
+        server: usize,
+        ra: Ra,
+        address: Ipv6Addr,
+    },
+}
+
+/// What a valid RA says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ra {
+    mapped: SocketAddrV4,
+    prefix: [u8; 8],
+    mtu: u32,
+}
+
+/// Which of the client's sockets a datagram arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The service port: everything.
+    Service,
+    /// The probe-only port (NAT detection).
+    Probe,
+}
+
+/// What the client is doing, for `shipworm status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientStatus {
+    /// offline, qualifying, probing or qualified.
+    pub state: &'static str,
+    /// The Teredo address, when qualified.
+    pub address: Option<Ipv6Addr>,
+    /// The server in use or being tried.
+    pub server: Option<Ipv4Addr>,
+    /// The mapping the server saw.
+    pub mapped: Option<SocketAddrV4>,
+    /// NAT kind.
+    pub nat: NatKind,
+    /// Link MTU.
+    pub mtu: u32,
+    /// Peers in the table.
+    pub peers: usize,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Router solicitations sent.
+    pub solicitations: u64,
+    /// Valid advertisements accepted.
+    pub advertisements: u64,
+    /// Times an address was configured or changed.
+    pub addresses: u64,
+    /// Packets sent to peers (bubbles excluded).
+    pub sent: u64,
+    /// Packets delivered to the host.
+    pub delivered: u64,
+    /// Bubbles sent.
+    pub bubbles: u64,
+    /// Connectivity-test echoes sent.
+    pub echoes: u64,
+    /// Drops by reason.
+    pub drops: DropCounters,
+}
+
+/// The client state machine.
+pub struct Client<R: Random> {
+    cfg: ClientConfig,
+    rng: R,
+    phase: Phase,
+    nat: NatKind,
+    cone_nonce: Option<([u8; 8], usize)>,
+    cone_seen: bool,
+    last_server_rx: Duration,
+    refresh_after: Duration,
+    maint: Option<([u8; 8], Duration, u8)>,
+    home: Option<([u8; 8], Duration)>,
+    peers: PeerTable,
+    pending: VecDeque<Ipv6Addr>,
+    random_bits: Option<(SocketAddrV4, u16)>,
+    events: VecDeque<ClientEvent>,
+    icmp: RateLimit,
+    stats: ClientStats,
+    scratch: Vec<u8>,
+}
+
+fn keys(cfg: &ClientConfig) -> KeyedHash {
+    KeyedHash::new(cfg.hash_keys.0, cfg.hash_keys.1)
+}
+
+impl<R: Random> Client<R> {
+    /// A client that starts qualifying at the first `on_timer` call.
+    pub fn new(cfg: ClientConfig, rng: R) -> Self {
+        assert!(!cfg.servers.is_empty(), "a client needs a server");
+        Client {
+            peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
+            cfg,
+            rng,
+            phase: Phase::Offline {
+                retry_at: Duration::ZERO,
+                backoff: Duration::from_secs(10),
+            },
+            nat: NatKind::Unknown,
+            cone_nonce: None,
+            cone_seen: false,
+            last_server_rx: Duration::ZERO,
+            refresh_after: Duration::from_secs(30),
+            maint: None,
+            home: None,
+            pending: VecDeque::new(),
+            random_bits: None,
+            events: VecDeque::new(),
+            icmp: RateLimit::new(10),
+            stats: ClientStats::default(),
+            scratch: vec![0u8; 2048],
+        }
+    }
+
+    /// Next thing the daemon must do to the interface.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// The configured address, if qualified.
+    pub fn address(&self) -> Option<Ipv6Addr> {
+        match self.phase {
+            Phase::Up { address, .. } => Some(address),
+            _ => None,
+        }
+    }
+
+    /// A snapshot for `shipworm status`.
+    pub fn status(&self) -> ClientStatus {
+        let (state, server, mapped, mtu) = match &self.phase {
+            Phase::Offline { .. } => ("offline", None, None, 1280),
+            Phase::Primary { server, .. } => ("qualifying", Some(*server), None, 1280),
+            Phase::Secondary { server, first, .. } => {
+                ("probing", Some(*server), Some(first.mapped), first.mtu)
+            }
+            Phase::Up { server, ra, .. } => ("qualified", Some(*server), Some(ra.mapped), ra.mtu),
+        };
+        ClientStatus {
+            state,
+            address: self.address(),
+            server: server.map(|i| self.cfg.servers[i].primary),
+            mapped,
+            nat: self.nat,
+            mtu,
+            peers: self.peers.len(),
+        }
+    }
+
+    fn nonce(&mut self) -> [u8; 8] {
+        let mut n = [0u8; 8];
+        self.rng.fill(&mut n);
+        n
+    }
+
+    fn dropped(&mut self, r: DropReason) {
+        self.stats.drops.count(r);
+    }
+
+    /// Build an RS from `src` with `nonce` into the scratch buffer.
+    fn rs(&mut self, src: Ipv6Addr, nonce: [u8; 8]) -> usize {
+        let dst = crate::server::ALL_ROUTERS;
+        let h = TeredoHeaderRepr {
+            auth: Some(AuthRepr::with_nonce(nonce)),
+            origin: None,
+        };
+        let at = h.emit(&mut self.scratch).expect("fits");
+        Ipv6Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: ip_protocol::ICMPV6,
+            payload_len: 8,
+            hop_limit: 255,
+        }
+        .emit(&mut self.scratch[at..])
+        .expect("fits");
+        Icmpv6Repr::RouterSolicit
+            .emit(&src, &dst, &mut self.scratch[at + 40..])
+            .expect("fits");
+        self.stats.solicitations += 1;
+        at + 48
+    }
+
+    fn send_rs(&mut self, to: Ipv4Addr, nonce: [u8; 8], tx: &mut impl Transmit) {
+        let n = self.rs(RS_SOURCE_RESTRICTED, nonce);
+        tx.udp(SocketAddrV4::new(to, TEREDO_PORT), &self.scratch[..n]);
+    }
+
+    /// Start qualifying with server `server` now.
+    fn qualify(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+        let s = self.cfg.servers[server];
+        let nonce = self.nonce();
+        self.send_rs(s.primary, nonce, tx);
+        // The cone test, from the probe port: answered from the secondary address.
+        let cone = self.nonce();
+        let n = self.rs(RS_SOURCE_CONE, cone);
+        tx.probe(
+            SocketAddrV4::new(s.primary, TEREDO_PORT),
+            &self.scratch[..n],
+        );
+        self.cone_nonce = Some((cone, server));
+        self.cone_seen = false;
+        self.phase = Phase::Primary {
+            server,
+            nonce,
+            sent_at: now,
+            tries: 1,
+        };
+    }
+
+    /// The network changed (new IPv4 address or default route): qualify again at once.
+    /// The interface keeps the old address until the new RA says otherwise, so a
+    /// change that keeps the mapping costs nothing.
+    pub fn on_network_change(&mut self, now: Duration, tx: &mut impl Transmit) {
+        let server = match self.phase {
+            Phase::Up { server, .. }
+            | Phase::Primary { server, .. }
+            | Phase::Secondary { server, .. } => server,
+            Phase::Offline { .. } => 0,
+        };
+        self.maint = None;
+        self.qualify(now, server, tx);
+    }
+
+    /// Check an RA against what we asked: from `expect`:3544, our nonce, sent to
+    /// `rs_src`, exactly one /64 prefix naming `primary`, an origin indication with a
+    /// global mapping, an acceptable MTU. RFC 4861 checks too (link-local source, hop
+    /// limit 255, checksum, code, options).
+    fn check_ra(
+        pkt: &TeredoPacket<'_>,
+        from: SocketAddrV4,
+        expect: Ipv4Addr,
+        nonce: &[u8; 8],
+        rs_src: &Ipv6Addr,
+        primary: Ipv4Addr,
+    ) -> Result<Ra, DropReason> {
+        if from != SocketAddrV4::new(expect, TEREDO_PORT) {
+            return Err(DropReason::SourceMismatch);
+        }
+        let auth = pkt.auth_repr().ok_or(DropReason::AuthenticationFailed)?;
+        if auth.nonce != *nonce || auth.confirmation != 0 {
+            return Err(DropReason::AuthenticationFailed);
+        }
+        let mapped = pkt.origin.ok_or(DropReason::BadValue)?;
+        if !is_global_unicast(*mapped.ip()) {
+            return Err(DropReason::DestinationMappingNotGlobal);
+        }
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if dst != *rs_src
+            || !src.is_link_local()
+            || ip.hop_limit() != 255
+            || ip.next_header() != ip_protocol::ICMPV6
+        {
+            return Err(DropReason::InvalidSolicitation);
+        }
+        let icmp = Icmpv6Packet::new_checked(ip.payload())?;
+        let Icmpv6Repr::RouterAdvert(ra) = Icmpv6Repr::parse(&src, &dst, &icmp)? else {
+            return Err(DropReason::InvalidSolicitation);
+        };
+        let pio = match (ra.prefix_info_count, ra.prefix_info) {
+            (1, Some(p)) if p.prefix_len == 64 => p,
+            _ => return Err(DropReason::BadValue),
+        };
+        let o = pio.prefix.octets();
+        if o[4..8] != primary.octets() || o[0] & 0xe0 != 0x20 {
+            return Err(DropReason::BadValue);
+        }
+        let mtu = ra.mtu.unwrap_or(1280);
+        if !(1280..=65535).contains(&mtu) {
+            return Err(DropReason::BadValue);
+        }
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&o[..8]);
+        if prefix[..4] == teredo_addr::PREFIX_EXPERIMENTAL.to_be_bytes() {
+            // Old Microsoft servers: Miredo rewrites to the RFC prefix, so do we.
+            prefix[..4].copy_from_slice(&teredo_addr::PREFIX.to_be_bytes());
+        }
+        Ok(Ra {
+            mapped,
+            prefix,
+            mtu,
+        })
+    }
+
+    /// The address for `ra`: RFC 5991 random bits, drawn again only when the mapping
+    /// changes.
+    fn address_for(&mut self, ra: &Ra) -> Ipv6Addr {
+        let bits = match self.random_bits {
+            Some((m, b)) if m == ra.mapped => b,
+            _ => {
+                let b = (self.rng.below(0x0fff) + 1) as u16; // never 0: 0 reads as RFC 4380-only
+                self.random_bits = Some((ra.mapped, b));
+                b
+            }
+        };
+        let mut o = [0u8; 16];
+        o[..8].copy_from_slice(&ra.prefix);
+        let t = TeredoAddr {
+            prefix: u32::from_be_bytes([o[0], o[1], o[2], o[3]]),
+            server: Ipv4Addr::new(o[4], o[5], o[6], o[7]),
+            flags: Flags::new(false, bits),
+            mapped: ra.mapped,
+        };
+        t.to_ipv6()
+    }
+
+    fn schedule_refresh(&mut self) {
+        // RFC 4380: uniform in 75–100 % of the refresh interval.
+        let r = self.cfg.refresh.as_millis() as u64;
+        let jitter = self.rng.below(r / 4 + 1);
+        self.refresh_after = Duration::from_millis(r - jitter);
+    }
+
+    fn come_up(&mut self, now: Duration, server: usize, ra: Ra) {
+        let address = self.address_for(&ra);
+        let changed = match self.phase {
+            Phase::Up { address: old, .. } => old != address,
+            _ => true,
+        };
+        if changed {
+            // Peers were learned under the old mapping: start afresh.
+            self.peers = PeerTable::new(
+                self.cfg.peer_capacity,
+                Duration::from_secs(300),
+                keys(&self.cfg),
+            );
+            self.pending.clear();
+            self.stats.addresses += 1;
+        }
+        self.phase = Phase::Up {
+            server,
+            ra,
+            address,
+        };
+        self.last_server_rx = now;
+        self.maint = None;
+        self.schedule_refresh();
+        if changed || self.events.is_empty() {
+            self.events.push_back(ClientEvent::Up {
+                address,
+                mtu: ra.mtu,
+                server: self.cfg.servers[server].primary,
+                nat: self.nat,
+            });
+        }
+    }
+
+    fn go_down(
+        &mut self,
+        now: Duration,
+        why: &'static str,
+        next_server: Option<usize>,
+        tx: &mut impl Transmit,
+    ) {
+        if matches!(self.phase, Phase::Up { .. }) {
+            self.events.push_back(ClientEvent::Down(why));
+        }
+        self.maint = None;
+        self.home = None;
+        match next_server {
+            Some(s) => self.qualify(now, s, tx),
+            None => {
+                let backoff = match self.phase {
+                    Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),
+                    _ => Duration::from_secs(10),
+                };
+                self.phase = Phase::Offline {
+                    retry_at: now + backoff,
+                    backoff,
+                };
+            }
+        }
+    }
+
+    fn is_server(&self, from: &SocketAddrV4) -> Option<usize> {
+        if from.port() != TEREDO_PORT {
+            return None;
+        }
+        self.cfg
+            .servers
+            .iter()
+            .position(|s| s.primary == *from.ip() || s.secondary == *from.ip())
+    }
+
+    fn current_server(&self) -> Option<usize> {
+        match self.phase {
+            Phase::Up { server, .. }
+            | Phase::Primary { server, .. }
+            | Phase::Secondary { server, .. } => Some(server),
+            Phase::Offline { .. } => None,
+        }
+    }
+
+    /// A datagram arrived on socket `via` from `from`.
+    pub fn on_udp(
+        &mut self,
+        now: Duration,
+        via: Via,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut impl Transmit,
+    ) {
+        let pkt = match TeredoPacket::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => return self.dropped(e.into()),
+        };
+        if via == Via::Probe {
+            return self.on_probe(&pkt, from);
+        }
+        let ra_like =
+            pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
+        if let Some(idx) = self.is_server(&from) {
+            if ra_like {
+                return self.on_ra(now, idx, from, &pkt, tx);
+            }
+            if Some(idx) == self.current_server() {
+                self.last_server_rx = now;
+            }
+            return self.on_server_packet(now, &pkt, tx);
+        }
+        self.on_peer_packet(now, from, &pkt, tx);
+    }
+
+    fn on_probe(&mut self, pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
+        let Some((nonce, server)) = self.cone_nonce else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let s = self.cfg.servers[server];
+        match Self::check_ra(pkt, from, s.secondary, &nonce, &RS_SOURCE_CONE, s.primary) {
+            Ok(_) => {
+                self.cone_seen = true;
+                self.cone_nonce = None;
+                if self.nat == NatKind::Restricted {
+                    self.nat = NatKind::Cone;
+                    self.events.push_back(ClientEvent::Nat(NatKind::Cone));
+                }
+            }
+            Err(r) => self.dropped(r),
+        }
+    }
+
+    fn on_ra(
+        &mut self,
+        now: Duration,
+        idx: usize,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let s = self.cfg.servers[idx];
+        match self.phase {
+            Phase::Primary { server, nonce, .. } if server == idx => {
+                match Self::check_ra(
+                    pkt,
+                    from,
+                    s.primary,
+                    &nonce,
+                    &RS_SOURCE_RESTRICTED,
+                    s.primary,
+                ) {
+                    Ok(first) => {
+                        self.stats.advertisements += 1;
+                        let nonce = self.nonce();
+                        self.send_rs(s.secondary, nonce, tx);
+                        self.phase = Phase::Secondary {
+                            server,
+                            first,
+                            nonce,
+                            sent_at: now,
+                            tries: 1,
+                        };
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            Phase::Secondary {
+                server,
+                first,
+                nonce,
+                ..
+            } if server == idx => {
+                match Self::check_ra(
+                    pkt,
+                    from,
+                    s.secondary,
+                    &nonce,
+                    &RS_SOURCE_RESTRICTED,
+                    s.primary,
+                ) {
+                    Ok(second) => {
+                        self.stats.advertisements += 1;
+                        let nat = if second.mapped != first.mapped {
+                            NatKind::Symmetric
+                        } else if self.cone_seen {
+                            NatKind::Cone
+                        } else {
+                            NatKind::Restricted
+                        };
+                        self.nat = nat;
+                        if nat == NatKind::Symmetric {
+                            self.events.push_back(ClientEvent::Nat(nat));
+                            self.go_down(
+                                now,
+                                "symmetric NAT: no Teredo address (RFC 4380)",
+                                None,
+                                tx,
+                            );
+                        } else {
+                            self.come_up(now, server, first);
+                        }
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            Phase::Up {
+                server, ra: old, ..
+            } if server == idx => {
+                let Some((nonce, _, _)) = self.maint else {
+                    return self.on_home_ra(now, idx, from, pkt, tx);
+                };
+                match Self::check_ra(
+                    pkt,
+                    from,
+                    s.primary,
+                    &nonce,
+                    &RS_SOURCE_RESTRICTED,
+                    s.primary,
+                ) {
+                    Ok(ra) => {
+                        self.stats.advertisements += 1;
+                        self.last_server_rx = now;
+                        if ra.mapped != old.mapped || ra.prefix != old.prefix {
+                            // A new mapping: a new address; check the NAT again too.
+                            self.qualify(now, server, tx);
+                        } else {
+                            self.come_up(now, server, ra);
+                        }
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            _ => self.on_home_ra(now, idx, from, pkt, tx),
+        }
+    }
+
+    /// An answer from the first server while we use another: go back to it.
+    fn on_home_ra(
+        &mut self,
+        now: Duration,
+        idx: usize,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let Some((nonce, _)) = self.home else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let s = self.cfg.servers[idx];
+        if idx != 0
+            || Self::check_ra(
+                pkt,
+                from,
+                s.primary,
+                &nonce,
+                &RS_SOURCE_RESTRICTED,
+                s.primary,
+            )
+            .is_err()
+        {
+            return self.dropped(DropReason::AuthenticationFailed);
+        }
+        self.home = None;
+        self.qualify(now, 0, tx);
+    }
+
+    fn our_address(&self, dst: &Ipv6Addr) -> bool {
+        self.address() == Some(*dst)
+    }
+
+    fn deliver(&mut self, packet: &[u8], tx: &mut impl Transmit) {
+        tx.tun(packet);
+        self.stats.delivered += 1;
+    }
+
+    /// From the server, not an RA: indirect bubbles (answer the origin with a direct
+    /// bubble) and relayed ICMPv6.
+    fn on_server_packet(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+        let Some(me) = self.address() else {
+            return self.dropped(DropReason::LocalDestination);
+        };
+        let ip = &pkt.ipv6;
+        let src = ip.src_addr();
+        if !self.our_address(&ip.dst_addr()) || src.is_link_local() {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
+        // §5.2.3; practice answers with a bubble rather than a ping). Without an
+        // origin indication, the mapping embedded in a Teredo source will do.
+        let origin = pkt
+            .origin
+            .or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
+        if let Some(o) = origin.filter(|o| is_global_unicast(*o.ip())) {
+            let n = emit_bubble(&me, &src, 0, &mut self.scratch).expect("fits");
+            tx.udp(o, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+            if let Some(p) = self.peers.get_mut(&src) {
+                p.last_tx = now;
+            }
+        }
+        if pkt.is_bubble() {
+            return;
+        }
+        if ip.next_header() == ip_protocol::ICMPV6 {
+            self.deliver(ip.packet(), tx);
+        } else {
+            self.dropped(DropReason::NotBubbleOrIcmpv6);
+        }
+    }
+
+    fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut impl Transmit) {
+        let Some(p) = self.peers.get_mut(addr) else {
+            return;
+        };
+        p.waiting = false;
+        p.nonce = None;
+        if p.queue.is_empty() {
+            return;
+        }
+        let mut q = p.queue.drain();
+        while let Some(packet) = q.next_packet() {
+            tx.udp(to, packet);
+            self.stats.sent += 1;
+        }
+    }
+
+    fn on_peer_packet(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if !self.our_address(&dst) {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        if src.is_link_local() || !src.is_global_scope() {
+            // Forged RAs and the like never reach the host stack.
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        let embedded = TeredoAddr::decode(&src);
+        let accepted = match self.peers.get_mut(&src) {
+            // 1. A trusted peer from its mapping.
+            Some(p) if p.trusted && p.mapped == from => {
+                p.last_rx = now;
+                p.bubbles = 0;
+                true
+            }
+            // 2. The echo reply of our connectivity test.
+            Some(p)
+                if p.nonce.is_some()
+                    && is_echo_reply_with(ip, p.nonce.as_ref().expect("checked")) =>
+            {
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+                true
+            }
+            // A symmetric-NAT peer answering our bubbles from another port of its address.
+            Some(p)
+                if p.waiting
+                    && pkt.is_bubble()
+                    && embedded.is_some_and(|t| t.mapped.ip() == from.ip()) =>
+            {
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+                true
+            }
+            _ => false,
+        };
+        let accepted = accepted || {
+            // 3. A Teredo source whose embedded mapping is where it came from.
+            if embedded.is_some_and(|t| t.mapped == from) {
+                let mut p = Peer::new(src, from, now);
+                if let Some(old) = self.peers.get(&src) {
+                    p.queue = old.queue.clone();
+                    p.last_tx = old.last_tx;
+                }
+                p.trusted = true;
+                p.last_rx = now;
+                self.peers.insert(p, now).is_ok()
+            } else {
+                false
+            }
+        };
+        if !accepted {
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        self.flush(&src, from, tx);
+        if pkt.is_bubble() {
+            return;
+        }
+        self.deliver(ip.packet(), tx);
+    }
+
+    /// A packet from the host stack.
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) {
+        let Ok(ip) = Ipv6Packet::new_checked(packet) else {
+            return self.dropped(DropReason::MalformedVersion);
+        };
+        let ip = Ipv6Packet::new_unchecked(ip.packet());
+        let dst = ip.dst_addr();
+        let Some(me) = self.address() else {
+            self.error_to_host(now, &ip, unreachable::ADDRESS, tx);
+            return self.dropped(DropReason::LocalDestination);
+        };
+        if dst.is_multicast() || dst.is_link_local() {
+            return self.dropped(DropReason::DestinationNotGlobal);
+        }
+        if ip.src_addr() != me {
+            self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        if let Some(p) = self.peers.get_mut(&dst) {
+            if p.is_valid(now) {
+                p.last_tx = now;
+                let to = p.mapped;
+                tx.udp(to, ip.packet());
+                self.stats.sent += 1;
+                return;
+            }
+        }
+        let teredo = TeredoAddr::decode(&dst);
+        if let Some(t) = &teredo {
+            // Cases 4/5: never send to a non-global embedded address (§7.4.3).
+            if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
+                return self.dropped(DropReason::DestinationMappingNotGlobal);
+            }
+        }
+        let mapped = teredo.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.mapped);
+        if self.peers.get(&dst).is_none()
+            && self.peers.insert(Peer::new(dst, mapped, now), now).is_err()
+        {
+            return self.dropped(DropReason::TableFull);
+        }
+        let cap = self.cfg.queue_bytes;
+        let p = self.peers.get_mut(&dst).expect("present");
+        let queued = p.queue.push(ip.packet(), cap);
+        if !p.waiting {
+            p.waiting = true;
+            self.pending.push_back(dst);
+        }
+        if !queued {
+            self.dropped(DropReason::QueueFull);
+        }
+        self.poke(now, dst, tx);
+    }
+
+    /// One more try to reach a waiting peer, within the limits: bubbles for a Teredo
+    /// peer, a connectivity-test echo (through our server) for a native one.
+    fn poke(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        let Some(me) = self.address() else { return };
+        let Some(server) = self.current_server().map(|i| self.cfg.servers[i].primary) else {
+            return;
+        };
+        let nonce = self.nonce();
+        let Some(p) = self.peers.get_mut(&dst) else {
+            return;
+        };
+        if now.saturating_sub(p.last_tx) < RETRY || p.bubbles >= PEER_TRIES {
+            return;
+        }
+        p.last_tx = now;
+        p.bubbles += 1;
+        match TeredoAddr::decode(&dst) {
+            Some(t) => {
+                let mapped = p.mapped;
+                let n = emit_bubble(&me, &dst, 0, &mut self.scratch).expect("fits");
+                tx.udp(mapped, &self.scratch[..n]);
+                tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &self.scratch[..n]);
+                self.stats.bubbles += 2;
+            }
+            None => {
+                let nonce = *p.nonce.get_or_insert(nonce);
+                let mut id = [0u8; 4];
+                self.rng.fill(&mut id);
+                let echo = Icmpv6Repr::EchoRequest {
+                    ident: u16::from_be_bytes([id[0], id[1]]),
+                    seq_no: u16::from_be_bytes([id[2], id[3]]),
+                    data: &nonce,
+                };
+                let len = echo.buffer_len();
+                Ipv6Repr {
+                    src_addr: me,
+                    dst_addr: dst,
+                    next_header: ip_protocol::ICMPV6,
+                    payload_len: len,
+                    hop_limit: 64,
+                }
+                .emit(&mut self.scratch)
+                .expect("fits");
+                echo.emit(&me, &dst, &mut self.scratch[40..]).expect("fits");
+                tx.udp(
+                    SocketAddrV4::new(server, TEREDO_PORT),
+                    &self.scratch[..40 + len],
+                );
+                self.stats.echoes += 1;
+            }
+        }
+    }
+
+    fn error_to_host(
+        &mut self,
+        now: Duration,
+        offending: &Ipv6Packet<&[u8]>,
+        code: u8,
+        tx: &mut impl Transmit,
+    ) {
+        if !icmp_error::may_answer(offending) || !self.icmp.allow(now) {
+            return;
+        }
+        let mut out = [0u8; 1280];
+        if let Some(n) = icmp_error::build(
+            &LINK_LOCAL,
+            offending,
+            |q| Icmpv6Repr::DstUnreachable { code, invoking: q },
+            &mut out,
+        ) {
+            tx.tun(&out[..n]);
+        }
+    }
+
+    /// Time passes: RS retries, failover, maintenance, peers' bubbles and echoes.
+    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+        match self.phase {
+            Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
+            Phase::Primary {
+                server,
+                nonce,
+                sent_at,
+                tries,
+            } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+                if tries < RS_TRIES {
+                    self.send_rs(self.cfg.servers[server].primary, nonce, tx);
+                    self.phase = Phase::Primary {
+                        server,
+                        nonce,
+                        sent_at: now,
+                        tries: tries + 1,
+                    };
+                } else {
+                    // Failover: the next server, or back-off after the last.
+                    let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
+                    self.go_down(now, "server does not answer", next, tx);
+                }
+            }
+            Phase::Secondary {
+                server,
+                first,
+                nonce,
+                sent_at,
+                tries,
+            } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+                if tries < RS_TRIES {
+                    self.send_rs(self.cfg.servers[server].secondary, nonce, tx);
+                    self.phase = Phase::Secondary {
+                        server,
+                        first,
+                        nonce,
+                        sent_at: now,
+                        tries: tries + 1,
+                    };
+                } else {
+                    // The secondary address is silent: usable, NAT kind unknown.
+                    self.nat = NatKind::Unknown;
+                    self.come_up(now, server, first);
+                }
+            }
+            Phase::Up { server, .. } => self.maintain(now, server, tx),
+            _ => {}
+        }
+        for _ in 0..self.pending.len() {
+            let Some(dst) = self.pending.pop_front() else {
+                break;
+            };
+            let Some(p) = self.peers.get(&dst) else {
+                continue;
+            };
+            if !p.waiting {
+                continue;
+            }
+            if now.saturating_sub(p.last_tx) < RETRY {
+                self.pending.push_back(dst);
+            } else if p.bubbles < PEER_TRIES {
+                self.poke(now, dst, tx);
+                self.pending.push_back(dst);
+            } else {
+                self.give_up(now, dst, tx);
+            }
+        }
+        self.peers.sweep(now, 256);
+    }
+
+    fn maintain(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+        let s = self.cfg.servers[server];
+        match self.maint {
+            // Nothing from the server for the randomized refresh interval: ask it.
+            None if now.saturating_sub(self.last_server_rx) >= self.refresh_after => {
+                let nonce = self.nonce();
+                self.send_rs(s.primary, nonce, tx);
+                self.maint = Some((nonce, now, 1));
+            }
+            Some((nonce, sent, tries)) if now.saturating_sub(sent) >= RS_TIMEOUT => {
+                if tries < RS_TRIES {
+                    self.send_rs(s.primary, nonce, tx);
+                    self.maint = Some((nonce, now, tries + 1));
+                } else {
+                    // The server stopped answering: qualify again, with failover.
+                    let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
+                    self.go_down(now, "server stopped answering", next.or(Some(0)), tx);
+                    return;
+                }
+            }
+            _ => {}
+        }
+        // On a fallback server: now and then, see whether the first one is back.
+        if server != 0 {
+            match self.home {
+                Some((_, sent)) if now.saturating_sub(sent) < self.cfg.home_check => {}
+                _ => {
+                    let nonce = self.nonce();
+                    self.send_rs(self.cfg.servers[0].primary, nonce, tx);
+                    self.home = Some((nonce, now));
+                }
+            }
+        }
+    }
+
+    fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        let Some(mut p) = self.peers.remove(&dst) else {
+            return;
+        };
+        let mut q = p.queue.drain();
+        while let Some(packet) = q.next_packet() {
+            if let Ok(ip) = Ipv6Packet::new_checked(packet) {
+                self.error_to_host(now, &ip, unreachable::ADDRESS, tx);
+            }
+        }
+    }
+}
+
+/// Whether `ip` is an ICMPv6 echo reply (no extension headers) carrying `nonce`.
+fn is_echo_reply_with(ip: &Ipv6Packet<&[u8]>, nonce: &[u8; 8]) -> bool {
+    if ip.next_header() != ip_protocol::ICMPV6 {
+        return false;
+    }
+    let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else {
+        return false;
+    };
+    icmp.msg_type() == message::ECHO_REPLY
+        && icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr())
+        && icmp.payload() == nonce
+}

@@ -1,0 +1,821 @@
+//! The client against the black-box cases 24–40 of the requirements reference, in
+//! virtual time, with RAs made by shipworm's own server state machine (or crafted
+//! when a case needs a malformed one).
+
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
+use shipworm_proto::server::{Local, Server, ServerAction, ServerConfig};
+use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
+use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use shipworm_wire::teredo_addr::TeredoAddr;
+use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+const P: Ipv4Addr = Ipv4Addr::new(65, 54, 227, 120);
+const P1: Ipv4Addr = Ipv4Addr::new(65, 54, 227, 121);
+const Q: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 50);
+const M: &str = "192.0.2.45:40000";
+const MP: &str = "192.0.2.45:40001"; // the probe port's mapping
+
+struct Rng(u64);
+impl Random for Rng {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            *b = self.0 as u8;
+        }
+    }
+}
+
+#[derive(Default)]
+struct Rec {
+    udp: Vec<(SocketAddrV4, Vec<u8>)>,
+    probe: Vec<(SocketAddrV4, Vec<u8>)>,
+    tun: Vec<Vec<u8>>,
+}
+impl Transmit for Rec {
+    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.udp.push((to, p.to_vec()));
+    }
+    fn tun(&mut self, p: &[u8]) {
+        self.tun.push(p.to_vec());
+    }
+    fn probe(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.probe.push((to, p.to_vec()));
+    }
+}
+
+fn a(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+fn sa(s: &str) -> SocketAddrV4 {
+    s.parse().unwrap()
+}
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+fn ms(m: u64) -> Duration {
+    Duration::from_millis(m)
+}
+
+fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
+    let cfg = ClientConfig::new(servers.iter().map(|&p| ServerAddrs::new(p)).collect());
+    Client::new(cfg, Rng(0x1234_5678_9abc_def0))
+}
+
+/// What server `primary` answers to `rs` arriving on `local` from `from`.
+fn answer(
+    primary: Ipv4Addr,
+    local: Local,
+    from: &str,
+    rs: &[u8],
+) -> Option<(SocketAddrV4, Vec<u8>)> {
+    let mut s = Server::new(ServerConfig::new(primary));
+    let mut out = vec![0u8; 2048];
+    match s.on_udp(local, sa(from), rs, &mut out) {
+        ServerAction::Udp { from: via, len, .. } => {
+            Some((SocketAddrV4::new(s.address(via), 3544), out[..len].to_vec()))
+        }
+        _ => None,
+    }
+}
+
+/// Run qualification against server P with the NAT mapping the service port to
+/// `m1` towards the primary and `m2` towards the secondary; `cone` says whether the
+/// probe's RA gets through. Returns the events.
+fn qualify(c: &mut Client<Rng>, now: Duration, m1: &str, m2: &str, cone: bool) -> Vec<ClientEvent> {
+    let mut w = Rec::default();
+    c.on_timer(now, &mut w);
+    let (to, rs) = w.udp.pop().expect("RS to the primary");
+    assert_eq!(to, SocketAddrV4::new(P, 3544));
+    let (pto, prs) = w.probe.pop().expect("cone RS from the probe port");
+    assert_eq!(pto, SocketAddrV4::new(P, 3544));
+    if cone {
+        let (from, ra) = answer(P, Local::Primary, MP, &prs).unwrap();
+        assert_eq!(from.ip(), &P1, "the cone RS is answered from the secondary");
+        c.on_udp(now, Via::Probe, from, &ra, &mut w);
+    }
+    let (from, ra) = answer(P, Local::Primary, m1, &rs).unwrap();
+    c.on_udp(now + ms(1), Via::Service, from, &ra, &mut w);
+    let (to2, rs2) = w.udp.pop().expect("RS to the secondary");
+    assert_eq!(to2, SocketAddrV4::new(P1, 3544));
+    let (from2, ra2) = answer(P, Local::Secondary, m2, &rs2).unwrap();
+    c.on_udp(now + ms(2), Via::Service, from2, &ra2, &mut w);
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+fn up_address(events: &[ClientEvent]) -> Ipv6Addr {
+    match events.iter().find(|e| matches!(e, ClientEvent::Up { .. })) {
+        Some(ClientEvent::Up { address, .. }) => *address,
+        _ => panic!("no Up event in {events:?}"),
+    }
+}
+
+fn qualified() -> (Client<Rng>, Ipv6Addr) {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, M, false);
+    let addr = up_address(&ev);
+    (c, addr)
+}
+
+#[test]
+fn qualifies_restricted_with_an_rfc5991_address() {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, M, false);
+    let addr = up_address(&ev);
+    let t = TeredoAddr::decode(&addr).unwrap();
+    assert_eq!((t.server, t.mapped), (P, sa(M)));
+    assert!(!t.flags.cone(), "RFC 5991: cone bit clear");
+    assert!(
+        t.flags.conformance().is_rfc5991(),
+        "random bits set: {:#x}",
+        t.flags.0
+    );
+    assert!(matches!(
+        ev[0],
+        ClientEvent::Up {
+            nat: NatKind::Restricted,
+            mtu: 1280,
+            ..
+        }
+    ));
+    assert_eq!(c.status().state, "qualified");
+}
+
+#[test]
+fn detects_a_cone_nat() {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, M, true);
+    assert!(
+        matches!(
+            ev[0],
+            ClientEvent::Up {
+                nat: NatKind::Cone,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn case30_symmetric_nat_is_reported_and_no_address_claimed() {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    assert_eq!(ev, vec![ClientEvent::Nat(NatKind::Symmetric)]);
+    assert_eq!(c.address(), None);
+    assert_eq!(c.status().nat, NatKind::Symmetric);
+}
+
+/// Drive to the first RS and return it.
+fn first_rs(c: &mut Client<Rng>, w: &mut Rec) -> Vec<u8> {
+    c.on_timer(secs(1), w);
+    w.udp.pop().unwrap().1
+}
+
+fn nonce_of(rs: &[u8]) -> [u8; 8] {
+    TeredoPacket::parse(rs).unwrap().auth_repr().unwrap().nonce
+}
+
+/// A hand-made RA with `options` (raw ND option bytes) from server P's link-local.
+fn crafted_ra(nonce: Option<[u8; 8]>, origin: Option<&str>, dst: &str, options: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; 512];
+    let h = TeredoHeaderRepr {
+        auth: nonce.map(shipworm_wire::teredo_auth::AuthRepr::with_nonce),
+        origin: origin.map(sa),
+    };
+    let at = h.emit(&mut b).unwrap();
+    let src = shipworm_wire::teredo_addr::server_link_local(P);
+    let dst = a(dst);
+    let icmp_len = 16 + options.len();
+    Ipv6Repr {
+        src_addr: src,
+        dst_addr: dst,
+        next_header: 58,
+        payload_len: icmp_len,
+        hop_limit: 255,
+    }
+    .emit(&mut b[at..])
+    .unwrap();
+    let icmp = &mut b[at + 40..at + 40 + icmp_len];
+    icmp[0] = 134;
+    icmp[16..].copy_from_slice(options);
+    Icmpv6Packet::new_unchecked(&mut icmp[..]).fill_checksum(&src, &dst);
+    b.truncate(at + 40 + icmp_len);
+    b
+}
+
+fn pio(prefix: &str, len: u8) -> Vec<u8> {
+    let mut o = vec![
+        3, 4, len, 0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0,
+    ];
+    o.extend_from_slice(&a(prefix).octets());
+    o
+}
+
+fn still_qualifying(c: &mut Client<Rng>, w: &mut Rec) {
+    assert!(c.poll_event().is_none());
+    assert_eq!(c.status().state, "qualifying");
+    assert!(
+        w.udp.is_empty(),
+        "no RS to the secondary: the RA was not accepted"
+    );
+}
+
+#[test]
+fn case24_to_28_bad_ras_are_ignored() {
+    let good_prefix = "2001:0:4136:e378::";
+    let cases: Vec<(&str, Box<dyn Fn([u8; 8]) -> Vec<u8>>)> = vec![
+        (
+            "24 wrong nonce",
+            Box::new(|_| {
+                crafted_ra(
+                    Some([9; 8]),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &pio(good_prefix, 64),
+                )
+            }),
+        ),
+        (
+            "25 no origin",
+            Box::new(|n| crafted_ra(Some(n), None, "fe80::ffff:ffff:ffff", &pio(good_prefix, 64))),
+        ),
+        (
+            "26 two PIOs",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &[pio(good_prefix, 64), pio(good_prefix, 64)].concat(),
+                )
+            }),
+        ),
+        (
+            "26 no PIO",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &[5, 1, 0, 0, 0, 0, 5, 0],
+                )
+            }),
+        ),
+        (
+            "26 /48",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &pio(good_prefix, 48),
+                )
+            }),
+        ),
+        (
+            "26 other server",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &pio("2001:0:a00:1::", 64),
+                )
+            }),
+        ),
+        (
+            "27 wrong destination",
+            Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::1", &pio(good_prefix, 64))),
+        ),
+        (
+            "28 zero-length option",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &[pio(good_prefix, 64), vec![5, 0, 0, 0, 0, 0, 0, 0]].concat(),
+                )
+            }),
+        ),
+        (
+            "MTU below 1280",
+            Box::new(|n| {
+                crafted_ra(
+                    Some(n),
+                    Some(M),
+                    "fe80::ffff:ffff:ffff",
+                    &[pio(good_prefix, 64), vec![5, 1, 0, 0, 0, 0, 4, 0]].concat(),
+                )
+            }),
+        ),
+    ];
+    for (name, make) in cases {
+        let mut c = client(&[P]);
+        let mut w = Rec::default();
+        let n = nonce_of(&first_rs(&mut c, &mut w));
+        w = Rec::default();
+        c.on_udp(
+            secs(1),
+            Via::Service,
+            SocketAddrV4::new(P, 3544),
+            &make(n),
+            &mut w,
+        );
+        still_qualifying(&mut c, &mut w);
+        // The crafted RA itself is right once the flaw is removed (the test is sound).
+        if name == "24 wrong nonce" {
+            let ok = crafted_ra(
+                Some(n),
+                Some(M),
+                "fe80::ffff:ffff:ffff",
+                &pio(good_prefix, 64),
+            );
+            c.on_udp(
+                secs(1),
+                Via::Service,
+                SocketAddrV4::new(P, 3544),
+                &ok,
+                &mut w,
+            );
+            assert_eq!(
+                w.udp.len(),
+                1,
+                "a correct crafted RA moves on to the secondary probe"
+            );
+        }
+    }
+}
+
+#[test]
+fn ra_from_the_wrong_address_or_port_is_ignored() {
+    let mut c = client(&[P]);
+    let mut w = Rec::default();
+    let rs = first_rs(&mut c, &mut w);
+    let (_, ra) = answer(P, Local::Primary, M, &rs).unwrap();
+    c.on_udp(secs(1), Via::Service, sa("65.54.227.120:3545"), &ra, &mut w);
+    c.on_udp(
+        secs(1),
+        Via::Service,
+        SocketAddrV4::new(Q, 3544),
+        &ra,
+        &mut w,
+    );
+    still_qualifying(&mut c, &mut w);
+}
+
+#[test]
+fn case29_three_rs_four_seconds_apart_then_offline() {
+    let mut c = client(&[P]);
+    let mut w = Rec::default();
+    let mut times = Vec::new();
+    for t in (1000..30_000u64).step_by(250) {
+        let before = w.udp.len();
+        c.on_timer(ms(t), &mut w);
+        if w.udp.len() > before {
+            times.push(t / 1000);
+        }
+        if t == 14_000 {
+            assert_eq!(c.status().state, "offline");
+        }
+    }
+    assert_eq!(&times[..3], &[1, 5, 9]);
+    assert!(c.poll_event().is_none(), "no address ever configured");
+    // Backing off: the next attempt comes 10 s later, not at once.
+    assert_eq!(times.get(3), Some(&23));
+}
+
+#[test]
+fn failover_to_the_next_server_and_back_home() {
+    let mut c = client(&[P, Q]);
+    let mut w = Rec::default();
+    for t in (1000..13_500u64).step_by(250) {
+        c.on_timer(ms(t), &mut w);
+    }
+    // Three RSs to P, then one to Q.
+    let to: Vec<Ipv4Addr> = w.udp.iter().map(|(t, _)| *t.ip()).collect();
+    assert_eq!(to, vec![P, P, P, Q]);
+    let rs = w.udp.pop().unwrap().1;
+    let (from, ra) = answer(Q, Local::Primary, M, &rs).unwrap();
+    c.on_udp(ms(13_500), Via::Service, from, &ra, &mut w);
+    let rs2 = w.udp.pop().unwrap().1;
+    let (from2, ra2) = answer(Q, Local::Secondary, M, &rs2).unwrap();
+    c.on_udp(ms(13_501), Via::Service, from2, &ra2, &mut w);
+    let ev: Vec<ClientEvent> = std::iter::from_fn(|| c.poll_event()).collect();
+    assert!(
+        matches!(ev[0], ClientEvent::Up { server, .. } if server == Q),
+        "{ev:?}"
+    );
+    // On the fallback, the first server is tried again; when it answers, we go home.
+    w = Rec::default();
+    c.on_timer(ms(14_000), &mut w);
+    let home = w
+        .udp
+        .iter()
+        .find(|(t, _)| *t.ip() == P)
+        .expect("home check")
+        .1
+        .clone();
+    let (from, ra) = answer(P, Local::Primary, M, &home).unwrap();
+    c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
+    assert_eq!(c.status().state, "qualifying");
+    assert_eq!(c.status().server, Some(P));
+}
+
+#[test]
+fn case31_new_mapping_means_new_address_and_fresh_peers() {
+    let (mut c, old) = qualified();
+    // A peer is known.
+    let mut w = Rec::default();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        sa("198.51.100.7:3544"),
+        &bubble(peer, &old.to_string()),
+        &mut w,
+    );
+    assert_eq!(c.status().peers, 1);
+    // Refresh: nothing from the server for the randomized interval (22.5–30 s).
+    w = Rec::default();
+    for t in (3..40u64).map(secs) {
+        c.on_timer(t, &mut w);
+        if !w.udp.is_empty() {
+            break;
+        }
+    }
+    let (to, rs) = w.udp.pop().expect("maintenance RS");
+    assert_eq!(to, SocketAddrV4::new(P, 3544));
+    // The NAT now maps us to another port: a new address after a new NAT check.
+    let (from, ra) = answer(P, Local::Primary, "192.0.2.45:40123", &rs).unwrap();
+    c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
+    let ev = qualify_rest(&mut c, &mut w, "192.0.2.45:40123");
+    let new = up_address(&ev);
+    assert_ne!(new, old);
+    let (t_old, t_new) = (
+        TeredoAddr::decode(&old).unwrap(),
+        TeredoAddr::decode(&new).unwrap(),
+    );
+    assert_eq!(t_new.mapped, sa("192.0.2.45:40123"));
+    assert_ne!(
+        t_old.flags.random_bits(),
+        t_new.flags.random_bits(),
+        "new random bits with the new mapping"
+    );
+    assert_eq!(c.status().peers, 0, "peer list reset");
+}
+
+/// After a re-qualification's primary RA was fed: answer the RSs that follow.
+fn qualify_rest(c: &mut Client<Rng>, w: &mut Rec, mapping: &str) -> Vec<ClientEvent> {
+    // The re-qualification starts over: RS to primary (and probe), then secondary.
+    if let Some((to, rs)) = w.udp.pop() {
+        let local = if *to.ip() == P {
+            Local::Primary
+        } else {
+            Local::Secondary
+        };
+        let (from, ra) = answer(P, local, mapping, &rs).unwrap();
+        c.on_udp(secs(41), Via::Service, from, &ra, w);
+    }
+    if let Some((to, rs)) = w.udp.pop() {
+        let local = if *to.ip() == P {
+            Local::Primary
+        } else {
+            Local::Secondary
+        };
+        let (from, ra) = answer(P, local, mapping, &rs).unwrap();
+        c.on_udp(secs(42), Via::Service, from, &ra, w);
+    }
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+#[test]
+fn maintenance_with_the_same_mapping_keeps_the_address() {
+    let (mut c, old) = qualified();
+    let mut w = Rec::default();
+    for t in (3..40u64).map(secs) {
+        c.on_timer(t, &mut w);
+        if !w.udp.is_empty() {
+            break;
+        }
+    }
+    let (_, rs) = w.udp.pop().unwrap();
+    let (from, ra) = answer(P, Local::Primary, M, &rs).unwrap();
+    c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
+    assert_eq!(c.address(), Some(old));
+    assert!(w.udp.is_empty(), "no re-qualification");
+}
+
+#[test]
+fn network_change_requalifies_at_once() {
+    let (mut c, old) = qualified();
+    let mut w = Rec::default();
+    c.on_network_change(secs(5), &mut w);
+    assert_eq!(w.udp.len(), 1, "RS sent immediately");
+    let ev = qualify_rest(&mut c, &mut w, "203.0.113.77:6000");
+    let new = up_address(&ev);
+    assert_ne!(new, old);
+    assert_eq!(
+        TeredoAddr::decode(&new).unwrap().mapped,
+        sa("203.0.113.77:6000")
+    );
+}
+
+fn bubble(src: &str, dst: &str) -> Vec<u8> {
+    let mut b = vec![0u8; 40];
+    emit_bubble(&a(src), &a(dst), 0, &mut b).unwrap();
+    b
+}
+
+fn ipv6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; 40];
+    Ipv6Repr {
+        src_addr: a(src),
+        dst_addr: a(dst),
+        next_header: nh,
+        payload_len: payload.len(),
+        hop_limit: 64,
+    }
+    .emit(&mut v)
+    .unwrap();
+    v.extend_from_slice(payload);
+    v
+}
+
+#[test]
+fn case32_matching_teredo_source_is_delivered_and_trusted() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
+    let data = ipv6(peer, &me.to_string(), 17, &[0; 8]);
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        sa("198.51.100.7:3544"),
+        &data,
+        &mut w,
+    );
+    assert_eq!(w.tun, vec![data]);
+    // Trusted: the host's answer goes straight to the mapping.
+    w = Rec::default();
+    c.on_tun(secs(3), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    assert_eq!(w.udp.len(), 1);
+    assert_eq!(w.udp[0].0, sa("198.51.100.7:3544"));
+}
+
+#[test]
+fn case33_mismatched_source_is_not_delivered() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        sa("198.51.100.99:3544"),
+        &ipv6(peer, &me.to_string(), 17, &[0; 8]),
+        &mut w,
+    );
+    assert!(w.tun.is_empty());
+}
+
+#[test]
+fn case34_35_connectivity_test_through_the_server() {
+    let (mut c, me) = qualified();
+    let me_s = me.to_string();
+    let mut w = Rec::default();
+    let data = ipv6(&me_s, "2001:db8::1", 17, &[7; 8]);
+    c.on_tun(secs(2), &data, &mut w);
+    // An echo request with an 8-byte unpredictable payload goes to our server; no data.
+    assert_eq!(w.udp.len(), 1);
+    let (to, echo) = w.udp.pop().unwrap();
+    assert_eq!(to, SocketAddrV4::new(P, 3544));
+    let ip = Ipv6Packet::new_checked(&echo[..]).unwrap();
+    assert_eq!((ip.src_addr(), ip.dst_addr()), (me, a("2001:db8::1")));
+    let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
+    let Icmpv6Repr::EchoRequest {
+        ident,
+        seq_no,
+        data: nonce,
+    } = Icmpv6Repr::parse(&me, &a("2001:db8::1"), &icmp).unwrap()
+    else {
+        panic!("not an echo request")
+    };
+    assert!(nonce.len() >= 8);
+    let reply = |data: &[u8]| {
+        let r = Icmpv6Repr::EchoReply {
+            ident,
+            seq_no,
+            data,
+        };
+        let mut b = vec![0u8; 40 + r.buffer_len()];
+        Ipv6Repr {
+            src_addr: a("2001:db8::1"),
+            dst_addr: me,
+            next_header: 58,
+            payload_len: r.buffer_len(),
+            hop_limit: 60,
+        }
+        .emit(&mut b)
+        .unwrap();
+        r.emit(&a("2001:db8::1"), &me, &mut b[40..]).unwrap();
+        b
+    };
+    // Case 35: a reply with the wrong nonce from a relay is ignored…
+    c.on_udp(
+        secs(3),
+        Via::Service,
+        sa("203.0.113.9:5555"),
+        &reply(&[0u8; 8]),
+        &mut w,
+    );
+    assert!(w.udp.is_empty() && w.tun.is_empty());
+    // …the right one makes the relay trusted and releases the queued packet to it.
+    c.on_udp(
+        secs(3),
+        Via::Service,
+        sa("203.0.113.9:5555"),
+        &reply(nonce),
+        &mut w,
+    );
+    assert_eq!(w.udp, vec![(sa("203.0.113.9:5555"), data)]);
+    assert_eq!(w.tun.len(), 1, "the echo reply itself reaches the host");
+}
+
+#[test]
+fn case36_never_send_to_a_private_embedded_address() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    // C=1, mapped ~10.1.2.3 = f5fe:fdfc.
+    c.on_tun(
+        secs(2),
+        &ipv6(
+            &me.to_string(),
+            "2001:0:4136:e378:8000:f227:f5fe:fdfc",
+            17,
+            &[0; 8],
+        ),
+        &mut w,
+    );
+    assert!(w.udp.is_empty());
+}
+
+#[test]
+fn case37_bubbles_at_0_2_4_6_then_unreachable() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    for _ in 0..20 {
+        c.on_tun(
+            secs(10),
+            &ipv6(&me.to_string(), peer, 17, &[0; 600]),
+            &mut w,
+        );
+    }
+    let mut times = vec![];
+    let mut last = 0;
+    for t in (10_000..30_000u64).step_by(250) {
+        c.on_timer(ms(t), &mut w);
+        if w.udp.len() != last {
+            times.push((t / 1000, w.udp.len() - last));
+            last = w.udp.len();
+        }
+    }
+    // Two bubbles each time (direct to the mapping, indirect via the peer's server).
+    assert_eq!(
+        w.udp
+            .iter()
+            .filter(|(t, _)| *t == sa("198.51.100.7:3544"))
+            .count(),
+        4
+    );
+    let bubbles_via_server = w
+        .udp
+        .iter()
+        .filter(|(t, p)| {
+            *t == SocketAddrV4::new(P, 3544) && TeredoPacket::parse(p).unwrap().is_bubble()
+        })
+        .count();
+    assert_eq!(bubbles_via_server, 4);
+    // t = 0, 2, 4, 6 s after the first packet (at 10 s), two bubbles each time.
+    assert_eq!(
+        times.iter().take(4).copied().collect::<Vec<_>>(),
+        vec![(10, 2), (12, 2), (14, 2), (16, 2)],
+        "{times:?}"
+    );
+    // Then the host hears the destination is unreachable; the queue was bounded (4 KiB).
+    assert!(
+        !w.tun.is_empty() && w.tun.len() <= 6,
+        "{} errors",
+        w.tun.len()
+    );
+}
+
+#[test]
+fn case38_indirect_bubble_is_answered_directly_to_the_origin() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let relay_src = "2001:db8::10";
+    let mut d = vec![0u8; 48];
+    TeredoHeaderRepr {
+        auth: None,
+        origin: Some(sa("203.0.113.9:5555")),
+    }
+    .emit(&mut d)
+    .unwrap();
+    emit_bubble(&a(relay_src), &me, 0, &mut d[8..]).unwrap();
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        SocketAddrV4::new(P, 3544),
+        &d,
+        &mut w,
+    );
+    assert_eq!(w.udp.len(), 1);
+    let (to, b) = &w.udp[0];
+    assert_eq!(*to, sa("203.0.113.9:5555"));
+    let p = TeredoPacket::parse(b).unwrap();
+    assert!(p.is_bubble());
+    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (me, a(relay_src)));
+    assert!(w.tun.is_empty(), "nothing delivered");
+}
+
+#[test]
+fn case39_link_local_from_a_peer_never_reaches_the_host() {
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let forged = ipv6(
+        "fe80::1",
+        &me.to_string(),
+        58,
+        &[134, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    );
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        sa("198.51.100.7:3544"),
+        &forged,
+        &mut w,
+    );
+    assert!(w.tun.is_empty());
+}
+
+#[test]
+fn case40_discovery_bubbles_are_ignored() {
+    let (mut c, me) = qualified();
+    let _ = me;
+    let mut w = Rec::default();
+    let mut b = vec![0u8; 40];
+    emit_bubble(
+        &a("2001:0:4136:e378:0:f227:39cc:9bf8"),
+        &a("ff02::1"),
+        1,
+        &mut b,
+    )
+    .unwrap();
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &b, &mut w);
+    assert!(w.tun.is_empty() && w.udp.is_empty());
+}
+
+#[test]
+fn unqualified_client_answers_the_host_with_unreachable() {
+    let mut c = client(&[P]);
+    let mut w = Rec::default();
+    c.on_tun(
+        secs(1),
+        &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]),
+        &mut w,
+    );
+    assert_eq!(w.tun.len(), 1);
+    let ip = Ipv6Packet::new_checked(&w.tun[0][..]).unwrap();
+    assert_eq!(ip.payload()[0], 1, "destination unreachable");
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2000, failure_persistence: None, ..ProptestConfig::default() })]
+
+        #[test]
+        fn client_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>(), which in 0u8..4) {
+            let (mut c, me) = qualified();
+            let mut w = Rec::default();
+            let mut d = data;
+            if which == 1 && d.len() >= 40 {
+                d[..40].copy_from_slice(&bubble("2001:0:4136:e378:0:f227:39cc:9bf8", &me.to_string()));
+            }
+            match which {
+                0 | 1 => c.on_udp(secs(2), Via::Service, SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), port), &d, &mut w),
+                2 => c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w),
+                _ => c.on_tun(secs(2), &d, &mut w),
+            }
+            c.on_timer(secs(5), &mut w);
+        }
+    }
+}
