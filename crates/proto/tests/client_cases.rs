@@ -228,7 +228,8 @@ fn still_qualifying(c: &mut Client<Rng>, w: &mut Rec) {
 #[test]
 fn case24_to_28_bad_ras_are_ignored() {
     let good_prefix = "2001:0:4136:e378::";
-    let cases: Vec<(&str, Box<dyn Fn([u8; 8]) -> Vec<u8>>)> = vec![
+    type MakeRa = Box<dyn Fn([u8; 8]) -> Vec<u8>>;
+    let cases: Vec<(&str, MakeRa)> = vec![
         (
             "24 wrong nonce",
             Box::new(|_| {
