@@ -33,6 +33,16 @@ pub enum Command {
     /// `restricted` or `host`. Needs root to create its TUN interface, then drops it.
     Relay(RelayArgs),
 
+    /// Run a Teredo client (RFC 4380 §5.2, RFC 5991): IPv6 from behind an IPv4 NAT.
+    ///
+    /// Reads Miredo's miredo.conf format unchanged (RelayType client, the default).
+    /// Needs root to create its interface; then keeps only CAP_NET_ADMIN.
+    Client(ClientArgs),
+
+    /// Show what a running client is doing: state, address, NAT kind, server, peers,
+    /// counters.
+    Status(StatusArgs),
+
     /// Build a little Internet of network namespaces (server, relay, NAT, client,
     /// native IPv6 host), run Teredo in it, and check ping6 and TCP both ways. Root.
     Lab(LabArgs),
@@ -95,6 +105,46 @@ pub struct RelayArgs {
     /// Stay in the foreground (always the case; accepted for Miredo compatibility).
     #[arg(short = 'f', long)]
     pub foreground: bool,
+}
+
+/// Arguments of `shipworm client`, Miredo's options included.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// Configuration file (miredo.conf format).
+    #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo.conf")]
+    pub config: std::path::PathBuf,
+
+    /// The Teredo server, overriding ServerAddress (as miredo's SERVER_NAME).
+    #[arg(value_name = "SERVER_NAME")]
+    pub server: Option<String>,
+
+    /// The user to run as once set up (default: nobody).
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Write the process id to this file.
+    #[arg(short = 'p', long, value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
+
+    /// The status socket (default: /run/shipworm/IFACE.sock).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<std::path::PathBuf>,
+
+    /// Stay in the foreground (always the case; accepted for Miredo compatibility).
+    #[arg(short = 'f', long)]
+    pub foreground: bool,
+}
+
+/// Arguments of `shipworm status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's status socket (default: the only one in /run/shipworm).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<std::path::PathBuf>,
+
+    /// Print the JSON document.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which role a configuration file is for.

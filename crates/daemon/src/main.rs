@@ -5,6 +5,7 @@
 
 mod address_cmd;
 mod cli;
+mod client_cmd;
 mod config;
 mod lab_cmd;
 mod logging;
@@ -15,6 +16,7 @@ mod relay_cmd;
 mod server_cmd;
 mod server_config;
 mod signals;
+mod status;
 mod tun;
 mod udp_batch;
 
@@ -90,6 +92,8 @@ fn main() -> ExitCode {
         cli::Command::Address(args) => address_cmd::run(&args),
         cli::Command::Server(args) => run_server(&args),
         cli::Command::Relay(args) => run_relay(&args),
+        cli::Command::Client(args) => run_client(&args),
+        cli::Command::Status(args) => show_status(&args),
         cli::Command::CheckConfig(args) => check_config(&args),
         cli::Command::Lab(args) => lab_cmd::run(&args),
     };
@@ -142,6 +146,49 @@ fn run_relay(args: &cli::RelayArgs) -> Result<(), Failure> {
         let _ = std::fs::remove_file(p);
     }
     r
+}
+
+fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let mut conf = miredo_config::load(&args.config, args.server.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    if conf.role != miredo_config::RelayType::Client {
+        return Err(Failure::usage(format!(
+            "{}: RelayType is {:?}: this file configures a relay; run shipworm relay",
+            args.config.display(),
+            conf.role
+        )));
+    }
+    if args.user.is_some() {
+        conf.user = args.user.clone();
+    }
+    write_pidfile(args.pidfile.as_deref())?;
+    let r = client_cmd::run(&conf, &conf.fallback_servers.clone(), args.control.as_deref());
+    if let Some(p) = &args.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    r
+}
+
+fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
+    let v = status::fetch(args.socket.as_deref())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
+        return Ok(());
+    }
+    let get = |k: &str| v.get(k).and_then(|x| x.as_str().map(str::to_string).or_else(|| (!x.is_null()).then(|| x.to_string()))).unwrap_or_else(|| "-".into());
+    println!("role       {} on {}", get("role"), get("interface"));
+    println!("state      {}", get("state"));
+    println!("address    {}", get("address"));
+    if let Some(d) = v.get("decoded").filter(|d| !d.is_null()) {
+        println!("  server   {}", d["server"].as_str().unwrap_or("-"));
+        println!("  mapped   {}", d["mapped"].as_str().unwrap_or("-"));
+    }
+    println!("NAT        {}", get("nat"));
+    println!("server     {}", get("server"));
+    println!("MTU        {}", get("mtu"));
+    println!("peers      {}", get("peers"));
+    println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
+    Ok(())
 }
 
 fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {

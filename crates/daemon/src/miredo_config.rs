@@ -37,6 +37,7 @@ pub const DIRECTIVES: &[&str] = &[
     "PeerCapacity",
     "QueueBytes",
     "RelayAddress",
+    "FallbackServerAddress",
 ];
 
 /// A parsed miredo.conf.
@@ -58,6 +59,8 @@ pub struct MiredoConf {
     pub server: Option<Ipv4Addr>,
     /// Secondary server address (clients; default server + 1).
     pub server2: Option<Ipv4Addr>,
+    /// Servers to fail over to, in order (clients; `FallbackServerAddress`, repeatable).
+    pub fallback_servers: Vec<Ipv4Addr>,
     /// Syslog facility (accepted; logs go to stderr).
     pub syslog_facility: Option<String>,
     /// The user to run as after set-up.
@@ -96,6 +99,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         prefix: teredo_addr::PREFIX,
         server: None,
         server2: None,
+        fallback_servers: Vec::new(),
         syslog_facility: None,
         user: None,
         peer_capacity: 1 << 20,
@@ -194,6 +198,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     if let Some(d) = f.take("ServerAddress2")? {
         if role_only(&d, false) {
             c.server2 = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+        }
+    }
+    for d in f.take_all("FallbackServerAddress") {
+        if role_only(&d, false) {
+            c.fallback_servers.push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
         }
     }
     if let Some(s) = server_arg {

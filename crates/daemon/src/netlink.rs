@@ -204,3 +204,46 @@ impl Netlink {
         })
     }
 }
+
+/// A subscription to IPv4 address and route changes: the client re-qualifies when the
+/// host moves (a new address, a new default route), without polling.
+pub struct NetworkWatch {
+    socket: rtnetlink::sys::Socket,
+    buf: Vec<u8>,
+}
+
+/// rtnetlink multicast groups (linux/rtnetlink.h): RTMGRP_IPV4_IFADDR | RTMGRP_IPV4_ROUTE.
+const IPV4_CHANGES: u32 = 0x10 | 0x40;
+
+impl NetworkWatch {
+    /// Subscribe.
+    pub fn new() -> Result<NetworkWatch, String> {
+        use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
+        socket
+            .bind(&SocketAddr::new(0, IPV4_CHANGES))
+            .map_err(|e| format!("cannot subscribe to IPv4 changes: {e}"))?;
+        socket.set_non_blocking(true).map_err(|e| e.to_string())?;
+        Ok(NetworkWatch { socket, buf: Vec::with_capacity(16384) })
+    }
+
+    /// Drain pending notifications; true if there was any.
+    pub fn changed(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            self.buf.clear();
+            match self.socket.recv(&mut self.buf, 0) {
+                Ok(n) if n > 0 => any = true,
+                _ => return any,
+            }
+        }
+    }
+}
+
+impl std::os::fd::AsFd for NetworkWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the socket outlives the borrow, which is tied to `self`.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) }
+    }
+}

@@ -28,3 +28,28 @@ pub fn drop_root(user: &str) -> Result<(), String> {
     tracing::info!("running as {user} (uid {}, gid {})", u.uid, u.gid);
     Ok(())
 }
+
+/// Become `user` but keep CAP_NET_ADMIN (and nothing else), so the interface can be
+/// reconfigured when the address changes. Not root: nothing to do.
+pub fn drop_root_keep_net_admin(user: &str) -> Result<(), String> {
+    use caps::{CapSet, Capability, CapsHashSet};
+    if !Uid::effective().is_root() {
+        return Ok(());
+    }
+    let u = User::from_name(user)
+        .map_err(|e| format!("cannot look up user {user}: {e}"))?
+        .ok_or_else(|| format!("no user named {user} (create it, or choose another with -u / User)"))?;
+    nix::sys::prctl::set_keepcaps(true).map_err(|e| format!("PR_SET_KEEPCAPS: {e}"))?;
+    setgroups(&[u.gid]).map_err(|e| format!("setgroups: {e}"))?;
+    setgid(u.gid).map_err(|e| format!("setgid({}): {e}", u.gid))?;
+    setuid(u.uid).map_err(|e| format!("setuid({}): {e}", u.uid))?;
+    let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
+    caps::set(None, CapSet::Permitted, &keep).map_err(|e| format!("capset: {e}"))?;
+    caps::set(None, CapSet::Effective, &keep).map_err(|e| format!("capset: {e}"))?;
+    caps::clear(None, CapSet::Inheritable).map_err(|e| format!("capset: {e}"))?;
+    if !u.uid.is_root() && setuid(Uid::from_raw(0)).is_ok() {
+        return Err("root privileges could be regained after setuid; refusing to run".into());
+    }
+    tracing::info!("running as {user} (uid {}) with CAP_NET_ADMIN only", u.uid);
+    Ok(())
+}

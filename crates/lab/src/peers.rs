@@ -208,7 +208,11 @@ impl Lab {
             ),
         )?;
         match imp {
-            Impl::Shipworm(_) => err("shipworm client is not implemented yet (client issue)"),
+            Impl::Shipworm(bin) => {
+                let bin = bin.display().to_string();
+                let control = self.status_socket(client).display().to_string();
+                self.spawn(&name, &ns, &[&bin, "client", "-c", &conf, "--control", &control]).map(drop)
+            }
             Impl::Miredo => {
                 let pid = self.dir().join(format!("{name}.pid")).display().to_string();
                 self.spawn(&name, &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])
@@ -217,7 +221,24 @@ impl Lab {
         }
     }
 
-    /// Wait for `client` to have a global Teredo address on its interface.
+    /// Where a shipworm client of the lab answers `shipworm status`.
+    pub fn status_socket(&self, client: usize) -> PathBuf {
+        self.dir().join(format!("client{client}.sock"))
+    }
+
+    /// The status document of a shipworm client (None for Miredo, or not yet up).
+    pub fn client_status(&self, client: usize) -> Option<serde_json::Value> {
+        use std::io::Read;
+        let mut s = std::os::unix::net::UnixStream::connect(self.status_socket(client)).ok()?;
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
+    /// Wait for `client` to have a global Teredo address on its interface. A shipworm
+    /// client that finds a symmetric NAT says so and claims no address: reported as an
+    /// error at once.
     pub fn wait_qualified(&mut self, client: usize, within: Duration) -> Result<Ipv6Addr> {
         let ns = self.clients[client].ns.clone();
         let name = format!("client{client}");
@@ -227,7 +248,12 @@ impl Lab {
             if let Some(a) = teredo_address(&ns) {
                 return Ok(a);
             }
-            std::thread::sleep(Duration::from_millis(100));
+            if let Some(st) = self.client_status(client) {
+                if st["nat"] == "symmetric" && st["address"].is_null() {
+                    return err("the client reports a symmetric NAT and claims no Teredo address");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
         err(format!(
             "client {client} did not qualify within {within:?}:\n{}",

@@ -1,0 +1,251 @@
+//! `shipworm client`: the Teredo client daemon. A TUN interface whose address follows
+//! the client state machine (through rtnetlink), the service socket and a probe socket
+//! for NAT detection, a netlink watch for network changes, a status socket; root is
+//! dropped down to CAP_NET_ADMIN once everything is open.
+
+use crate::miredo_config::MiredoConf;
+use crate::netlink::{Netlink, NetworkWatch};
+use crate::privileges;
+use crate::signals::Signals;
+use crate::status::StatusListener;
+use crate::tun::Tun;
+use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::Failure;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via, LINK_LOCAL};
+use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_wire::teredo_addr::TeredoAddr;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io::Read;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BATCH: usize = 32;
+const TICK: Duration = Duration::from_millis(100);
+/// Miredo's metric: native IPv6 routes (1024) win over Teredo.
+pub const DEFAULT_ROUTE_METRIC: u32 = 1029;
+
+/// Randomness from the kernel, through a file opened before privileges go.
+pub struct OsRandom(std::fs::File);
+
+impl Random for OsRandom {
+    fn fill(&mut self, buf: &mut [u8]) {
+        self.0.read_exact(buf).expect("/dev/urandom never runs dry");
+    }
+}
+
+struct Out<'a> {
+    sock: &'a Socket,
+    probe: &'a Socket,
+    tun: &'a Tun,
+    batch: SendBatch,
+}
+
+impl Transmit for Out<'_> {
+    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        if self.batch.is_full() {
+            self.batch.flush(self.sock.as_fd());
+        }
+        let slot = self.batch.slot_mut();
+        let n = payload.len().min(slot.len());
+        slot[..n].copy_from_slice(&payload[..n]);
+        self.batch.commit(n, to);
+    }
+    fn tun(&mut self, packet: &[u8]) {
+        let _ = self.tun.send(packet);
+    }
+    fn probe(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        let _ = self.probe.send_to(payload, &to.into());
+    }
+}
+
+fn udp_socket(addr: SocketAddrV4, what: &str) -> Result<Socket, Failure> {
+    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
+        .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
+    s.bind(&addr.into()).map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
+    Ok(s)
+}
+
+/// The interface as configured, kept in step with the state machine's events.
+struct Interface {
+    nl: Netlink,
+    index: u32,
+    name: String,
+    address: Option<Ipv6Addr>,
+    changed_at: Option<Instant>,
+}
+
+impl Interface {
+    fn apply(&mut self, ev: ClientEvent) -> Result<(), String> {
+        match ev {
+            ClientEvent::Up { address, mtu, server, nat } => {
+                if self.address != Some(address) {
+                    if let Some(old) = self.address.take() {
+                        self.nl.del_address(self.index, old, 32)?;
+                    }
+                    self.nl.set_link(self.index, true, mtu)?;
+                    self.nl.add_address(self.index, address, 32)?;
+                    self.nl.add_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC))?;
+                    self.address = Some(address);
+                    let mapped = TeredoAddr::decode(&address).map(|t| t.mapped.to_string()).unwrap_or_default();
+                    let took = self.changed_at.take().map(|t| format!(", {:.0} ms after the network change", t.elapsed().as_secs_f64() * 1000.0));
+                    tracing::info!(
+                        "qualified: {address} on {} (server {server}, mapped {mapped}, NAT {}, MTU {mtu}){}",
+                        self.name,
+                        nat.as_str(),
+                        took.unwrap_or_default()
+                    );
+                }
+            }
+            ClientEvent::Down(why) => {
+                if let Some(old) = self.address.take() {
+                    self.nl.del_address(self.index, old, 32)?;
+                    let _ = self.nl.del_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC));
+                }
+                tracing::warn!("no Teredo connectivity: {why}");
+            }
+            ClientEvent::Nat(kind) => tracing::info!("NAT kind: {}", kind.as_str()),
+        }
+        Ok(())
+    }
+}
+
+fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
+    let s = c.status();
+    let st = c.stats();
+    let decoded = s.address.and_then(|a| TeredoAddr::decode(&a)).map(|t| {
+        serde_json::json!({"server": t.server.to_string(), "mapped": t.mapped.to_string(), "random_bits": t.flags.random_bits()})
+    });
+    let drops: serde_json::Map<String, serde_json::Value> =
+        st.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
+    serde_json::json!({
+        "role": "client",
+        "interface": iface,
+        "state": s.state,
+        "address": s.address.map(|a| a.to_string()),
+        "decoded": decoded,
+        "server": s.server.map(|a| a.to_string()),
+        "mapped": s.mapped.map(|a| a.to_string()),
+        "nat": s.nat.as_str(),
+        "mtu": s.mtu,
+        "peers": s.peers,
+        "counters": {
+            "solicitations": st.solicitations,
+            "advertisements": st.advertisements,
+            "addresses": st.addresses,
+            "sent": st.sent,
+            "delivered": st.delivered,
+            "bubbles": st.bubbles,
+            "echoes": st.echoes,
+            "drops": drops,
+        },
+    })
+    .to_string()
+}
+
+/// Run the client until SIGTERM/SIGINT.
+pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>) -> Result<(), Failure> {
+    for w in &conf.warnings {
+        tracing::warn!("{w}");
+    }
+    let primary = conf.server.ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
+    let mut servers = vec![ServerAddrs { primary, secondary: conf.server2.unwrap_or(ServerAddrs::new(primary).secondary) }];
+    servers.extend(extra_servers.iter().map(|&p| ServerAddrs::new(p)));
+
+    let tun = Tun::create(&conf.interface).map_err(Failure::runtime)?;
+    let nl = Netlink::new().map_err(Failure::runtime)?;
+    let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
+    nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
+    nl.add_address(index, LINK_LOCAL, 64).map_err(Failure::runtime)?;
+    let sock = udp_socket(SocketAddrV4::new(conf.bind_address, conf.bind_port), "service")?;
+    let probe = udp_socket(SocketAddrV4::new(conf.bind_address, 0), "probe")?;
+    let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
+    let control_path = control.map(Path::to_path_buf).unwrap_or_else(|| crate::status::default_path(tun.name()));
+    let status = StatusListener::bind(&control_path)?;
+    let mut rng = OsRandom(std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?);
+    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    privileges::drop_root_keep_net_admin(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
+
+    let mut keys = [0u8; 16];
+    rng.fill(&mut keys);
+    let mut cfg = ClientConfig::new(servers);
+    cfg.hash_keys = (u64::from_le_bytes(keys[..8].try_into().expect("8")), u64::from_le_bytes(keys[8..].try_into().expect("8")));
+    cfg.queue_bytes = conf.queue_bytes;
+    let mut client = Client::new(cfg, rng);
+    let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
+    tracing::info!(
+        "Teredo client on {} (UDP {}), server {primary}{}; status: {}",
+        tun.name(),
+        local.map_or_else(|| "?".into(), |a| a.to_string()),
+        if extra_servers.is_empty() { String::new() } else { format!(", then {extra_servers:?}") },
+        control_path.display()
+    );
+    let mut iface = Interface { nl, index, name: tun.name().to_string(), address: None, changed_at: None };
+    let started = Instant::now();
+    let mut rx = RecvBatch::new(BATCH, SLOT);
+    let mut out = Out { sock: &sock, probe: &probe, tun: &tun, batch: SendBatch::new(BATCH, SLOT) };
+    let mut buf = vec![0u8; SLOT];
+    let mut next_tick = started;
+
+    while !signals.stop_requested() {
+        let wait = next_tick.saturating_duration_since(Instant::now());
+        let mut fds = [
+            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(probe.as_fd(), PollFlags::POLLIN),
+            PollFd::new(tun.as_fd(), PollFlags::POLLIN),
+            PollFd::new(watch.as_fd(), PollFlags::POLLIN),
+            PollFd::new(status.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
+        }
+        let now = started.elapsed();
+        if watch.changed() {
+            tracing::info!("network changed: qualifying again");
+            iface.changed_at = Some(Instant::now());
+            client.on_network_change(now, &mut out);
+        }
+        for (via, s) in [(Via::Service, &sock), (Via::Probe, &probe)] {
+            loop {
+                let n = rx.recv(s.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+                for i in 0..n {
+                    let (from, data) = rx.get(i);
+                    client.on_udp(now, via, from, data, &mut out);
+                }
+                if n < BATCH {
+                    break;
+                }
+            }
+        }
+        for _ in 0..BATCH {
+            match tun.recv(&mut buf) {
+                Ok(Some(n)) => client.on_tun(now, &buf[..n], &mut out),
+                Ok(None) => break,
+                Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
+            }
+        }
+        if Instant::now() >= next_tick {
+            client.on_timer(started.elapsed(), &mut out);
+            next_tick = Instant::now() + TICK;
+        }
+        if !out.batch.is_empty() {
+            out.batch.flush(sock.as_fd());
+        }
+        while let Some(ev) = client.poll_event() {
+            if let Err(e) = iface.apply(ev) {
+                tracing::error!("configuring {}: {e}", iface.name);
+            }
+        }
+        if signals.take_report_request() {
+            tracing::info!("status: {}", status_json(&client, &iface.name));
+        }
+        status.serve(|| status_json(&client, &iface.name));
+    }
+    tracing::info!("stopping: {}", status_json(&client, &iface.name));
+    Ok(())
+}
