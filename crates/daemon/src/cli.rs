@@ -111,7 +111,12 @@ pub struct RelayArgs {
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// Configuration file (miredo.conf format).
-    #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo.conf")]
+    #[arg(
+        short = 'c',
+        long = "config",
+        value_name = "FILE",
+        default_value = "/etc/miredo/miredo.conf"
+    )]
     pub config: std::path::PathBuf,
 
     /// The Teredo server, overriding ServerAddress (as miredo's SERVER_NAME).

@@ -39,6 +39,7 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
         client: pick("client"),
         transfer_bytes: args.bytes,
         pings: 5,
+        keep_on_failure: args.keep,
     };
     let mut n = 0;
     let mut say = |line: &str| {
@@ -57,8 +58,13 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
                     lab.clients[0].nat_public,
                 );
                 match lab.client_status(0) {
-                    Some(st) => println!("    NAT kind detected by the client: {}", st["nat"].as_str().unwrap_or("?")),
-                    None => println!("    NAT kind detected: not reported — Miredo does not probe for it"),
+                    Some(st) => println!(
+                        "    NAT kind detected by the client: {}",
+                        st["nat"].as_str().unwrap_or("?")
+                    ),
+                    None => println!(
+                        "    NAT kind detected: not reported — Miredo does not probe for it"
+                    ),
                 }
             }
             println!("all steps passed");
@@ -73,6 +79,11 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Err(e) => Err(Failure::runtime(e.to_string())),
+        Err(e) => {
+            if args.keep {
+                eprintln!("the lab keeps running for a look inside; remove it with: shipworm lab --cleanup");
+            }
+            Err(Failure::runtime(e.to_string()))
+        }
     }
 }

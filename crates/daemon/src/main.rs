@@ -150,7 +150,8 @@ fn run_relay(args: &cli::RelayArgs) -> Result<(), Failure> {
 
 fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
     logging::init("info");
-    let mut conf = miredo_config::load(&args.config, args.server.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut conf = miredo_config::load(&args.config, args.server.as_deref())
+        .map_err(|e| Failure::usage(e.to_string()))?;
     if conf.role != miredo_config::RelayType::Client {
         return Err(Failure::usage(format!(
             "{}: RelayType is {:?}: this file configures a relay; run shipworm relay",
@@ -162,7 +163,11 @@ fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.user.clone();
     }
     write_pidfile(args.pidfile.as_deref())?;
-    let r = client_cmd::run(&conf, &conf.fallback_servers.clone(), args.control.as_deref());
+    let r = client_cmd::run(
+        &conf,
+        &conf.fallback_servers.clone(),
+        args.control.as_deref(),
+    );
     if let Some(p) = &args.pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -175,7 +180,15 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
         return Ok(());
     }
-    let get = |k: &str| v.get(k).and_then(|x| x.as_str().map(str::to_string).or_else(|| (!x.is_null()).then(|| x.to_string()))).unwrap_or_else(|| "-".into());
+    let get = |k: &str| {
+        v.get(k)
+            .and_then(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .or_else(|| (!x.is_null()).then(|| x.to_string()))
+            })
+            .unwrap_or_else(|| "-".into())
+    };
     println!("role       {} on {}", get("role"), get("interface"));
     println!("state      {}", get("state"));
     println!("address    {}", get("address"));
@@ -187,7 +200,10 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
     println!("server     {}", get("server"));
     println!("MTU        {}", get("mtu"));
     println!("peers      {}", get("peers"));
-    println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
+    println!(
+        "counters   {}",
+        v.get("counters").map(|c| c.to_string()).unwrap_or_default()
+    );
     Ok(())
 }
 

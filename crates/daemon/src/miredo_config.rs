@@ -202,7 +202,8 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     for d in f.take_all("FallbackServerAddress") {
         if role_only(&d, false) {
-            c.fallback_servers.push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+            c.fallback_servers
+                .push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
         }
     }
     if let Some(s) = server_arg {

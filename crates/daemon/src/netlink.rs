@@ -219,12 +219,16 @@ impl NetworkWatch {
     /// Subscribe.
     pub fn new() -> Result<NetworkWatch, String> {
         use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
+        let mut socket =
+            Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
         socket
             .bind(&SocketAddr::new(0, IPV4_CHANGES))
             .map_err(|e| format!("cannot subscribe to IPv4 changes: {e}"))?;
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(NetworkWatch { socket, buf: Vec::with_capacity(16384) })
+        Ok(NetworkWatch {
+            socket,
+            buf: Vec::with_capacity(16384),
+        })
     }
 
     /// Drain pending notifications; true if there was any.

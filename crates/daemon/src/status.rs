@@ -25,14 +25,24 @@ impl StatusListener {
     /// Bind at `path` (made before privileges are dropped).
     pub fn bind(path: &Path) -> Result<StatusListener, Failure> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
         }
         let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path)
-            .map_err(|e| Failure::runtime(format!("cannot create the status socket {}: {e}", path.display())))?;
-        listener.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
+        let listener = UnixListener::bind(path).map_err(|e| {
+            Failure::runtime(format!(
+                "cannot create the status socket {}: {e}",
+                path.display()
+            ))
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
         let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
-        Ok(StatusListener { listener, path: path.to_path_buf() })
+        Ok(StatusListener {
+            listener,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Answer every waiting request with `json()`.
@@ -64,7 +74,12 @@ pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
         Some(p) => p.to_path_buf(),
         None => {
             let found: Vec<PathBuf> = std::fs::read_dir(DIR)
-                .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+                .map(|d| {
+                    d.filter_map(|e| e.ok())
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+                        .collect()
+                })
                 .unwrap_or_default();
             match found.len() {
                 1 => found.into_iter().next().expect("one"),
@@ -73,9 +88,16 @@ pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
             }
         }
     };
-    let mut s = UnixStream::connect(&path).map_err(|e| Failure::runtime(format!("cannot reach the daemon at {}: {e} (is it running?)", path.display())))?;
+    let mut s = UnixStream::connect(&path).map_err(|e| {
+        Failure::runtime(format!(
+            "cannot reach the daemon at {}: {e} (is it running?)",
+            path.display()
+        ))
+    })?;
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
     let mut text = String::new();
-    s.read_to_string(&mut text).map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
-    serde_json::from_str(&text).map_err(|e| Failure::runtime(format!("the daemon sent something that is not JSON: {e}")))
+    s.read_to_string(&mut text)
+        .map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Failure::runtime(format!("the daemon sent something that is not JSON: {e}")))
 }

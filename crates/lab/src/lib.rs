@@ -259,7 +259,12 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if !self.keep {
+        if self.keep {
+            // Leave the daemons running; `shipworm lab --cleanup` removes them later.
+            for p in &mut self.peers {
+                p.detach();
+            }
+        } else {
             self.teardown();
         }
     }

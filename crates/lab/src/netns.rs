@@ -67,6 +67,18 @@ pub fn add(name: &str) -> Result<()> {
     ip(&["netns", "add", name])?;
     NAMESPACES.lock().unwrap().push(name.to_string());
     ip(&["-n", name, "link", "set", "lo", "up"])?;
+    // No duplicate address detection in the lab: fresh links would otherwise hold
+    // their link-local addresses tentative for a second or two, and the first packets
+    // measured would wait for it.
+    exec(
+        name,
+        &[
+            "sysctl",
+            "-qw",
+            "net.ipv6.conf.default.accept_dad=0",
+            "net.ipv6.conf.all.accept_dad=0",
+        ],
+    )?;
     Ok(())
 }
 

@@ -35,6 +35,13 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// Let the daemon outlive the lab object (`--keep`).
+    pub(crate) fn detach(&mut self) {
+        if let Some(c) = self.child.take() {
+            netns::unregister_pid(c.id());
+        }
+    }
+
     pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             // SIGTERM first: both implementations clean their interfaces up on it.
@@ -211,7 +218,12 @@ impl Lab {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
                 let control = self.status_socket(client).display().to_string();
-                self.spawn(&name, &ns, &[&bin, "client", "-c", &conf, "--control", &control]).map(drop)
+                self.spawn(
+                    &name,
+                    &ns,
+                    &[&bin, "client", "-c", &conf, "--control", &control],
+                )
+                .map(drop)
             }
             Impl::Miredo => {
                 let pid = self.dir().join(format!("{name}.pid")).display().to_string();

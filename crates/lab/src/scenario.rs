@@ -24,6 +24,8 @@ pub struct Scenario {
     pub transfer_bytes: usize,
     /// Pings each way.
     pub pings: u32,
+    /// Leave the lab running even when a step fails (for a look inside).
+    pub keep_on_failure: bool,
 }
 
 /// What the run measured.
@@ -46,11 +48,19 @@ pub struct Outcome {
 /// Run `s`, reporting each step through `say`. On success the lab is returned still
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     let mut lab = Lab::build(&LabSpec {
         nats: vec![(s.nat, 1)],
     })
-    .map_err(|e| step(1, "build the lab", e))?;
+    .map_err(|e| LabError(format!("step 1 (build the lab) failed: {e}")))?;
+    if s.keep_on_failure {
+        lab.keep();
+    }
+    let outcome = run_steps(&mut lab, s, say)?;
+    Ok((lab, outcome))
+}
+
+fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
+    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     say(&format!(
         "lab built: {} namespaces ({} NAT)",
         lab.namespaces().len(),
@@ -121,17 +131,14 @@ pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
         tcp_in.bytes,
         tcp_in.mbit_per_s()
     ));
-    Ok((
-        lab,
-        Outcome {
-            address,
-            qualify_secs,
-            ping_out,
-            ping_in,
-            tcp_out,
-            tcp_in,
-        },
-    ))
+    Ok(Outcome {
+        address,
+        qualify_secs,
+        ping_out,
+        ping_in,
+        tcp_out,
+        tcp_in,
+    })
 }
 
 fn check_ping(p: &PingResult) -> Result<()> {

@@ -764,8 +764,13 @@ impl<R: Random> Client<R> {
         };
         let ip = &pkt.ipv6;
         let src = ip.src_addr();
-        if !self.our_address(&ip.dst_addr()) || src.is_link_local() {
+        if !self.our_address(&ip.dst_addr()) {
             return self.dropped(DropReason::LocalDestination);
+        }
+        // Miredo's relay sends its indirect bubbles from a link-local address: fine for
+        // a bubble, which is answered and consumed; nothing link-local reaches the host.
+        if src.is_link_local() && !pkt.is_bubble() {
+            return self.dropped(DropReason::SourceMismatch);
         }
         // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
         // §5.2.3; practice answers with a bubble rather than a ping). Without an

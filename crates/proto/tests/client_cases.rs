@@ -746,6 +746,53 @@ fn case38_indirect_bubble_is_answered_directly_to_the_origin() {
 }
 
 #[test]
+fn indirect_bubble_from_a_link_local_source_is_answered_too() {
+    // Miredo's relay sends its bubbles from a link-local address.
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let mut d = vec![0u8; 48];
+    TeredoHeaderRepr {
+        auth: None,
+        origin: Some(sa("192.0.2.10:3545")),
+    }
+    .emit(&mut d)
+    .unwrap();
+    emit_bubble(&a("fe80::81:fc12:b00d:c42d"), &me, 0, &mut d[8..]).unwrap();
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        SocketAddrV4::new(P, 3544),
+        &d,
+        &mut w,
+    );
+    assert_eq!(w.udp.len(), 1);
+    assert_eq!(w.udp[0].0, sa("192.0.2.10:3545"));
+    assert!(w.tun.is_empty());
+    // A link-local non-bubble relayed by the server is still not delivered.
+    let mut d = vec![0u8; 8];
+    TeredoHeaderRepr {
+        auth: None,
+        origin: Some(sa("192.0.2.10:3545")),
+    }
+    .emit(&mut d)
+    .unwrap();
+    d.extend_from_slice(&ipv6(
+        "fe80::1",
+        &me.to_string(),
+        58,
+        &[129, 0, 0, 0, 0, 0, 0, 0],
+    ));
+    c.on_udp(
+        secs(2),
+        Via::Service,
+        SocketAddrV4::new(P, 3544),
+        &d,
+        &mut w,
+    );
+    assert!(w.tun.is_empty());
+}
+
+#[test]
 fn case39_link_local_from_a_peer_never_reaches_the_host() {
     let (mut c, me) = qualified();
     let mut w = Rec::default();
