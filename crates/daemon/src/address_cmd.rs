@@ -62,11 +62,7 @@ impl Report {
             None => "global unicast".to_string(),
             Some(why) => format!("NOT global unicast: {why}"),
         };
-        let server_note = if self.server_global {
-            ""
-        } else {
-            " (not global unicast)"
-        };
+        let server_note = if self.server_global { "" } else { " (not global unicast)" };
         format!(
             "address      {}\n\
              prefix       {} ({})\n\
@@ -98,11 +94,7 @@ pub fn run(args: &AddressArgs) -> Result<(), Failure> {
     let teredo = match (&args.address, &args.server, &args.mapped) {
         (Some(text), _, _) => decode(text, args.prefix.as_deref())?,
         (None, Some(server), Some(mapped)) => encode(args, server, mapped)?,
-        _ => {
-            return Err(Failure::usage(
-                "give an ADDRESS to decode, or --server and --mapped to encode",
-            ))
-        }
+        _ => return Err(Failure::usage("give an ADDRESS to decode, or --server and --mapped to encode")),
     };
     let report = Report::new(&teredo);
     if args.json {
@@ -122,29 +114,19 @@ fn parse_prefix(text: &str) -> Result<u32, Failure> {
         None => (text, None),
     };
     if len.is_some_and(|l| l != "32") {
-        return Err(Failure::usage(format!(
-            "--prefix {text}: a Teredo prefix is a /32"
-        )));
+        return Err(Failure::usage(format!("--prefix {text}: a Teredo prefix is a /32")));
     }
-    let a: Ipv6Addr = addr.parse().map_err(|_| {
-        Failure::usage(format!(
-            "--prefix {text}: not an IPv6 prefix (try 2001:0::/32)"
-        ))
-    })?;
+    let a: Ipv6Addr =
+        addr.parse().map_err(|_| Failure::usage(format!("--prefix {text}: not an IPv6 prefix (try 2001:0::/32)")))?;
     let o = a.octets();
     if o[4..].iter().any(|&b| b != 0) {
-        return Err(Failure::usage(format!(
-            "--prefix {text}: bits beyond the first 32 are set"
-        )));
+        return Err(Failure::usage(format!("--prefix {text}: bits beyond the first 32 are set")));
     }
     Ok(u32::from_be_bytes([o[0], o[1], o[2], o[3]]))
 }
 
 fn decode(text: &str, prefix: Option<&str>) -> Result<TeredoAddr, Failure> {
-    let addr: Ipv6Addr = text
-        .trim()
-        .parse()
-        .map_err(|_| Failure::usage(format!("'{text}' is not an IPv6 address")))?;
+    let addr: Ipv6Addr = text.trim().parse().map_err(|_| Failure::usage(format!("'{text}' is not an IPv6 address")))?;
     let found = match prefix {
         Some(p) => TeredoAddr::decode_with_prefix(&addr, parse_prefix(p)?),
         None => TeredoAddr::decode(&addr),
@@ -164,10 +146,7 @@ fn parse_random_bits(text: &str) -> Result<u16, Failure> {
         let mut b = [0u8; 2];
         std::fs::File::open("/dev/urandom")
             .and_then(|mut f| f.read_exact(&mut b))
-            .map_err(|e| Failure {
-                message: format!("cannot read /dev/urandom: {e}"),
-                status: 1,
-            })?;
+            .map_err(|e| Failure { message: format!("cannot read /dev/urandom: {e}"), status: 1 })?;
         return Ok(u16::from_be_bytes(b) & 0x0fff);
     }
     let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
@@ -176,21 +155,16 @@ fn parse_random_bits(text: &str) -> Result<u16, Failure> {
     };
     match parsed {
         Ok(v) if v <= 0x0fff => Ok(v),
-        _ => Err(Failure::usage(format!(
-            "--random-bits {text}: expected 0–4095 (12 bits), 0x hex, or 'random'"
-        ))),
+        _ => Err(Failure::usage(format!("--random-bits {text}: expected 0–4095 (12 bits), 0x hex, or 'random'"))),
     }
 }
 
 fn encode(args: &AddressArgs, server: &str, mapped: &str) -> Result<TeredoAddr, Failure> {
-    let server: Ipv4Addr = server
+    let server: Ipv4Addr =
+        server.parse().map_err(|_| Failure::usage(format!("--server {server}: not an IPv4 address")))?;
+    let mapped: SocketAddrV4 = mapped
         .parse()
-        .map_err(|_| Failure::usage(format!("--server {server}: not an IPv4 address")))?;
-    let mapped: SocketAddrV4 = mapped.parse().map_err(|_| {
-        Failure::usage(format!(
-            "--mapped {mapped}: expected IPV4:PORT, e.g. 192.0.2.45:40000"
-        ))
-    })?;
+        .map_err(|_| Failure::usage(format!("--mapped {mapped}: expected IPV4:PORT, e.g. 192.0.2.45:40000")))?;
     if let Some(why) = non_global_reason(server) {
         return Err(Failure::usage(format!(
             "--server {server} is not global unicast ({why}); a Teredo server needs a public IPv4 address"
@@ -201,24 +175,9 @@ fn encode(args: &AddressArgs, server: &str, mapped: &str) -> Result<TeredoAddr, 
             "--mapped {mapped} is not global unicast ({why}); a Teredo address embeds the NAT's public mapping"
         )));
     }
-    let random = args
-        .random_bits
-        .as_deref()
-        .map(parse_random_bits)
-        .transpose()?
-        .unwrap_or(0);
-    let prefix = args
-        .prefix
-        .as_deref()
-        .map(parse_prefix)
-        .transpose()?
-        .unwrap_or(PREFIX);
-    Ok(TeredoAddr {
-        prefix,
-        server,
-        flags: Flags::new(args.cone, random),
-        mapped,
-    })
+    let random = args.random_bits.as_deref().map(parse_random_bits).transpose()?.unwrap_or(0);
+    let prefix = args.prefix.as_deref().map(parse_prefix).transpose()?.unwrap_or(PREFIX);
+    Ok(TeredoAddr { prefix, server, flags: Flags::new(args.cone, random), mapped })
 }
 
 #[cfg(test)]
@@ -232,9 +191,7 @@ mod tests {
         assert_eq!(r.server, Ipv4Addr::new(3, 3, 3, 3));
         assert_eq!(r.mapped, "1.1.1.1:7863".parse().unwrap());
         assert!(r.cone && r.mapped_global && !r.rfc5991_conformant);
-        assert!(r
-            .text()
-            .contains("mapped       1.1.1.1:7863 (global unicast)"));
+        assert!(r.text().contains("mapped       1.1.1.1:7863 (global unicast)"));
     }
 
     #[test]

@@ -56,12 +56,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Configuration file (miredo-server.conf format).
-    #[arg(
-        short = 'c',
-        long = "config",
-        value_name = "FILE",
-        default_value = "/etc/miredo/miredo-server.conf"
-    )]
+    #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo-server.conf")]
     pub config: std::path::PathBuf,
 
     /// Primary IPv4 address, overriding ServerBindAddress (as miredo-server's
@@ -86,12 +81,7 @@ pub struct ServerArgs {
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Configuration file (miredo.conf format).
-    #[arg(
-        short = 'c',
-        long = "config",
-        value_name = "FILE",
-        default_value = "/etc/miredo/miredo.conf"
-    )]
+    #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo.conf")]
     pub config: std::path::PathBuf,
 
     /// The user to run as once set up (default: nobody).
@@ -111,12 +101,7 @@ pub struct RelayArgs {
 #[derive(Debug, Args)]
 pub struct ClientArgs {
     /// Configuration file (miredo.conf format).
-    #[arg(
-        short = 'c',
-        long = "config",
-        value_name = "FILE",
-        default_value = "/etc/miredo/miredo.conf"
-    )]
+    #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo.conf")]
     pub config: std::path::PathBuf,
 
     /// The Teredo server, overriding ServerAddress (as miredo's SERVER_NAME).

@@ -65,10 +65,8 @@ fn udp_socket(addr: SocketAddrV4, what: &str) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
     let _ = s.set_recv_buffer_size(4 << 20);
-    s.set_nonblocking(true)
-        .map_err(|e| Failure::runtime(e.to_string()))?;
-    s.bind(&addr.into())
-        .map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
+    s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
+    s.bind(&addr.into()).map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
     Ok(s)
 }
 
@@ -84,34 +82,20 @@ struct Interface {
 impl Interface {
     fn apply(&mut self, ev: ClientEvent) -> Result<(), String> {
         match ev {
-            ClientEvent::Up {
-                address,
-                mtu,
-                server,
-                nat,
-            } => {
+            ClientEvent::Up { address, mtu, server, nat } => {
                 if self.address != Some(address) {
                     if let Some(old) = self.address.take() {
                         self.nl.del_address(self.index, old, 32)?;
                     }
                     self.nl.set_link(self.index, true, mtu)?;
                     self.nl.add_address(self.index, address, 32)?;
-                    self.nl.add_route(
-                        self.index,
-                        Ipv6Addr::UNSPECIFIED,
-                        0,
-                        Some(DEFAULT_ROUTE_METRIC),
-                    )?;
+                    self.nl.add_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC))?;
                     self.address = Some(address);
-                    let mapped = TeredoAddr::decode(&address)
-                        .map(|t| t.mapped.to_string())
-                        .unwrap_or_default();
-                    let took = self.changed_at.take().map(|t| {
-                        format!(
-                            ", {:.0} ms after the network change",
-                            t.elapsed().as_secs_f64() * 1000.0
-                        )
-                    });
+                    let mapped = TeredoAddr::decode(&address).map(|t| t.mapped.to_string()).unwrap_or_default();
+                    let took = self
+                        .changed_at
+                        .take()
+                        .map(|t| format!(", {:.0} ms after the network change", t.elapsed().as_secs_f64() * 1000.0));
                     tracing::info!(
                         "qualified: {address} on {} (server {server}, mapped {mapped}, NAT {}, MTU {mtu}){}",
                         self.name,
@@ -123,12 +107,7 @@ impl Interface {
             ClientEvent::Down(why) => {
                 if let Some(old) = self.address.take() {
                     self.nl.del_address(self.index, old, 32)?;
-                    let _ = self.nl.del_route(
-                        self.index,
-                        Ipv6Addr::UNSPECIFIED,
-                        0,
-                        Some(DEFAULT_ROUTE_METRIC),
-                    );
+                    let _ = self.nl.del_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC));
                 }
                 tracing::warn!("no Teredo connectivity: {why}");
             }
@@ -144,11 +123,8 @@ fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
     let decoded = s.address.and_then(|a| TeredoAddr::decode(&a)).map(|t| {
         serde_json::json!({"server": t.server.to_string(), "mapped": t.mapped.to_string(), "random_bits": t.flags.random_bits()})
     });
-    let drops: serde_json::Map<String, serde_json::Value> = st
-        .drops
-        .nonzero()
-        .map(|(r, n)| (r.as_str().to_string(), n.into()))
-        .collect();
+    let drops: serde_json::Map<String, serde_json::Value> =
+        st.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
     serde_json::json!({
         "role": "client",
         "interface": iface,
@@ -175,84 +151,51 @@ fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
 }
 
 /// Run the client until SIGTERM/SIGINT.
-pub fn run(
-    conf: &MiredoConf,
-    extra_servers: &[Ipv4Addr],
-    control: Option<&Path>,
-) -> Result<(), Failure> {
+pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
-    let primary = conf
-        .server
-        .ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
-    let mut servers = vec![ServerAddrs {
-        primary,
-        secondary: conf.server2.unwrap_or(ServerAddrs::new(primary).secondary),
-    }];
+    let primary = conf.server.ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
+    let mut servers =
+        vec![ServerAddrs { primary, secondary: conf.server2.unwrap_or(ServerAddrs::new(primary).secondary) }];
     servers.extend(extra_servers.iter().map(|&p| ServerAddrs::new(p)));
 
     let tun = Tun::create(&conf.interface).map_err(Failure::runtime)?;
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
     nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
-    nl.add_address(index, LINK_LOCAL, 64)
-        .map_err(Failure::runtime)?;
-    let sock = udp_socket(
-        SocketAddrV4::new(conf.bind_address, conf.bind_port),
-        "service",
-    )?;
+    nl.add_address(index, LINK_LOCAL, 64).map_err(Failure::runtime)?;
+    let sock = udp_socket(SocketAddrV4::new(conf.bind_address, conf.bind_port), "service")?;
     let probe = udp_socket(SocketAddrV4::new(conf.bind_address, 0), "probe")?;
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
-    let control_path = control
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| crate::status::default_path(tun.name()));
+    let control_path = control.map(Path::to_path_buf).unwrap_or_else(|| crate::status::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
-    let mut rng = OsRandom(
-        std::fs::File::open("/dev/urandom")
-            .map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?,
-    );
-    let signals = Signals::install()
-        .map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    let mut rng =
+        OsRandom(std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?);
+    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root_keep_net_admin(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
         .map_err(Failure::runtime)?;
 
     let mut keys = [0u8; 16];
     rng.fill(&mut keys);
     let mut cfg = ClientConfig::new(servers);
-    cfg.hash_keys = (
-        u64::from_le_bytes(keys[..8].try_into().expect("8")),
-        u64::from_le_bytes(keys[8..].try_into().expect("8")),
-    );
+    cfg.hash_keys =
+        (u64::from_le_bytes(keys[..8].try_into().expect("8")), u64::from_le_bytes(keys[8..].try_into().expect("8")));
     cfg.queue_bytes = conf.queue_bytes;
+    cfg.refresh = Duration::from_secs(conf.refresh_interval);
     let mut client = Client::new(cfg, rng);
     let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
     tracing::info!(
         "Teredo client on {} (UDP {}), server {primary}{}; status: {}",
         tun.name(),
         local.map_or_else(|| "?".into(), |a| a.to_string()),
-        if extra_servers.is_empty() {
-            String::new()
-        } else {
-            format!(", then {extra_servers:?}")
-        },
+        if extra_servers.is_empty() { String::new() } else { format!(", then {extra_servers:?}") },
         control_path.display()
     );
-    let mut iface = Interface {
-        nl,
-        index,
-        name: tun.name().to_string(),
-        address: None,
-        changed_at: None,
-    };
+    let mut iface = Interface { nl, index, name: tun.name().to_string(), address: None, changed_at: None };
     let started = Instant::now();
     let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut out = Out {
-        sock: &sock,
-        probe: &probe,
-        tun: &tun,
-        batch: SendBatch::new(BATCH, SLOT),
-    };
+    let mut out = Out { sock: &sock, probe: &probe, tun: &tun, batch: SendBatch::new(BATCH, SLOT) };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = started;
 
@@ -265,10 +208,7 @@ pub fn run(
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
         ];
-        match poll(
-            &mut fds,
-            PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX),
-        ) {
+        match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
         }
@@ -280,9 +220,7 @@ pub fn run(
         }
         for (via, s) in [(Via::Service, &sock), (Via::Probe, &probe)] {
             loop {
-                let n = rx
-                    .recv(s.as_fd())
-                    .map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+                let n = rx.recv(s.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
                 for i in 0..n {
                     let (from, data) = rx.get(i);
                     client.on_udp(now, via, from, data, &mut out);

@@ -76,34 +76,19 @@ impl ConfigFile {
                     reason: format!("directive {name} has no value"),
                 });
             }
-            directives.push(Directive {
-                name: name.to_string(),
-                value: value.to_string(),
-                line: i + 1,
-            });
+            directives.push(Directive { name: name.to_string(), value: value.to_string(), line: i + 1 });
         }
-        Ok(ConfigFile {
-            path: path.to_path_buf(),
-            directives,
-        })
+        Ok(ConfigFile { path: path.to_path_buf(), directives })
     }
 
     /// An error about `d`.
     pub fn error(&self, d: &Directive, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: self.path.clone(),
-            line: Some(d.line),
-            reason: reason.into(),
-        }
+        ConfigError { path: self.path.clone(), line: Some(d.line), reason: reason.into() }
     }
 
     /// An error about the file as a whole.
     pub fn file_error(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: self.path.clone(),
-            line: None,
-            reason: reason.into(),
-        }
+        ConfigError { path: self.path.clone(), line: None, reason: reason.into() }
     }
 
     /// Take the directive `name` (at most once in the file).
@@ -111,23 +96,14 @@ impl ConfigFile {
         let mut found = self.take_all(name);
         if found.len() > 1 {
             let second = found.swap_remove(1);
-            return Err(self.error(
-                &second,
-                format!(
-                    "{} given twice (first on line {})",
-                    second.name, found[0].line
-                ),
-            ));
+            return Err(self.error(&second, format!("{} given twice (first on line {})", second.name, found[0].line)));
         }
         Ok(found.pop())
     }
 
     /// Take every occurrence of `name`.
     pub fn take_all(&mut self, name: &str) -> Vec<Directive> {
-        let (found, rest) = self
-            .directives
-            .drain(..)
-            .partition(|d| d.name.eq_ignore_ascii_case(name));
+        let (found, rest) = self.directives.drain(..).partition(|d| d.name.eq_ignore_ascii_case(name));
         self.directives = rest;
         found
     }
@@ -136,23 +112,12 @@ impl ConfigFile {
     pub fn finish(self, known: &[&str]) -> Result<(), ConfigError> {
         match self.directives.first() {
             None => Ok(()),
-            Some(d) => Err(self.error(
-                d,
-                format!(
-                    "unknown directive {} (known here: {})",
-                    d.name,
-                    known.join(", ")
-                ),
-            )),
+            Some(d) => Err(self.error(d, format!("unknown directive {} (known here: {})", d.name, known.join(", ")))),
         }
     }
 
     /// Parse the value of `d` with `f`, turning its error into a located one.
-    pub fn value<T>(
-        &self,
-        d: &Directive,
-        f: impl FnOnce(&str) -> Result<T, String>,
-    ) -> Result<T, ConfigError> {
+    pub fn value<T>(&self, d: &Directive, f: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
         f(&d.value).map_err(|why| self.error(d, format!("{} {}: {why}", d.name, d.value)))
     }
 }
@@ -184,9 +149,7 @@ pub fn teredo_prefix(value: &str) -> Result<u32, String> {
     if len.is_some_and(|l| l != "32") {
         return Err("a Teredo prefix is a /32".into());
     }
-    let a: std::net::Ipv6Addr = addr
-        .parse()
-        .map_err(|_| "not an IPv6 prefix (e.g. 2001:0::)".to_string())?;
+    let a: std::net::Ipv6Addr = addr.parse().map_err(|_| "not an IPv6 prefix (e.g. 2001:0::)".to_string())?;
     let o = a.octets();
     if o[4..].iter().any(|&b| b != 0) {
         return Err("bits beyond the first 32 are set".into());
@@ -208,18 +171,14 @@ pub fn mtu(value: &str) -> Result<u16, String> {
 /// A syslog facility name, as Miredo accepts (daemon, local0 … local7, …).
 pub fn syslog_facility(value: &str) -> Result<String, String> {
     const NAMES: &[&str] = &[
-        "auth", "authpriv", "cron", "daemon", "ftp", "kern", "lpr", "mail", "news", "syslog",
-        "user", "uucp", "local0", "local1", "local2", "local3", "local4", "local5", "local6",
-        "local7",
+        "auth", "authpriv", "cron", "daemon", "ftp", "kern", "lpr", "mail", "news", "syslog", "user", "uucp", "local0",
+        "local1", "local2", "local3", "local4", "local5", "local6", "local7",
     ];
     let v = value.to_ascii_lowercase();
     if NAMES.contains(&v.as_str()) {
         Ok(v)
     } else {
-        Err(format!(
-            "unknown syslog facility (one of {})",
-            NAMES.join(", ")
-        ))
+        Err(format!("unknown syslog facility (one of {})", NAMES.join(", ")))
     }
 }
 
@@ -238,8 +197,7 @@ mod tests {
 
     #[test]
     fn miredo_syntax() {
-        let mut f =
-            file("# comment\n\n  ServerBindAddress\t192.0.2.1  # trailing\nprefix 2001:0::\n");
+        let mut f = file("# comment\n\n  ServerBindAddress\t192.0.2.1  # trailing\nprefix 2001:0::\n");
         let d = f.take("serverbindaddress").unwrap().unwrap();
         assert_eq!((d.value.as_str(), d.line), ("192.0.2.1", 3));
         assert_eq!(f.take("PREFIX").unwrap().unwrap().value, "2001:0::");
@@ -249,21 +207,12 @@ mod tests {
     #[test]
     fn errors_name_file_line_and_reason() {
         let e = ConfigFile::parse(Path::new("/etc/x.conf"), "Prefix\n").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "/etc/x.conf:1: directive Prefix has no value"
-        );
+        assert_eq!(e.to_string(), "/etc/x.conf:1: directive Prefix has no value");
         let mut f = file("Prefix 2001:0::\nprefix 3ffe:831f::\n");
-        assert_eq!(
-            f.take("Prefix").unwrap_err().to_string(),
-            "test.conf:2: prefix given twice (first on line 1)"
-        );
+        assert_eq!(f.take("Prefix").unwrap_err().to_string(), "test.conf:2: prefix given twice (first on line 1)");
         let f = file("\nBogus 1\n");
         let e = f.finish(&["Prefix"]).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "test.conf:2: unknown directive Bogus (known here: Prefix)"
-        );
+        assert_eq!(e.to_string(), "test.conf:2: unknown directive Bogus (known here: Prefix)");
     }
 
     #[test]

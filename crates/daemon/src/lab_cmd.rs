@@ -18,8 +18,7 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
         return Ok(());
     }
     let nat: NatKind = args.nat.parse().map_err(Failure::usage)?;
-    let me = std::env::current_exe()
-        .map_err(|e| Failure::runtime(format!("cannot find this binary: {e}")))?;
+    let me = std::env::current_exe().map_err(|e| Failure::runtime(format!("cannot find this binary: {e}")))?;
     let pick = |role: &str| -> Impl {
         let has = SHIPWORM_HAS.iter().any(|&(r, h)| r == role && h);
         let miredo_peer = args.peer.as_deref() == Some("miredo") && role != "client";
@@ -58,13 +57,8 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
                     lab.clients[0].nat_public,
                 );
                 match lab.client_status(0) {
-                    Some(st) => println!(
-                        "    NAT kind detected by the client: {}",
-                        st["nat"].as_str().unwrap_or("?")
-                    ),
-                    None => println!(
-                        "    NAT kind detected: not reported — Miredo does not probe for it"
-                    ),
+                    Some(st) => println!("    NAT kind detected by the client: {}", st["nat"].as_str().unwrap_or("?")),
+                    None => println!("    NAT kind detected: not reported — Miredo does not probe for it"),
                 }
             }
             println!("all steps passed");

@@ -35,18 +35,12 @@ pub struct Failure {
 impl Failure {
     /// Bad input from the user: exit status 2.
     pub fn usage(message: impl Into<String>) -> Self {
-        Failure {
-            message: message.into(),
-            status: 2,
-        }
+        Failure { message: message.into(), status: 2 }
     }
 
     /// A failure at run time (a socket, a permission…): exit status 1.
     pub fn runtime(message: impl Into<String>) -> Self {
-        Failure {
-            message: message.into(),
-            status: 1,
-        }
+        Failure { message: message.into(), status: 1 }
     }
 }
 
@@ -55,15 +49,8 @@ impl Failure {
 fn one_line(text: &str) -> String {
     let mut lines = text.lines();
     let first = lines.next().unwrap_or("invalid arguments");
-    let mut out = first
-        .strip_prefix("error: ")
-        .unwrap_or(first)
-        .trim_end_matches(':')
-        .to_string();
-    let more: Vec<&str> = lines
-        .take_while(|l| l.starts_with(' '))
-        .map(str::trim)
-        .collect();
+    let mut out = first.strip_prefix("error: ").unwrap_or(first).trim_end_matches(':').to_string();
+    let more: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).map(str::trim).collect();
     if !more.is_empty() {
         out.push_str(": ");
         out.push_str(&more.join(", "));
@@ -81,10 +68,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             // One line, not clap's multi-line usage block: scripts read stderr too.
-            eprintln!(
-                "shipworm: {} (see 'shipworm --help')",
-                one_line(&e.to_string())
-            );
+            eprintln!("shipworm: {} (see 'shipworm --help')", one_line(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -108,29 +92,23 @@ fn main() -> ExitCode {
 
 fn run_server(args: &cli::ServerArgs) -> Result<(), Failure> {
     logging::init("info");
-    let over = server_config::ServerOverrides {
-        bind: args.bind.clone(),
-        bind2: args.bind2.clone(),
-        user: args.user.clone(),
-    };
-    let settings = server_config::load(Some(&args.config), &over)
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    let over =
+        server_config::ServerOverrides { bind: args.bind.clone(), bind2: args.bind2.clone(), user: args.user.clone() };
+    let settings = server_config::load(Some(&args.config), &over).map_err(|e| Failure::usage(e.to_string()))?;
     server_cmd::run(&settings)
 }
 
 fn write_pidfile(path: Option<&std::path::Path>) -> Result<(), Failure> {
     if let Some(p) = path {
-        std::fs::write(p, format!("{}\n", std::process::id())).map_err(|e| {
-            Failure::runtime(format!("cannot write the pid file {}: {e}", p.display()))
-        })?;
+        std::fs::write(p, format!("{}\n", std::process::id()))
+            .map_err(|e| Failure::runtime(format!("cannot write the pid file {}: {e}", p.display())))?;
     }
     Ok(())
 }
 
 fn run_relay(args: &cli::RelayArgs) -> Result<(), Failure> {
     logging::init("info");
-    let mut conf =
-        miredo_config::load(&args.config, None).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut conf = miredo_config::load(&args.config, None).map_err(|e| Failure::usage(e.to_string()))?;
     if conf.role == miredo_config::RelayType::Client {
         return Err(Failure::usage(format!(
             "{}: RelayType is client: this file configures a Teredo client, not a relay",
@@ -150,8 +128,8 @@ fn run_relay(args: &cli::RelayArgs) -> Result<(), Failure> {
 
 fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
     logging::init("info");
-    let mut conf = miredo_config::load(&args.config, args.server.as_deref())
-        .map_err(|e| Failure::usage(e.to_string()))?;
+    let mut conf =
+        miredo_config::load(&args.config, args.server.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
     if conf.role != miredo_config::RelayType::Client {
         return Err(Failure::usage(format!(
             "{}: RelayType is {:?}: this file configures a relay; run shipworm relay",
@@ -163,11 +141,7 @@ fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.user.clone();
     }
     write_pidfile(args.pidfile.as_deref())?;
-    let r = client_cmd::run(
-        &conf,
-        &conf.fallback_servers.clone(),
-        args.control.as_deref(),
-    );
+    let r = client_cmd::run(&conf, &conf.fallback_servers.clone(), args.control.as_deref());
     if let Some(p) = &args.pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -182,11 +156,7 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
     }
     let get = |k: &str| {
         v.get(k)
-            .and_then(|x| {
-                x.as_str()
-                    .map(str::to_string)
-                    .or_else(|| (!x.is_null()).then(|| x.to_string()))
-            })
+            .and_then(|x| x.as_str().map(str::to_string).or_else(|| (!x.is_null()).then(|| x.to_string())))
             .unwrap_or_else(|| "-".into())
     };
     println!("role       {} on {}", get("role"), get("interface"));
@@ -200,10 +170,7 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
     println!("server     {}", get("server"));
     println!("MTU        {}", get("mtu"));
     println!("peers      {}", get("peers"));
-    println!(
-        "counters   {}",
-        v.get("counters").map(|c| c.to_string()).unwrap_or_default()
-    );
+    println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
     Ok(())
 }
 
@@ -222,14 +189,10 @@ fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             );
             println!("  MTU        {}", p.mtu);
             println!("  ICMPv6 forwarded up to {} bytes", p.max_forwarded_icmpv6);
-            println!(
-                "  runs as    {}",
-                s.user.as_deref().unwrap_or(privileges::DEFAULT_USER)
-            );
+            println!("  runs as    {}", s.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
         }
         cli::Role::Miredo => {
-            let c =
-                miredo_config::load(&args.file, None).map_err(|e| Failure::usage(e.to_string()))?;
+            let c = miredo_config::load(&args.file, None).map_err(|e| Failure::usage(e.to_string()))?;
             for w in &c.warnings {
                 println!("warning: {w}");
             }
@@ -239,10 +202,7 @@ fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             if let Some(s) = c.server {
                 println!("  server     {s}");
             }
-            println!(
-                "  runs as    {}",
-                c.user.as_deref().unwrap_or(privileges::DEFAULT_USER)
-            );
+            println!("  runs as    {}", c.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
         }
     }
     Ok(())

@@ -38,6 +38,7 @@ pub const DIRECTIVES: &[&str] = &[
     "QueueBytes",
     "RelayAddress",
     "FallbackServerAddress",
+    "RefreshInterval",
 ];
 
 /// A parsed miredo.conf.
@@ -61,6 +62,8 @@ pub struct MiredoConf {
     pub server2: Option<Ipv4Addr>,
     /// Servers to fail over to, in order (clients; `FallbackServerAddress`, repeatable).
     pub fallback_servers: Vec<Ipv4Addr>,
+    /// Maintenance refresh interval in seconds (clients; RFC 6081 §5.1.1, default 30).
+    pub refresh_interval: u64,
     /// Syslog facility (accepted; logs go to stderr).
     pub syslog_facility: Option<String>,
     /// The user to run as after set-up.
@@ -100,6 +103,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         server: None,
         server2: None,
         fallback_servers: Vec::new(),
+        refresh_interval: 30,
         syslog_facility: None,
         user: None,
         peer_capacity: 1 << 20,
@@ -120,10 +124,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         c.bind_address = f.value(&d, config::ipv4)?;
     }
     if let Some(d) = f.take("BindPort")? {
-        c.bind_port = f.value(&d, |v| {
-            v.parse::<u16>()
-                .map_err(|_| "expected a UDP port, 0 to 65535".to_string())
-        })?;
+        c.bind_port = f.value(&d, |v| v.parse::<u16>().map_err(|_| "expected a UDP port, 0 to 65535".to_string()))?;
     }
     if let Some(d) = f.take("SyslogFacility")? {
         c.syslog_facility = Some(f.value(&d, config::syslog_facility)?);
@@ -145,9 +146,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     };
     let global = |a: Ipv4Addr| match non_global_reason(a) {
         None => Ok(a),
-        Some(why) => Err(format!(
-            "a Teredo server needs a global unicast address, this is {why}"
-        )),
+        Some(why) => Err(format!("a Teredo server needs a global unicast address, this is {why}")),
     };
     if let Some(d) = f.take("Prefix")? {
         if role_only(&d, true) {
@@ -159,11 +158,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.mtu = f.value(&d, config::mtu)?;
         }
     }
-    for (name, for_relay) in [
-        ("PeerCapacity", true),
-        ("QueueBytes", true),
-        ("RelayAddress", true),
-    ] {
+    for (name, for_relay) in [("PeerCapacity", true), ("QueueBytes", true), ("RelayAddress", true)] {
         if let Some(d) = f.take(name)? {
             if !role_only(&d, for_relay) {
                 continue;
@@ -182,10 +177,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                     })?
                 }
                 _ => {
-                    c.relay_address = Some(f.value(&d, |v| {
-                        v.parse::<Ipv6Addr>()
-                            .map_err(|_| "expected an IPv6 address".to_string())
-                    })?)
+                    c.relay_address = Some(
+                        f.value(&d, |v| v.parse::<Ipv6Addr>().map_err(|_| "expected an IPv6 address".to_string()))?,
+                    )
                 }
             }
         }
@@ -200,23 +194,24 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.server2 = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
         }
     }
+    if let Some(d) = f.take("RefreshInterval")? {
+        if role_only(&d, false) {
+            c.refresh_interval = f.value(&d, |v| match config::number(v)? {
+                n @ 5..=3600 => Ok(n as u64),
+                _ => Err("expected 5 to 3600 seconds".into()),
+            })?;
+        }
+    }
     for d in f.take_all("FallbackServerAddress") {
         if role_only(&d, false) {
-            c.fallback_servers
-                .push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+            c.fallback_servers.push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
         }
     }
     if let Some(s) = server_arg {
-        c.server = Some(
-            config::ipv4(s)
-                .and_then(global)
-                .map_err(|why| f.file_error(format!("server {s}: {why}")))?,
-        );
+        c.server = Some(config::ipv4(s).and_then(global).map_err(|why| f.file_error(format!("server {s}: {why}")))?);
     }
     if role == RelayType::Client && c.server.is_none() {
-        return Err(f.file_error(
-            "ServerAddress is required in client mode (the Teredo server to qualify with)",
-        ));
+        return Err(f.file_error("ServerAddress is required in client mode (the Teredo server to qualify with)"));
     }
     f.finish(DIRECTIVES)?;
     c.warnings = warnings;
@@ -228,11 +223,7 @@ mod tests {
     use super::*;
 
     fn load_text(text: &str) -> Result<MiredoConf, String> {
-        let p = std::env::temp_dir().join(format!(
-            "shipworm-miredo-{}-{}.conf",
-            std::process::id(),
-            text.len()
-        ));
+        let p = std::env::temp_dir().join(format!("shipworm-miredo-{}-{}.conf", std::process::id(), text.len()));
         std::fs::write(&p, text).unwrap();
         let r = load(&p, None).map_err(|e| e.reason);
         let _ = std::fs::remove_file(&p);
@@ -249,11 +240,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (c.role, c.interface.as_str(), c.server),
-            (
-                RelayType::Client,
-                "teredo",
-                Some(Ipv4Addr::new(192, 0, 2, 1))
-            )
+            (RelayType::Client, "teredo", Some(Ipv4Addr::new(192, 0, 2, 1)))
         );
     }
 
@@ -263,43 +250,20 @@ mod tests {
             "RelayType cone\nInterfaceName teredo\nBindAddress 192.0.2.10\nBindPort 3545\nPrefix 2001:0::\nInterfaceMTU 1280\nServerAddress 192.0.2.1\n",
         )
         .unwrap();
-        assert_eq!(
-            (c.role, c.bind_port, c.server),
-            (RelayType::Relay, 3545, None)
-        );
+        assert_eq!((c.role, c.bind_port, c.server), (RelayType::Relay, 3545, None));
         assert_eq!(c.warnings.len(), 1, "ServerAddress ignored with a warning");
-        assert_eq!(
-            load_text("RelayType restricted\n").unwrap().role,
-            RelayType::Restricted
-        );
+        assert_eq!(load_text("RelayType restricted\n").unwrap().role, RelayType::Restricted);
         assert_eq!(load_text("relaytype HOST\n").unwrap().role, RelayType::Host);
-        assert_eq!(
-            load_text("RelayType autoclient\nServerAddress 192.0.2.1\n")
-                .unwrap()
-                .role,
-            RelayType::Client
-        );
+        assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
     }
 
     #[test]
     fn bad_files_say_why() {
-        assert!(load_text("RelayType bridge\n")
-            .unwrap_err()
-            .contains("expected client"));
-        assert!(load_text("RelayType client\n")
-            .unwrap_err()
-            .contains("ServerAddress is required"));
-        assert!(load_text("RelayType relay\nBindPort 70000\n")
-            .unwrap_err()
-            .contains("UDP port"));
-        assert!(load_text("RelayType relay\nFoo bar\n")
-            .unwrap_err()
-            .contains("unknown directive Foo"));
-        assert!(load_text("ServerAddress 10.0.0.1\n")
-            .unwrap_err()
-            .contains("private"));
-        assert!(load_text("RelayType relay\nInterfaceName a/b\n")
-            .unwrap_err()
-            .contains("interface name"));
+        assert!(load_text("RelayType bridge\n").unwrap_err().contains("expected client"));
+        assert!(load_text("RelayType client\n").unwrap_err().contains("ServerAddress is required"));
+        assert!(load_text("RelayType relay\nBindPort 70000\n").unwrap_err().contains("UDP port"));
+        assert!(load_text("RelayType relay\nFoo bar\n").unwrap_err().contains("unknown directive Foo"));
+        assert!(load_text("ServerAddress 10.0.0.1\n").unwrap_err().contains("private"));
+        assert!(load_text("RelayType relay\nInterfaceName a/b\n").unwrap_err().contains("interface name"));
     }
 }

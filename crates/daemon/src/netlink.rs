@@ -17,10 +17,7 @@ pub struct Netlink {
 
 fn why(what: &str, e: rtnetlink::Error) -> String {
     let text = e.to_string();
-    let hint = if text.contains("Operation not permitted")
-        || text.contains("EPERM")
-        || text.contains("-1")
-    {
+    let hint = if text.contains("Operation not permitted") || text.contains("EPERM") || text.contains("-1") {
         " (needs CAP_NET_ADMIN: run as root)"
     } else {
         ""
@@ -36,8 +33,7 @@ impl Netlink {
             .build()
             .map_err(|e| format!("cannot start the netlink runtime: {e}"))?;
         let handle = rt.block_on(async {
-            let (conn, handle, _) =
-                rtnetlink::new_connection().map_err(|e| format!("cannot open netlink: {e}"))?;
+            let (conn, handle, _) = rtnetlink::new_connection().map_err(|e| format!("cannot open netlink: {e}"))?;
             tokio::spawn(conn);
             Ok::<_, String>(handle)
         })?;
@@ -47,12 +43,7 @@ impl Netlink {
     /// The index of interface `name`.
     pub fn link_index(&self, name: &str) -> Result<u32, String> {
         self.rt.block_on(async {
-            let mut links = self
-                .handle
-                .link()
-                .get()
-                .match_name(name.to_string())
-                .execute();
+            let mut links = self.handle.link().get().match_name(name.to_string()).execute();
             match links.try_next().await {
                 Ok(Some(l)) => Ok(l.header.index),
                 Ok(None) => Err(format!("no interface named {name}")),
@@ -79,17 +70,9 @@ impl Netlink {
     /// construction, and DAD would delay it by a second or more).
     pub fn add_address(&self, index: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<(), String> {
         self.rt.block_on(async {
-            let mut req = self
-                .handle
-                .address()
-                .add(index, IpAddr::V6(addr), prefix_len)
-                .replace();
-            req.message_mut()
-                .attributes
-                .push(AddressAttribute::Flags(AddressFlags::Nodad));
-            req.execute()
-                .await
-                .map_err(|e| why(&format!("adding {addr}/{prefix_len}"), e))
+            let mut req = self.handle.address().add(index, IpAddr::V6(addr), prefix_len).replace();
+            req.message_mut().attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
+            req.execute().await.map_err(|e| why(&format!("adding {addr}/{prefix_len}"), e))
         })
     }
 
@@ -97,21 +80,10 @@ impl Netlink {
     #[allow(dead_code)]
     pub fn del_address(&self, index: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<(), String> {
         self.rt.block_on(async {
-            let mut addrs = self
-                .handle
-                .address()
-                .get()
-                .set_link_index_filter(index)
-                .execute();
-            while let Some(m) = addrs
-                .try_next()
-                .await
-                .map_err(|e| why("listing addresses", e))?
-            {
-                let found = m
-                    .attributes
-                    .iter()
-                    .any(|a| matches!(a, AddressAttribute::Address(IpAddr::V6(x)) if *x == addr));
+            let mut addrs = self.handle.address().get().set_link_index_filter(index).execute();
+            while let Some(m) = addrs.try_next().await.map_err(|e| why("listing addresses", e))? {
+                let found =
+                    m.attributes.iter().any(|a| matches!(a, AddressAttribute::Address(IpAddr::V6(x)) if *x == addr));
                 if found && m.header.prefix_len == prefix_len {
                     return self
                         .handle
@@ -132,9 +104,7 @@ impl Netlink {
         prefix_len: u8,
         metric: Option<u32>,
     ) -> rtnetlink::packet_route::route::RouteMessage {
-        let mut b = RouteMessageBuilder::<Ipv6Addr>::new()
-            .destination_prefix(dst, prefix_len)
-            .output_interface(index);
+        let mut b = RouteMessageBuilder::<Ipv6Addr>::new().destination_prefix(dst, prefix_len).output_interface(index);
         if let Some(m) = metric {
             b = b.priority(m);
         }
@@ -142,13 +112,7 @@ impl Netlink {
     }
 
     /// Route `dst/prefix_len` to interface `index` (replacing an equal route).
-    pub fn add_route(
-        &self,
-        index: u32,
-        dst: Ipv6Addr,
-        prefix_len: u8,
-        metric: Option<u32>,
-    ) -> Result<(), String> {
+    pub fn add_route(&self, index: u32, dst: Ipv6Addr, prefix_len: u8, metric: Option<u32>) -> Result<(), String> {
         self.rt.block_on(async {
             self.handle
                 .route()
@@ -162,13 +126,7 @@ impl Netlink {
 
     /// Remove that route.
     #[allow(dead_code)]
-    pub fn del_route(
-        &self,
-        index: u32,
-        dst: Ipv6Addr,
-        prefix_len: u8,
-        metric: Option<u32>,
-    ) -> Result<(), String> {
+    pub fn del_route(&self, index: u32, dst: Ipv6Addr, prefix_len: u8, metric: Option<u32>) -> Result<(), String> {
         self.rt.block_on(async {
             self.handle
                 .route()
@@ -184,14 +142,8 @@ impl Netlink {
         self.rt.block_on(async {
             let mut out = Vec::new();
             let mut addrs = self.handle.address().get().execute();
-            while let Some(m) = addrs
-                .try_next()
-                .await
-                .map_err(|e| why("listing addresses", e))?
-            {
-                if m.header.family != AddressFamily::Inet6
-                    || m.header.scope != AddressScope::Universe
-                {
+            while let Some(m) = addrs.try_next().await.map_err(|e| why("listing addresses", e))? {
+                if m.header.family != AddressFamily::Inet6 || m.header.scope != AddressScope::Universe {
                     continue;
                 }
                 for a in &m.attributes {
@@ -219,16 +171,10 @@ impl NetworkWatch {
     /// Subscribe.
     pub fn new() -> Result<NetworkWatch, String> {
         use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-        let mut socket =
-            Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
-        socket
-            .bind(&SocketAddr::new(0, IPV4_CHANGES))
-            .map_err(|e| format!("cannot subscribe to IPv4 changes: {e}"))?;
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
+        socket.bind(&SocketAddr::new(0, IPV4_CHANGES)).map_err(|e| format!("cannot subscribe to IPv4 changes: {e}"))?;
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(NetworkWatch {
-            socket,
-            buf: Vec::with_capacity(16384),
-        })
+        Ok(NetworkWatch { socket, buf: Vec::with_capacity(16384) })
     }
 
     /// Drain pending notifications; true if there was any.

@@ -13,9 +13,7 @@ pub fn drop_root(user: &str) -> Result<(), String> {
     }
     let u = User::from_name(user)
         .map_err(|e| format!("cannot look up user {user}: {e}"))?
-        .ok_or_else(|| {
-            format!("no user named {user} (create it, or choose another with -u / User)")
-        })?;
+        .ok_or_else(|| format!("no user named {user} (create it, or choose another with -u / User)"))?;
     setgroups(&[u.gid]).map_err(|e| format!("setgroups: {e}"))?;
     setgid(u.gid).map_err(|e| format!("setgid({}): {e}", u.gid))?;
     setuid(u.uid).map_err(|e| format!("setuid({}): {e}", u.uid))?;
@@ -38,9 +36,7 @@ pub fn drop_root_keep_net_admin(user: &str) -> Result<(), String> {
     }
     let u = User::from_name(user)
         .map_err(|e| format!("cannot look up user {user}: {e}"))?
-        .ok_or_else(|| {
-            format!("no user named {user} (create it, or choose another with -u / User)")
-        })?;
+        .ok_or_else(|| format!("no user named {user} (create it, or choose another with -u / User)"))?;
     nix::sys::prctl::set_keepcaps(true).map_err(|e| format!("PR_SET_KEEPCAPS: {e}"))?;
     setgroups(&[u.gid]).map_err(|e| format!("setgroups: {e}"))?;
     setgid(u.gid).map_err(|e| format!("setgid({}): {e}", u.gid))?;

@@ -51,18 +51,12 @@ impl Transmit for Out<'_> {
 
 fn random_keys() -> (u64, u64) {
     let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
         // Still unpredictable enough to an outsider: time and pid.
         let t = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
         b[..8].copy_from_slice(&t.to_le_bytes());
     }
-    (
-        u64::from_le_bytes(b[..8].try_into().unwrap()),
-        u64::from_le_bytes(b[8..].try_into().unwrap()),
-    )
+    (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap()))
 }
 
 fn bind_udp(addr: SocketAddrV4) -> Result<Socket, Failure> {
@@ -70,17 +64,11 @@ fn bind_udp(addr: SocketAddrV4) -> Result<Socket, Failure> {
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
     let _ = s.set_recv_buffer_size(8 << 20);
     let _ = s.set_send_buffer_size(8 << 20);
-    s.set_nonblocking(true)
-        .map_err(|e| Failure::runtime(e.to_string()))?;
+    s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
     s.bind(&addr.into()).map_err(|e| {
         let hint = match e.raw_os_error() {
-            Some(libc::EADDRNOTAVAIL) => format!(
-                "; {} is not an address of this host (BindAddress)",
-                addr.ip()
-            ),
-            Some(libc::EADDRINUSE) => {
-                "; another program (miredo?) uses that port (BindPort)".into()
-            }
+            Some(libc::EADDRNOTAVAIL) => format!("; {} is not an address of this host (BindAddress)", addr.ip()),
+            Some(libc::EADDRINUSE) => "; another program (miredo?) uses that port (BindPort)".into(),
             _ => String::new(),
         };
         Failure::runtime(format!("cannot bind {addr}: {e}{hint}"))
@@ -97,16 +85,9 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
     let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
-    nl.set_link(index, true, conf.mtu.into())
-        .map_err(Failure::runtime)?;
-    nl.add_address(
-        index,
-        Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff),
-        64,
-    )
-    .map_err(Failure::runtime)?;
-    nl.add_route(index, prefix, 32, None)
-        .map_err(Failure::runtime)?;
+    nl.set_link(index, true, conf.mtu.into()).map_err(Failure::runtime)?;
+    nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
+    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
     // The host's own global addresses: the served range of a host-specific relay, and
     // the source of ICMPv6 errors.
     let own: Vec<Ipv6Addr> = nl
@@ -121,10 +102,8 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
     };
     let sock = bind_udp(SocketAddrV4::new(conf.bind_address, conf.bind_port))?;
     let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
-    let signals = Signals::install()
-        .map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
-        .map_err(Failure::runtime)?;
+    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    privileges::drop_root(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
         prefix: conf.prefix,
@@ -149,19 +128,12 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
         conf.peer_capacity,
     );
     if cfg.icmp_source.is_none() {
-        tracing::warn!(
-            "no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)"
-        );
+        tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
     let mut relay = Relay::new(cfg);
     let started = Instant::now();
     let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut out = Out {
-        sock: &sock,
-        tun: &tun,
-        batch: SendBatch::new(BATCH, SLOT),
-        tun_errors: 0,
-    };
+    let mut out = Out { sock: &sock, tun: &tun, batch: SendBatch::new(BATCH, SLOT), tun_errors: 0 };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = started + TICK;
 
@@ -170,23 +142,15 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
             report(&relay, "counters");
         }
         let wait = next_tick.saturating_duration_since(Instant::now());
-        let mut fds = [
-            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
-            PollFd::new(tun.as_fd(), PollFlags::POLLIN),
-        ];
-        match poll(
-            &mut fds,
-            PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX),
-        ) {
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
         }
         let now = started.elapsed();
         // UDP side, a batch at a time.
         loop {
-            let n = rx
-                .recv(sock.as_fd())
-                .map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+            let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
             for i in 0..n {
                 let (from, data) = rx.get(i);
                 relay.on_udp(now, from, data, &mut out);
@@ -219,11 +183,7 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
 
 fn report(relay: &Relay, what: &str) {
     let s = relay.stats();
-    let drops: Vec<String> = s
-        .drops
-        .nonzero()
-        .map(|(r, n)| format!("{}={n}", r.as_str()))
-        .collect();
+    let drops: Vec<String> = s.drops.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
     tracing::info!(
         "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {} dropped{}{}",
         relay.peers().len(),

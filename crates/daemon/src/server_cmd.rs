@@ -23,18 +23,13 @@ fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
     // Large buffers absorb bursts; failures here only cost performance.
     let _ = s.set_recv_buffer_size(4 << 20);
     let _ = s.set_send_buffer_size(4 << 20);
-    s.set_nonblocking(true)
-        .map_err(|e| Failure::runtime(format!("{e}")))?;
+    s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
     s.bind(&addr.into()).map_err(|e| {
         let hint = match e.raw_os_error() {
             Some(libc::EADDRNOTAVAIL) => format!(
                 "; assign {} to an interface of this host{}",
                 addr.ip(),
-                if role == "secondary" {
-                    " or set ServerBindAddress2"
-                } else {
-                    ""
-                }
+                if role == "secondary" { " or set ServerBindAddress2" } else { "" }
             ),
             Some(libc::EADDRINUSE) => "; another Teredo server (miredo-server?) is running".into(),
             _ => String::new(),
@@ -47,23 +42,15 @@ fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
 fn open_raw_ipv6() -> Result<Socket, Failure> {
     // IPPROTO_RAW over IPv6 sends whole packets, header included: the echo keeps the
     // client's Teredo source address.
-    let s = Socket::new(
-        Domain::IPV6,
-        Type::RAW,
-        Some(Protocol::from(libc::IPPROTO_RAW)),
-    )
-    .map_err(|e| {
+    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW))).map_err(|e| {
         let hint = if e.raw_os_error() == Some(libc::EPERM) {
             "; run as root or grant CAP_NET_RAW (it is dropped once the socket is open)"
         } else {
             ""
         };
-        Failure::runtime(format!(
-            "cannot open the raw IPv6 socket for connectivity-test echoes: {e}{hint}"
-        ))
+        Failure::runtime(format!("cannot open the raw IPv6 socket for connectivity-test echoes: {e}{hint}"))
     })?;
-    s.set_nonblocking(true)
-        .map_err(|e| Failure::runtime(format!("{e}")))?;
+    s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
     Ok(s)
 }
 
@@ -73,10 +60,8 @@ pub fn run(settings: &ServerSettings) -> Result<(), Failure> {
     let primary = bind_udp(SocketAddrV4::new(cfg.primary, TEREDO_PORT), "primary")?;
     let secondary = bind_udp(SocketAddrV4::new(cfg.secondary, TEREDO_PORT), "secondary")?;
     let raw = open_raw_ipv6()?;
-    let signals = Signals::install()
-        .map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root(settings.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
-        .map_err(Failure::runtime)?;
+    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    privileges::drop_root(settings.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
 
     let mut server = Server::new(cfg.clone());
     tracing::info!(
@@ -96,10 +81,8 @@ pub fn run(settings: &ServerSettings) -> Result<(), Failure> {
         if signals.take_report_request() {
             report(&server, "counters");
         }
-        let mut fds = [
-            PollFd::new(primary.as_fd(), PollFlags::POLLIN),
-            PollFd::new(secondary.as_fd(), PollFlags::POLLIN),
-        ];
+        let mut fds =
+            [PollFd::new(primary.as_fd(), PollFlags::POLLIN), PollFd::new(secondary.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::from(500u16)) {
             Ok(0) => continue,
             Ok(_) => {}
@@ -109,9 +92,7 @@ pub fn run(settings: &ServerSettings) -> Result<(), Failure> {
         for (local, sock) in sockets {
             // Drain this socket a batch at a time.
             loop {
-                let n = rx
-                    .recv(sock.as_fd())
-                    .map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+                let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
                 for i in 0..n {
                     let (from, data) = rx.get(i);
                     match server.on_udp(local, from, data, &mut out) {
@@ -153,11 +134,7 @@ fn send_native(raw: &Socket, packet: &[u8]) {
 
 fn report(server: &Server, what: &str) {
     let s = server.stats();
-    let drops: Vec<String> = s
-        .drops
-        .nonzero()
-        .map(|(r, n)| format!("{}={n}", r.as_str()))
-        .collect();
+    let drops: Vec<String> = s.drops.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
     tracing::info!(
         "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {} dropped{}{}",
         s.advertisements,

@@ -58,22 +58,16 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
 
     let global = |a: Ipv4Addr| match non_global_reason(a) {
         None => Ok(a),
-        Some(why) => Err(format!(
-            "a Teredo server needs a global unicast address, this is {why}"
-        )),
+        Some(why) => Err(format!("a Teredo server needs a global unicast address, this is {why}")),
     };
     let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
-        config::ipv4(v)
-            .and_then(global)
-            .map_err(|why| f.file_error(format!("{what} {v}: {why}")))
+        config::ipv4(v).and_then(global).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
     };
     let primary = match (&over.bind, &bind) {
         (Some(v), _) => cli("server address", v)?,
         (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(global))?,
         (None, None) => {
-            return Err(f.file_error(
-                "ServerBindAddress is required (the primary IPv4 address to serve on)",
-            ))
+            return Err(f.file_error("ServerBindAddress is required (the primary IPv4 address to serve on)"))
         }
     };
     let mut proto = ServerConfig::new(primary);
@@ -106,17 +100,10 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     } else {
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
-    let syslog_facility = facility
-        .as_ref()
-        .map(|d| f.value(d, config::syslog_facility))
-        .transpose()?;
+    let syslog_facility = facility.as_ref().map(|d| f.value(d, config::syslog_facility)).transpose()?;
     let user = over.user.clone().or_else(|| user.map(|d| d.value));
     f.finish(DIRECTIVES)?;
-    Ok(ServerSettings {
-        proto,
-        syslog_facility,
-        user,
-    })
+    Ok(ServerSettings { proto, syslog_facility, user })
 }
 
 #[cfg(test)]
@@ -126,10 +113,7 @@ mod tests {
     fn load_text(text: &str) -> Result<ServerSettings, String> {
         let dir = std::env::temp_dir().join(format!("shipworm-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(format!(
-            "{:x}.conf",
-            text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()
-        ));
+        let p = dir.join(format!("{:x}.conf", text.len() * 31 + text.bytes().map(usize::from).sum::<usize>()));
         std::fs::write(&p, text).unwrap();
         let r = load(Some(&p), &ServerOverrides::default()).map_err(|e| e.reason);
         let _ = std::fs::remove_file(&p);
@@ -167,20 +151,12 @@ mod tests {
 
     #[test]
     fn bad_files_say_why() {
-        assert!(load_text("Prefix 2001:0::\n")
-            .unwrap_err()
-            .contains("ServerBindAddress is required"));
-        assert!(load_text("ServerBindAddress 10.0.0.1\n")
-            .unwrap_err()
-            .contains("private"));
+        assert!(load_text("Prefix 2001:0::\n").unwrap_err().contains("ServerBindAddress is required"));
+        assert!(load_text("ServerBindAddress 10.0.0.1\n").unwrap_err().contains("private"));
         assert!(load_text("ServerBindAddress 192.0.2.1\nRelayType client\n")
             .unwrap_err()
             .contains("unknown directive RelayType"));
-        assert!(load_text("ServerBindAddress 192.0.2.1\nInterfaceMTU 9\n")
-            .unwrap_err()
-            .contains("1280"));
-        assert!(load_text("ServerBindAddress 223.255.255.255\n")
-            .unwrap_err()
-            .contains("ServerBindAddress2"));
+        assert!(load_text("ServerBindAddress 192.0.2.1\nInterfaceMTU 9\n").unwrap_err().contains("1280"));
+        assert!(load_text("ServerBindAddress 223.255.255.255\n").unwrap_err().contains("ServerBindAddress2"));
     }
 }

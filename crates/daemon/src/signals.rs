@@ -14,10 +14,7 @@ pub struct Signals {
 impl Signals {
     /// Install the handlers.
     pub fn install() -> std::io::Result<Signals> {
-        let s = Signals {
-            stop: Arc::new(AtomicBool::new(false)),
-            report: Arc::new(AtomicBool::new(false)),
-        };
+        let s = Signals { stop: Arc::new(AtomicBool::new(false)), report: Arc::new(AtomicBool::new(false)) };
         for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
             signal_hook::flag::register(sig, Arc::clone(&s.stop))?;
         }

@@ -29,20 +29,11 @@ impl StatusListener {
                 .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
         }
         let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).map_err(|e| {
-            Failure::runtime(format!(
-                "cannot create the status socket {}: {e}",
-                path.display()
-            ))
-        })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Failure::runtime(e.to_string()))?;
+        let listener = UnixListener::bind(path)
+            .map_err(|e| Failure::runtime(format!("cannot create the status socket {}: {e}", path.display())))?;
+        listener.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
         let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
-        Ok(StatusListener {
-            listener,
-            path: path.to_path_buf(),
-        })
+        Ok(StatusListener { listener, path: path.to_path_buf() })
     }
 
     /// Answer every waiting request with `json()`.
@@ -83,21 +74,26 @@ pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
                 .unwrap_or_default();
             match found.len() {
                 1 => found.into_iter().next().expect("one"),
-                0 => return Err(Failure::runtime(format!("no shipworm daemon is running (no socket in {DIR}); start `shipworm client`, or pass --socket"))),
-                _ => return Err(Failure::usage(format!("several daemons run ({}); pick one with --socket", found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")))),
+                0 => {
+                    return Err(Failure::runtime(format!(
+                        "no shipworm daemon is running (no socket in {DIR}); start `shipworm client`, or pass --socket"
+                    )))
+                }
+                _ => {
+                    return Err(Failure::usage(format!(
+                        "several daemons run ({}); pick one with --socket",
+                        found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                    )))
+                }
             }
         }
     };
     let mut s = UnixStream::connect(&path).map_err(|e| {
-        Failure::runtime(format!(
-            "cannot reach the daemon at {}: {e} (is it running?)",
-            path.display()
-        ))
+        Failure::runtime(format!("cannot reach the daemon at {}: {e} (is it running?)", path.display()))
     })?;
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
     let mut text = String::new();
-    s.read_to_string(&mut text)
-        .map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
+    s.read_to_string(&mut text).map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
     serde_json::from_str(&text)
         .map_err(|e| Failure::runtime(format!("the daemon sent something that is not JSON: {e}")))
 }

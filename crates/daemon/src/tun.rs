@@ -27,9 +27,7 @@ impl Tun {
     /// Create (or attach to) the TUN interface `name`.
     pub fn create(name: &str) -> Result<Tun, String> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ', '\0']) {
-            return Err(format!(
-                "invalid interface name {name:?} (1 to 15 characters, no '/' or spaces)"
-            ));
+            return Err(format!("invalid interface name {name:?} (1 to 15 characters, no '/' or spaces)"));
         }
         let file = OpenOptions::new()
             .read(true)
@@ -37,37 +35,30 @@ impl Tun {
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")
             .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device".to_string(),
-                io::ErrorKind::PermissionDenied => "cannot open /dev/net/tun: permission denied (run as root or grant CAP_NET_ADMIN)".to_string(),
+                io::ErrorKind::NotFound => {
+                    "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container the device"
+                        .to_string()
+                }
+                io::ErrorKind::PermissionDenied => {
+                    "cannot open /dev/net/tun: permission denied (run as root or grant CAP_NET_ADMIN)".to_string()
+                }
                 _ => format!("cannot open /dev/net/tun: {e}"),
             })?;
-        let mut req = IfReq {
-            name: [0; libc::IFNAMSIZ],
-            flags: IFF_TUN | IFF_NO_PI,
-            _pad: [0; 22],
-        };
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
         req.name[..name.len()].copy_from_slice(name.as_bytes());
         // SAFETY: TUNSETIFF reads and writes an ifreq, which `req` is, for this fd.
-        let r = unsafe {
-            libc::ioctl(
-                std::os::fd::AsRawFd::as_raw_fd(&file),
-                TUNSETIFF as _,
-                &mut req,
-            )
-        };
+        let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), TUNSETIFF as _, &mut req) };
         if r < 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
                 Some(libc::EPERM) => format!("cannot create TUN interface {name}: needs CAP_NET_ADMIN (run as root)"),
-                Some(libc::EBUSY) => format!("cannot create TUN interface {name}: it exists and is in use (another Teredo daemon?)"),
+                Some(libc::EBUSY) => {
+                    format!("cannot create TUN interface {name}: it exists and is in use (another Teredo daemon?)")
+                }
                 _ => format!("cannot create TUN interface {name}: {e}"),
             });
         }
-        let end = req
-            .name
-            .iter()
-            .position(|&b| b == 0)
-            .unwrap_or(libc::IFNAMSIZ);
+        let end = req.name.iter().position(|&b| b == 0).unwrap_or(libc::IFNAMSIZ);
         let name = String::from_utf8_lossy(&req.name[..end]).into_owned();
         Ok(Tun { file, name })
     }
@@ -81,14 +72,7 @@ impl Tun {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         match (&self.file).read(buf) {
             Ok(n) => Ok(Some(n)),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(None)
-            }
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(None),
             Err(e) => Err(e),
         }
     }

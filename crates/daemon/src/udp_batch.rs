@@ -10,10 +10,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 pub const SLOT: usize = 4096;
 
 fn sockaddr_to_v4(sa: &libc::sockaddr_in) -> SocketAddrV4 {
-    SocketAddrV4::new(
-        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
-        u16::from_be(sa.sin_port),
-    )
+    SocketAddrV4::new(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)), u16::from_be(sa.sin_port))
 }
 
 fn v4_to_sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
@@ -42,14 +39,9 @@ impl Arrays {
     fn new(n: usize, slot: usize) -> Arrays {
         let mut bufs = vec![0u8; n * slot].into_boxed_slice();
         // SAFETY: plain old data, zero is valid.
-        let mut addrs: Box<[libc::sockaddr_in]> =
-            (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let mut iovs: Box<[libc::iovec]> = (0..n)
-            .map(|i| libc::iovec {
-                iov_base: bufs[i * slot..].as_mut_ptr().cast(),
-                iov_len: slot,
-            })
-            .collect();
+        let mut addrs: Box<[libc::sockaddr_in]> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let mut iovs: Box<[libc::iovec]> =
+            (0..n).map(|i| libc::iovec { iov_base: bufs[i * slot..].as_mut_ptr().cast(), iov_len: slot }).collect();
         let hdrs = (0..n)
             .map(|i| {
                 // SAFETY: plain old data, zero is valid.
@@ -61,13 +53,7 @@ impl Arrays {
                 h
             })
             .collect();
-        Arrays {
-            bufs,
-            addrs,
-            iovs,
-            hdrs,
-            slot,
-        }
+        Arrays { bufs, addrs, iovs, hdrs, slot }
     }
 }
 
@@ -80,10 +66,7 @@ pub struct RecvBatch {
 impl RecvBatch {
     /// A batch of `n` slots of `slot` bytes; larger datagrams are reported empty.
     pub fn new(n: usize, slot: usize) -> RecvBatch {
-        RecvBatch {
-            a: Arrays::new(n, slot),
-            filled: 0,
-        }
+        RecvBatch { a: Arrays::new(n, slot), filled: 0 }
     }
 
     /// Receive what is waiting, without blocking; returns how many datagrams (0 when
@@ -98,13 +81,7 @@ impl RecvBatch {
         }
         // SAFETY: every header points into arrays owned by `self.a`, sized as declared.
         let r = unsafe {
-            libc::recvmmsg(
-                fd.as_raw_fd(),
-                self.a.hdrs.as_mut_ptr(),
-                n as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+            libc::recvmmsg(fd.as_raw_fd(), self.a.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
         };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -140,10 +117,7 @@ pub struct SendBatch {
 impl SendBatch {
     /// A batch of `n` slots of `slot` bytes.
     pub fn new(n: usize, slot: usize) -> SendBatch {
-        SendBatch {
-            a: Arrays::new(n, slot),
-            queued: 0,
-        }
+        SendBatch { a: Arrays::new(n, slot), queued: 0 }
     }
 
     /// Whether every slot is taken: flush before queueing more.
@@ -179,14 +153,8 @@ impl SendBatch {
         let (mut at, mut failed) = (0, 0);
         while at < self.queued {
             // SAFETY: headers from `at` to `queued` point into arrays owned by `self.a`.
-            let r = unsafe {
-                libc::sendmmsg(
-                    fd.as_raw_fd(),
-                    self.a.hdrs[at..].as_mut_ptr(),
-                    (self.queued - at) as u32,
-                    0,
-                )
-            };
+            let r =
+                unsafe { libc::sendmmsg(fd.as_raw_fd(), self.a.hdrs[at..].as_mut_ptr(), (self.queued - at) as u32, 0) };
             if r > 0 {
                 at += r as usize;
                 continue;

@@ -3,10 +3,7 @@
 use std::process::{Command, Output};
 
 fn shipworm(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shipworm"))
-        .args(args)
-        .output()
-        .expect("binary runs")
+    Command::new(env!("CARGO_BIN_EXE_shipworm")).args(args).output().expect("binary runs")
 }
 
 fn stdout(o: &Output) -> String {
@@ -22,11 +19,7 @@ fn assert_refused(args: &[&str], why: &str) {
     let o = shipworm(args);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     let err = stderr(&o);
-    assert_eq!(
-        err.lines().count(),
-        1,
-        "{args:?}: want one line, got {err:?}"
-    );
+    assert_eq!(err.lines().count(), 1, "{args:?}: want one line, got {err:?}");
     assert!(err.contains(why), "{args:?}: {err:?} does not say {why:?}");
     assert!(o.stdout.is_empty());
 }
@@ -38,23 +31,13 @@ fn decodes_the_seed_example() {
     let out = stdout(&o);
     assert!(out.contains("server       3.3.3.3\n"), "{out}");
     assert!(out.contains("cone       yes"), "{out}");
-    assert!(
-        out.contains("mapped       1.1.1.1:7863 (global unicast)"),
-        "{out}"
-    );
+    assert!(out.contains("mapped       1.1.1.1:7863 (global unicast)"), "{out}");
     assert!(out.contains("RFC 5991   no"), "{out}");
 }
 
 #[test]
 fn encodes_the_seed_examples() {
-    let o = shipworm(&[
-        "address",
-        "--server",
-        "3.3.3.3",
-        "--mapped",
-        "1.1.1.1:7863",
-        "--cone",
-    ]);
+    let o = shipworm(&["address", "--server", "3.3.3.3", "--mapped", "1.1.1.1:7863", "--cone"]);
     assert!(o.status.success());
     assert_eq!(stdout(&o), "2001:0:303:303:8000:e148:fefe:fefe\n");
     let o = shipworm(&[
@@ -72,15 +55,8 @@ fn encodes_the_seed_examples() {
 
 #[test]
 fn encodes_rfc5991_random_bits() {
-    let o = shipworm(&[
-        "address",
-        "--server",
-        "65.54.227.120",
-        "--mapped",
-        "192.0.2.45:40000",
-        "--random-bits",
-        "0xabc",
-    ]);
+    let o =
+        shipworm(&["address", "--server", "65.54.227.120", "--mapped", "192.0.2.45:40000", "--random-bits", "0xabc"]);
     assert_eq!(stdout(&o), "2001:0:4136:e378:28bc:63bf:3fff:fdd2\n");
     // `random` yields a conformant address that still decodes to the same mapping.
     let o = shipworm(&[
@@ -131,29 +107,9 @@ fn refuses_bad_input_with_one_line_and_status_2() {
     assert_refused(&["address", "192.0.2.1"], "not an IPv6 address");
     assert_refused(&["address"], "required");
     assert_refused(&["address", "--server", "3.3.3.3"], "--mapped");
-    assert_refused(
-        &["address", "--server", "3.3.3.3", "--mapped", "1.1.1.1"],
-        "IPV4:PORT",
-    );
-    assert_refused(
-        &["address", "--server", "3.3.3.3", "--mapped", "10.1.1.1:1"],
-        "not global unicast",
-    );
-    assert_refused(
-        &[
-            "address",
-            "--server",
-            "3.3.3.3",
-            "--mapped",
-            "1.1.1.1:1",
-            "--random-bits",
-            "4096",
-        ],
-        "0–4095",
-    );
+    assert_refused(&["address", "--server", "3.3.3.3", "--mapped", "1.1.1.1"], "IPV4:PORT");
+    assert_refused(&["address", "--server", "3.3.3.3", "--mapped", "10.1.1.1:1"], "not global unicast");
+    assert_refused(&["address", "--server", "3.3.3.3", "--mapped", "1.1.1.1:1", "--random-bits", "4096"], "0–4095");
     assert_refused(&["address", "--bogus"], "unexpected argument");
-    assert_refused(
-        &["address", "2001:0:303:303::1", "--server", "3.3.3.3"],
-        "cannot be used",
-    );
+    assert_refused(&["address", "2001:0:303:303::1", "--server", "3.3.3.3"], "cannot be used");
 }

@@ -33,20 +33,15 @@ struct Case {
 ///   design, and says why.
 fn expectation(nat: NatKind, client: &Impl) -> Expect {
     match (client, nat) {
-        (Impl::Shipworm(_), NatKind::Symmetric) => Expect::Fail(
-            4,
-            "shipworm client reports the symmetric NAT and claims no address (RFC 4380)",
-        ),
+        (Impl::Shipworm(_), NatKind::Symmetric) => {
+            Expect::Fail(4, "shipworm client reports the symmetric NAT and claims no address (RFC 4380)")
+        }
         _ => Expect::Pass,
     }
 }
 
 fn step_of(err: &str) -> Option<u32> {
-    err.strip_prefix("step ")?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    err.strip_prefix("step ")?.split_whitespace().next()?.parse().ok()
 }
 
 fn main() {
@@ -76,13 +71,10 @@ fn main() {
                         keep_on_failure: false,
                     };
                     cases.push(Case {
-                        name: format!(
-                            "{nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"
-                        ),
+                        name: format!("{nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
                         expect: expectation(nat, client),
                         run: Box::new(move || {
-                            let (_lab, o) =
-                                scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                            let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
                             Ok(format!(
                                 "qualified {:.2} s; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
                                 o.qualify_secs,
@@ -102,7 +94,7 @@ fn main() {
             name: format!("NAT behaviour {nat}"),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec { nats: vec![(nat, 1)] })
+                let lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(nat, 1)]))
                     .map_err(|e| e.to_string())?;
                 let got = lab.probe_nat(0).map_err(|e| e.to_string())?;
                 let want = nat.expected_behaviour();
@@ -123,22 +115,18 @@ fn main() {
                 expect,
                 run: Box::new(move || {
                     let nats = [NatKind::FullCone, NatKind::PortRestricted];
-                    let (_lab, ping, tcp) = scenario::run_peer_to_peer(nats, &server, &client, BYTES, &mut |_| {}).map_err(|e| e.to_string())?;
+                    let (_lab, ping, tcp) = scenario::run_peer_to_peer(nats, &server, &client, BYTES, &mut |_| {})
+                        .map_err(|e| e.to_string())?;
                     Ok(format!("direct: ping {ping}; TCP {:.0} Mbit/s", tcp.mbit_per_s()))
                 }),
             });
         }
     }
-    let filter: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
 
     let started = Instant::now();
-    let queue = Arc::new(Mutex::new(
-        cases.into_iter().enumerate().collect::<Vec<_>>(),
-    ));
+    let queue = Arc::new(Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>()));
     let results = Arc::new(Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..3)
         .map(|_| {
@@ -151,11 +139,7 @@ fn main() {
                 let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (case.run)()))
                     .unwrap_or_else(|_| Err("panicked".into()));
                 let (verdict, detail) = judge(&case.expect, &got);
-                println!(
-                    "{verdict:<5} {} ({:.1} s) {detail}",
-                    case.name,
-                    t.elapsed().as_secs_f64()
-                );
+                println!("{verdict:<5} {} ({:.1} s) {detail}", case.name, t.elapsed().as_secs_f64());
                 results.lock().unwrap().push((i, verdict));
             })
         })
@@ -170,11 +154,7 @@ fn main() {
         "e2e: {pass} passed, {xfail} expected failures (known limits, each with its reason), {fail} failed in {:.0} s",
         started.elapsed().as_secs_f64()
     );
-    let left = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map(|o| o.stdout)
-        .unwrap_or_default();
+    let left = std::process::Command::new("ip").args(["netns", "list"]).output().map(|o| o.stdout).unwrap_or_default();
     let ours = String::from_utf8_lossy(&left)
         .lines()
         .filter(|l| l.starts_with(&format!("swl{}n", std::process::id())))
@@ -182,7 +162,10 @@ fn main() {
     if ours > 0 {
         println!("FAIL  {ours} namespace(s) left behind");
     }
-    println!("test result: {}. {pass} passed; {fail} failed; {xfail} ignored; 0 measured; 0 filtered out", if fail == 0 && ours == 0 { "ok" } else { "FAILED" });
+    println!(
+        "test result: {}. {pass} passed; {fail} failed; {xfail} ignored; 0 measured; 0 filtered out",
+        if fail == 0 && ours == 0 { "ok" } else { "FAILED" }
+    );
     if fail > 0 || ours > 0 {
         std::process::exit(1);
     }
@@ -194,9 +177,8 @@ fn judge(expect: &Expect, got: &Result<String, String>) -> (&'static str, String
         (Expect::Pass, Err(e)) => ("FAIL", format!("expected to pass: {e}")),
         (Expect::Fail(step, why), Err(e)) if step_of(e) == Some(*step) => ("XFAIL", format!("step {step}: {why}")),
         (Expect::Fail(step, why), Err(e)) => ("FAIL", format!("expected failure at step {step} ({why}), got: {e}")),
-        (Expect::Fail(step, why), Ok(detail)) => (
-            "FAIL",
-            format!("passed, but expected to fail at step {step} ({why}): update the expectation. {detail}"),
-        ),
+        (Expect::Fail(step, why), Ok(detail)) => {
+            ("FAIL", format!("passed, but expected to fail at step {step} ({why}): update the expectation. {detail}"))
+        }
     }
 }

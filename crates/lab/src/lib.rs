@@ -43,6 +43,8 @@ pub const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 pub const RELAY_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
 /// The native IPv6 host.
 pub const HOST6_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x100);
+/// The second Teredo server (failover), primary address; its secondary is .6.
+pub const SERVER_B_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 5);
 
 /// A client host behind a NAT.
 #[derive(Debug, Clone)]
@@ -62,6 +64,15 @@ pub struct ClientHost {
 pub struct LabSpec {
     /// One entry per NAT box.
     pub nats: Vec<(NatKind, usize)>,
+    /// A second server host (192.0.2.5 and .6), for failover.
+    pub second_server: bool,
+}
+
+impl LabSpec {
+    /// NAT boxes with clients, one server.
+    pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
+        LabSpec { nats, second_server: false }
+    }
 }
 
 /// A built lab. Dropping it stops its processes and removes its namespaces.
@@ -87,14 +98,8 @@ impl Lab {
         let prefix = netns::run_prefix(k);
         let dir = std::env::temp_dir().join(format!("shipworm-lab-{}-{k}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
-        let mut lab = Lab {
-            prefix,
-            dir,
-            keep: false,
-            peers: Vec::new(),
-            clients: Vec::new(),
-        };
-        lab.build_core()?;
+        let mut lab = Lab { prefix, dir, keep: false, peers: Vec::new(), clients: Vec::new() };
+        lab.build_core(spec.second_server)?;
         for (i, &(kind, clients)) in spec.nats.iter().enumerate() {
             lab.build_nat(i + 1, kind, clients)?;
         }
@@ -132,10 +137,7 @@ impl Lab {
         netns::add(&ns)?;
         let core = self.ns("core");
         let port = format!("p{veth}");
-        netns::ip(&[
-            "link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "eth0", "netns",
-            &ns,
-        ])?;
+        netns::ip(&["link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
         netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
         netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
         Ok(ns)
@@ -149,7 +151,7 @@ impl Lab {
         netns::ip(&args).map(drop)
     }
 
-    fn build_core(&mut self) -> Result<()> {
+    fn build_core(&mut self, second_server: bool) -> Result<()> {
         let core = self.ns("core");
         netns::add(&core)?;
         netns::ip(&["-n", &core, "link", "add", "br0", "type", "bridge"])?;
@@ -159,16 +161,7 @@ impl Lab {
         Self::addr(&srv, &format!("{SERVER_V4}/24"), "eth0")?;
         Self::addr(&srv, &format!("{SERVER2_V4}/24"), "eth0")?;
         Self::addr(&srv, &format!("{SERVER_V6}/64"), "eth0")?;
-        netns::ip(&[
-            "-n",
-            &srv,
-            "-6",
-            "route",
-            "add",
-            "2001::/32",
-            "via",
-            &RELAY_V6.to_string(),
-        ])?;
+        netns::ip(&["-n", &srv, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
 
         let rly = self.host("rly", 2)?;
         Self::addr(&rly, &format!("{RELAY_V4}/24"), "eth0")?;
@@ -177,16 +170,14 @@ impl Lab {
 
         let h6 = self.host("h6", 3)?;
         Self::addr(&h6, &format!("{HOST6_V6}/64"), "eth0")?;
-        netns::ip(&[
-            "-n",
-            &h6,
-            "-6",
-            "route",
-            "add",
-            "2001::/32",
-            "via",
-            &RELAY_V6.to_string(),
-        ])?;
+        netns::ip(&["-n", &h6, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
+        if second_server {
+            let srv = self.host("srvb", 4)?;
+            Self::addr(&srv, &format!("{SERVER_B_V4}/24"), "eth0")?;
+            Self::addr(&srv, "192.0.2.6/24", "eth0")?;
+            Self::addr(&srv, "2001:db8:1::2/64", "eth0")?;
+            netns::ip(&["-n", &srv, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
+        }
         Ok(())
     }
 
@@ -196,10 +187,7 @@ impl Lab {
         netns::add(&nat)?;
         let core = self.ns("core");
         let port = format!("p{}", 10 + i);
-        netns::ip(&[
-            "link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "wan", "netns",
-            &nat,
-        ])?;
+        netns::ip(&["link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "wan", "netns", &nat])?;
         netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
         netns::ip(&["-n", &nat, "link", "set", "wan", "up"])?;
         Self::addr(&nat, &format!("{wan}/24"), "wan")?;
@@ -208,40 +196,53 @@ impl Lab {
         Self::addr(&nat, &format!("10.{i}.0.1/24"), "lan")?;
         netns::exec(&nat, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
         let first = Ipv4Addr::new(10, i as u8, 0, 2);
-        netns::run_stdin(
-            "ip",
-            &["netns", "exec", &nat, "nft", "-f", "-"],
-            Some(&kind.ruleset(wan, first)),
-        )?;
+        netns::run_stdin("ip", &["netns", "exec", &nat, "nft", "-f", "-"], Some(&kind.ruleset(wan, first)))?;
         for j in 0..clients {
             let ns = self.ns(&format!("c{i}{}", (b'a' + j as u8) as char));
             netns::add(&ns)?;
             let port = format!("l{j}");
-            netns::ip(&[
-                "link", "add", &port, "netns", &nat, "type", "veth", "peer", "name", "eth0",
-                "netns", &ns,
-            ])?;
+            netns::ip(&["link", "add", &port, "netns", &nat, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
             netns::ip(&["-n", &nat, "link", "set", &port, "master", "lan", "up"])?;
             netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
             let lan = Ipv4Addr::new(10, i as u8, 0, 2 + j as u8);
             Self::addr(&ns, &format!("{lan}/24"), "eth0")?;
-            netns::ip(&[
-                "-n",
-                &ns,
-                "route",
-                "add",
-                "default",
-                "via",
-                &format!("10.{i}.0.1"),
-            ])?;
-            self.clients.push(ClientHost {
-                ns,
-                nat: kind,
-                lan,
-                nat_public: wan,
-            });
+            netns::ip(&["-n", &ns, "route", "add", "default", "via", &format!("10.{i}.0.1")])?;
+            self.clients.push(ClientHost { ns, nat: kind, lan, nat_public: wan });
         }
         Ok(())
+    }
+
+    /// Give `client` a second, unused link into NAT box `nat` (1-based), for a handoff.
+    pub fn add_spare_link(&mut self, client: usize, nat: usize) -> Result<()> {
+        let ns = self.clients[client].ns.clone();
+        let natns = self.ns(&format!("nat{nat}"));
+        let port = format!("s{client}");
+        netns::ip(&["link", "add", &port, "netns", &natns, "type", "veth", "peer", "name", "eth1", "netns", &ns])?;
+        netns::ip(&["-n", &natns, "link", "set", &port, "master", "lan", "up"])?;
+        Ok(())
+    }
+
+    /// Move `client` from its NAT to NAT box `nat` (1-based): the old link goes down
+    /// and loses its address, the spare link comes up with an address and default
+    /// route behind the new NAT — what a phone sees when it changes networks.
+    pub fn move_client(&mut self, client: usize, nat: usize) -> Result<()> {
+        let ns = self.clients[client].ns.clone();
+        netns::ip(&["-n", &ns, "link", "set", "eth0", "down"])?;
+        netns::ip(&["-n", &ns, "addr", "flush", "dev", "eth0"])?;
+        netns::ip(&["-n", &ns, "link", "set", "eth1", "up"])?;
+        let lan = Ipv4Addr::new(10, nat as u8, 0, 100 + client as u8);
+        Self::addr(&ns, &format!("{lan}/24"), "eth1")?;
+        netns::ip(&["-n", &ns, "route", "replace", "default", "via", &format!("10.{nat}.0.1")])?;
+        self.clients[client].lan = lan;
+        self.clients[client].nat_public = Ipv4Addr::new(192, 0, 2, 20 + nat as u8);
+        Ok(())
+    }
+
+    /// Stop the daemon started as `name` (`server`, `server_b`, `relay`, `client0`…).
+    pub fn stop_peer(&mut self, name: &str) {
+        for p in self.peers.iter_mut().filter(|p| p.name == name) {
+            p.stop();
+        }
     }
 
     /// Stop the daemons and remove every namespace now (also done on drop).

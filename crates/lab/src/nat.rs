@@ -21,12 +21,8 @@ pub enum NatKind {
 
 impl NatKind {
     /// Every kind, in the order the suite runs them.
-    pub const ALL: [NatKind; 4] = [
-        NatKind::FullCone,
-        NatKind::AddressRestricted,
-        NatKind::PortRestricted,
-        NatKind::Symmetric,
-    ];
+    pub const ALL: [NatKind; 4] =
+        [NatKind::FullCone, NatKind::AddressRestricted, NatKind::PortRestricted, NatKind::Symmetric];
 
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
@@ -79,9 +75,7 @@ impl FromStr for NatKind {
             "port-restricted" | "restricted" => Ok(NatKind::PortRestricted),
             "symmetric" => Ok(NatKind::Symmetric),
             "address-restricted" => Ok(NatKind::AddressRestricted),
-            _ => Err(format!(
-                "unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric)"
-            )),
+            _ => Err(format!("unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric)")),
         }
     }
 }
@@ -96,13 +90,9 @@ mod tests {
         let c = Ipv4Addr::new(10, 1, 0, 2);
         let cone = NatKind::FullCone.ruleset(w, c);
         assert!(cone.contains("dnat to 10.1.0.2") && cone.contains("snat to 192.0.2.21"));
-        assert!(NatKind::Symmetric
-            .ruleset(w, c)
-            .contains("masquerade fully-random"));
+        assert!(NatKind::Symmetric.ruleset(w, c).contains("masquerade fully-random"));
         assert!(!NatKind::PortRestricted.ruleset(w, c).contains("prerouting"));
-        assert!(NatKind::AddressRestricted
-            .ruleset(w, c)
-            .contains("ip saddr @contacted accept"));
+        assert!(NatKind::AddressRestricted.ruleset(w, c).contains("ip saddr @contacted accept"));
         assert_eq!("symmetric".parse::<NatKind>().unwrap(), NatKind::Symmetric);
         assert!("bogus".parse::<NatKind>().is_err());
     }

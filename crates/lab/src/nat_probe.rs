@@ -28,11 +28,7 @@ impl crate::NatKind {
             PortRestricted => (true, false, false),
             Symmetric => (false, false, false),
         };
-        NatBehaviour {
-            mapping_independent: m,
-            inbound_from_anyone: a,
-            inbound_from_other_port: p,
-        }
+        NatBehaviour { mapping_independent: m, inbound_from_anyone: a, inbound_from_other_port: p }
     }
 }
 
@@ -42,8 +38,7 @@ fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     std::thread::spawn(move || -> Result<UdpSocket> {
         netns::enter(&ns)?;
         let s = UdpSocket::bind(addr).map_err(|e| LabError(format!("bind {addr} in {ns}: {e}")))?;
-        s.set_read_timeout(Some(Duration::from_millis(700)))
-            .map_err(|e| LabError(e.to_string()))?;
+        s.set_read_timeout(Some(Duration::from_millis(700))).map_err(|e| LabError(e.to_string()))?;
         Ok(s)
     })
     .join()
@@ -66,34 +61,23 @@ impl Lab {
     /// inbound packet leaves a conntrack entry that can make the NAT pick another port.
     pub fn probe_nat(&self, client: usize) -> Result<NatBehaviour> {
         let (srv, rly) = (self.ns("srv"), self.ns("rly"));
-        let c = socket_in(
-            &self.clients[client].ns,
-            SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40000),
-        )?;
+        let c = socket_in(&self.clients[client].ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40000))?;
         let s1 = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7000))?;
         let s1b = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7001))?;
         let stranger = socket_in(&srv, SocketAddrV4::new(SERVER2_V4, 7000))?;
         let r = socket_in(&rly, SocketAddrV4::new(RELAY_V4, 7000))?;
-        let send = |s: &UdpSocket, to: SocketAddr| {
-            s.send_to(b"probe", to)
-                .map_err(|e| LabError(format!("send to {to}: {e}")))
-        };
+        let send =
+            |s: &UdpSocket, to: SocketAddr| s.send_to(b"probe", to).map_err(|e| LabError(format!("send to {to}: {e}")));
 
         send(&c, SocketAddr::V4(SocketAddrV4::new(SERVER_V4, 7000)))?;
-        let m1 = observed(&s1)
-            .ok_or_else(|| LabError("the client's UDP did not reach the server host".into()))?;
+        let m1 = observed(&s1).ok_or_else(|| LabError("the client's UDP did not reach the server host".into()))?;
         send(&c, SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 7000)))?;
-        let m2 = observed(&r)
-            .ok_or_else(|| LabError("the client's UDP did not reach the relay host".into()))?;
+        let m2 = observed(&r).ok_or_else(|| LabError("the client's UDP did not reach the relay host".into()))?;
         // 192.0.2.2 was never written to; 192.0.2.1 was, but from port 7000.
         send(&stranger, m1)?;
         let inbound_from_anyone = arrives(&c);
         send(&s1b, m1)?;
         let inbound_from_other_port = arrives(&c);
-        Ok(NatBehaviour {
-            mapping_independent: m1 == m2,
-            inbound_from_anyone,
-            inbound_from_other_port,
-        })
+        Ok(NatBehaviour { mapping_independent: m1 == m2, inbound_from_anyone, inbound_from_other_port })
     }
 }

@@ -30,22 +30,16 @@ pub fn run_stdin(program: &str, args: &[&str], input: Option<&str>) -> Result<St
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| LabError(format!("cannot run {program}: {e} (is it installed? scripts/test.sh installs the lab's tools)")))?;
+        .map_err(|e| {
+            LabError(format!("cannot run {program}: {e} (is it installed? scripts/test.sh installs the lab's tools)"))
+        })?;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin
-            .write_all(text.as_bytes())
-            .map_err(|e| LabError(format!("{program}: {e}")))?;
+        stdin.write_all(text.as_bytes()).map_err(|e| LabError(format!("{program}: {e}")))?;
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| LabError(format!("{program}: {e}")))?;
+    let out = child.wait_with_output().map_err(|e| LabError(format!("{program}: {e}")))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        return err(format!(
-            "`{program} {}` failed: {}",
-            args.join(" "),
-            stderr.trim()
-        ));
+        return err(format!("`{program} {}` failed: {}", args.join(" "), stderr.trim()));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -70,35 +64,18 @@ pub fn add(name: &str) -> Result<()> {
     // No duplicate address detection in the lab: fresh links would otherwise hold
     // their link-local addresses tentative for a second or two, and the first packets
     // measured would wait for it.
-    exec(
-        name,
-        &[
-            "sysctl",
-            "-qw",
-            "net.ipv6.conf.default.accept_dad=0",
-            "net.ipv6.conf.all.accept_dad=0",
-        ],
-    )?;
+    exec(name, &["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"])?;
     Ok(())
 }
 
 /// Remove namespace `name` (quietly if already gone), killing what still runs in it.
 pub fn del(name: &str) {
     if let Ok(pids) = ip(&["netns", "pids", name]) {
-        for pid in pids
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
-    let _ = Command::new("ip")
-        .args(["netns", "del", name])
-        .stderr(Stdio::null())
-        .status();
+    let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
     NAMESPACES.lock().unwrap().retain(|n| n != name);
 }
 
@@ -159,10 +136,7 @@ pub fn install_interrupt_cleanup() {
 pub fn cleanup_all() {
     let pids: Vec<i32> = std::mem::take(&mut *PIDS.lock().unwrap());
     for pid in pids {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
     let names: Vec<String> = NAMESPACES.lock().unwrap().clone();
     for n in names {
@@ -172,10 +146,8 @@ pub fn cleanup_all() {
 
 /// Move the calling thread into namespace `ns`; sockets it opens afterwards live there.
 pub fn enter(ns: &str) -> Result<()> {
-    let f = File::open(format!("/var/run/netns/{ns}"))
-        .map_err(|e| LabError(format!("namespace {ns}: {e}")))?;
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| LabError(format!("setns {ns}: {e}")))
+    let f = File::open(format!("/var/run/netns/{ns}")).map_err(|e| LabError(format!("namespace {ns}: {e}")))?;
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| LabError(format!("setns {ns}: {e}")))
 }
 
 /// Refuse clearly when the lab cannot work here.
@@ -183,21 +155,9 @@ pub fn preflight() -> Result<()> {
     if !nix::unistd::Uid::effective().is_root() {
         return err("the lab needs root (network namespaces, veth, nftables): run it with sudo");
     }
-    for (tool, pkg) in [
-        ("ip", "iproute2"),
-        ("nft", "nftables"),
-        ("ping", "iputils-ping"),
-    ] {
-        if Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_err()
-        {
-            return err(format!(
-                "{tool} not found: apt-get install {pkg} (scripts/test.sh does it)"
-            ));
+    for (tool, pkg) in [("ip", "iproute2"), ("nft", "nftables"), ("ping", "iputils-ping")] {
+        if Command::new(tool).arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+            return err(format!("{tool} not found: apt-get install {pkg} (scripts/test.sh does it)"));
         }
     }
     if !std::path::Path::new("/dev/net/tun").exists() {

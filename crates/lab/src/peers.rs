@@ -29,7 +29,7 @@ impl fmt::Display for Impl {
 
 /// A running daemon.
 pub(crate) struct Peer {
-    name: String,
+    pub(crate) name: String,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -77,8 +77,7 @@ pub fn tail(path: &Path, n: usize) -> String {
 impl Lab {
     fn spawn(&mut self, name: &str, ns: &str, args: &[&str]) -> Result<PathBuf> {
         let log = self.dir().join(format!("{name}.log"));
-        let out =
-            std::fs::File::create(&log).map_err(|e| LabError(format!("{}: {e}", log.display())))?;
+        let out = std::fs::File::create(&log).map_err(|e| LabError(format!("{}: {e}", log.display())))?;
         let child = Command::new("ip")
             .args(["netns", "exec", ns])
             .args(args)
@@ -88,11 +87,7 @@ impl Lab {
             .spawn()
             .map_err(|e| LabError(format!("cannot start {name}: {e}")))?;
         netns::register_pid(child.id());
-        self.peers.push(Peer {
-            name: name.to_string(),
-            child: Some(child),
-            log: log.clone(),
-        });
+        self.peers.push(Peer { name: name.to_string(), child: Some(child), log: log.clone() });
         Ok(log)
     }
 
@@ -117,11 +112,7 @@ impl Lab {
 
     /// The log of a daemon started earlier.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
-        self.peers
-            .iter()
-            .find(|p| p.name == name)
-            .map(|p| tail(&p.log, lines))
-            .unwrap_or_default()
+        self.peers.iter().find(|p| p.name == name).map(|p| tail(&p.log, lines)).unwrap_or_default()
     }
 
     /// Wait until something in `ns` listens on UDP `port`.
@@ -130,27 +121,18 @@ impl Lab {
         let filter = format!("sport = :{port}");
         while Instant::now() < deadline {
             self.check_alive(name)?;
-            if !netns::exec(ns, &["ss", "-Hlun", &filter])?
-                .trim()
-                .is_empty()
-            {
+            if !netns::exec(ns, &["ss", "-Hlun", &filter])?.trim().is_empty() {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        err(format!(
-            "{name} did not open UDP port {port} within {within:?}:\n{}",
-            self.log_tail(name, 15)
-        ))
+        err(format!("{name} did not open UDP port {port} within {within:?}:\n{}", self.log_tail(name, 15)))
     }
 
     /// Start the Teredo server on 192.0.2.1 / 192.0.2.2.
     pub fn start_server(&mut self, imp: &Impl) -> Result<()> {
         let ns = self.ns("srv");
-        let conf = self.write_conf(
-            "server.conf",
-            &format!("# lab server\nServerBindAddress {SERVER_V4}\n"),
-        )?;
+        let conf = self.write_conf("server.conf", &format!("# lab server\nServerBindAddress {SERVER_V4}\n"))?;
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
@@ -158,11 +140,7 @@ impl Lab {
             }
             Impl::Miredo => {
                 let pid = self.dir().join("server.pid").display().to_string();
-                self.spawn(
-                    "server",
-                    &ns,
-                    &["miredo-server", "-f", "-p", &pid, "-c", &conf],
-                )?
+                self.spawn("server", &ns, &["miredo-server", "-f", "-p", &pid, "-c", &conf])?
             }
         };
         self.wait_udp("server", &ns, 3544, Duration::from_secs(10))
@@ -198,10 +176,7 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        err(format!(
-            "{name} did not route {prefix} within {within:?}:\n{}",
-            self.log_tail(name, 15)
-        ))
+        err(format!("{name} did not route {prefix} within {within:?}:\n{}", self.log_tail(name, 15)))
     }
 
     /// Start the Teredo client of `client` (an index into [`Lab::clients`]).
@@ -210,25 +185,17 @@ impl Lab {
         let name = format!("client{client}");
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!(
-                "# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n"
-            ),
+            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n"),
         )?;
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
                 let control = self.status_socket(client).display().to_string();
-                self.spawn(
-                    &name,
-                    &ns,
-                    &[&bin, "client", "-c", &conf, "--control", &control],
-                )
-                .map(drop)
+                self.spawn(&name, &ns, &[&bin, "client", "-c", &conf, "--control", &control]).map(drop)
             }
             Impl::Miredo => {
                 let pid = self.dir().join(format!("{name}.pid")).display().to_string();
-                self.spawn(&name, &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])
-                    .map(drop)
+                self.spawn(&name, &ns, &["miredo", "-f", "-p", &pid, "-c", &conf]).map(drop)
             }
         }
     }
@@ -267,22 +234,13 @@ impl Lab {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        err(format!(
-            "client {client} did not qualify within {within:?}:\n{}",
-            self.log_tail(&name, 15)
-        ))
+        err(format!("client {client} did not qualify within {within:?}:\n{}", self.log_tail(&name, 15)))
     }
 }
 
 /// The global 2001::/32 address on interface `teredo` in `ns`, if any.
 pub fn teredo_address(ns: &str) -> Option<Ipv6Addr> {
-    let out = netns::exec(
-        ns,
-        &[
-            "ip", "-6", "-o", "addr", "show", "dev", "teredo", "scope", "global",
-        ],
-    )
-    .ok()?;
+    let out = netns::exec(ns, &["ip", "-6", "-o", "addr", "show", "dev", "teredo", "scope", "global"]).ok()?;
     out.split_whitespace()
         .skip_while(|w| *w != "inet6")
         .nth(1)

@@ -48,10 +48,8 @@ pub struct Outcome {
 /// Run `s`, reporting each step through `say`. On success the lab is returned still
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
-    let mut lab = Lab::build(&LabSpec {
-        nats: vec![(s.nat, 1)],
-    })
-    .map_err(|e| LabError(format!("step 1 (build the lab) failed: {e}")))?;
+    let mut lab = Lab::build(&LabSpec::nats(vec![(s.nat, 1)]))
+        .map_err(|e| LabError(format!("step 1 (build the lab) failed: {e}")))?;
     if s.keep_on_failure {
         lab.keep();
     }
@@ -61,84 +59,41 @@ pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
 
 fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    say(&format!(
-        "lab built: {} namespaces ({} NAT)",
-        lab.namespaces().len(),
-        s.nat
-    ));
-    lab.start_server(&s.server)
-        .map_err(|e| step(2, "start the server", e))?;
-    say(&format!(
-        "server up ({}) on {}:3544 and {}:3544",
-        s.server,
-        crate::SERVER_V4,
-        crate::SERVER2_V4
-    ));
-    lab.start_relay(&s.relay)
-        .map_err(|e| step(3, "start the relay", e))?;
-    say(&format!(
-        "relay up ({}) on {}, routing 2001::/32 for the native side",
-        s.relay,
-        crate::RELAY_V4
-    ));
+    say(&format!("lab built: {} namespaces ({} NAT)", lab.namespaces().len(), s.nat));
+    lab.start_server(&s.server).map_err(|e| step(2, "start the server", e))?;
+    say(&format!("server up ({}) on {}:3544 and {}:3544", s.server, crate::SERVER_V4, crate::SERVER2_V4));
+    lab.start_relay(&s.relay).map_err(|e| step(3, "start the relay", e))?;
+    say(&format!("relay up ({}) on {}, routing 2001::/32 for the native side", s.relay, crate::RELAY_V4));
     let t0 = Instant::now();
-    lab.start_client(0, &s.client)
-        .map_err(|e| step(4, "start the client", e))?;
-    let address = lab
-        .wait_qualified(0, Duration::from_secs(20))
-        .map_err(|e| step(4, "qualify the client", e))?;
+    lab.start_client(0, &s.client).map_err(|e| step(4, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
     let qualify_secs = t0.elapsed().as_secs_f64();
-    say(&format!(
-        "client qualified ({}) in {qualify_secs:.2} s: {address}",
-        s.client
-    ));
+    say(&format!("client qualified ({}) in {qualify_secs:.2} s: {address}", s.client));
     let ns = lab.clients[0].ns.clone();
     let h6 = lab.ns("h6");
     // One echo first: it carries the client's connectivity test (and the relay's bubble
     // exchange), so the measured pings show the path rather than that set-up.
-    let warm = traffic::ping(&ns, HOST6_V6, 1, 5)
-        .map_err(|e| step(5, "first ping6 client → native host", e))?;
+    let warm = traffic::ping(&ns, HOST6_V6, 1, 5).map_err(|e| step(5, "first ping6 client → native host", e))?;
     match warm.rtts_ms.first() {
-        Some(ms) => say(&format!(
-            "first ping6 client → {HOST6_V6}: {ms:.1} ms (connectivity test via the server)"
-        )),
-        None => say(&format!(
-            "first ping6 client → {HOST6_V6}: no answer within 5 s"
-        )),
+        Some(ms) => say(&format!("first ping6 client → {HOST6_V6}: {ms:.1} ms (connectivity test via the server)")),
+        None => say(&format!("first ping6 client → {HOST6_V6}: no answer within 5 s")),
     }
-    let ping_out = traffic::ping(&ns, HOST6_V6, s.pings, 2)
-        .map_err(|e| step(5, "ping6 client → native host", e))?;
+    let ping_out = traffic::ping(&ns, HOST6_V6, s.pings, 2).map_err(|e| step(5, "ping6 client → native host", e))?;
     check_ping(&ping_out).map_err(|e| step(5, "ping6 client → native host", e))?;
     say(&format!("ping6 client → {HOST6_V6}: {ping_out}"));
-    let ping_in = traffic::ping(&h6, address, s.pings, 2)
-        .map_err(|e| step(6, "ping6 native host → client", e))?;
+    let ping_in = traffic::ping(&h6, address, s.pings, 2).map_err(|e| step(6, "ping6 native host → client", e))?;
     check_ping(&ping_in).map_err(|e| step(6, "ping6 native host → client", e))?;
     say(&format!("ping6 {HOST6_V6} → client: {ping_in}"));
     let timeout = Duration::from_secs(30);
     let tcp_out = traffic::tcp_transfer(&ns, &h6, HOST6_V6, s.transfer_bytes, timeout)
         .and_then(check_transfer)
         .map_err(|e| step(7, "TCP client → native host", e))?;
-    say(&format!(
-        "TCP client → native host: {} bytes intact, {:.1} Mbit/s",
-        tcp_out.bytes,
-        tcp_out.mbit_per_s()
-    ));
+    say(&format!("TCP client → native host: {} bytes intact, {:.1} Mbit/s", tcp_out.bytes, tcp_out.mbit_per_s()));
     let tcp_in = traffic::tcp_transfer(&h6, &ns, address, s.transfer_bytes, timeout)
         .and_then(check_transfer)
         .map_err(|e| step(8, "TCP native host → client", e))?;
-    say(&format!(
-        "TCP native host → client: {} bytes intact, {:.1} Mbit/s",
-        tcp_in.bytes,
-        tcp_in.mbit_per_s()
-    ));
-    Ok(Outcome {
-        address,
-        qualify_secs,
-        ping_out,
-        ping_in,
-        tcp_out,
-        tcp_in,
-    })
+    say(&format!("TCP native host → client: {} bytes intact, {:.1} Mbit/s", tcp_in.bytes, tcp_in.mbit_per_s()));
+    Ok(Outcome { address, qualify_secs, ping_out, ping_in, tcp_out, tcp_in })
 }
 
 fn check_ping(p: &PingResult) -> Result<()> {
@@ -154,10 +109,7 @@ fn check_transfer(t: Transfer) -> Result<Transfer> {
     if t.intact {
         Ok(t)
     } else {
-        err(format!(
-            "data damaged or cut: {} bytes arrived, checksums differ",
-            t.bytes
-        ))
+        err(format!("data damaged or cut: {} bytes arrived, checksums differ", t.bytes))
     }
 }
 
@@ -171,37 +123,22 @@ pub fn run_peer_to_peer(
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PingResult, Transfer)> {
     let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let mut lab = Lab::build(&LabSpec {
-        nats: vec![(nats[0], 1), (nats[1], 1)],
-    })
-    .map_err(|e| step(1, "build the lab", e))?;
-    lab.start_server(server)
-        .map_err(|e| step(2, "start the server", e))?;
+    let mut lab =
+        Lab::build(&LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)])).map_err(|e| step(1, "build the lab", e))?;
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
     let mut addrs = Vec::new();
     for c in 0..2 {
-        lab.start_client(c, client)
-            .map_err(|e| step(4, "start the clients", e))?;
-        addrs.push(
-            lab.wait_qualified(c, Duration::from_secs(20))
-                .map_err(|e| step(4, "qualify the clients", e))?,
-        );
+        lab.start_client(c, client).map_err(|e| step(4, "start the clients", e))?;
+        addrs.push(lab.wait_qualified(c, Duration::from_secs(20)).map_err(|e| step(4, "qualify the clients", e))?);
     }
-    say(&format!(
-        "clients qualified: {} ({}) and {} ({})",
-        addrs[0], nats[0], addrs[1], nats[1]
-    ));
+    say(&format!("clients qualified: {} ({}) and {} ({})", addrs[0], nats[0], addrs[1], nats[1]));
     let (a, b) = (lab.clients[0].ns.clone(), lab.clients[1].ns.clone());
-    let ping =
-        traffic::ping(&a, addrs[1], 5, 2).map_err(|e| step(5, "ping6 client A → client B", e))?;
+    let ping = traffic::ping(&a, addrs[1], 5, 2).map_err(|e| step(5, "ping6 client A → client B", e))?;
     check_ping(&ping).map_err(|e| step(5, "ping6 client A → client B", e))?;
     say(&format!("ping6 A → B: {ping}"));
     let tcp = traffic::tcp_transfer(&b, &a, addrs[0], transfer_bytes, Duration::from_secs(30))
         .and_then(check_transfer)
         .map_err(|e| step(7, "TCP client B → client A", e))?;
-    say(&format!(
-        "TCP B → A: {} bytes intact, {:.1} Mbit/s",
-        tcp.bytes,
-        tcp.mbit_per_s()
-    ));
+    say(&format!("TCP B → A: {} bytes intact, {:.1} Mbit/s", tcp.bytes, tcp.mbit_per_s()));
     Ok((lab, ping, tcp))
 }

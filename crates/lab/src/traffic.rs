@@ -51,9 +51,7 @@ pub fn ping(ns: &str, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingR
     let w = wait_secs.to_string();
     let d = dst.to_string();
     let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w, &d,
-        ])
+        .args(["netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w, &d])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| LabError(format!("ping: {e}")))?;
@@ -64,11 +62,7 @@ pub fn ping(ns: &str, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingR
         .filter_map(|t| t.split_whitespace().next())
         .filter_map(|t| t.parse().ok())
         .collect();
-    Ok(PingResult {
-        sent: count,
-        received: rtts_ms.len() as u32,
-        rtts_ms,
-    })
+    Ok(PingResult { sent: count, received: rtts_ms.len() as u32, rtts_ms })
 }
 
 /// What a TCP transfer achieved.
@@ -102,23 +96,15 @@ fn fill(buf: &mut [u8], state: &mut u64) {
 
 /// Send `bytes` over TCP from namespace `from` to `to_addr`, received in namespace
 /// `to`; gives up after `timeout`.
-pub fn tcp_transfer(
-    from: &str,
-    to: &str,
-    to_addr: Ipv6Addr,
-    bytes: usize,
-    timeout: Duration,
-) -> Result<Transfer> {
+pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeout: Duration) -> Result<Transfer> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u16>>();
     let to_ns = to.to_string();
     let receiver = std::thread::spawn(move || -> Result<(u64, [u8; 32])> {
         let listen: Result<(TcpListener, u16)> = (|| {
             netns::enter(&to_ns)?;
-            let l = TcpListener::bind("[::]:0")
-                .map_err(|e| LabError(format!("listen in {to_ns}: {e}")))?;
+            let l = TcpListener::bind("[::]:0").map_err(|e| LabError(format!("listen in {to_ns}: {e}")))?;
             let port = l.local_addr().map_err(|e| LabError(e.to_string()))?.port();
-            l.set_nonblocking(true)
-                .map_err(|e| LabError(e.to_string()))?;
+            l.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
             Ok((l, port))
         })();
         let l = match listen {
@@ -135,18 +121,14 @@ pub fn tcp_transfer(
         let mut s = loop {
             match l.accept() {
                 Ok((s, _)) => break s,
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
-                {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(10))
                 }
                 Err(e) => return err(format!("accept: {e}")),
             }
         };
-        s.set_nonblocking(false)
-            .map_err(|e| LabError(e.to_string()))?;
-        s.set_read_timeout(Some(timeout))
-            .map_err(|e| LabError(e.to_string()))?;
+        s.set_nonblocking(false).map_err(|e| LabError(e.to_string()))?;
+        s.set_read_timeout(Some(timeout)).map_err(|e| LabError(e.to_string()))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 65536];
         let mut total = 0u64;
@@ -162,18 +144,15 @@ pub fn tcp_transfer(
         }
         Ok((total, h.finalize().into()))
     });
-    let port = ready_rx
-        .recv()
-        .map_err(|_| LabError("receiver thread died".into()))??;
+    let port = ready_rx.recv().map_err(|_| LabError("receiver thread died".into()))??;
     let from_ns = from.to_string();
     let sender = std::thread::spawn(move || -> Result<(f64, [u8; 32])> {
         netns::enter(&from_ns)?;
         let start = Instant::now();
         let addr = SocketAddr::from((to_addr, port));
-        let mut s = TcpStream::connect_timeout(&addr, timeout)
-            .map_err(|e| LabError(format!("connect to {addr}: {e}")))?;
-        s.set_write_timeout(Some(timeout))
-            .map_err(|e| LabError(e.to_string()))?;
+        let mut s =
+            TcpStream::connect_timeout(&addr, timeout).map_err(|e| LabError(format!("connect to {addr}: {e}")))?;
+        s.set_write_timeout(Some(timeout)).map_err(|e| LabError(e.to_string()))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 65536];
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -181,29 +160,19 @@ pub fn tcp_transfer(
         while left > 0 {
             let n = left.min(buf.len());
             fill(&mut buf[..n], &mut state);
-            s.write_all(&buf[..n])
-                .map_err(|e| LabError(format!("send after {} bytes: {e}", bytes - left)))?;
+            s.write_all(&buf[..n]).map_err(|e| LabError(format!("send after {} bytes: {e}", bytes - left)))?;
             h.update(&buf[..n]);
             left -= n;
         }
-        s.shutdown(std::net::Shutdown::Write)
-            .map_err(|e| LabError(e.to_string()))?;
+        s.shutdown(std::net::Shutdown::Write).map_err(|e| LabError(e.to_string()))?;
         // Wait for the receiver to close, so the time covers delivery.
         let _ = s.set_read_timeout(Some(timeout));
         let _ = s.read(&mut [0u8; 1]);
         Ok((start.elapsed().as_secs_f64(), h.finalize().into()))
     });
-    let sent = sender
-        .join()
-        .map_err(|_| LabError("sender thread panicked".into()))?;
-    let received = receiver
-        .join()
-        .map_err(|_| LabError("receiver thread panicked".into()))?;
+    let sent = sender.join().map_err(|_| LabError("sender thread panicked".into()))?;
+    let received = receiver.join().map_err(|_| LabError("receiver thread panicked".into()))?;
     let (secs, sent_hash) = sent?;
     let (total, recv_hash) = received?;
-    Ok(Transfer {
-        bytes: total,
-        secs,
-        intact: total == bytes as u64 && sent_hash == recv_hash,
-    })
+    Ok(Transfer { bytes: total, secs, intact: total == bytes as u64 && sent_hash == recv_hash })
 }

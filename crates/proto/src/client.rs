@@ -26,9 +26,7 @@ use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ip_protocol;
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
-use shipworm_wire::teredo_addr::{
-    self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT,
-};
+use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use std::collections::VecDeque;
@@ -58,10 +56,7 @@ pub struct ServerAddrs {
 impl ServerAddrs {
     /// A server at `primary` with the conventional secondary.
     pub fn new(primary: Ipv4Addr) -> Self {
-        ServerAddrs {
-            primary,
-            secondary: Ipv4Addr::from_bits(primary.to_bits().wrapping_add(1)),
-        }
+        ServerAddrs { primary, secondary: Ipv4Addr::from_bits(primary.to_bits().wrapping_add(1)) }
     }
 }
 
@@ -144,31 +139,13 @@ pub enum ClientEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Waiting before trying again.
-    Offline {
-        retry_at: Duration,
-        backoff: Duration,
-    },
+    Offline { retry_at: Duration, backoff: Duration },
     /// RS to `server`'s primary address.
-    Primary {
-        server: usize,
-        nonce: [u8; 8],
-        sent_at: Duration,
-        tries: u8,
-    },
+    Primary { server: usize, nonce: [u8; 8], sent_at: Duration, tries: u8 },
     /// RS to its secondary address, knowing the primary's answer.
-    Secondary {
-        server: usize,
-        first: Ra,
-        nonce: [u8; 8],
-        sent_at: Duration,
-        tries: u8,
-    },
+    Secondary { server: usize, first: Ra, nonce: [u8; 8], sent_at: Duration, tries: u8 },
     /// Qualified.
-    Up {
-        server: usize,
-        ra: Ra,
-        address: Ipv6Addr,
-    },
+    Up { server: usize, ra: Ra, address: Ipv6Addr },
 }
 
 /// What a valid RA says.
@@ -261,10 +238,7 @@ impl<R: Random> Client<R> {
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
             cfg,
             rng,
-            phase: Phase::Offline {
-                retry_at: Duration::ZERO,
-                backoff: Duration::from_secs(10),
-            },
+            phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
             nat: NatKind::Unknown,
             cone_nonce: None,
             cone_seen: false,
@@ -304,9 +278,7 @@ impl<R: Random> Client<R> {
         let (state, server, mapped, mtu) = match &self.phase {
             Phase::Offline { .. } => ("offline", None, None, 1280),
             Phase::Primary { server, .. } => ("qualifying", Some(*server), None, 1280),
-            Phase::Secondary { server, first, .. } => {
-                ("probing", Some(*server), Some(first.mapped), first.mtu)
-            }
+            Phase::Secondary { server, first, .. } => ("probing", Some(*server), Some(first.mapped), first.mtu),
             Phase::Up { server, ra, .. } => ("qualified", Some(*server), Some(ra.mapped), ra.mtu),
         };
         ClientStatus {
@@ -333,23 +305,12 @@ impl<R: Random> Client<R> {
     /// Build an RS from `src` with `nonce` into the scratch buffer.
     fn rs(&mut self, src: Ipv6Addr, nonce: [u8; 8]) -> usize {
         let dst = crate::server::ALL_ROUTERS;
-        let h = TeredoHeaderRepr {
-            auth: Some(AuthRepr::with_nonce(nonce)),
-            origin: None,
-        };
+        let h = TeredoHeaderRepr { auth: Some(AuthRepr::with_nonce(nonce)), origin: None };
         let at = h.emit(&mut self.scratch).expect("fits");
-        Ipv6Repr {
-            src_addr: src,
-            dst_addr: dst,
-            next_header: ip_protocol::ICMPV6,
-            payload_len: 8,
-            hop_limit: 255,
-        }
-        .emit(&mut self.scratch[at..])
-        .expect("fits");
-        Icmpv6Repr::RouterSolicit
-            .emit(&src, &dst, &mut self.scratch[at + 40..])
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: ip_protocol::ICMPV6, payload_len: 8, hop_limit: 255 }
+            .emit(&mut self.scratch[at..])
             .expect("fits");
+        Icmpv6Repr::RouterSolicit.emit(&src, &dst, &mut self.scratch[at + 40..]).expect("fits");
         self.stats.solicitations += 1;
         at + 48
     }
@@ -367,18 +328,10 @@ impl<R: Random> Client<R> {
         // The cone test, from the probe port: answered from the secondary address.
         let cone = self.nonce();
         let n = self.rs(RS_SOURCE_CONE, cone);
-        tx.probe(
-            SocketAddrV4::new(s.primary, TEREDO_PORT),
-            &self.scratch[..n],
-        );
+        tx.probe(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
         self.cone_nonce = Some((cone, server));
         self.cone_seen = false;
-        self.phase = Phase::Primary {
-            server,
-            nonce,
-            sent_at: now,
-            tries: 1,
-        };
+        self.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };
     }
 
     /// The network changed (new IPv4 address or default route): qualify again at once.
@@ -386,9 +339,7 @@ impl<R: Random> Client<R> {
     /// change that keeps the mapping costs nothing.
     pub fn on_network_change(&mut self, now: Duration, tx: &mut impl Transmit) {
         let server = match self.phase {
-            Phase::Up { server, .. }
-            | Phase::Primary { server, .. }
-            | Phase::Secondary { server, .. } => server,
+            Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => server,
             Phase::Offline { .. } => 0,
         };
         self.maint = None;
@@ -420,11 +371,7 @@ impl<R: Random> Client<R> {
         }
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        if dst != *rs_src
-            || !src.is_link_local()
-            || ip.hop_limit() != 255
-            || ip.next_header() != ip_protocol::ICMPV6
-        {
+        if dst != *rs_src || !src.is_link_local() || ip.hop_limit() != 255 || ip.next_header() != ip_protocol::ICMPV6 {
             return Err(DropReason::InvalidSolicitation);
         }
         let icmp = Icmpv6Packet::new_checked(ip.payload())?;
@@ -449,11 +396,7 @@ impl<R: Random> Client<R> {
             // Old Microsoft servers: Miredo rewrites to the RFC prefix, so do we.
             prefix[..4].copy_from_slice(&teredo_addr::PREFIX.to_be_bytes());
         }
-        Ok(Ra {
-            mapped,
-            prefix,
-            mtu,
-        })
+        Ok(Ra { mapped, prefix, mtu })
     }
 
     /// The address for `ra`: RFC 5991 random bits, drawn again only when the mapping
@@ -493,19 +436,11 @@ impl<R: Random> Client<R> {
         };
         if changed {
             // Peers were learned under the old mapping: start afresh.
-            self.peers = PeerTable::new(
-                self.cfg.peer_capacity,
-                Duration::from_secs(300),
-                keys(&self.cfg),
-            );
+            self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
             self.pending.clear();
             self.stats.addresses += 1;
         }
-        self.phase = Phase::Up {
-            server,
-            ra,
-            address,
-        };
+        self.phase = Phase::Up { server, ra, address };
         self.last_server_rx = now;
         self.maint = None;
         self.schedule_refresh();
@@ -519,13 +454,7 @@ impl<R: Random> Client<R> {
         }
     }
 
-    fn go_down(
-        &mut self,
-        now: Duration,
-        why: &'static str,
-        next_server: Option<usize>,
-        tx: &mut impl Transmit,
-    ) {
+    fn go_down(&mut self, now: Duration, why: &'static str, next_server: Option<usize>, tx: &mut impl Transmit) {
         if matches!(self.phase, Phase::Up { .. }) {
             self.events.push_back(ClientEvent::Down(why));
         }
@@ -538,10 +467,7 @@ impl<R: Random> Client<R> {
                     Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),
                     _ => Duration::from_secs(10),
                 };
-                self.phase = Phase::Offline {
-                    retry_at: now + backoff,
-                    backoff,
-                };
+                self.phase = Phase::Offline { retry_at: now + backoff, backoff };
             }
         }
     }
@@ -550,30 +476,18 @@ impl<R: Random> Client<R> {
         if from.port() != TEREDO_PORT {
             return None;
         }
-        self.cfg
-            .servers
-            .iter()
-            .position(|s| s.primary == *from.ip() || s.secondary == *from.ip())
+        self.cfg.servers.iter().position(|s| s.primary == *from.ip() || s.secondary == *from.ip())
     }
 
     fn current_server(&self) -> Option<usize> {
         match self.phase {
-            Phase::Up { server, .. }
-            | Phase::Primary { server, .. }
-            | Phase::Secondary { server, .. } => Some(server),
+            Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => Some(server),
             Phase::Offline { .. } => None,
         }
     }
 
     /// A datagram arrived on socket `via` from `from`.
-    pub fn on_udp(
-        &mut self,
-        now: Duration,
-        via: Via,
-        from: SocketAddrV4,
-        datagram: &[u8],
-        tx: &mut impl Transmit,
-    ) {
+    pub fn on_udp(&mut self, now: Duration, via: Via, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
@@ -581,8 +495,7 @@ impl<R: Random> Client<R> {
         if via == Via::Probe {
             return self.on_probe(&pkt, from);
         }
-        let ra_like =
-            pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
+        let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
         if let Some(idx) = self.is_server(&from) {
             if ra_like {
                 return self.on_ra(now, idx, from, &pkt, tx);
@@ -613,54 +526,22 @@ impl<R: Random> Client<R> {
         }
     }
 
-    fn on_ra(
-        &mut self,
-        now: Duration,
-        idx: usize,
-        from: SocketAddrV4,
-        pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
-    ) {
+    fn on_ra(&mut self, now: Duration, idx: usize, from: SocketAddrV4, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
         let s = self.cfg.servers[idx];
         match self.phase {
             Phase::Primary { server, nonce, .. } if server == idx => {
-                match Self::check_ra(
-                    pkt,
-                    from,
-                    s.primary,
-                    &nonce,
-                    &RS_SOURCE_RESTRICTED,
-                    s.primary,
-                ) {
+                match Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(first) => {
                         self.stats.advertisements += 1;
                         let nonce = self.nonce();
                         self.send_rs(s.secondary, nonce, tx);
-                        self.phase = Phase::Secondary {
-                            server,
-                            first,
-                            nonce,
-                            sent_at: now,
-                            tries: 1,
-                        };
+                        self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
                     }
                     Err(r) => self.dropped(r),
                 }
             }
-            Phase::Secondary {
-                server,
-                first,
-                nonce,
-                ..
-            } if server == idx => {
-                match Self::check_ra(
-                    pkt,
-                    from,
-                    s.secondary,
-                    &nonce,
-                    &RS_SOURCE_RESTRICTED,
-                    s.primary,
-                ) {
+            Phase::Secondary { server, first, nonce, .. } if server == idx => {
+                match Self::check_ra(pkt, from, s.secondary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(second) => {
                         self.stats.advertisements += 1;
                         let nat = if second.mapped != first.mapped {
@@ -673,12 +554,7 @@ impl<R: Random> Client<R> {
                         self.nat = nat;
                         if nat == NatKind::Symmetric {
                             self.events.push_back(ClientEvent::Nat(nat));
-                            self.go_down(
-                                now,
-                                "symmetric NAT: no Teredo address (RFC 4380)",
-                                None,
-                                tx,
-                            );
+                            self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
                         } else {
                             self.come_up(now, server, first);
                         }
@@ -686,20 +562,11 @@ impl<R: Random> Client<R> {
                     Err(r) => self.dropped(r),
                 }
             }
-            Phase::Up {
-                server, ra: old, ..
-            } if server == idx => {
+            Phase::Up { server, ra: old, .. } if server == idx => {
                 let Some((nonce, _, _)) = self.maint else {
                     return self.on_home_ra(now, idx, from, pkt, tx);
                 };
-                match Self::check_ra(
-                    pkt,
-                    from,
-                    s.primary,
-                    &nonce,
-                    &RS_SOURCE_RESTRICTED,
-                    s.primary,
-                ) {
+                match Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(ra) => {
                         self.stats.advertisements += 1;
                         self.last_server_rx = now;
@@ -730,17 +597,7 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[idx];
-        if idx != 0
-            || Self::check_ra(
-                pkt,
-                from,
-                s.primary,
-                &nonce,
-                &RS_SOURCE_RESTRICTED,
-                s.primary,
-            )
-            .is_err()
-        {
+        if idx != 0 || Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary).is_err() {
             return self.dropped(DropReason::AuthenticationFailed);
         }
         self.home = None;
@@ -775,9 +632,7 @@ impl<R: Random> Client<R> {
         // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
         // §5.2.3; practice answers with a bubble rather than a ping). Without an
         // origin indication, the mapping embedded in a Teredo source will do.
-        let origin = pkt
-            .origin
-            .or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
+        let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
         if let Some(o) = origin.filter(|o| is_global_unicast(*o.ip())) {
             let n = emit_bubble(&me, &src, 0, &mut self.scratch).expect("fits");
             tx.udp(o, &self.scratch[..n]);
@@ -812,13 +667,7 @@ impl<R: Random> Client<R> {
         }
     }
 
-    fn on_peer_packet(
-        &mut self,
-        now: Duration,
-        from: SocketAddrV4,
-        pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
-    ) {
+    fn on_peer_packet(&mut self, now: Duration, from: SocketAddrV4, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         if !self.our_address(&dst) {
@@ -837,10 +686,7 @@ impl<R: Random> Client<R> {
                 true
             }
             // 2. The echo reply of our connectivity test.
-            Some(p)
-                if p.nonce.is_some()
-                    && is_echo_reply_with(ip, p.nonce.as_ref().expect("checked")) =>
-            {
+            Some(p) if p.nonce.is_some() && is_echo_reply_with(ip, p.nonce.as_ref().expect("checked")) => {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
@@ -848,11 +694,7 @@ impl<R: Random> Client<R> {
                 true
             }
             // A symmetric-NAT peer answering our bubbles from another port of its address.
-            Some(p)
-                if p.waiting
-                    && pkt.is_bubble()
-                    && embedded.is_some_and(|t| t.mapped.ip() == from.ip()) =>
-            {
+            Some(p) if p.waiting && pkt.is_bubble() && embedded.is_some_and(|t| t.mapped.ip() == from.ip()) => {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
@@ -921,9 +763,7 @@ impl<R: Random> Client<R> {
             }
         }
         let mapped = teredo.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.mapped);
-        if self.peers.get(&dst).is_none()
-            && self.peers.insert(Peer::new(dst, mapped, now), now).is_err()
-        {
+        if self.peers.get(&dst).is_none() && self.peers.insert(Peer::new(dst, mapped, now), now).is_err() {
             return self.dropped(DropReason::TableFull);
         }
         let cap = self.cfg.queue_bytes;
@@ -983,32 +823,20 @@ impl<R: Random> Client<R> {
                 .emit(&mut self.scratch)
                 .expect("fits");
                 echo.emit(&me, &dst, &mut self.scratch[40..]).expect("fits");
-                tx.udp(
-                    SocketAddrV4::new(server, TEREDO_PORT),
-                    &self.scratch[..40 + len],
-                );
+                tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..40 + len]);
                 self.stats.echoes += 1;
             }
         }
     }
 
-    fn error_to_host(
-        &mut self,
-        now: Duration,
-        offending: &Ipv6Packet<&[u8]>,
-        code: u8,
-        tx: &mut impl Transmit,
-    ) {
+    fn error_to_host(&mut self, now: Duration, offending: &Ipv6Packet<&[u8]>, code: u8, tx: &mut impl Transmit) {
         if !icmp_error::may_answer(offending) || !self.icmp.allow(now) {
             return;
         }
         let mut out = [0u8; 1280];
-        if let Some(n) = icmp_error::build(
-            &LINK_LOCAL,
-            offending,
-            |q| Icmpv6Repr::DstUnreachable { code, invoking: q },
-            &mut out,
-        ) {
+        if let Some(n) =
+            icmp_error::build(&LINK_LOCAL, offending, |q| Icmpv6Repr::DstUnreachable { code, invoking: q }, &mut out)
+        {
             tx.tun(&out[..n]);
         }
     }
@@ -1017,42 +845,20 @@ impl<R: Random> Client<R> {
     pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
         match self.phase {
             Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
-            Phase::Primary {
-                server,
-                nonce,
-                sent_at,
-                tries,
-            } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+            Phase::Primary { server, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
                 if tries < RS_TRIES {
                     self.send_rs(self.cfg.servers[server].primary, nonce, tx);
-                    self.phase = Phase::Primary {
-                        server,
-                        nonce,
-                        sent_at: now,
-                        tries: tries + 1,
-                    };
+                    self.phase = Phase::Primary { server, nonce, sent_at: now, tries: tries + 1 };
                 } else {
                     // Failover: the next server, or back-off after the last.
                     let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
                     self.go_down(now, "server does not answer", next, tx);
                 }
             }
-            Phase::Secondary {
-                server,
-                first,
-                nonce,
-                sent_at,
-                tries,
-            } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+            Phase::Secondary { server, first, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
                 if tries < RS_TRIES {
                     self.send_rs(self.cfg.servers[server].secondary, nonce, tx);
-                    self.phase = Phase::Secondary {
-                        server,
-                        first,
-                        nonce,
-                        sent_at: now,
-                        tries: tries + 1,
-                    };
+                    self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: tries + 1 };
                 } else {
                     // The secondary address is silent: usable, NAT kind unknown.
                     self.nat = NatKind::Unknown;

@@ -168,10 +168,7 @@ impl DropCounters {
     }
     /// Every reason with a non-zero count.
     pub fn nonzero(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL
-            .iter()
-            .map(|&r| (r, self.get(r)))
-            .filter(|&(_, n)| n > 0)
+        DropReason::ALL.iter().map(|&r| (r, self.get(r))).filter(|&(_, n)| n > 0)
     }
 }
 

@@ -20,11 +20,7 @@ pub struct RateLimit {
 impl RateLimit {
     /// `rate` per second.
     pub fn new(rate: u32) -> RateLimit {
-        RateLimit {
-            rate,
-            tokens: rate,
-            last: Duration::ZERO,
-        }
+        RateLimit { rate, tokens: rate, last: Duration::ZERO }
     }
 
     /// Take a token if there is one.
@@ -51,14 +47,8 @@ pub fn may_answer(offending: &Ipv6Packet<&[u8]>) -> bool {
     }
     // An ICMPv6 error (not behind extension headers: then we cannot be sure, stay quiet).
     match offending.next_header() {
-        ip_protocol::ICMPV6 => offending
-            .payload()
-            .first()
-            .is_some_and(|&t| !message::is_error(t)),
-        ip_protocol::HOP_BY_HOP
-        | ip_protocol::DEST_OPTS
-        | ip_protocol::ROUTING
-        | ip_protocol::FRAGMENT => false,
+        ip_protocol::ICMPV6 => offending.payload().first().is_some_and(|&t| !message::is_error(t)),
+        ip_protocol::HOP_BY_HOP | ip_protocol::DEST_OPTS | ip_protocol::ROUTING | ip_protocol::FRAGMENT => false,
         _ => true,
     }
 }
@@ -80,15 +70,9 @@ pub fn build(
     let icmp = make(quoted);
     let to = offending.src_addr();
     let len = icmp.buffer_len();
-    Ipv6Repr {
-        src_addr: *from,
-        dst_addr: to,
-        next_header: ip_protocol::ICMPV6,
-        payload_len: len,
-        hop_limit: 64,
-    }
-    .emit(out)
-    .ok()?;
+    Ipv6Repr { src_addr: *from, dst_addr: to, next_header: ip_protocol::ICMPV6, payload_len: len, hop_limit: 64 }
+        .emit(out)
+        .ok()?;
     icmp.emit(from, &to, out.get_mut(HEADER_LEN..)?).ok()?;
     Some(HEADER_LEN + len)
 }
@@ -121,10 +105,7 @@ mod tests {
         let n = build(
             &"2001:db8::ff".parse().unwrap(),
             &p,
-            |q| Icmpv6Repr::DstUnreachable {
-                code: unreachable::ADDRESS,
-                invoking: q,
-            },
+            |q| Icmpv6Repr::DstUnreachable { code: unreachable::ADDRESS, invoking: q },
             &mut out,
         )
         .unwrap();
@@ -144,30 +125,12 @@ mod tests {
             packet("2001:db8::1", "ff0e::1", 17, &[0; 8]),
         ] {
             let p = Ipv6Packet::new_checked(&p[..]).unwrap();
-            assert!(build(
-                &me,
-                &p,
-                |q| Icmpv6Repr::DstUnreachable {
-                    code: 3,
-                    invoking: q
-                },
-                &mut out
-            )
-            .is_none());
+            assert!(build(&me, &p, |q| Icmpv6Repr::DstUnreachable { code: 3, invoking: q }, &mut out).is_none());
         }
         // An echo request is not an error: it may be answered with one.
         let p = packet("2001:db8::1", "2001:0::1", 58, &[128, 0, 0, 0, 0, 0, 0, 0]);
         let p = Ipv6Packet::new_checked(&p[..]).unwrap();
-        assert!(build(
-            &me,
-            &p,
-            |q| Icmpv6Repr::DstUnreachable {
-                code: 3,
-                invoking: q
-            },
-            &mut out
-        )
-        .is_some());
+        assert!(build(&me, &p, |q| Icmpv6Repr::DstUnreachable { code: 3, invoking: q }, &mut out).is_some());
     }
 
     #[test]
@@ -178,9 +141,8 @@ mod tests {
         assert_eq!(sent, 10);
         assert!(!r.allow(t0 + Duration::from_millis(50)));
         assert!(r.allow(t0 + Duration::from_millis(100)));
-        let sent: usize = (0..100)
-            .filter(|i| r.allow(t0 + Duration::from_secs(1) + Duration::from_millis(*i * 10)))
-            .count();
+        let sent: usize =
+            (0..100).filter(|i| r.allow(t0 + Duration::from_secs(1) + Duration::from_millis(*i * 10))).count();
         assert!(sent <= 20, "{sent}");
     }
 }

@@ -53,8 +53,7 @@ impl PacketQueue {
         if packet.len() > u16::MAX as usize || used + packet.len() > cap {
             return false;
         }
-        self.buf
-            .extend_from_slice(&(packet.len() as u16).to_be_bytes());
+        self.buf.extend_from_slice(&(packet.len() as u16).to_be_bytes());
         self.buf.extend_from_slice(packet);
         self.packets += 1;
         true
@@ -84,10 +83,7 @@ impl PacketQueue {
     /// Take every packet out, in order, releasing the memory.
     pub fn drain(&mut self) -> QueueDrain {
         self.packets = 0;
-        QueueDrain {
-            buf: std::mem::take(&mut self.buf),
-            at: 0,
-        }
+        QueueDrain { buf: std::mem::take(&mut self.buf), at: 0 }
     }
 }
 
@@ -101,10 +97,7 @@ pub struct QueueDrain {
 impl QueueDrain {
     /// The next packet.
     pub fn next_packet(&mut self) -> Option<&[u8]> {
-        let len = usize::from(u16::from_be_bytes([
-            *self.buf.get(self.at)?,
-            *self.buf.get(self.at + 1)?,
-        ]));
+        let len = usize::from(u16::from_be_bytes([*self.buf.get(self.at)?, *self.buf.get(self.at + 1)?]));
         let p = self.buf.get(self.at + 2..self.at + 2 + len)?;
         self.at += 2 + len;
         Some(p)
@@ -330,10 +323,7 @@ mod tests {
         }
         assert_eq!(t.len(), 100, "capped");
         for i in 0..50 {
-            assert!(
-                t.get(&addr(i)).is_some_and(|p| p.trusted),
-                "established peer {i} survived"
-            );
+            assert!(t.get(&addr(i)).is_some_and(|p| p.trusted), "established peer {i} survived");
         }
     }
 
@@ -347,10 +337,7 @@ mod tests {
             p.last_rx = now;
             t.insert(p, now).unwrap();
         }
-        assert_eq!(
-            t.insert(Peer::new(addr(99), M, now), now).unwrap_err(),
-            TableFull
-        );
+        assert_eq!(t.insert(Peer::new(addr(99), M, now), now).unwrap_err(), TableFull);
         // Once they fall idle, newcomers may take their place.
         let later = now + Duration::from_secs(301);
         assert!(t.insert(Peer::new(addr(99), M, later), later).is_ok());

@@ -156,10 +156,7 @@ impl Relay {
 
     /// Peers waiting for bubble answers (counted, for status and tests).
     pub fn pending_len(&self) -> usize {
-        self.pending
-            .iter()
-            .filter(|a| self.peers.get(a).is_some_and(|p| p.waiting))
-            .count()
+        self.pending.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
     }
 
     fn dropped(&mut self, r: DropReason) -> Verdict {
@@ -219,11 +216,7 @@ impl Relay {
                     _ => {}
                 }
             }
-            if self
-                .peers
-                .insert(Peer::new(dst, t.mapped, now), now)
-                .is_err()
-            {
+            if self.peers.insert(Peer::new(dst, t.mapped, now), now).is_err() {
                 return self.dropped(DropReason::TableFull);
             }
         }
@@ -245,13 +238,7 @@ impl Relay {
 
     /// Bubbles to `dst` within the RFC 4380 §5.2.6 limits: none sooner than 2 s after
     /// the last, none once 4 went unanswered in 300 s.
-    fn send_bubbles(
-        &mut self,
-        now: Duration,
-        dst: &Ipv6Addr,
-        src: Ipv6Addr,
-        tx: &mut impl Transmit,
-    ) -> bool {
+    fn send_bubbles(&mut self, now: Duration, dst: &Ipv6Addr, src: Ipv6Addr, tx: &mut impl Transmit) -> bool {
         let Some(p) = self.peers.get_mut(dst) else {
             return false;
         };
@@ -279,13 +266,7 @@ impl Relay {
     }
 
     /// A UDP datagram from a Teredo client.
-    pub fn on_udp(
-        &mut self,
-        now: Duration,
-        from: SocketAddrV4,
-        datagram: &[u8],
-        tx: &mut impl Transmit,
-    ) -> Verdict {
+    pub fn on_udp(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) -> Verdict {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
@@ -301,11 +282,7 @@ impl Relay {
         };
         let embedded = t.mapped == from;
         let Some(p) = self.peers.get_mut(&src) else {
-            let r = if embedded {
-                DropReason::NoPeerEntry
-            } else {
-                DropReason::SourceMismatch
-            };
+            let r = if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch };
             return self.dropped(r);
         };
         let learned = p.trusted && p.mapped == from;
@@ -359,11 +336,7 @@ impl Relay {
                 self.pending.push_back(dst);
                 continue;
             }
-            let src = p
-                .queue
-                .first()
-                .and_then(|pk| Ipv6Packet::new_checked(pk).ok())
-                .map(|ip| ip.src_addr());
+            let src = p.queue.first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
             match src {
                 Some(src) if p.bubbles < MAX_BUBBLES => {
                     self.send_bubbles(now, &dst, src, tx);
@@ -388,13 +361,7 @@ impl Relay {
         }
     }
 
-    fn icmp_error(
-        &mut self,
-        now: Duration,
-        offending: &Ipv6Packet<&[u8]>,
-        code: u8,
-        tx: &mut impl Transmit,
-    ) {
+    fn icmp_error(&mut self, now: Duration, offending: &Ipv6Packet<&[u8]>, code: u8, tx: &mut impl Transmit) {
         let Some(from) = self.cfg.icmp_source else {
             return;
         };
@@ -402,12 +369,9 @@ impl Relay {
             return;
         }
         let mut out = [0u8; 1280];
-        if let Some(n) = icmp_error::build(
-            &from,
-            offending,
-            |q| Icmpv6Repr::DstUnreachable { code, invoking: q },
-            &mut out,
-        ) {
+        if let Some(n) =
+            icmp_error::build(&from, offending, |q| Icmpv6Repr::DstUnreachable { code, invoking: q }, &mut out)
+        {
             tx.tun(&out[..n]);
             self.stats.icmp_errors += 1;
         }

@@ -132,11 +132,7 @@ impl Server {
     /// A server with this configuration.
     pub fn new(config: ServerConfig) -> Self {
         let link_local = server_link_local(config.primary);
-        Server {
-            config,
-            link_local,
-            stats: ServerStats::default(),
-        }
+        Server { config, link_local, stats: ServerStats::default() }
     }
 
     /// The configuration.
@@ -168,8 +164,7 @@ impl Server {
 
     /// Whether `addr` is a Teredo address this server issued.
     fn issued_by_us(&self, addr: &Ipv6Addr) -> bool {
-        TeredoAddr::decode_with_prefix(addr, self.config.prefix)
-            .is_some_and(|t| t.server == self.config.primary)
+        TeredoAddr::decode_with_prefix(addr, self.config.prefix).is_some_and(|t| t.server == self.config.primary)
     }
 
     fn drop(&mut self, reason: DropReason) -> ServerAction {
@@ -179,13 +174,7 @@ impl Server {
 
     /// A datagram arrived on `local`:3544 from `from`. The answer, if any, is written
     /// into `out` (give it at least 64 KiB to never refuse a forward for size).
-    pub fn on_udp(
-        &mut self,
-        local: Local,
-        from: SocketAddrV4,
-        datagram: &[u8],
-        out: &mut [u8],
-    ) -> ServerAction {
+    pub fn on_udp(&mut self, local: Local, from: SocketAddrV4, datagram: &[u8], out: &mut [u8]) -> ServerAction {
         match self.handle_udp(local, from, datagram, out) {
             Ok(action) => action,
             Err(reason) => self.drop(reason),
@@ -263,11 +252,7 @@ impl Server {
         }
     }
 
-    fn check_icmpv6_forward(
-        &self,
-        icmp: &Icmpv6Packet<&[u8]>,
-        allowed: &[u8],
-    ) -> Result<(), DropReason> {
+    fn check_icmpv6_forward(&self, icmp: &Icmpv6Packet<&[u8]>, allowed: &[u8]) -> Result<(), DropReason> {
         if !allowed.contains(&icmp.msg_type()) {
             return Err(DropReason::Icmpv6TypeNotForwarded);
         }
@@ -299,10 +284,8 @@ impl Server {
         // answer from the other address, so only a cone NAT lets the answer in.
         let cone = src.octets()[8] & 0x80 != 0;
         let send_from = if cone { local.other() } else { local };
-        let headers = TeredoHeaderRepr {
-            auth: pkt.auth_repr().map(|a| AuthRepr::with_nonce(a.nonce)),
-            origin: Some(from),
-        };
+        let headers =
+            TeredoHeaderRepr { auth: pkt.auth_repr().map(|a| AuthRepr::with_nonce(a.nonce)), origin: Some(from) };
         let ra = Icmpv6Repr::RouterAdvert(RouterAdvertRepr {
             cur_hop_limit: 0,
             flags: 0,
@@ -329,17 +312,9 @@ impl Server {
             hop_limit: 255,
         };
         ipv6.emit(out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
-        let n = ra.emit(
-            &self.link_local,
-            &src,
-            out.get_mut(at + 40..).ok_or(DropReason::TooBig)?,
-        )?;
+        let n = ra.emit(&self.link_local, &src, out.get_mut(at + 40..).ok_or(DropReason::TooBig)?)?;
         self.stats.advertisements += 1;
-        Ok(ServerAction::Udp {
-            from: send_from,
-            to: from,
-            len: at + 40 + n,
-        })
+        Ok(ServerAction::Udp { from: send_from, to: from, len: at + 40 + n })
     }
 
     /// Relay to a Teredo destination: to its embedded mapping, from the primary
@@ -365,19 +340,11 @@ impl Server {
         packet.copy_from_slice(pkt.ipv6.packet());
         trailers.copy_from_slice(pkt.trailers.as_bytes());
         self.stats.forwarded_udp += 1;
-        Ok(ServerAction::Udp {
-            from: Local::Primary,
-            to: dest.mapped,
-            len: at + body_len,
-        })
+        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len: at + body_len })
     }
 
     /// Relay natively, as a router: hop limit decremented, trailers dropped.
-    fn forward_native(
-        &mut self,
-        ip: &Ipv6Packet<&[u8]>,
-        out: &mut [u8],
-    ) -> Result<ServerAction, DropReason> {
+    fn forward_native(&mut self, ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<ServerAction, DropReason> {
         if ip.hop_limit() <= 1 {
             return Err(DropReason::HopLimitExceeded);
         }
@@ -425,10 +392,6 @@ impl Server {
         o.copy_from_slice(ip.packet());
         Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
         self.stats.forwarded_udp += 1;
-        Ok(ServerAction::Udp {
-            from: Local::Primary,
-            to: dest.mapped,
-            len,
-        })
+        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len })
     }
 }

@@ -67,12 +67,7 @@ fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
 }
 
 /// What server `primary` answers to `rs` arriving on `local` from `from`.
-fn answer(
-    primary: Ipv4Addr,
-    local: Local,
-    from: &str,
-    rs: &[u8],
-) -> Option<(SocketAddrV4, Vec<u8>)> {
+fn answer(primary: Ipv4Addr, local: Local, from: &str, rs: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
     let mut s = Server::new(ServerConfig::new(primary));
     let mut out = vec![0u8; 2048];
     match s.on_udp(local, sa(from), rs, &mut out) {
@@ -129,19 +124,8 @@ fn qualifies_restricted_with_an_rfc5991_address() {
     let t = TeredoAddr::decode(&addr).unwrap();
     assert_eq!((t.server, t.mapped), (P, sa(M)));
     assert!(!t.flags.cone(), "RFC 5991: cone bit clear");
-    assert!(
-        t.flags.conformance().is_rfc5991(),
-        "random bits set: {:#x}",
-        t.flags.0
-    );
-    assert!(matches!(
-        ev[0],
-        ClientEvent::Up {
-            nat: NatKind::Restricted,
-            mtu: 1280,
-            ..
-        }
-    ));
+    assert!(t.flags.conformance().is_rfc5991(), "random bits set: {:#x}", t.flags.0);
+    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Restricted, mtu: 1280, .. }));
     assert_eq!(c.status().state, "qualified");
 }
 
@@ -149,16 +133,7 @@ fn qualifies_restricted_with_an_rfc5991_address() {
 fn detects_a_cone_nat() {
     let mut c = client(&[P]);
     let ev = qualify(&mut c, secs(1), M, M, true);
-    assert!(
-        matches!(
-            ev[0],
-            ClientEvent::Up {
-                nat: NatKind::Cone,
-                ..
-            }
-        ),
-        "{ev:?}"
-    );
+    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Cone, .. }), "{ev:?}");
 }
 
 #[test]
@@ -183,23 +158,15 @@ fn nonce_of(rs: &[u8]) -> [u8; 8] {
 /// A hand-made RA with `options` (raw ND option bytes) from server P's link-local.
 fn crafted_ra(nonce: Option<[u8; 8]>, origin: Option<&str>, dst: &str, options: &[u8]) -> Vec<u8> {
     let mut b = vec![0u8; 512];
-    let h = TeredoHeaderRepr {
-        auth: nonce.map(shipworm_wire::teredo_auth::AuthRepr::with_nonce),
-        origin: origin.map(sa),
-    };
+    let h =
+        TeredoHeaderRepr { auth: nonce.map(shipworm_wire::teredo_auth::AuthRepr::with_nonce), origin: origin.map(sa) };
     let at = h.emit(&mut b).unwrap();
     let src = shipworm_wire::teredo_addr::server_link_local(P);
     let dst = a(dst);
     let icmp_len = 16 + options.len();
-    Ipv6Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: 58,
-        payload_len: icmp_len,
-        hop_limit: 255,
-    }
-    .emit(&mut b[at..])
-    .unwrap();
+    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: icmp_len, hop_limit: 255 }
+        .emit(&mut b[at..])
+        .unwrap();
     let icmp = &mut b[at + 40..at + 40 + icmp_len];
     icmp[0] = 134;
     icmp[16..].copy_from_slice(options);
@@ -209,9 +176,7 @@ fn crafted_ra(nonce: Option<[u8; 8]>, origin: Option<&str>, dst: &str, options: 
 }
 
 fn pio(prefix: &str, len: u8) -> Vec<u8> {
-    let mut o = vec![
-        3, 4, len, 0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0,
-    ];
+    let mut o = vec![3, 4, len, 0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
     o.extend_from_slice(&a(prefix).octets());
     o
 }
@@ -219,10 +184,7 @@ fn pio(prefix: &str, len: u8) -> Vec<u8> {
 fn still_qualifying(c: &mut Client<Rng>, w: &mut Rec) {
     assert!(c.poll_event().is_none());
     assert_eq!(c.status().state, "qualifying");
-    assert!(
-        w.udp.is_empty(),
-        "no RS to the secondary: the RA was not accepted"
-    );
+    assert!(w.udp.is_empty(), "no RS to the secondary: the RA was not accepted");
 }
 
 #[test]
@@ -232,19 +194,9 @@ fn case24_to_28_bad_ras_are_ignored() {
     let cases: Vec<(&str, MakeRa)> = vec![
         (
             "24 wrong nonce",
-            Box::new(|_| {
-                crafted_ra(
-                    Some([9; 8]),
-                    Some(M),
-                    "fe80::ffff:ffff:ffff",
-                    &pio(good_prefix, 64),
-                )
-            }),
+            Box::new(|_| crafted_ra(Some([9; 8]), Some(M), "fe80::ffff:ffff:ffff", &pio(good_prefix, 64))),
         ),
-        (
-            "25 no origin",
-            Box::new(|n| crafted_ra(Some(n), None, "fe80::ffff:ffff:ffff", &pio(good_prefix, 64))),
-        ),
+        ("25 no origin", Box::new(|n| crafted_ra(Some(n), None, "fe80::ffff:ffff:ffff", &pio(good_prefix, 64)))),
         (
             "26 two PIOs",
             Box::new(|n| {
@@ -256,43 +208,13 @@ fn case24_to_28_bad_ras_are_ignored() {
                 )
             }),
         ),
-        (
-            "26 no PIO",
-            Box::new(|n| {
-                crafted_ra(
-                    Some(n),
-                    Some(M),
-                    "fe80::ffff:ffff:ffff",
-                    &[5, 1, 0, 0, 0, 0, 5, 0],
-                )
-            }),
-        ),
-        (
-            "26 /48",
-            Box::new(|n| {
-                crafted_ra(
-                    Some(n),
-                    Some(M),
-                    "fe80::ffff:ffff:ffff",
-                    &pio(good_prefix, 48),
-                )
-            }),
-        ),
+        ("26 no PIO", Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &[5, 1, 0, 0, 0, 0, 5, 0]))),
+        ("26 /48", Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &pio(good_prefix, 48)))),
         (
             "26 other server",
-            Box::new(|n| {
-                crafted_ra(
-                    Some(n),
-                    Some(M),
-                    "fe80::ffff:ffff:ffff",
-                    &pio("2001:0:a00:1::", 64),
-                )
-            }),
+            Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &pio("2001:0:a00:1::", 64))),
         ),
-        (
-            "27 wrong destination",
-            Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::1", &pio(good_prefix, 64))),
-        ),
+        ("27 wrong destination", Box::new(|n| crafted_ra(Some(n), Some(M), "fe80::1", &pio(good_prefix, 64)))),
         (
             "28 zero-length option",
             Box::new(|n| {
@@ -321,34 +243,13 @@ fn case24_to_28_bad_ras_are_ignored() {
         let mut w = Rec::default();
         let n = nonce_of(&first_rs(&mut c, &mut w));
         w = Rec::default();
-        c.on_udp(
-            secs(1),
-            Via::Service,
-            SocketAddrV4::new(P, 3544),
-            &make(n),
-            &mut w,
-        );
+        c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &make(n), &mut w);
         still_qualifying(&mut c, &mut w);
         // The crafted RA itself is right once the flaw is removed (the test is sound).
         if name == "24 wrong nonce" {
-            let ok = crafted_ra(
-                Some(n),
-                Some(M),
-                "fe80::ffff:ffff:ffff",
-                &pio(good_prefix, 64),
-            );
-            c.on_udp(
-                secs(1),
-                Via::Service,
-                SocketAddrV4::new(P, 3544),
-                &ok,
-                &mut w,
-            );
-            assert_eq!(
-                w.udp.len(),
-                1,
-                "a correct crafted RA moves on to the secondary probe"
-            );
+            let ok = crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &pio(good_prefix, 64));
+            c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ok, &mut w);
+            assert_eq!(w.udp.len(), 1, "a correct crafted RA moves on to the secondary probe");
         }
     }
 }
@@ -360,13 +261,7 @@ fn ra_from_the_wrong_address_or_port_is_ignored() {
     let rs = first_rs(&mut c, &mut w);
     let (_, ra) = answer(P, Local::Primary, M, &rs).unwrap();
     c.on_udp(secs(1), Via::Service, sa("65.54.227.120:3545"), &ra, &mut w);
-    c.on_udp(
-        secs(1),
-        Via::Service,
-        SocketAddrV4::new(Q, 3544),
-        &ra,
-        &mut w,
-    );
+    c.on_udp(secs(1), Via::Service, SocketAddrV4::new(Q, 3544), &ra, &mut w);
     still_qualifying(&mut c, &mut w);
 }
 
@@ -408,20 +303,11 @@ fn failover_to_the_next_server_and_back_home() {
     let (from2, ra2) = answer(Q, Local::Secondary, M, &rs2).unwrap();
     c.on_udp(ms(13_501), Via::Service, from2, &ra2, &mut w);
     let ev: Vec<ClientEvent> = std::iter::from_fn(|| c.poll_event()).collect();
-    assert!(
-        matches!(ev[0], ClientEvent::Up { server, .. } if server == Q),
-        "{ev:?}"
-    );
+    assert!(matches!(ev[0], ClientEvent::Up { server, .. } if server == Q), "{ev:?}");
     // On the fallback, the first server is tried again; when it answers, we go home.
     w = Rec::default();
     c.on_timer(ms(14_000), &mut w);
-    let home = w
-        .udp
-        .iter()
-        .find(|(t, _)| *t.ip() == P)
-        .expect("home check")
-        .1
-        .clone();
+    let home = w.udp.iter().find(|(t, _)| *t.ip() == P).expect("home check").1.clone();
     let (from, ra) = answer(P, Local::Primary, M, &home).unwrap();
     c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
     assert_eq!(c.status().state, "qualifying");
@@ -434,13 +320,7 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
     // A peer is known.
     let mut w = Rec::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        sa("198.51.100.7:3544"),
-        &bubble(peer, &old.to_string()),
-        &mut w,
-    );
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &old.to_string()), &mut w);
     assert_eq!(c.status().peers, 1);
     // Refresh: nothing from the server for the randomized interval (22.5–30 s).
     w = Rec::default();
@@ -458,16 +338,9 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
     let ev = qualify_rest(&mut c, &mut w, "192.0.2.45:40123");
     let new = up_address(&ev);
     assert_ne!(new, old);
-    let (t_old, t_new) = (
-        TeredoAddr::decode(&old).unwrap(),
-        TeredoAddr::decode(&new).unwrap(),
-    );
+    let (t_old, t_new) = (TeredoAddr::decode(&old).unwrap(), TeredoAddr::decode(&new).unwrap());
     assert_eq!(t_new.mapped, sa("192.0.2.45:40123"));
-    assert_ne!(
-        t_old.flags.random_bits(),
-        t_new.flags.random_bits(),
-        "new random bits with the new mapping"
-    );
+    assert_ne!(t_old.flags.random_bits(), t_new.flags.random_bits(), "new random bits with the new mapping");
     assert_eq!(c.status().peers, 0, "peer list reset");
 }
 
@@ -475,20 +348,12 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
 fn qualify_rest(c: &mut Client<Rng>, w: &mut Rec, mapping: &str) -> Vec<ClientEvent> {
     // The re-qualification starts over: RS to primary (and probe), then secondary.
     if let Some((to, rs)) = w.udp.pop() {
-        let local = if *to.ip() == P {
-            Local::Primary
-        } else {
-            Local::Secondary
-        };
+        let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
         c.on_udp(secs(41), Via::Service, from, &ra, w);
     }
     if let Some((to, rs)) = w.udp.pop() {
-        let local = if *to.ip() == P {
-            Local::Primary
-        } else {
-            Local::Secondary
-        };
+        let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
         c.on_udp(secs(42), Via::Service, from, &ra, w);
     }
@@ -521,10 +386,7 @@ fn network_change_requalifies_at_once() {
     let ev = qualify_rest(&mut c, &mut w, "203.0.113.77:6000");
     let new = up_address(&ev);
     assert_ne!(new, old);
-    assert_eq!(
-        TeredoAddr::decode(&new).unwrap().mapped,
-        sa("203.0.113.77:6000")
-    );
+    assert_eq!(TeredoAddr::decode(&new).unwrap().mapped, sa("203.0.113.77:6000"));
 }
 
 fn bubble(src: &str, dst: &str) -> Vec<u8> {
@@ -535,15 +397,9 @@ fn bubble(src: &str, dst: &str) -> Vec<u8> {
 
 fn ipv6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; 40];
-    Ipv6Repr {
-        src_addr: a(src),
-        dst_addr: a(dst),
-        next_header: nh,
-        payload_len: payload.len(),
-        hop_limit: 64,
-    }
-    .emit(&mut v)
-    .unwrap();
+    Ipv6Repr { src_addr: a(src), dst_addr: a(dst), next_header: nh, payload_len: payload.len(), hop_limit: 64 }
+        .emit(&mut v)
+        .unwrap();
     v.extend_from_slice(payload);
     v
 }
@@ -554,13 +410,7 @@ fn case32_matching_teredo_source_is_delivered_and_trusted() {
     let mut w = Rec::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     let data = ipv6(peer, &me.to_string(), 17, &[0; 8]);
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        sa("198.51.100.7:3544"),
-        &data,
-        &mut w,
-    );
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &data, &mut w);
     assert_eq!(w.tun, vec![data]);
     // Trusted: the host's answer goes straight to the mapping.
     w = Rec::default();
@@ -574,13 +424,7 @@ fn case33_mismatched_source_is_not_delivered() {
     let (mut c, me) = qualified();
     let mut w = Rec::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        sa("198.51.100.99:3544"),
-        &ipv6(peer, &me.to_string(), 17, &[0; 8]),
-        &mut w,
-    );
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     assert!(w.tun.is_empty());
 }
 
@@ -598,21 +442,14 @@ fn case34_35_connectivity_test_through_the_server() {
     let ip = Ipv6Packet::new_checked(&echo[..]).unwrap();
     assert_eq!((ip.src_addr(), ip.dst_addr()), (me, a("2001:db8::1")));
     let icmp = Icmpv6Packet::new_checked(ip.payload()).unwrap();
-    let Icmpv6Repr::EchoRequest {
-        ident,
-        seq_no,
-        data: nonce,
-    } = Icmpv6Repr::parse(&me, &a("2001:db8::1"), &icmp).unwrap()
+    let Icmpv6Repr::EchoRequest { ident, seq_no, data: nonce } =
+        Icmpv6Repr::parse(&me, &a("2001:db8::1"), &icmp).unwrap()
     else {
         panic!("not an echo request")
     };
     assert!(nonce.len() >= 8);
     let reply = |data: &[u8]| {
-        let r = Icmpv6Repr::EchoReply {
-            ident,
-            seq_no,
-            data,
-        };
+        let r = Icmpv6Repr::EchoReply { ident, seq_no, data };
         let mut b = vec![0u8; 40 + r.buffer_len()];
         Ipv6Repr {
             src_addr: a("2001:db8::1"),
@@ -627,22 +464,10 @@ fn case34_35_connectivity_test_through_the_server() {
         b
     };
     // Case 35: a reply with the wrong nonce from a relay is ignored…
-    c.on_udp(
-        secs(3),
-        Via::Service,
-        sa("203.0.113.9:5555"),
-        &reply(&[0u8; 8]),
-        &mut w,
-    );
+    c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(&[0u8; 8]), &mut w);
     assert!(w.udp.is_empty() && w.tun.is_empty());
     // …the right one makes the relay trusted and releases the queued packet to it.
-    c.on_udp(
-        secs(3),
-        Via::Service,
-        sa("203.0.113.9:5555"),
-        &reply(nonce),
-        &mut w,
-    );
+    c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(nonce), &mut w);
     assert_eq!(w.udp, vec![(sa("203.0.113.9:5555"), data)]);
     assert_eq!(w.tun.len(), 1, "the echo reply itself reaches the host");
 }
@@ -652,16 +477,7 @@ fn case36_never_send_to_a_private_embedded_address() {
     let (mut c, me) = qualified();
     let mut w = Rec::default();
     // C=1, mapped ~10.1.2.3 = f5fe:fdfc.
-    c.on_tun(
-        secs(2),
-        &ipv6(
-            &me.to_string(),
-            "2001:0:4136:e378:8000:f227:f5fe:fdfc",
-            17,
-            &[0; 8],
-        ),
-        &mut w,
-    );
+    c.on_tun(secs(2), &ipv6(&me.to_string(), "2001:0:4136:e378:8000:f227:f5fe:fdfc", 17, &[0; 8]), &mut w);
     assert!(w.udp.is_empty());
 }
 
@@ -671,11 +487,7 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
     let mut w = Rec::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     for _ in 0..20 {
-        c.on_tun(
-            secs(10),
-            &ipv6(&me.to_string(), peer, 17, &[0; 600]),
-            &mut w,
-        );
+        c.on_tun(secs(10), &ipv6(&me.to_string(), peer, 17, &[0; 600]), &mut w);
     }
     let mut times = vec![];
     let mut last = 0;
@@ -687,19 +499,11 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
         }
     }
     // Two bubbles each time (direct to the mapping, indirect via the peer's server).
-    assert_eq!(
-        w.udp
-            .iter()
-            .filter(|(t, _)| *t == sa("198.51.100.7:3544"))
-            .count(),
-        4
-    );
+    assert_eq!(w.udp.iter().filter(|(t, _)| *t == sa("198.51.100.7:3544")).count(), 4);
     let bubbles_via_server = w
         .udp
         .iter()
-        .filter(|(t, p)| {
-            *t == SocketAddrV4::new(P, 3544) && TeredoPacket::parse(p).unwrap().is_bubble()
-        })
+        .filter(|(t, p)| *t == SocketAddrV4::new(P, 3544) && TeredoPacket::parse(p).unwrap().is_bubble())
         .count();
     assert_eq!(bubbles_via_server, 4);
     // t = 0, 2, 4, 6 s after the first packet (at 10 s), two bubbles each time.
@@ -709,11 +513,7 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
         "{times:?}"
     );
     // Then the host hears the destination is unreachable; the queue was bounded (4 KiB).
-    assert!(
-        !w.tun.is_empty() && w.tun.len() <= 6,
-        "{} errors",
-        w.tun.len()
-    );
+    assert!(!w.tun.is_empty() && w.tun.len() <= 6, "{} errors", w.tun.len());
 }
 
 #[test]
@@ -722,20 +522,9 @@ fn case38_indirect_bubble_is_answered_directly_to_the_origin() {
     let mut w = Rec::default();
     let relay_src = "2001:db8::10";
     let mut d = vec![0u8; 48];
-    TeredoHeaderRepr {
-        auth: None,
-        origin: Some(sa("203.0.113.9:5555")),
-    }
-    .emit(&mut d)
-    .unwrap();
+    TeredoHeaderRepr { auth: None, origin: Some(sa("203.0.113.9:5555")) }.emit(&mut d).unwrap();
     emit_bubble(&a(relay_src), &me, 0, &mut d[8..]).unwrap();
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        SocketAddrV4::new(P, 3544),
-        &d,
-        &mut w,
-    );
+    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert_eq!(w.udp.len(), 1);
     let (to, b) = &w.udp[0];
     assert_eq!(*to, sa("203.0.113.9:5555"));
@@ -751,44 +540,17 @@ fn indirect_bubble_from_a_link_local_source_is_answered_too() {
     let (mut c, me) = qualified();
     let mut w = Rec::default();
     let mut d = vec![0u8; 48];
-    TeredoHeaderRepr {
-        auth: None,
-        origin: Some(sa("192.0.2.10:3545")),
-    }
-    .emit(&mut d)
-    .unwrap();
+    TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
     emit_bubble(&a("fe80::81:fc12:b00d:c42d"), &me, 0, &mut d[8..]).unwrap();
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        SocketAddrV4::new(P, 3544),
-        &d,
-        &mut w,
-    );
+    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert_eq!(w.udp.len(), 1);
     assert_eq!(w.udp[0].0, sa("192.0.2.10:3545"));
     assert!(w.tun.is_empty());
     // A link-local non-bubble relayed by the server is still not delivered.
     let mut d = vec![0u8; 8];
-    TeredoHeaderRepr {
-        auth: None,
-        origin: Some(sa("192.0.2.10:3545")),
-    }
-    .emit(&mut d)
-    .unwrap();
-    d.extend_from_slice(&ipv6(
-        "fe80::1",
-        &me.to_string(),
-        58,
-        &[129, 0, 0, 0, 0, 0, 0, 0],
-    ));
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        SocketAddrV4::new(P, 3544),
-        &d,
-        &mut w,
-    );
+    TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
+    d.extend_from_slice(&ipv6("fe80::1", &me.to_string(), 58, &[129, 0, 0, 0, 0, 0, 0, 0]));
+    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert!(w.tun.is_empty());
 }
 
@@ -796,19 +558,8 @@ fn indirect_bubble_from_a_link_local_source_is_answered_too() {
 fn case39_link_local_from_a_peer_never_reaches_the_host() {
     let (mut c, me) = qualified();
     let mut w = Rec::default();
-    let forged = ipv6(
-        "fe80::1",
-        &me.to_string(),
-        58,
-        &[134, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-    );
-    c.on_udp(
-        secs(2),
-        Via::Service,
-        sa("198.51.100.7:3544"),
-        &forged,
-        &mut w,
-    );
+    let forged = ipv6("fe80::1", &me.to_string(), 58, &[134, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &forged, &mut w);
     assert!(w.tun.is_empty());
 }
 
@@ -818,13 +569,7 @@ fn case40_discovery_bubbles_are_ignored() {
     let _ = me;
     let mut w = Rec::default();
     let mut b = vec![0u8; 40];
-    emit_bubble(
-        &a("2001:0:4136:e378:0:f227:39cc:9bf8"),
-        &a("ff02::1"),
-        1,
-        &mut b,
-    )
-    .unwrap();
+    emit_bubble(&a("2001:0:4136:e378:0:f227:39cc:9bf8"), &a("ff02::1"), 1, &mut b).unwrap();
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &b, &mut w);
     assert!(w.tun.is_empty() && w.udp.is_empty());
 }
@@ -833,11 +578,7 @@ fn case40_discovery_bubbles_are_ignored() {
 fn unqualified_client_answers_the_host_with_unreachable() {
     let mut c = client(&[P]);
     let mut w = Rec::default();
-    c.on_tun(
-        secs(1),
-        &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]),
-        &mut w,
-    );
+    c.on_tun(secs(1), &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]), &mut w);
     assert_eq!(w.tun.len(), 1);
     let ip = Ipv6Packet::new_checked(&w.tun[0][..]).unwrap();
     assert_eq!(ip.payload()[0], 1, "destination unreachable");

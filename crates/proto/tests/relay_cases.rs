@@ -41,24 +41,14 @@ const B_SERVER: &str = "65.54.227.120:3544";
 const NATIVE: &str = "2001:db8::5";
 
 fn relay() -> Relay {
-    Relay::new(RelayConfig {
-        icmp_source: Some(a("2001:db8::ff")),
-        hash_keys: (7, 9),
-        ..RelayConfig::default()
-    })
+    Relay::new(RelayConfig { icmp_source: Some(a("2001:db8::ff")), hash_keys: (7, 9), ..RelayConfig::default() })
 }
 
 fn ipv6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![0u8; 40];
-    Ipv6Repr {
-        src_addr: a(src),
-        dst_addr: a(dst),
-        next_header: nh,
-        payload_len: payload.len(),
-        hop_limit: 64,
-    }
-    .emit(&mut v)
-    .unwrap();
+    Ipv6Repr { src_addr: a(src), dst_addr: a(dst), next_header: nh, payload_len: payload.len(), hop_limit: 64 }
+        .emit(&mut v)
+        .unwrap();
     v.extend_from_slice(payload);
     v
 }
@@ -76,10 +66,7 @@ fn bubble(src: &str, dst: &str) -> Vec<u8> {
 /// Bring B to trusted: a native packet, then B's answering bubble.
 fn establish(r: &mut Relay, w: &mut Wire, now: Duration) {
     assert_eq!(r.on_tun(now, &udp_packet(NATIVE, B), w), Verdict::Queued);
-    assert_eq!(
-        r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w),
-        Verdict::Consumed
-    );
+    assert_eq!(r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w), Verdict::Consumed);
 }
 
 #[test]
@@ -98,10 +85,7 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
     assert!(w.tun.is_empty());
     // B answers with a bubble from its mapping: the queued packet goes there, intact.
     w.udp.clear();
-    assert_eq!(
-        r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w),
-        Verdict::Consumed
-    );
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Verdict::Consumed);
     assert_eq!(w.udp, vec![(sa(B_MAPPED), pkt.clone())]);
     assert!(w.tun.is_empty(), "bubbles are never delivered");
     // From now on, straight to the mapping.
@@ -113,10 +97,7 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
 
 #[test]
 fn restricted_mode_also_bubbles_the_mapping_directly() {
-    let mut r = Relay::new(RelayConfig {
-        direct_bubbles: true,
-        ..RelayConfig::default()
-    });
+    let mut r = Relay::new(RelayConfig { direct_bubbles: true, ..RelayConfig::default() });
     let mut w = Wire::default();
     r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
     let to: Vec<SocketAddrV4> = w.udp.iter().map(|(t, _)| *t).collect();
@@ -130,10 +111,7 @@ fn trusted_client_reaches_the_native_side() {
     establish(&mut r, &mut w, secs(10));
     w.tun.clear();
     let up = udp_packet(B, NATIVE);
-    assert_eq!(
-        r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w),
-        Verdict::Forwarded
-    );
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w), Verdict::Forwarded);
     assert_eq!(w.tun, vec![up]);
 }
 
@@ -141,12 +119,7 @@ fn trusted_client_reaches_the_native_side() {
 fn case42_non_teredo_source_is_dropped() {
     let mut r = relay();
     let mut w = Wire::default();
-    let v = r.on_udp(
-        secs(1),
-        sa(B_MAPPED),
-        &udp_packet("2001:db8::5", "2001:db8::6"),
-        &mut w,
-    );
+    let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet("2001:db8::5", "2001:db8::6"), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
     assert!(w.tun.is_empty() && w.udp.is_empty());
 }
@@ -157,12 +130,7 @@ fn case43_mapping_mismatch_is_dropped() {
     let mut w = Wire::default();
     establish(&mut r, &mut w, secs(10));
     w.tun.clear();
-    let v = r.on_udp(
-        secs(11),
-        sa("198.51.100.7:3545"),
-        &udp_packet(B, NATIVE),
-        &mut w,
-    );
+    let v = r.on_udp(secs(11), sa("198.51.100.7:3545"), &udp_packet(B, NATIVE), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
     assert!(w.tun.is_empty());
 }
@@ -176,36 +144,18 @@ fn symmetric_nat_client_is_learned_from_its_bubble() {
     w.udp.clear();
     // Data from another port is still refused; the answering bubble is not.
     let other = sa("198.51.100.7:61000");
-    assert_eq!(
-        r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w),
-        Verdict::Dropped(DropReason::SourceMismatch)
-    );
-    assert_eq!(
-        r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w),
-        Verdict::Consumed
-    );
-    assert_eq!(
-        w.udp,
-        vec![(other, pkt.clone())],
-        "queue flushed to the learned port"
-    );
+    assert_eq!(r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w), Verdict::Dropped(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Verdict::Consumed);
+    assert_eq!(w.udp, vec![(other, pkt.clone())], "queue flushed to the learned port");
     // From now on that port is the peer's, both ways.
-    assert_eq!(
-        r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w),
-        Verdict::Forwarded
-    );
+    assert_eq!(r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
     w.udp.clear();
     assert_eq!(r.on_tun(secs(11), &pkt, &mut w), Verdict::Forwarded);
     assert_eq!(w.udp[0].0, other);
     // A bubble from another IPv4 address is never accepted.
     let mut r = relay();
     r.on_tun(secs(10), &pkt, &mut w);
-    let v = r.on_udp(
-        secs(10),
-        sa("203.0.113.5:61000"),
-        &bubble(B, NATIVE),
-        &mut w,
-    );
+    let v = r.on_udp(secs(10), sa("203.0.113.5:61000"), &bubble(B, NATIVE), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
 }
 
@@ -231,21 +181,14 @@ fn case44_non_global_embedded_addresses_get_no_udp() {
         "2001:0:0:0:0:f227:39cc:9bf8", // server 0.0.0.0
     ] {
         let v = r.on_tun(secs(1), &udp_packet(NATIVE, dst), &mut w);
-        assert_eq!(
-            v,
-            Verdict::Dropped(DropReason::DestinationMappingNotGlobal),
-            "{dst}"
-        );
+        assert_eq!(v, Verdict::Dropped(DropReason::DestinationMappingNotGlobal), "{dst}");
     }
     assert!(w.udp.is_empty());
 }
 
 #[test]
 fn case45_destinations_outside_the_served_range_are_dropped() {
-    let mut r = Relay::new(RelayConfig {
-        served: Served::Only(vec![a("2001:db8::5")]),
-        ..RelayConfig::default()
-    });
+    let mut r = Relay::new(RelayConfig { served: Served::Only(vec![a("2001:db8::5")]), ..RelayConfig::default() });
     let mut w = Wire::default();
     establish(&mut r, &mut w, secs(10));
     w.tun.clear();
@@ -253,15 +196,7 @@ fn case45_destinations_outside_the_served_range_are_dropped() {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
     }
-    assert_eq!(
-        r.on_udp(
-            secs(11),
-            sa(B_MAPPED),
-            &udp_packet(B, "2001:db8::5"),
-            &mut w
-        ),
-        Verdict::Forwarded
-    );
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, "2001:db8::5"), &mut w), Verdict::Forwarded);
     assert_eq!(w.tun.len(), 1);
     // A full relay still refuses Teredo, link-local and multicast destinations.
     let mut r = relay();
@@ -332,11 +267,7 @@ fn case48_errors_are_rate_limited() {
     // 1000 packets to non-Teredo destinations: routing errors, at most 10 per second.
     for i in 0..1000u32 {
         let dst = format!("2001:db8:1::{:x}", i + 1);
-        r.on_tun(
-            secs(50) + Duration::from_micros(u64::from(i)),
-            &udp_packet(NATIVE, &dst),
-            &mut w,
-        );
+        r.on_tun(secs(50) + Duration::from_micros(u64::from(i)), &udp_packet(NATIVE, &dst), &mut w);
     }
     assert!(w.tun.len() <= 10, "{} errors", w.tun.len());
     assert!(!w.tun.is_empty());
@@ -357,11 +288,7 @@ fn bubbles_stop_at_four_per_300_seconds() {
         r.on_timer(now, &mut w);
         if w.udp.len() > before {
             if let Some(l) = last {
-                assert!(
-                    now - l >= Duration::from_secs(2),
-                    "bubbles {:?} apart",
-                    now - l
-                );
+                assert!(now - l >= Duration::from_secs(2), "bubbles {:?} apart", now - l);
             }
             last = Some(now);
         }
@@ -370,11 +297,7 @@ fn bubbles_stop_at_four_per_300_seconds() {
 
 #[test]
 fn flood_of_new_destinations_keeps_established_peers_served() {
-    let mut r = Relay::new(RelayConfig {
-        capacity: 1000,
-        pending_capacity: 64,
-        ..RelayConfig::default()
-    });
+    let mut r = Relay::new(RelayConfig { capacity: 1000, pending_capacity: 64, ..RelayConfig::default() });
     let mut w = Wire::default();
     establish(&mut r, &mut w, secs(10));
     // 100 000 packets to 100 000 made-up clients (all with global mappings).
@@ -390,10 +313,7 @@ fn flood_of_new_destinations_keeps_established_peers_served() {
     assert!(r.pending_len() <= 64);
     assert!(r.peers().len() <= 1000);
     w.udp.clear();
-    assert_eq!(
-        r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w),
-        Verdict::Forwarded
-    );
+    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Forwarded);
     assert_eq!(w.udp[0].0, sa(B_MAPPED));
 }
 

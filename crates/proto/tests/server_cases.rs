@@ -33,36 +33,18 @@ fn server() -> Server {
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 /// A Teredo payload: optional auth/origin, IPv6 header, ICMPv6 message.
-fn icmp_payload(
-    auth: Option<[u8; 8]>,
-    src: Ipv6Addr,
-    dst: Ipv6Addr,
-    hop: u8,
-    icmp: &Icmpv6Repr,
-) -> Vec<u8> {
+fn icmp_payload(auth: Option<[u8; 8]>, src: Ipv6Addr, dst: Ipv6Addr, hop: u8, icmp: &Icmpv6Repr) -> Vec<u8> {
     let mut b = vec![0u8; 1500];
-    let h = TeredoHeaderRepr {
-        auth: auth.map(AuthRepr::with_nonce),
-        origin: None,
-    };
+    let h = TeredoHeaderRepr { auth: auth.map(AuthRepr::with_nonce), origin: None };
     let at = h.emit(&mut b).unwrap();
     let n = icmp.buffer_len();
-    Ipv6Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: 58,
-        payload_len: n,
-        hop_limit: hop,
-    }
-    .emit(&mut b[at..])
-    .unwrap();
+    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: n, hop_limit: hop }
+        .emit(&mut b[at..])
+        .unwrap();
     icmp.emit(&src, &dst, &mut b[at + 40..]).unwrap();
     b.truncate(at + 40 + n);
     b
@@ -79,17 +61,7 @@ fn bubble(src: &str, dst: &str) -> Vec<u8> {
 }
 
 fn echo(src: &str, dst: &str, data: &[u8]) -> Vec<u8> {
-    icmp_payload(
-        None,
-        a(src),
-        a(dst),
-        64,
-        &Icmpv6Repr::EchoRequest {
-            ident: 1,
-            seq_no: 1,
-            data,
-        },
-    )
+    icmp_payload(None, a(src), a(dst), 64, &Icmpv6Repr::EchoRequest { ident: 1, seq_no: 1, data })
 }
 
 /// Run one datagram; return the action and the bytes it names.
@@ -111,42 +83,23 @@ fn assert_drop(s: &mut Server, local: Local, from: &str, d: &[u8], why: DropReas
 #[test]
 fn case10_restricted_rs_gets_one_ra_from_the_same_address() {
     let mut s = server();
-    let (action, ra) = run(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:40000",
-        &rs(Some(NONCE), RS_SOURCE_RESTRICTED),
-    );
-    assert_eq!(
-        action,
-        ServerAction::Udp {
-            from: Local::Primary,
-            to: sa("198.51.100.7:40000"),
-            len: 117
-        }
-    );
+    let (action, ra) = run(&mut s, Local::Primary, "198.51.100.7:40000", &rs(Some(NONCE), RS_SOURCE_RESTRICTED));
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa("198.51.100.7:40000"), len: 117 });
     let p = TeredoPacket::parse(&ra).unwrap();
     let auth = p.auth_repr().unwrap();
     assert_eq!((auth.nonce, auth.confirmation), (NONCE, 0));
-    assert_eq!(
-        &ra[13..21],
-        &[0x00, 0x00, 0x63, 0xbf, 0x39, 0xcc, 0x9b, 0xf8]
-    );
+    assert_eq!(&ra[13..21], &[0x00, 0x00, 0x63, 0xbf, 0x39, 0xcc, 0x9b, 0xf8]);
     assert_eq!(p.origin, Some(sa("198.51.100.7:40000")));
     assert_eq!(p.ipv6.dst_addr(), RS_SOURCE_RESTRICTED);
     assert_eq!(p.ipv6.src_addr(), a("fe80::8000:f227:bec9:1c87"));
     assert_eq!(p.ipv6.hop_limit(), 255);
     let icmp = Icmpv6Packet::new_checked(p.ipv6.payload()).unwrap();
-    let Icmpv6Repr::RouterAdvert(radv) =
-        Icmpv6Repr::parse(&p.ipv6.src_addr(), &p.ipv6.dst_addr(), &icmp).unwrap()
+    let Icmpv6Repr::RouterAdvert(radv) = Icmpv6Repr::parse(&p.ipv6.src_addr(), &p.ipv6.dst_addr(), &icmp).unwrap()
     else {
         panic!("not an RA")
     };
     let pio = radv.prefix_info.unwrap();
-    assert_eq!(
-        (pio.prefix, pio.prefix_len, radv.prefix_info_count),
-        (a("2001:0:4136:e378::"), 64, 1)
-    );
+    assert_eq!((pio.prefix, pio.prefix_len, radv.prefix_info_count), (a("2001:0:4136:e378::"), 64, 1));
     assert_eq!(radv.mtu, Some(1280));
     assert_eq!(s.stats().advertisements, 1);
 }
@@ -154,77 +107,28 @@ fn case10_restricted_rs_gets_one_ra_from_the_same_address() {
 #[test]
 fn ra_bytes_match_the_reference_vector() {
     let mut s = server();
-    let (_, ra) = run(
-        &mut s,
-        Local::Primary,
-        "192.0.2.45:40000",
-        &rs(Some(NONCE), RS_SOURCE_RESTRICTED),
-    );
-    let want = hex(
-        "0001000001020304050607080000 0063bf3ffffdd2 6000000000383aff \
+    let (_, ra) = run(&mut s, Local::Primary, "192.0.2.45:40000", &rs(Some(NONCE), RS_SOURCE_RESTRICTED));
+    let want = hex("0001000001020304050607080000 0063bf3ffffdd2 6000000000383aff \
          fe800000000000008000f227bec91c87 fe800000000000000000ffffffffffff \
          8600954c00000000000000000000 07d0 03044040ffffffffffffffff00000000 \
-         200100004136e3780000000000000000 0501000000000500",
-    );
+         200100004136e3780000000000000000 0501000000000500");
     assert_eq!(ra, want);
 }
 
 #[test]
 fn case11_cone_rs_is_answered_from_the_other_address() {
     let mut s = server();
-    let (action, _) = run(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:40000",
-        &rs(Some(NONCE), RS_SOURCE_CONE),
-    );
-    assert!(
-        matches!(
-            action,
-            ServerAction::Udp {
-                from: Local::Secondary,
-                ..
-            }
-        ),
-        "{action:?}"
-    );
-    let (action, _) = run(
-        &mut s,
-        Local::Secondary,
-        "198.51.100.7:40000",
-        &rs(Some(NONCE), RS_SOURCE_CONE),
-    );
-    assert!(
-        matches!(
-            action,
-            ServerAction::Udp {
-                from: Local::Primary,
-                ..
-            }
-        ),
-        "{action:?}"
-    );
+    let (action, _) = run(&mut s, Local::Primary, "198.51.100.7:40000", &rs(Some(NONCE), RS_SOURCE_CONE));
+    assert!(matches!(action, ServerAction::Udp { from: Local::Secondary, .. }), "{action:?}");
+    let (action, _) = run(&mut s, Local::Secondary, "198.51.100.7:40000", &rs(Some(NONCE), RS_SOURCE_CONE));
+    assert!(matches!(action, ServerAction::Udp { from: Local::Primary, .. }), "{action:?}");
 }
 
 #[test]
 fn case12_restricted_rs_on_secondary_answers_from_secondary_with_primary_prefix() {
     let mut s = server();
-    let (action, ra) = run(
-        &mut s,
-        Local::Secondary,
-        "198.51.100.7:40000",
-        &rs(Some(NONCE), RS_SOURCE_RESTRICTED),
-    );
-    assert!(
-        matches!(
-            action,
-            ServerAction::Udp {
-                from: Local::Secondary,
-                ..
-            }
-        ),
-        "{action:?}"
-    );
+    let (action, ra) = run(&mut s, Local::Secondary, "198.51.100.7:40000", &rs(Some(NONCE), RS_SOURCE_RESTRICTED));
+    assert!(matches!(action, ServerAction::Udp { from: Local::Secondary, .. }), "{action:?}");
     assert_eq!(s.address(Local::Secondary), P1);
     // The PIO (last 40 bytes before the MTU option) embeds the primary address.
     let n = ra.len();
@@ -234,19 +138,8 @@ fn case12_restricted_rs_on_secondary_answers_from_secondary_with_primary_prefix(
 #[test]
 fn case13_rs_from_non_global_sources_is_ignored() {
     let mut s = server();
-    for from in [
-        "10.0.0.5:40000",
-        "224.1.1.1:40000",
-        "255.255.255.255:40000",
-        "127.0.0.1:1",
-    ] {
-        assert_drop(
-            &mut s,
-            Local::Primary,
-            from,
-            &rs(Some(NONCE), RS_SOURCE_RESTRICTED),
-            DropReason::SourceNotGlobal,
-        );
+    for from in ["10.0.0.5:40000", "224.1.1.1:40000", "255.255.255.255:40000", "127.0.0.1:1"] {
+        assert_drop(&mut s, Local::Primary, from, &rs(Some(NONCE), RS_SOURCE_RESTRICTED), DropReason::SourceNotGlobal);
     }
     assert_eq!(s.stats().advertisements, 0);
 }
@@ -254,16 +147,8 @@ fn case13_rs_from_non_global_sources_is_ignored() {
 #[test]
 fn case14_rs_without_auth_gets_ra_without_auth() {
     let mut s = server();
-    let (action, ra) = run(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:40000",
-        &rs(None, RS_SOURCE_RESTRICTED),
-    );
-    assert!(
-        matches!(action, ServerAction::Udp { len: 104, .. }),
-        "{action:?}"
-    );
+    let (action, ra) = run(&mut s, Local::Primary, "198.51.100.7:40000", &rs(None, RS_SOURCE_RESTRICTED));
+    assert!(matches!(action, ServerAction::Udp { len: 104, .. }), "{action:?}");
     let p = TeredoPacket::parse(&ra).unwrap();
     assert!(p.auth.is_none());
     assert_eq!(p.origin, Some(sa("198.51.100.7:40000")));
@@ -273,77 +158,29 @@ fn case14_rs_without_auth_gets_ra_without_auth() {
 fn invalid_solicitations_are_ignored() {
     let mut s = server();
     // Hop limit 64.
-    let bad = icmp_payload(
-        Some(NONCE),
-        RS_SOURCE_RESTRICTED,
-        a("ff02::2"),
-        64,
-        &Icmpv6Repr::RouterSolicit,
-    );
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:1",
-        &bad,
-        DropReason::InvalidSolicitation,
-    );
+    let bad = icmp_payload(Some(NONCE), RS_SOURCE_RESTRICTED, a("ff02::2"), 64, &Icmpv6Repr::RouterSolicit);
+    assert_drop(&mut s, Local::Primary, "198.51.100.7:1", &bad, DropReason::InvalidSolicitation);
     // Global source.
     let bad = rs(Some(NONCE), a("2001:db8::1"));
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:1",
-        &bad,
-        DropReason::InvalidSolicitation,
-    );
+    assert_drop(&mut s, Local::Primary, "198.51.100.7:1", &bad, DropReason::InvalidSolicitation);
     // Broken checksum.
     let mut bad = rs(Some(NONCE), RS_SOURCE_RESTRICTED);
     let n = bad.len();
     bad[n - 5] ^= 0xff;
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:1",
-        &bad,
-        DropReason::BadChecksum,
-    );
+    assert_drop(&mut s, Local::Primary, "198.51.100.7:1", &bad, DropReason::BadChecksum);
     // Unicast destination.
-    let bad = icmp_payload(
-        None,
-        RS_SOURCE_RESTRICTED,
-        a("fe80::1"),
-        255,
-        &Icmpv6Repr::RouterSolicit,
-    );
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        "198.51.100.7:1",
-        &bad,
-        DropReason::InvalidSolicitation,
-    );
+    let bad = icmp_payload(None, RS_SOURCE_RESTRICTED, a("fe80::1"), 255, &Icmpv6Repr::RouterSolicit);
+    assert_drop(&mut s, Local::Primary, "198.51.100.7:1", &bad, DropReason::InvalidSolicitation);
 }
 
 #[test]
 fn case15_tcp_is_not_forwarded() {
     let mut s = server();
     let mut d = vec![0u8; 60];
-    Ipv6Repr {
-        src_addr: a(A_ADDR),
-        dst_addr: a("2001:db8::1"),
-        next_header: 6,
-        payload_len: 20,
-        hop_limit: 64,
-    }
-    .emit(&mut d)
-    .unwrap();
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &d,
-        DropReason::NotBubbleOrIcmpv6,
-    );
+    Ipv6Repr { src_addr: a(A_ADDR), dst_addr: a("2001:db8::1"), next_header: 6, payload_len: 20, hop_limit: 64 }
+        .emit(&mut d)
+        .unwrap();
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &d, DropReason::NotBubbleOrIcmpv6);
 }
 
 #[test]
@@ -363,14 +200,7 @@ fn case17_bubble_to_our_client_gets_an_origin_indication() {
     let mut s = server();
     let b = bubble(A_ADDR, B_ADDR);
     let (action, out) = run(&mut s, Local::Primary, A_MAPPED, &b);
-    assert_eq!(
-        action,
-        ServerAction::Udp {
-            from: Local::Primary,
-            to: sa(B_MAPPED),
-            len: 48
-        }
-    );
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 48 });
     assert_eq!(&out[..8], &[0, 0, 0x63, 0xbf, 0x3f, 0xff, 0xfd, 0xd2]);
     assert_eq!(&out[8..], &b[..]);
     // Case 23: that bubble had hop limit 0 and was still forwarded, unchanged.
@@ -391,27 +221,12 @@ fn case8_trailers_are_forwarded_intact() {
 fn case18_non_global_embedded_destinations_are_not_sent_to() {
     let mut s = server();
     // ~192.168.1.1 = 3f57:fefe, ~127.0.0.1 = 80ff:fffe
-    for dst in [
-        "2001:0:4136:e378:0:f227:3f57:fefe",
-        "2001:0:4136:e378:0:f227:80ff:fffe",
-    ] {
-        assert_drop(
-            &mut s,
-            Local::Primary,
-            A_MAPPED,
-            &bubble(A_ADDR, dst),
-            DropReason::DestinationMappingNotGlobal,
-        );
+    for dst in ["2001:0:4136:e378:0:f227:3f57:fefe", "2001:0:4136:e378:0:f227:80ff:fffe"] {
+        assert_drop(&mut s, Local::Primary, A_MAPPED, &bubble(A_ADDR, dst), DropReason::DestinationMappingNotGlobal);
     }
     // Our own address embedded as a mapping: no loop.
     let own = "2001:0:4136:e378:0:f227:bec9:1c87";
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &bubble(A_ADDR, own),
-        DropReason::DestinationMappingNotGlobal,
-    );
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &bubble(A_ADDR, own), DropReason::DestinationMappingNotGlobal);
 }
 
 #[test]
@@ -421,14 +236,7 @@ fn case19_other_servers_clients_get_no_origin_indication() {
     let dst = "2001:0:c000:201:0:f227:39cc:9bf8";
     let b = bubble(A_ADDR, dst);
     let (action, out) = run(&mut s, Local::Primary, A_MAPPED, &b);
-    assert_eq!(
-        action,
-        ServerAction::Udp {
-            from: Local::Primary,
-            to: sa(B_MAPPED),
-            len: 40
-        }
-    );
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 40 });
     assert_eq!(out, b);
 }
 
@@ -447,101 +255,41 @@ fn case20_echo_to_native_goes_out_natively_as_a_router() {
 #[test]
 fn only_echo_requests_go_native() {
     let mut s = server();
-    let reply = icmp_payload(
-        None,
-        a(A_ADDR),
-        a("2001:db8::1"),
-        64,
-        &Icmpv6Repr::EchoReply {
-            ident: 1,
-            seq_no: 1,
-            data: b"x",
-        },
-    );
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &reply,
-        DropReason::Icmpv6TypeNotForwarded,
-    );
+    let reply =
+        icmp_payload(None, a(A_ADDR), a("2001:db8::1"), 64, &Icmpv6Repr::EchoReply { ident: 1, seq_no: 1, data: b"x" });
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &reply, DropReason::Icmpv6TypeNotForwarded);
     let unreach = icmp_payload(
         None,
         a(A_ADDR),
         a("2001:db8::1"),
         64,
-        &Icmpv6Repr::DstUnreachable {
-            code: 3,
-            invoking: &[0x60; 48],
-        },
+        &Icmpv6Repr::DstUnreachable { code: 3, invoking: &[0x60; 48] },
     );
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &unreach,
-        DropReason::Icmpv6TypeNotForwarded,
-    );
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &bubble(A_ADDR, "2001:db8::1"),
-        DropReason::NotBubbleOrIcmpv6,
-    );
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &unreach, DropReason::Icmpv6TypeNotForwarded);
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &bubble(A_ADDR, "2001:db8::1"), DropReason::NotBubbleOrIcmpv6);
     let big = echo(A_ADDR, "2001:db8::1", &[0u8; 1300]);
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &big,
-        DropReason::Icmpv6TooLarge,
-    );
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &big, DropReason::Icmpv6TooLarge);
     let mut last_hop = echo(A_ADDR, "2001:db8::1", b"x");
     last_hop[7] = 1;
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &last_hop,
-        DropReason::HopLimitExceeded,
-    );
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &last_hop, DropReason::HopLimitExceeded);
 }
 
 #[test]
 fn icmpv6_behind_extension_headers_is_not_forwarded() {
     let mut s = server();
     let mut d = vec![0u8; 40];
-    Ipv6Repr {
-        src_addr: a(A_ADDR),
-        dst_addr: a("2001:db8::1"),
-        next_header: 60,
-        payload_len: 16,
-        hop_limit: 64,
-    }
-    .emit(&mut d)
-    .unwrap();
+    Ipv6Repr { src_addr: a(A_ADDR), dst_addr: a("2001:db8::1"), next_header: 60, payload_len: 16, hop_limit: 64 }
+        .emit(&mut d)
+        .unwrap();
     d.extend_from_slice(&[58, 0, 1, 4, 0, 0, 0, 0, 128, 0, 0, 0, 0, 1, 0, 1]);
-    assert_drop(
-        &mut s,
-        Local::Primary,
-        A_MAPPED,
-        &d,
-        DropReason::ExtensionHeaders,
-    );
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &d, DropReason::ExtensionHeaders);
 }
 
 #[test]
 fn case21_link_local_and_multicast_destinations_are_not_forwarded() {
     let mut s = server();
     for dst in ["fe80::1", "ff0e::1"] {
-        assert_drop(
-            &mut s,
-            Local::Primary,
-            A_MAPPED,
-            &echo(A_ADDR, dst, b"x"),
-            DropReason::DestinationNotGlobal,
-        );
+        assert_drop(&mut s, Local::Primary, A_MAPPED, &echo(A_ADDR, dst, b"x"), DropReason::DestinationNotGlobal);
     }
 }
 
@@ -549,13 +297,7 @@ fn case21_link_local_and_multicast_destinations_are_not_forwarded() {
 fn case22_loop_guard() {
     let mut s = server();
     for from in ["65.54.227.120:3544", "65.54.227.121:3544"] {
-        assert_drop(
-            &mut s,
-            Local::Primary,
-            from,
-            &bubble(A_ADDR, B_ADDR),
-            DropReason::LoopGuard,
-        );
+        assert_drop(&mut s, Local::Primary, from, &bubble(A_ADDR, B_ADDR), DropReason::LoopGuard);
     }
 }
 
@@ -565,14 +307,7 @@ fn relay_bubble_from_native_source_reaches_our_client() {
     let mut s = server();
     let b = bubble("2001:db8::5", B_ADDR);
     let (action, out) = run(&mut s, Local::Primary, "203.0.113.9:5555", &b);
-    assert_eq!(
-        action,
-        ServerAction::Udp {
-            from: Local::Primary,
-            to: sa(B_MAPPED),
-            len: 48
-        }
-    );
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 48 });
     assert_eq!(&out[..8], &[0, 0, 0xea, 0x4c, 0x34, 0xff, 0x8e, 0xf6]);
     // A native source to someone else's client or to a native host: refused.
     assert_drop(
@@ -627,10 +362,7 @@ fn cases1_to_9_malformed_payloads_are_dropped_silently() {
         assert_drop(&mut s, Local::Primary, A_MAPPED, &d, why);
     }
     assert_eq!(s.stats().drops.total(), 8);
-    assert_eq!(
-        s.stats().forwarded_udp + s.stats().forwarded_native + s.stats().advertisements,
-        0
-    );
+    assert_eq!(s.stats().forwarded_udp + s.stats().forwarded_native + s.stats().advertisements, 0);
 }
 
 #[test]
@@ -638,53 +370,28 @@ fn native_echo_reply_goes_back_to_our_client() {
     let mut s = server();
     let mut p = vec![0u8; 1500];
     let data = b"nonce-123";
-    let icmp = Icmpv6Repr::EchoReply {
-        ident: 1,
-        seq_no: 2,
-        data,
-    };
+    let icmp = Icmpv6Repr::EchoReply { ident: 1, seq_no: 2, data };
     let (src, dst) = (a("2001:db8::1"), a(B_ADDR));
-    Ipv6Repr {
-        src_addr: src,
-        dst_addr: dst,
-        next_header: 58,
-        payload_len: icmp.buffer_len(),
-        hop_limit: 60,
-    }
-    .emit(&mut p)
-    .unwrap();
+    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: icmp.buffer_len(), hop_limit: 60 }
+        .emit(&mut p)
+        .unwrap();
     let n = icmp.emit(&src, &dst, &mut p[40..]).unwrap();
     p.truncate(40 + n);
     let mut out = vec![0u8; 2048];
     let action = s.on_native(&p, &mut out);
-    assert_eq!(
-        action,
-        ServerAction::Udp {
-            from: Local::Primary,
-            to: sa(B_MAPPED),
-            len: p.len()
-        }
-    );
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: p.len() });
     assert_eq!(out[7], 59);
     // Not our client: refused.
     let other = a("2001:0:c000:201:0:f227:39cc:9bf8");
     p[24..40].copy_from_slice(&other.octets());
-    assert_eq!(
-        s.on_native(&p, &mut out),
-        ServerAction::Drop(DropReason::NotOurClient)
-    );
+    assert_eq!(s.on_native(&p, &mut out), ServerAction::Drop(DropReason::NotOurClient));
 }
 
 #[test]
 fn a_small_output_buffer_refuses_instead_of_panicking() {
     let mut s = server();
     let mut out = [0u8; 50];
-    let action = s.on_udp(
-        Local::Primary,
-        sa("198.51.100.7:40000"),
-        &rs(Some(NONCE), RS_SOURCE_RESTRICTED),
-        &mut out,
-    );
+    let action = s.on_udp(Local::Primary, sa("198.51.100.7:40000"), &rs(Some(NONCE), RS_SOURCE_RESTRICTED), &mut out);
     assert_eq!(action, ServerAction::Drop(DropReason::TooBig));
 }
 

@@ -26,31 +26,15 @@ pub fn teredo_payload(data: &[u8]) {
     let Ok(p) = TeredoPacket::parse(data) else {
         return;
     };
-    let headers = TeredoHeaderRepr {
-        auth: p.auth_repr(),
-        origin: p.origin,
-    };
-    assert_eq!(
-        headers.buffer_len(),
-        p.ipv6_offset,
-        "header length mismatch"
-    );
+    let headers = TeredoHeaderRepr { auth: p.auth_repr(), origin: p.origin };
+    assert_eq!(headers.buffer_len(), p.ipv6_offset, "header length mismatch");
     let mut scratch = [0u8; 512 + 16];
-    let n = headers
-        .emit(&mut scratch)
-        .expect("parsed headers must emit");
-    assert_eq!(
-        &scratch[..n],
-        &data[..p.ipv6_offset],
-        "headers do not round-trip"
-    );
+    let n = headers.emit(&mut scratch).expect("parsed headers must emit");
+    assert_eq!(&scratch[..n], &data[..p.ipv6_offset], "headers do not round-trip");
     if let Some(a) = &p.auth {
         black_box((a.client_id(), a.auth_value(), a.nonce(), a.confirmation()));
     }
-    assert_eq!(
-        p.ipv6.packet().len() + p.trailers.as_bytes().len() + p.ipv6_offset,
-        data.len()
-    );
+    assert_eq!(p.ipv6.packet().len() + p.trailers.as_bytes().len() + p.ipv6_offset, data.len());
     black_box(p.is_bubble());
     trailers(p.trailers.as_bytes());
     ipv6_packet(p.ipv6.packet());
@@ -61,22 +45,13 @@ pub fn ipv6_packet(data: &[u8]) {
     let Ok(p) = Ipv6Packet::new_checked(data) else {
         return;
     };
-    black_box((
-        p.traffic_class(),
-        p.flow_label(),
-        p.hop_limit(),
-        p.trailer(),
-        p.is_bubble(),
-    ));
+    black_box((p.traffic_class(), p.flow_label(), p.hop_limit(), p.trailer(), p.is_bubble()));
     let repr = Ipv6Repr::parse(&p);
     let mut hdr = [0u8; 40];
     repr.emit(&mut hdr).expect("header emits");
     assert_eq!(Ipv6Repr::parse(&Ipv6Packet::new_unchecked(&hdr[..])), repr);
     for h in ExtHeaders::new(&p).flatten() {
-        assert!(
-            h.offset + h.bytes.len() <= p.total_len(),
-            "extension header out of bounds"
-        );
+        assert!(h.offset + h.bytes.len() <= p.total_len(), "extension header out of bounds");
         black_box(h.next_header());
     }
     let Ok(end) = ipv6_ext::walk(&p) else { return };
@@ -91,12 +66,7 @@ pub fn icmpv6(src: &Ipv6Addr, dst: &Ipv6Addr, data: &[u8]) {
     let Ok(p) = Icmpv6Packet::new_checked(data) else {
         return;
     };
-    black_box((
-        p.msg_type(),
-        p.msg_code(),
-        p.payload(),
-        p.verify_checksum(src, dst),
-    ));
+    black_box((p.msg_type(), p.msg_code(), p.payload(), p.verify_checksum(src, dst)));
     let Ok(repr) = Icmpv6Repr::parse(src, dst, &p) else {
         return;
     };
@@ -105,10 +75,7 @@ pub fn icmpv6(src: &Ipv6Addr, dst: &Ipv6Addr, data: &[u8]) {
         return;
     }
     let mut out = [0u8; SCRATCH];
-    assert_eq!(
-        repr.emit(src, dst, &mut out).expect("parsed message emits"),
-        len
-    );
+    assert_eq!(repr.emit(src, dst, &mut out).expect("parsed message emits"), len);
     let again = Icmpv6Packet::new_checked(&out[..len]).expect("emitted message checks");
     let reparsed = Icmpv6Repr::parse(src, dst, &again).expect("emitted message parses");
     match (repr, reparsed) {
@@ -155,10 +122,7 @@ pub fn trailers(data: &[u8]) {
             let mut b = [0u8; 64];
             let n = repr.emit(&mut b).expect("trailer emits");
             assert_eq!(n, 2 + tl.value.len());
-            if !matches!(
-                repr,
-                TrailerRepr::NeighborDiscovery(_) | TrailerRepr::AlternateAddress(_)
-            ) {
+            if !matches!(repr, TrailerRepr::NeighborDiscovery(_) | TrailerRepr::AlternateAddress(_)) {
                 // Reserved bytes are zeroed on emit; the others are byte-exact.
                 assert_eq!(&b[2..n], tl.value, "trailer does not round-trip");
             }
@@ -178,13 +142,8 @@ pub fn ipv4_udp(data: &[u8]) {
     };
     let mut hdr = [0u8; 20 + 64];
     let payload_len = repr.payload_len.min(64);
-    let small = Ipv4Repr {
-        payload_len,
-        ..repr
-    };
-    small
-        .emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..20 + payload_len]))
-        .expect("header emits");
+    let small = Ipv4Repr { payload_len, ..repr };
+    small.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..20 + payload_len])).expect("header emits");
     let back = Ipv4Packet::new_checked(&hdr[..20 + payload_len]).expect("emitted header checks");
     assert_eq!(Ipv4Repr::parse(&back), Ok(small));
     if repr.protocol != ip_protocol::UDP {
@@ -209,9 +168,6 @@ pub fn teredo_address(data: &[u8]) {
     let t = TeredoAddr::decode_any(&addr);
     assert_eq!(t.to_ipv6(), addr, "Teredo address does not round-trip");
     let f = t.flags;
-    assert_eq!(
-        crate::teredo_addr::Flags::new(f.cone(), f.random_bits()).0,
-        f.0 & 0xbcff
-    );
+    assert_eq!(crate::teredo_addr::Flags::new(f.cone(), f.random_bits()).0, f.0 & 0xbcff);
     black_box((f.conformance(), TeredoAddr::decode(&addr)));
 }

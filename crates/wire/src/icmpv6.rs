@@ -167,8 +167,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
         let Ok(len) = u32::try_from(b.len()) else {
             return false;
         };
-        let acc =
-            checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
+        let acc = checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
         checksum::fold(acc) == 0xffff
     }
 }
@@ -179,10 +178,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
         let b = self.buffer.as_mut();
         b[field::CHECKSUM..field::CHECKSUM + 2].fill(0);
         let len = b.len() as u32;
-        let acc =
-            checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
-        b[field::CHECKSUM..field::CHECKSUM + 2]
-            .copy_from_slice(&checksum::finish(acc).to_be_bytes());
+        let acc = checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
+        b[field::CHECKSUM..field::CHECKSUM + 2].copy_from_slice(&checksum::finish(acc).to_be_bytes());
     }
 }
 
@@ -211,9 +208,7 @@ pub struct RouterAdvertRepr {
 
 impl RouterAdvertRepr {
     fn options_len(&self) -> usize {
-        self.prefix_info
-            .map_or(0, |_| ndisc_option::PREFIX_INFO_LEN)
-            + self.mtu.map_or(0, |_| ndisc_option::MTU_LEN)
+        self.prefix_info.map_or(0, |_| ndisc_option::PREFIX_INFO_LEN) + self.mtu.map_or(0, |_| ndisc_option::MTU_LEN)
     }
 }
 
@@ -290,39 +285,18 @@ impl<'a> Icmpv6Repr<'a> {
         let payload = &buf[packet.header_len()..];
         let code = packet.msg_code();
         Ok(match packet.msg_type() {
-            message::ECHO_REQUEST | message::ECHO_REPLY if code != 0 => {
-                return Err(Error::BadValue)
+            message::ECHO_REQUEST | message::ECHO_REPLY if code != 0 => return Err(Error::BadValue),
+            message::ECHO_REQUEST => {
+                Icmpv6Repr::EchoRequest { ident: packet.echo_ident(), seq_no: packet.echo_seq_no(), data: payload }
             }
-            message::ECHO_REQUEST => Icmpv6Repr::EchoRequest {
-                ident: packet.echo_ident(),
-                seq_no: packet.echo_seq_no(),
-                data: payload,
-            },
-            message::ECHO_REPLY => Icmpv6Repr::EchoReply {
-                ident: packet.echo_ident(),
-                seq_no: packet.echo_seq_no(),
-                data: payload,
-            },
-            message::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable {
-                code,
-                invoking: payload,
-            },
-            message::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig {
-                mtu: packet.word1(),
-                invoking: payload,
-            },
-            message::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded {
-                code,
-                invoking: payload,
-            },
-            message::PARAM_PROBLEM => Icmpv6Repr::ParamProblem {
-                code,
-                pointer: packet.word1(),
-                invoking: payload,
-            },
-            message::ROUTER_SOLICIT | message::ROUTER_ADVERT if code != 0 => {
-                return Err(Error::BadValue)
+            message::ECHO_REPLY => {
+                Icmpv6Repr::EchoReply { ident: packet.echo_ident(), seq_no: packet.echo_seq_no(), data: payload }
             }
+            message::DST_UNREACHABLE => Icmpv6Repr::DstUnreachable { code, invoking: payload },
+            message::PACKET_TOO_BIG => Icmpv6Repr::PacketTooBig { mtu: packet.word1(), invoking: payload },
+            message::TIME_EXCEEDED => Icmpv6Repr::TimeExceeded { code, invoking: payload },
+            message::PARAM_PROBLEM => Icmpv6Repr::ParamProblem { code, pointer: packet.word1(), invoking: payload },
+            message::ROUTER_SOLICIT | message::ROUTER_ADVERT if code != 0 => return Err(Error::BadValue),
             message::ROUTER_SOLICIT => {
                 NdOptions::validate(payload)?;
                 Icmpv6Repr::RouterSolicit
@@ -359,9 +333,7 @@ impl<'a> Icmpv6Repr<'a> {
     /// Bytes the message needs.
     pub fn buffer_len(&self) -> usize {
         match self {
-            Icmpv6Repr::EchoRequest { data, .. } | Icmpv6Repr::EchoReply { data, .. } => {
-                HEADER_LEN + data.len()
-            }
+            Icmpv6Repr::EchoRequest { data, .. } | Icmpv6Repr::EchoReply { data, .. } => HEADER_LEN + data.len(),
             Icmpv6Repr::DstUnreachable { invoking, .. }
             | Icmpv6Repr::PacketTooBig { invoking, .. }
             | Icmpv6Repr::TimeExceeded { invoking, .. }
@@ -378,46 +350,24 @@ impl<'a> Icmpv6Repr<'a> {
         let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
         b.fill(0);
         let (t, code, word1, body): (u8, u8, [u8; 4], &[u8]) = match *self {
-            Icmpv6Repr::EchoRequest {
-                ident,
-                seq_no,
-                data,
-            } => (message::ECHO_REQUEST, 0, echo_word(ident, seq_no), data),
-            Icmpv6Repr::EchoReply {
-                ident,
-                seq_no,
-                data,
-            } => (message::ECHO_REPLY, 0, echo_word(ident, seq_no), data),
-            Icmpv6Repr::DstUnreachable { code, invoking } => {
-                (message::DST_UNREACHABLE, code, [0; 4], invoking)
+            Icmpv6Repr::EchoRequest { ident, seq_no, data } => {
+                (message::ECHO_REQUEST, 0, echo_word(ident, seq_no), data)
             }
-            Icmpv6Repr::PacketTooBig { mtu, invoking } => {
-                (message::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), invoking)
+            Icmpv6Repr::EchoReply { ident, seq_no, data } => (message::ECHO_REPLY, 0, echo_word(ident, seq_no), data),
+            Icmpv6Repr::DstUnreachable { code, invoking } => (message::DST_UNREACHABLE, code, [0; 4], invoking),
+            Icmpv6Repr::PacketTooBig { mtu, invoking } => (message::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), invoking),
+            Icmpv6Repr::TimeExceeded { code, invoking } => (message::TIME_EXCEEDED, code, [0; 4], invoking),
+            Icmpv6Repr::ParamProblem { code, pointer, invoking } => {
+                (message::PARAM_PROBLEM, code, pointer.to_be_bytes(), invoking)
             }
-            Icmpv6Repr::TimeExceeded { code, invoking } => {
-                (message::TIME_EXCEEDED, code, [0; 4], invoking)
-            }
-            Icmpv6Repr::ParamProblem {
-                code,
-                pointer,
-                invoking,
-            } => (
-                message::PARAM_PROBLEM,
-                code,
-                pointer.to_be_bytes(),
-                invoking,
-            ),
             Icmpv6Repr::RouterSolicit => (message::ROUTER_SOLICIT, 0, [0; 4], &[]),
             Icmpv6Repr::RouterAdvert(ra) => {
                 b[0] = message::ROUTER_ADVERT;
                 b[field::RA_HOP_LIMIT] = ra.cur_hop_limit;
                 b[field::RA_FLAGS] = ra.flags;
-                b[field::RA_LIFETIME..field::RA_LIFETIME + 2]
-                    .copy_from_slice(&ra.router_lifetime.to_be_bytes());
-                b[field::RA_REACHABLE..field::RA_REACHABLE + 4]
-                    .copy_from_slice(&ra.reachable_time.to_be_bytes());
-                b[field::RA_RETRANS..field::RA_RETRANS + 4]
-                    .copy_from_slice(&ra.retrans_time.to_be_bytes());
+                b[field::RA_LIFETIME..field::RA_LIFETIME + 2].copy_from_slice(&ra.router_lifetime.to_be_bytes());
+                b[field::RA_REACHABLE..field::RA_REACHABLE + 4].copy_from_slice(&ra.reachable_time.to_be_bytes());
+                b[field::RA_RETRANS..field::RA_RETRANS + 4].copy_from_slice(&ra.retrans_time.to_be_bytes());
                 let mut at = RA_HEADER_LEN;
                 if let Some(pi) = ra.prefix_info {
                     pi.emit(&mut b[at..])?;
@@ -455,22 +405,15 @@ mod tests {
     #[test]
     fn rs_checksums_match_the_reference_vectors() {
         let dst = a("ff02::2");
-        for (src, sum) in [
-            ("fe80::8000:5445:5245:444f", 0x125d),
-            ("fe80::ffff:ffff:ffff", 0x7d37),
-            ("fe80::5445:5245:444f", 0x925d),
-        ] {
+        for (src, sum) in
+            [("fe80::8000:5445:5245:444f", 0x125d), ("fe80::ffff:ffff:ffff", 0x7d37), ("fe80::5445:5245:444f", 0x925d)]
+        {
             let mut b = [0u8; 8];
-            Icmpv6Repr::RouterSolicit
-                .emit(&a(src), &dst, &mut b)
-                .unwrap();
+            Icmpv6Repr::RouterSolicit.emit(&a(src), &dst, &mut b).unwrap();
             let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
             assert_eq!(p.checksum(), sum, "RS from {src}");
             assert!(p.verify_checksum(&a(src), &dst));
-            assert_eq!(
-                Icmpv6Repr::parse(&a(src), &dst, &p).unwrap(),
-                Icmpv6Repr::RouterSolicit
-            );
+            assert_eq!(Icmpv6Repr::parse(&a(src), &dst, &p).unwrap(), Icmpv6Repr::RouterSolicit);
         }
     }
 
@@ -478,21 +421,14 @@ mod tests {
     fn echo_round_trip_and_checksum() {
         let (s, d) = (a("2001:0:4136:e378:0:63bf:3fff:fdd2"), a("2001:db8::1"));
         let nonce = [1, 2, 3, 4, 5, 6, 7, 8];
-        let repr = Icmpv6Repr::EchoRequest {
-            ident: 7,
-            seq_no: 9,
-            data: &nonce,
-        };
+        let repr = Icmpv6Repr::EchoRequest { ident: 7, seq_no: 9, data: &nonce };
         let mut b = [0u8; 16];
         assert_eq!(repr.emit(&s, &d, &mut b).unwrap(), 16);
         let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
         assert_eq!(Icmpv6Repr::parse(&s, &d, &p).unwrap(), repr);
         // The pseudo-header matters: the same bytes from another source do not verify.
         let other = a("2001:0:4136:e378:0:63bf:3fff:fdd3");
-        assert_eq!(
-            Icmpv6Repr::parse(&other, &d, &p).unwrap_err(),
-            Error::BadChecksum
-        );
+        assert_eq!(Icmpv6Repr::parse(&other, &d, &p).unwrap_err(), Error::BadChecksum);
     }
 
     #[test]
@@ -500,23 +436,10 @@ mod tests {
         let (s, d) = (a("2001:db8::1"), a("2001:db8::2"));
         let inv = [0x60u8; 48];
         for repr in [
-            Icmpv6Repr::DstUnreachable {
-                code: unreachable::ADDRESS,
-                invoking: &inv,
-            },
-            Icmpv6Repr::PacketTooBig {
-                mtu: 1280,
-                invoking: &inv,
-            },
-            Icmpv6Repr::TimeExceeded {
-                code: 0,
-                invoking: &inv,
-            },
-            Icmpv6Repr::ParamProblem {
-                code: 1,
-                pointer: 40,
-                invoking: &inv,
-            },
+            Icmpv6Repr::DstUnreachable { code: unreachable::ADDRESS, invoking: &inv },
+            Icmpv6Repr::PacketTooBig { mtu: 1280, invoking: &inv },
+            Icmpv6Repr::TimeExceeded { code: 0, invoking: &inv },
+            Icmpv6Repr::ParamProblem { code: 1, pointer: 40, invoking: &inv },
         ] {
             let mut b = [0u8; 56];
             repr.emit(&s, &d, &mut b).unwrap();
@@ -550,14 +473,8 @@ mod tests {
 
     #[test]
     fn truncated_and_bad_codes() {
-        assert_eq!(
-            Icmpv6Packet::new_checked(&[134u8, 0, 0, 0, 0, 0, 0, 0][..]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            Icmpv6Packet::new_checked(&[128u8, 0, 0][..]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Icmpv6Packet::new_checked(&[134u8, 0, 0, 0, 0, 0, 0, 0][..]).unwrap_err(), Error::Truncated);
+        assert_eq!(Icmpv6Packet::new_checked(&[128u8, 0, 0][..]).unwrap_err(), Error::Truncated);
         let (s, d) = (a("fe80::1"), a("ff02::2"));
         let mut b = [133u8, 1, 0, 0, 0, 0, 0, 0];
         Icmpv6Packet::new_unchecked(&mut b[..]).fill_checksum(&s, &d);

@@ -113,22 +113,12 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// Source address.
     pub fn src_addr(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
-        Ipv4Addr::new(
-            b[field::SRC],
-            b[field::SRC + 1],
-            b[field::SRC + 2],
-            b[field::SRC + 3],
-        )
+        Ipv4Addr::new(b[field::SRC], b[field::SRC + 1], b[field::SRC + 2], b[field::SRC + 3])
     }
     /// Destination address.
     pub fn dst_addr(&self) -> Ipv4Addr {
         let b = self.buffer.as_ref();
-        Ipv4Addr::new(
-            b[field::DST],
-            b[field::DST + 1],
-            b[field::DST + 2],
-            b[field::DST + 3],
-        )
+        Ipv4Addr::new(b[field::DST], b[field::DST + 1], b[field::DST + 2], b[field::DST + 3])
     }
     /// Whether the header checksum verifies.
     pub fn verify_checksum(&self) -> bool {
@@ -227,8 +217,8 @@ mod tests {
 
     // 20-byte header, UDP, 192.0.2.1 -> 198.51.100.7, total length 28.
     static HEADER: [u8; 28] = [
-        0x45, 0x00, 0x00, 0x1c, 0x00, 0x00, 0x00, 0x00, 0x40, 0x11, 0x00, 0x00, 192, 0, 2, 1, 198,
-        51, 100, 7, 0, 1, 0, 2, 0, 8, 0, 0,
+        0x45, 0x00, 0x00, 0x1c, 0x00, 0x00, 0x00, 0x00, 0x40, 0x11, 0x00, 0x00, 192, 0, 2, 1, 198, 51, 100, 7, 0, 1, 0,
+        2, 0, 8, 0, 0,
     ];
 
     #[test]
@@ -253,27 +243,15 @@ mod tests {
 
     #[test]
     fn refuses_bad_headers() {
-        assert_eq!(
-            Ipv4Packet::new_checked(&HEADER[..19]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&HEADER[..19]).unwrap_err(), Error::Truncated);
         let mut b = HEADER;
         b[0] = 0x65;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::BadVersion
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
         b[0] = 0x44;
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::BadLength
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::BadLength);
         let mut b = HEADER;
         b[3] = 0x40; // total length 64 > 28
-        assert_eq!(
-            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
         let b = HEADER; // checksum field zero: does not verify
         let p = Ipv4Packet::new_checked(&b[..]).unwrap();
         assert_eq!(Ipv4Repr::parse(&p).unwrap_err(), Error::BadChecksum);

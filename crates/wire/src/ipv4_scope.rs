@@ -12,34 +12,14 @@ use core::net::Ipv4Addr;
 pub const NON_GLOBAL: &[(Ipv4Addr, u8, &str)] = &[
     (Ipv4Addr::new(0, 0, 0, 0), 8, "\"this network\" (0.0.0.0/8)"),
     (Ipv4Addr::new(10, 0, 0, 0), 8, "private (10.0.0.0/8)"),
-    (
-        Ipv4Addr::new(100, 64, 0, 0),
-        10,
-        "shared address space (100.64.0.0/10)",
-    ),
+    (Ipv4Addr::new(100, 64, 0, 0), 10, "shared address space (100.64.0.0/10)"),
     (Ipv4Addr::new(127, 0, 0, 0), 8, "loopback (127.0.0.0/8)"),
-    (
-        Ipv4Addr::new(169, 254, 0, 0),
-        16,
-        "link-local (169.254.0.0/16)",
-    ),
+    (Ipv4Addr::new(169, 254, 0, 0), 16, "link-local (169.254.0.0/16)"),
     (Ipv4Addr::new(172, 16, 0, 0), 12, "private (172.16.0.0/12)"),
-    (
-        Ipv4Addr::new(192, 88, 99, 0),
-        24,
-        "6to4 relay anycast (192.88.99.0/24)",
-    ),
-    (
-        Ipv4Addr::new(192, 168, 0, 0),
-        16,
-        "private (192.168.0.0/16)",
-    ),
+    (Ipv4Addr::new(192, 88, 99, 0), 24, "6to4 relay anycast (192.88.99.0/24)"),
+    (Ipv4Addr::new(192, 168, 0, 0), 16, "private (192.168.0.0/16)"),
     (Ipv4Addr::new(224, 0, 0, 0), 4, "multicast (224.0.0.0/4)"),
-    (
-        Ipv4Addr::new(240, 0, 0, 0),
-        4,
-        "reserved or broadcast (240.0.0.0/4)",
-    ),
+    (Ipv4Addr::new(240, 0, 0, 0), 4, "reserved or broadcast (240.0.0.0/4)"),
 ];
 
 /// Why `addr` is not global unicast, or `None` when it is.
@@ -80,10 +60,7 @@ mod tests {
             "100.64.0.1",
             "100.127.255.255",
         ] {
-            assert!(
-                !is_global_unicast(a.parse().unwrap()),
-                "{a} must not be global"
-            );
+            assert!(!is_global_unicast(a.parse().unwrap()), "{a} must not be global");
         }
     }
 
@@ -103,9 +80,6 @@ mod tests {
         ] {
             assert!(is_global_unicast(a.parse().unwrap()), "{a} must be global");
         }
-        assert_eq!(
-            non_global_reason("10.0.0.5".parse().unwrap()),
-            Some("private (10.0.0.0/8)")
-        );
+        assert_eq!(non_global_reason("10.0.0.5".parse().unwrap()), Some("private (10.0.0.0/8)"));
     }
 }

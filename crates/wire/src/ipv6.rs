@@ -208,9 +208,8 @@ mod tests {
 
     // The bubble of teredo-requirements §2.5.
     static BUBBLE: [u8; 40] = [
-        0x60, 0, 0, 0, 0, 0, 0x3b, 0, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0x63, 0xbf,
-        0x3f, 0xff, 0xfd, 0xd2, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0xf2, 0x27, 0x39,
-        0xcc, 0x9b, 0xf8,
+        0x60, 0, 0, 0, 0, 0, 0x3b, 0, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0x63, 0xbf, 0x3f, 0xff, 0xfd,
+        0xd2, 0x20, 0x01, 0, 0, 0x41, 0x36, 0xe3, 0x78, 0, 0, 0xf2, 0x27, 0x39, 0xcc, 0x9b, 0xf8,
     ];
 
     #[test]
@@ -218,18 +217,8 @@ mod tests {
         let p = Ipv6Packet::new_checked(&BUBBLE[..]).unwrap();
         assert!(p.is_bubble());
         assert_eq!(p.hop_limit(), 0);
-        assert_eq!(
-            p.src_addr(),
-            "2001:0:4136:e378:0:63bf:3fff:fdd2"
-                .parse::<Ipv6Addr>()
-                .unwrap()
-        );
-        assert_eq!(
-            p.dst_addr(),
-            "2001:0:4136:e378:0:f227:39cc:9bf8"
-                .parse::<Ipv6Addr>()
-                .unwrap()
-        );
+        assert_eq!(p.src_addr(), "2001:0:4136:e378:0:63bf:3fff:fdd2".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(p.dst_addr(), "2001:0:4136:e378:0:f227:39cc:9bf8".parse::<Ipv6Addr>().unwrap());
         let repr = Ipv6Repr::parse(&p);
         let mut out = [0u8; 40];
         repr.emit(&mut out).unwrap();
@@ -260,21 +249,12 @@ mod tests {
     fn refuses_bad_headers() {
         let mut b = BUBBLE;
         b[0] = 0x40;
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
-            Error::BadVersion
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::BadVersion);
         let mut b = [0u8; 60];
         b[..40].copy_from_slice(&BUBBLE);
         b[5] = 100; // payload length 100, 20 bytes present
-        assert_eq!(
-            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            Ipv6Packet::new_checked(&BUBBLE[..39]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        assert_eq!(Ipv6Packet::new_checked(&BUBBLE[..39]).unwrap_err(), Error::Truncated);
     }
 
     #[test]

@@ -154,11 +154,7 @@ impl<'a> ExtHeaders<'a> {
             _ => (usize::from(rest[1]) + 1) * 8,
         };
         let bytes = rest.get(..len).ok_or(Error::Truncated)?;
-        let header = ExtHeader {
-            kind,
-            offset: self.offset,
-            bytes,
-        };
+        let header = ExtHeader { kind, offset: self.offset, bytes };
         self.next = bytes[0];
         self.offset += len;
         if kind == proto::FRAGMENT && be16(bytes, 2) & 0xfff8 != 0 {
@@ -202,29 +198,14 @@ pub fn walk<T: AsRef<[u8]> + ?Sized>(packet: &Ipv6Packet<&T>) -> Result<ChainEnd
         match h.kind {
             proto::FRAGMENT => {
                 let v = be16(h.bytes, 2);
-                fragment = Some(FragmentInfo {
-                    offset: v & 0xfff8,
-                    more: v & 1 != 0,
-                    ident: be32(h.bytes, 4),
-                });
+                fragment = Some(FragmentInfo { offset: v & 0xfff8, more: v & 1 != 0, ident: be32(h.bytes, 4) });
             }
-            proto::ROUTING => {
-                routing = Some(RoutingInfo {
-                    routing_type: h.bytes[2],
-                    segments_left: h.bytes[3],
-                })
-            }
+            proto::ROUTING => routing = Some(RoutingInfo { routing_type: h.bytes[2], segments_left: h.bytes[3] }),
             _ => {}
         }
     }
     let (protocol, offset) = it.position();
-    Ok(ChainEnd {
-        protocol,
-        offset,
-        ext_headers: count,
-        fragment,
-        routing,
-    })
+    Ok(ChainEnd { protocol, offset, ext_headers: count, fragment, routing })
 }
 
 #[cfg(test)]
@@ -255,10 +236,7 @@ mod tests {
         let b = packet(proto::ICMPV6, &[], &[128, 0, 0, 0, 0, 0, 0, 0]);
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         let end = walk(&p).unwrap();
-        assert_eq!(
-            (end.protocol, end.offset, end.ext_headers),
-            (proto::ICMPV6, 40, 0)
-        );
+        assert_eq!((end.protocol, end.offset, end.ext_headers), (proto::ICMPV6, 40, 0));
         assert!(end.has_upper_layer());
     }
 
@@ -269,32 +247,12 @@ mod tests {
         let b = packet(proto::HOP_BY_HOP, &ext, &[0; 8]);
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         let end = walk(&p).unwrap();
-        assert_eq!(
-            (end.protocol, end.offset, end.ext_headers),
-            (proto::UDP, 64, 2)
-        );
+        assert_eq!((end.protocol, end.offset, end.ext_headers), (proto::UDP, 64, 2));
     }
 
     #[test]
     fn hop_by_hop_must_be_first() {
-        let ext = [
-            proto::HOP_BY_HOP,
-            0,
-            1,
-            4,
-            0,
-            0,
-            0,
-            0,
-            proto::UDP,
-            0,
-            1,
-            4,
-            0,
-            0,
-            0,
-            0,
-        ];
+        let ext = [proto::HOP_BY_HOP, 0, 1, 4, 0, 0, 0, 0, proto::UDP, 0, 1, 4, 0, 0, 0, 0];
         let b = packet(proto::DEST_OPTS, &ext, &[]);
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         assert_eq!(walk(&p).unwrap_err(), Error::BadChain);
@@ -308,34 +266,11 @@ mod tests {
             ext.extend_from_slice(&[next, 0, 1, 4, 0, 0, 0, 0]);
         }
         let b = packet(proto::DEST_OPTS, &ext, &[]);
-        assert_eq!(
-            walk(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap_err(),
-            Error::BadChain
-        );
+        assert_eq!(walk(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap_err(), Error::BadChain);
         // Two fragment headers.
-        let ext = [
-            proto::FRAGMENT,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            1,
-            proto::UDP,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            1,
-        ];
+        let ext = [proto::FRAGMENT, 0, 0, 0, 0, 0, 0, 1, proto::UDP, 0, 0, 0, 0, 0, 0, 1];
         let b = packet(proto::FRAGMENT, &ext, &[]);
-        assert_eq!(
-            walk(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap_err(),
-            Error::BadChain
-        );
+        assert_eq!(walk(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap_err(), Error::BadChain);
     }
 
     #[test]
@@ -359,14 +294,7 @@ mod tests {
         let ext = [proto::ICMPV6, 0, o[0], o[1], 0xde, 0xad, 0xbe, 0xef];
         let b = packet(proto::FRAGMENT, &ext, &[1, 2, 3, 4]);
         let end = walk(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap();
-        assert_eq!(
-            end.fragment,
-            Some(FragmentInfo {
-                offset: 1448,
-                more: true,
-                ident: 0xdeadbeef
-            })
-        );
+        assert_eq!(end.fragment, Some(FragmentInfo { offset: 1448, more: true, ident: 0xdeadbeef }));
         assert!(!end.has_upper_layer());
         // Atomic fragment: a whole packet.
         let ext = [proto::ICMPV6, 0, 0, 0, 0, 0, 0, 7];
@@ -411,13 +339,7 @@ mod tests {
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         let end = walk(&p).unwrap();
         assert_eq!(end.ext_headers, 4);
-        assert_eq!(
-            end.routing,
-            Some(RoutingInfo {
-                routing_type: 0,
-                segments_left: 0
-            })
-        );
+        assert_eq!(end.routing, Some(RoutingInfo { routing_type: 0, segments_left: 0 }));
         assert_eq!((end.protocol, end.offset), (proto::UDP, 72));
     }
 
@@ -442,13 +364,7 @@ mod tests {
         let p = Ipv6Packet::new_checked(&b[..]).unwrap();
         let end = walk(&p).unwrap();
         assert_eq!((end.protocol, end.offset), (proto::ICMPV6, 112));
-        assert_eq!(
-            end.routing,
-            Some(RoutingInfo {
-                routing_type: 0,
-                segments_left: 4
-            })
-        );
+        assert_eq!(end.routing, Some(RoutingInfo { routing_type: 0, segments_left: 4 }));
         let icmp = &p.packet()[end.offset..];
         // Zero copies: the ICMPv6 header is the very bytes of the original buffer.
         assert_eq!(icmp.as_ptr(), b[112..].as_ptr());

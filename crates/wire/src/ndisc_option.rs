@@ -71,10 +71,7 @@ impl<'a> Iterator for NdOptions<'a> {
         }
         let (opt, rest) = r.split_at(len);
         self.rest = rest;
-        Some(Ok(NdOption {
-            kind: opt[0],
-            bytes: opt,
-        }))
+        Some(Ok(NdOption { kind: opt[0], bytes: opt }))
     }
 }
 
@@ -114,9 +111,7 @@ impl PrefixInfo {
 
     /// Write the option into the first 32 bytes of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        let b = buf
-            .get_mut(..PREFIX_INFO_LEN)
-            .ok_or(Error::BufferTooSmall)?;
+        let b = buf.get_mut(..PREFIX_INFO_LEN).ok_or(Error::BufferTooSmall)?;
         b[0] = option_type::PREFIX_INFO;
         b[1] = (PREFIX_INFO_LEN / 8) as u8;
         b[2] = self.prefix_len;

@@ -17,13 +17,11 @@ pub const PREFIX: u32 = 0x2001_0000;
 pub const PREFIX_EXPERIMENTAL: u32 = 0x3ffe_831f;
 
 /// RS source used for restricted (C=0) qualification by Windows Vista+ and Miredo.
-pub const RS_SOURCE_RESTRICTED: Ipv6Addr =
-    Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff);
+pub const RS_SOURCE_RESTRICTED: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff);
 /// RS source used by Windows XP for cone (C=1) qualification ("TEREDO" in ASCII).
 pub const RS_SOURCE_CONE: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0x8000, 0x5445, 0x5245, 0x444f);
 /// RS source used by Windows XP for restricted qualification.
-pub const RS_SOURCE_RESTRICTED_XP: Ipv6Addr =
-    Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0x5445, 0x5245, 0x444f);
+pub const RS_SOURCE_RESTRICTED_XP: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0x5445, 0x5245, 0x444f);
 
 /// The 16-bit flags field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -132,8 +130,7 @@ impl TeredoAddr {
 
     /// Decode `addr` if it is under the global or the experimental Teredo prefix.
     pub fn decode(addr: &Ipv6Addr) -> Option<TeredoAddr> {
-        Self::decode_with_prefix(addr, PREFIX)
-            .or_else(|| Self::decode_with_prefix(addr, PREFIX_EXPERIMENTAL))
+        Self::decode_with_prefix(addr, PREFIX).or_else(|| Self::decode_with_prefix(addr, PREFIX_EXPERIMENTAL))
     }
 
     /// Read the fields of any address as if it were a Teredo address (also used for
@@ -219,17 +216,9 @@ mod tests {
         for (flags, text) in [
             (Flags::new(true, 0), "2001:0:4136:e378:8000:63bf:3fff:fdd2"),
             (Flags::new(false, 0), "2001:0:4136:e378:0:63bf:3fff:fdd2"),
-            (
-                Flags::new(false, 0xabc),
-                "2001:0:4136:e378:28bc:63bf:3fff:fdd2",
-            ),
+            (Flags::new(false, 0xabc), "2001:0:4136:e378:28bc:63bf:3fff:fdd2"),
         ] {
-            let t = TeredoAddr {
-                prefix: PREFIX,
-                server: SERVER,
-                flags,
-                mapped: MAPPED,
-            };
+            let t = TeredoAddr { prefix: PREFIX, server: SERVER, flags, mapped: MAPPED };
             assert_eq!(t.to_ipv6(), a(text));
             assert_eq!(TeredoAddr::decode(&a(text)), Some(t));
         }

@@ -97,12 +97,7 @@ pub struct AuthRepr<'a> {
 impl<'a> AuthRepr<'a> {
     /// A header carrying only a nonce, as in an RS without secure qualification.
     pub const fn with_nonce(nonce: [u8; NONCE_LEN]) -> Self {
-        AuthRepr {
-            client_id: &[],
-            auth_value: &[],
-            nonce,
-            confirmation: 0,
-        }
+        AuthRepr { client_id: &[], auth_value: &[], nonce, confirmation: 0 }
     }
 
     /// Parse a checked header.
@@ -155,12 +150,7 @@ mod tests {
 
     #[test]
     fn secure_header_round_trip() {
-        let repr = AuthRepr {
-            client_id: b"alice",
-            auth_value: &[0xaa; 20],
-            nonce: [9; 8],
-            confirmation: 1,
-        };
+        let repr = AuthRepr { client_id: b"alice", auth_value: &[0xaa; 20], nonce: [9; 8], confirmation: 1 };
         let mut b = [0u8; 64];
         let n = repr.emit(&mut b).unwrap();
         assert_eq!(n, 13 + 5 + 20);
@@ -176,18 +166,9 @@ mod tests {
         let mut b = [0u8; 60];
         b[1] = 1;
         b[2] = 200;
-        assert_eq!(
-            AuthHeader::new_checked(&b[..]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            AuthHeader::new_checked(&b[..12]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(AuthHeader::new_checked(&b[..]).unwrap_err(), Error::Truncated);
+        assert_eq!(AuthHeader::new_checked(&b[..12]).unwrap_err(), Error::Truncated);
         b[1] = 0;
-        assert_eq!(
-            AuthHeader::new_checked(&b[..]).unwrap_err(),
-            Error::BadIndicator
-        );
+        assert_eq!(AuthHeader::new_checked(&b[..]).unwrap_err(), Error::BadIndicator);
     }
 }

@@ -51,13 +51,7 @@ mod tests {
     #[test]
     fn truncated_origin_is_refused() {
         // Case 3: origin indication cut to 5 bytes.
-        assert_eq!(
-            parse(&[0, 0, 0x63, 0xbf, 0x3f]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            parse(&[0, 1, 0, 0, 0, 0, 0, 0]).unwrap_err(),
-            Error::BadIndicator
-        );
+        assert_eq!(parse(&[0, 0, 0x63, 0xbf, 0x3f]).unwrap_err(), Error::Truncated);
+        assert_eq!(parse(&[0, 1, 0, 0, 0, 0, 0, 0]).unwrap_err(), Error::BadIndicator);
     }
 }

@@ -133,10 +133,7 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: std::string::String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     const RS_HEX: &str = "0001 0000 0102030405060708 00 60000000 0008 3a ff \
@@ -182,30 +179,16 @@ mod tests {
         assert_eq!(p.ipv6.hop_limit(), 255);
         let icmp = Icmpv6Packet::new_checked(p.ipv6.payload()).unwrap();
         let dst = p.ipv6.dst_addr();
-        assert_eq!(
-            Icmpv6Repr::parse(&RS_SOURCE_RESTRICTED, &dst, &icmp).unwrap(),
-            Icmpv6Repr::RouterSolicit
-        );
+        assert_eq!(Icmpv6Repr::parse(&RS_SOURCE_RESTRICTED, &dst, &icmp).unwrap(), Icmpv6Repr::RouterSolicit);
 
         // Build the same bytes from representations.
         let mut out = [0u8; 61];
-        let h = TeredoHeaderRepr {
-            auth: Some(AuthRepr::with_nonce(NONCE)),
-            origin: None,
-        };
+        let h = TeredoHeaderRepr { auth: Some(AuthRepr::with_nonce(NONCE)), origin: None };
         let at = h.emit(&mut out).unwrap();
-        Ipv6Repr {
-            src_addr: RS_SOURCE_RESTRICTED,
-            dst_addr: dst,
-            next_header: 58,
-            payload_len: 8,
-            hop_limit: 255,
-        }
-        .emit(&mut out[at..])
-        .unwrap();
-        Icmpv6Repr::RouterSolicit
-            .emit(&RS_SOURCE_RESTRICTED, &dst, &mut out[at + 40..])
+        Ipv6Repr { src_addr: RS_SOURCE_RESTRICTED, dst_addr: dst, next_header: 58, payload_len: 8, hop_limit: 255 }
+            .emit(&mut out[at..])
             .unwrap();
+        Icmpv6Repr::RouterSolicit.emit(&RS_SOURCE_RESTRICTED, &dst, &mut out[at + 40..]).unwrap();
         assert_eq!(&out[..], &bytes[..]);
     }
 
@@ -221,10 +204,7 @@ mod tests {
         assert_eq!(dst, RS_SOURCE_RESTRICTED);
         let icmp = Icmpv6Packet::new_checked(p.ipv6.payload()).unwrap();
         assert_eq!(icmp.checksum(), 0x954c);
-        assert_eq!(
-            Icmpv6Repr::parse(&src, &dst, &icmp).unwrap(),
-            Icmpv6Repr::RouterAdvert(reference_ra())
-        );
+        assert_eq!(Icmpv6Repr::parse(&src, &dst, &icmp).unwrap(), Icmpv6Repr::RouterAdvert(reference_ra()));
 
         let mut out = [0u8; 117];
         let h = TeredoHeaderRepr {
@@ -234,15 +214,9 @@ mod tests {
         let at = h.emit(&mut out).unwrap();
         assert_eq!(at, 21);
         let ra = Icmpv6Repr::RouterAdvert(reference_ra());
-        Ipv6Repr {
-            src_addr: src,
-            dst_addr: dst,
-            next_header: 58,
-            payload_len: ra.buffer_len(),
-            hop_limit: 255,
-        }
-        .emit(&mut out[at..])
-        .unwrap();
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: ra.buffer_len(), hop_limit: 255 }
+            .emit(&mut out[at..])
+            .unwrap();
         ra.emit(&src, &dst, &mut out[at + 40..]).unwrap();
         assert_eq!(&out[..], &bytes[..]);
     }
@@ -298,10 +272,7 @@ mod tests {
         b.extend_from_slice(&bubble());
         assert_eq!(TeredoPacket::parse(&b).unwrap_err(), Error::BadIndicator);
         // Case 3: origin indication truncated to 5 bytes.
-        assert_eq!(
-            TeredoPacket::parse(&[0, 0, 0x63, 0xbf, 0x3f]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(TeredoPacket::parse(&[0, 0, 0x63, 0xbf, 0x3f]).unwrap_err(), Error::Truncated);
         // Case 4: ID-len 200 in a 60-byte datagram.
         let mut b = std::vec![0u8; 60];
         b[1] = 1;

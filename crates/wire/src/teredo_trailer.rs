@@ -119,9 +119,7 @@ impl<'a> AlternateAddresses<'a> {
     }
     /// The entries, as IPv4 address and port.
     pub fn iter(&self) -> impl Iterator<Item = SocketAddrV4> + 'a {
-        self.entries
-            .chunks_exact(6)
-            .map(|e| SocketAddrV4::new(Ipv4Addr::new(e[0], e[1], e[2], e[3]), be16(e, 4)))
+        self.entries.chunks_exact(6).map(|e| SocketAddrV4::new(Ipv4Addr::new(e[0], e[1], e[2], e[3]), be16(e, 4)))
     }
 }
 
@@ -149,17 +147,12 @@ impl<'a> TrailerRepr<'a> {
                 // Each address must be unicast and each port non-zero (RFC 6081 §4.3).
                 let ok = entries.chunks_exact(6).all(|e| {
                     let ip = Ipv4Addr::new(e[0], e[1], e[2], e[3]);
-                    be16(e, 4) != 0
-                        && !ip.is_unspecified()
-                        && !ip.is_multicast()
-                        && !ip.is_broadcast()
+                    be16(e, 4) != 0 && !ip.is_unspecified() && !ip.is_multicast() && !ip.is_broadcast()
                 });
                 if !ok {
                     return Err(Error::BadValue);
                 }
-                Ok(TrailerRepr::AlternateAddress(AlternateAddresses {
-                    entries,
-                }))
+                Ok(TrailerRepr::AlternateAddress(AlternateAddresses { entries }))
             }
             (trailer_type::NEIGHBOR_DISCOVERY, 4) => match v[0] {
                 0 => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation)),
@@ -238,9 +231,7 @@ mod tests {
             Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
         );
         let mut b = [0u8; 6];
-        TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)
-            .emit(&mut b)
-            .unwrap();
+        TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement).emit(&mut b).unwrap();
         assert_eq!(b, [4, 4, 1, 0, 0, 0]);
     }
 
@@ -261,10 +252,7 @@ mod tests {
         b[n..n + 3].copy_from_slice(&[0x7f, 1, 0xee]); // unknown: skipped
         n += 3;
         n += emit_alternate_addresses(
-            &[
-                "10.0.0.2:3544".parse().unwrap(),
-                "192.0.2.1:50000".parse().unwrap(),
-            ],
+            &["10.0.0.2:3544".parse().unwrap(), "192.0.2.1:50000".parse().unwrap()],
             &mut b[n..],
         )
         .unwrap();
@@ -272,16 +260,9 @@ mod tests {
         let t = Trailers::new(&b[..n]);
         assert_eq!(t.validate(), Ok(()));
         assert_eq!(t.iter().count(), 4);
-        assert_eq!(
-            t.get(trailer_type::NONCE),
-            Some(TrailerRepr::Nonce([1, 2, 3, 4]))
-        );
-        assert_eq!(
-            t.get(trailer_type::RANDOM_PORT),
-            Some(TrailerRepr::RandomPort(4242))
-        );
-        let Some(TrailerRepr::AlternateAddress(alt)) = t.get(trailer_type::ALTERNATE_ADDRESS)
-        else {
+        assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([1, 2, 3, 4])));
+        assert_eq!(t.get(trailer_type::RANDOM_PORT), Some(TrailerRepr::RandomPort(4242)));
+        let Some(TrailerRepr::AlternateAddress(alt)) = t.get(trailer_type::ALTERNATE_ADDRESS) else {
             panic!("alternate address trailer not found");
         };
         assert_eq!(alt.len(), 2);
@@ -291,11 +272,7 @@ mod tests {
     #[test]
     fn alternate_address_rules() {
         // Length 10 is not 8 + 6k; port 0 is refused.
-        assert!(TrailerRepr::parse(&Trailer {
-            kind: 3,
-            value: &[0; 10]
-        })
-        .is_err());
+        assert!(TrailerRepr::parse(&Trailer { kind: 3, value: &[0; 10] }).is_err());
         let v = [0, 0, 192, 0, 2, 1, 0, 0];
         assert!(TrailerRepr::parse(&Trailer { kind: 3, value: &v }).is_err());
         assert!(emit_alternate_addresses(&[], &mut [0; 8]).is_err());

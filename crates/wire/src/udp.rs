@@ -81,8 +81,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         }
         let len = self.len();
         let data = &self.buffer.as_ref()[..usize::from(len)];
-        let acc =
-            checksum::ipv4_pseudo_header(src, dst, ip_protocol::UDP, len) + checksum::sum(data);
+        let acc = checksum::ipv4_pseudo_header(src, dst, ip_protocol::UDP, len) + checksum::sum(data);
         checksum::fold(acc) == 0xffff
     }
 }
@@ -98,8 +97,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
         let len = self.len();
         let b = self.buffer.as_mut();
         b[field::CHECKSUM..field::CHECKSUM + 2].fill(0);
-        let acc = checksum::ipv4_pseudo_header(src, dst, ip_protocol::UDP, len)
-            + checksum::sum(&b[..usize::from(len)]);
+        let acc = checksum::ipv4_pseudo_header(src, dst, ip_protocol::UDP, len) + checksum::sum(&b[..usize::from(len)]);
         // A computed 0 is sent as 0xffff: 0 means "no checksum" (RFC 768).
         let c = match checksum::finish(acc) {
             0 => 0xffff,
@@ -120,18 +118,11 @@ pub struct UdpRepr {
 
 impl UdpRepr {
     /// Parse a checked datagram, verifying its checksum.
-    pub fn parse<T: AsRef<[u8]>>(
-        packet: &UdpPacket<T>,
-        src: &Ipv4Addr,
-        dst: &Ipv4Addr,
-    ) -> Result<Self> {
+    pub fn parse<T: AsRef<[u8]>>(packet: &UdpPacket<T>, src: &Ipv4Addr, dst: &Ipv4Addr) -> Result<Self> {
         if !packet.verify_checksum(src, dst) {
             return Err(Error::BadChecksum);
         }
-        Ok(UdpRepr {
-            src_port: packet.src_port(),
-            dst_port: packet.dst_port(),
-        })
+        Ok(UdpRepr { src_port: packet.src_port(), dst_port: packet.dst_port() })
     }
 
     /// Write the header for a payload of `payload_len` bytes that the caller has already
@@ -168,10 +159,7 @@ mod tests {
     fn emit_parse_and_checksum() {
         let mut buf = [0u8; 8 + 5];
         buf[8..].copy_from_slice(b"hello");
-        let repr = UdpRepr {
-            src_port: 40000,
-            dst_port: 3544,
-        };
+        let repr = UdpRepr { src_port: 40000, dst_port: 3544 };
         let mut p = UdpPacket::new_unchecked(&mut buf[..]);
         repr.emit(&mut p, 5, &SRC, &DST).unwrap();
         let p = UdpPacket::new_checked(&buf[..]).unwrap();
@@ -182,33 +170,19 @@ mod tests {
         let mut bad = buf;
         bad[9] ^= 1;
         let p = UdpPacket::new_checked(&bad[..]).unwrap();
-        assert_eq!(
-            UdpRepr::parse(&p, &SRC, &DST).unwrap_err(),
-            Error::BadChecksum
-        );
+        assert_eq!(UdpRepr::parse(&p, &SRC, &DST).unwrap_err(), Error::BadChecksum);
         bad[6] = 0;
         bad[7] = 0;
-        assert!(UdpPacket::new_checked(&bad[..])
-            .unwrap()
-            .verify_checksum(&SRC, &DST));
+        assert!(UdpPacket::new_checked(&bad[..]).unwrap().verify_checksum(&SRC, &DST));
     }
 
     #[test]
     fn length_field_is_checked() {
         let mut buf = [0u8; 8];
         buf[5] = 7;
-        assert_eq!(
-            UdpPacket::new_checked(&buf[..]).unwrap_err(),
-            Error::BadLength
-        );
+        assert_eq!(UdpPacket::new_checked(&buf[..]).unwrap_err(), Error::BadLength);
         buf[5] = 9;
-        assert_eq!(
-            UdpPacket::new_checked(&buf[..]).unwrap_err(),
-            Error::Truncated
-        );
-        assert_eq!(
-            UdpPacket::new_checked(&buf[..7]).unwrap_err(),
-            Error::Truncated
-        );
+        assert_eq!(UdpPacket::new_checked(&buf[..]).unwrap_err(), Error::Truncated);
+        assert_eq!(UdpPacket::new_checked(&buf[..7]).unwrap_err(), Error::Truncated);
     }
 }

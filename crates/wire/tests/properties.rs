@@ -13,11 +13,7 @@ use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 fn ipv6() -> impl Strategy<Value = Ipv6Addr> {
@@ -41,10 +37,7 @@ fn near_valid_payload() -> impl Strategy<Value = Vec<u8>> {
     )
         .prop_map(|(nonce, origin, src, dst, trailer, flips)| {
             let mut buf = vec![0u8; 256];
-            let h = TeredoHeaderRepr {
-                auth: nonce.map(AuthRepr::with_nonce),
-                origin,
-            };
+            let h = TeredoHeaderRepr { auth: nonce.map(AuthRepr::with_nonce), origin };
             let mut at = h.emit(&mut buf).unwrap();
             at += emit_bubble(&src, &dst, 0, &mut buf[at..]).unwrap();
             buf.truncate(at);
