@@ -122,6 +122,68 @@ fn main() {
             });
         }
     }
+    // The shipworm client says what NAT it is behind (Miredo dropped this probe).
+    for nat in NatKind::ALL {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: format!("NAT detection {nat}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(nat, 1)]))
+                    .map_err(|e| e.to_string())?;
+                lab.start_server(&me).map_err(|e| e.to_string())?;
+                lab.start_client(0, &me).map_err(|e| e.to_string())?;
+                let want = match nat {
+                    NatKind::FullCone => "cone",
+                    NatKind::AddressRestricted | NatKind::PortRestricted => "restricted",
+                    NatKind::Symmetric => "symmetric",
+                };
+                let deadline = Instant::now() + std::time::Duration::from_secs(10);
+                loop {
+                    let got = lab.client_status(0).map(|s| s["nat"].as_str().unwrap_or("").to_string());
+                    if got.as_deref() == Some(want) {
+                        return Ok(format!("client reports {want}"));
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!("step 4 (detect the NAT) failed: client reports {got:?}, want {want}"));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }),
+        });
+    }
+    // Mobility: the client changes networks under a running ping.
+    for (from, to) in [(NatKind::PortRestricted, NatKind::FullCone), (NatKind::FullCone, NatKind::AddressRestricted)] {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: format!("handoff {from} → {to}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, h) = scenario::run_handoff(&me, [from, to], &mut |_| {}).map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "{} → {}: new address after {:.0} ms, longest gap between echo replies {:.0} ms ({} + {} answered, every 20 ms)",
+                    h.old,
+                    h.new,
+                    h.address_after.as_secs_f64() * 1000.0,
+                    h.traffic_gap.as_secs_f64() * 1000.0,
+                    h.answered.0,
+                    h.answered.1
+                ))
+            }),
+        });
+    }
+    // Server failover: the primary server is killed.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "server failover (RefreshInterval 10)".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, took) = scenario::run_failover(&me, 10, &mut |_| {}).map_err(|e| e.to_string())?;
+                Ok(format!("qualified with the second server {:.1} s after the first died", took.as_secs_f64()))
+            }),
+        });
+    }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
 

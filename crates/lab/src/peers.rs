@@ -131,19 +131,28 @@ impl Lab {
 
     /// Start the Teredo server on 192.0.2.1 / 192.0.2.2.
     pub fn start_server(&mut self, imp: &Impl) -> Result<()> {
-        let ns = self.ns("srv");
-        let conf = self.write_conf("server.conf", &format!("# lab server\nServerBindAddress {SERVER_V4}\n"))?;
+        self.start_server_on("server", "srv", SERVER_V4, imp)
+    }
+
+    /// Start the second server on 192.0.2.5 / .6 (a lab built with `second_server`).
+    pub fn start_server_b(&mut self, imp: &Impl) -> Result<()> {
+        self.start_server_on("server_b", "srvb", crate::SERVER_B_V4, imp)
+    }
+
+    fn start_server_on(&mut self, name: &str, short: &str, addr: std::net::Ipv4Addr, imp: &Impl) -> Result<()> {
+        let ns = self.ns(short);
+        let conf = self.write_conf(&format!("{name}.conf"), &format!("# lab server\nServerBindAddress {addr}\n"))?;
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                self.spawn("server", &ns, &[&bin, "server", "-c", &conf])?
+                self.spawn(name, &ns, &[&bin, "server", "-c", &conf])?
             }
             Impl::Miredo => {
-                let pid = self.dir().join("server.pid").display().to_string();
-                self.spawn("server", &ns, &["miredo-server", "-f", "-p", &pid, "-c", &conf])?
+                let pid = self.dir().join(format!("{name}.pid")).display().to_string();
+                self.spawn(name, &ns, &["miredo-server", "-f", "-p", &pid, "-c", &conf])?
             }
         };
-        self.wait_udp("server", &ns, 3544, Duration::from_secs(10))
+        self.wait_udp(name, &ns, 3544, Duration::from_secs(10))
     }
 
     /// Start the relay on 192.0.2.10, routing 2001::/32 for the native side.
@@ -181,11 +190,16 @@ impl Lab {
 
     /// Start the Teredo client of `client` (an index into [`Lab::clients`]).
     pub fn start_client(&mut self, client: usize, imp: &Impl) -> Result<()> {
+        self.start_client_with(client, imp, "")
+    }
+
+    /// Start a client with extra configuration lines (shipworm's own directives).
+    pub fn start_client_with(&mut self, client: usize, imp: &Impl, extra: &str) -> Result<()> {
         let ns = self.clients[client].ns.clone();
         let name = format!("client{client}");
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n"),
+            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n{extra}"),
         )?;
         match imp {
             Impl::Shipworm(bin) => {

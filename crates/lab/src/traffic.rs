@@ -176,3 +176,55 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
     let (total, recv_hash) = received?;
     Ok(Transfer { bytes: total, secs, intact: total == bytes as u64 && sent_hash == recv_hash })
 }
+
+/// One echo of a [`ping_stream`]: when it was sent, and its round trip if answered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Echo {
+    /// Time since the stream started.
+    pub sent: Duration,
+    /// Round-trip time, if a reply came.
+    pub rtt: Option<Duration>,
+}
+
+/// Echo requests from namespace `ns` to `dst` every `interval` for `total`, from an
+/// unbound ICMPv6 socket — so each request takes whatever source address the host has
+/// at that moment, as an application's traffic would across a handoff.
+pub fn ping_stream(ns: &str, dst: Ipv6Addr, interval: Duration, total: Duration) -> Result<Vec<Echo>> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    netns::enter(ns)?;
+    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
+        .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
+    s.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
+    let to = SockAddr::from(std::net::SocketAddrV6::new(dst, 0, 0, 0));
+    let ident = (std::process::id() as u16) ^ 0x5a5a;
+    let start = Instant::now();
+    let mut echoes: Vec<Echo> = Vec::new();
+    let mut next = start;
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    while start.elapsed() < total + Duration::from_millis(500) {
+        if Instant::now() >= next && start.elapsed() < total {
+            let seq = echoes.len() as u16;
+            // The kernel fills the checksum of ICMPv6 raw sockets.
+            let mut req = [128u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            req[4..6].copy_from_slice(&ident.to_be_bytes());
+            req[6..8].copy_from_slice(&seq.to_be_bytes());
+            let _ = s.send_to(&req, &to); // fails while the host has no address: counted as lost
+            echoes.push(Echo { sent: start.elapsed(), rtt: None });
+            next += interval;
+        }
+        while let Ok(n) = s.recv(&mut buf) {
+            // SAFETY: recv initialised the first n bytes.
+            let b: Vec<u8> = buf[..n].iter().map(|x| unsafe { x.assume_init() }).collect();
+            if b.len() >= 8 && b[0] == 129 && u16::from_be_bytes([b[4], b[5]]) == ident {
+                let seq = usize::from(u16::from_be_bytes([b[6], b[7]]));
+                if let Some(e) = echoes.get_mut(seq) {
+                    if e.rtt.is_none() {
+                        e.rtt = Some(start.elapsed() - e.sent);
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    Ok(echoes)
+}

@@ -900,12 +900,15 @@ impl<R: Random> Client<R> {
                 self.maint = Some((nonce, now, 1));
             }
             Some((nonce, sent, tries)) if now.saturating_sub(sent) >= RS_TIMEOUT => {
-                if tries < RS_TRIES {
+                // With another server to go to, one unanswered refresh is enough: the
+                // mapping is kept alive by the new server sooner than by insisting.
+                let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
+                let tries_left = if next.is_some() { tries < 1 } else { tries < RS_TRIES };
+                if tries_left {
                     self.send_rs(s.primary, nonce, tx);
                     self.maint = Some((nonce, now, tries + 1));
                 } else {
                     // The server stopped answering: qualify again, with failover.
-                    let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
                     self.go_down(now, "server stopped answering", next.or(Some(0)), tx);
                     return;
                 }
