@@ -24,8 +24,6 @@ use std::time::{Duration, Instant};
 
 const BATCH: usize = 32;
 const TICK: Duration = Duration::from_millis(100);
-/// Miredo's metric: native IPv6 routes (1024) win over Teredo.
-pub const DEFAULT_ROUTE_METRIC: u32 = 1029;
 
 /// Randomness from the kernel, through a file opened before privileges go.
 pub struct OsRandom(std::fs::File);
@@ -76,7 +74,10 @@ struct Interface {
     index: u32,
     name: String,
     address: Option<Ipv6Addr>,
+    mtu: u32,
     changed_at: Option<Instant>,
+    metric: u32,
+    hook: Option<std::path::PathBuf>,
 }
 
 impl Interface {
@@ -84,13 +85,15 @@ impl Interface {
         match ev {
             ClientEvent::Up { address, mtu, server, nat } => {
                 if self.address != Some(address) {
-                    if let Some(old) = self.address.take() {
+                    if let Some(old) = self.address {
                         self.nl.del_address(self.index, old, 32)?;
                     }
                     self.nl.set_link(self.index, true, mtu)?;
                     self.nl.add_address(self.index, address, 32)?;
-                    self.nl.add_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC))?;
-                    self.address = Some(address);
+                    self.nl.add_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(self.metric))?;
+                    let old = self.address.replace(address);
+                    let old_mtu = std::mem::replace(&mut self.mtu, mtu);
+                    self.run_hook("up", old, old_mtu);
                     let mapped = TeredoAddr::decode(&address).map(|t| t.mapped.to_string()).unwrap_or_default();
                     let took = self
                         .changed_at
@@ -107,13 +110,50 @@ impl Interface {
             ClientEvent::Down(why) => {
                 if let Some(old) = self.address.take() {
                     self.nl.del_address(self.index, old, 32)?;
-                    let _ = self.nl.del_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(DEFAULT_ROUTE_METRIC));
+                    let _ = self.nl.del_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(self.metric));
+                    self.run_hook("down", Some(old), self.mtu);
                 }
                 tracing::warn!("no Teredo connectivity: {why}");
             }
             ClientEvent::Nat(kind) => tracing::info!("NAT kind: {}", kind.as_str()),
         }
         Ok(())
+    }
+}
+
+impl Interface {
+    /// Run the hook script, if any, with Miredo's variables (client-hook): STATE,
+    /// IFACE, IFINDEX, ADDRESS, LLADDRESS, MTU and the OLD_ ones. It runs in the
+    /// background; its output goes to our stderr.
+    fn run_hook(&self, state: &str, old: Option<Ipv6Addr>, old_mtu: u32) {
+        let Some(hook) = &self.hook else { return };
+        let mut cmd = std::process::Command::new(hook);
+        cmd.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("STATE", state)
+            .env("IFACE", &self.name)
+            .env("IFINDEX", self.index.to_string())
+            .env("LLADDRESS", LINK_LOCAL.to_string())
+            .env("MTU", self.mtu.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::inherit());
+        if let Some(a) = self.address {
+            cmd.env("ADDRESS", a.to_string());
+        }
+        if let Some(o) = old {
+            cmd.env("OLD_ADDRESS", o.to_string()).env("OLD_LLADDRESS", LINK_LOCAL.to_string());
+            cmd.env("OLD_STATE", "up").env("OLD_MTU", old_mtu.to_string());
+        } else {
+            cmd.env("OLD_STATE", "down");
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                std::thread::spawn(move || {
+                    let _ = child.wait();
+                });
+            }
+            Err(e) => tracing::warn!("hook {}: {e}", hook.display()),
+        }
     }
 }
 
@@ -192,7 +232,16 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
         if extra_servers.is_empty() { String::new() } else { format!(", then {extra_servers:?}") },
         control_path.display()
     );
-    let mut iface = Interface { nl, index, name: tun.name().to_string(), address: None, changed_at: None };
+    let mut iface = Interface {
+        nl,
+        index,
+        name: tun.name().to_string(),
+        address: None,
+        mtu: 1280,
+        changed_at: None,
+        metric: conf.route_metric,
+        hook: conf.hook_script.clone(),
+    };
     let started = Instant::now();
     let mut rx = RecvBatch::new(BATCH, SLOT);
     let mut out = Out { sock: &sock, probe: &probe, tun: &tun, batch: SendBatch::new(BATCH, SLOT) };

@@ -39,6 +39,8 @@ pub const DIRECTIVES: &[&str] = &[
     "RelayAddress",
     "FallbackServerAddress",
     "RefreshInterval",
+    "DefaultRouteMetric",
+    "HookScript",
 ];
 
 /// A parsed miredo.conf.
@@ -64,6 +66,10 @@ pub struct MiredoConf {
     pub fallback_servers: Vec<Ipv4Addr>,
     /// Maintenance refresh interval in seconds (clients; RFC 6081 §5.1.1, default 30).
     pub refresh_interval: u64,
+    /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
+    pub route_metric: u32,
+    /// A script run on every address change with Miredo's client-hook variables.
+    pub hook_script: Option<std::path::PathBuf>,
     /// Syslog facility (accepted; logs go to stderr).
     pub syslog_facility: Option<String>,
     /// The user to run as after set-up.
@@ -104,6 +110,8 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         server2: None,
         fallback_servers: Vec::new(),
         refresh_interval: 30,
+        route_metric: 1029,
+        hook_script: None,
         syslog_facility: None,
         user: None,
         peer_capacity: 1 << 20,
@@ -200,6 +208,26 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                 n @ 5..=3600 => Ok(n as u64),
                 _ => Err("expected 5 to 3600 seconds".into()),
             })?;
+        }
+    }
+    if let Some(d) = f.take("DefaultRouteMetric")? {
+        if role_only(&d, false) {
+            c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err("expected a route metric from 1 to 4294967295".into()),
+            })?;
+        }
+    }
+    if let Some(d) = f.take("HookScript")? {
+        if role_only(&d, false) {
+            c.hook_script = Some(f.value(&d, |v| {
+                let p = std::path::PathBuf::from(v);
+                if p.is_absolute() {
+                    Ok(p)
+                } else {
+                    Err("give an absolute path".into())
+                }
+            })?);
         }
     }
     for d in f.take_all("FallbackServerAddress") {

@@ -172,6 +172,65 @@ fn main() {
             }),
         });
     }
+    // Miredo's hook script variables and a configurable default-route metric.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "client hook script and route metric".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                use std::os::unix::fs::PermissionsExt;
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| e.to_string())?;
+                let out = lab.dir().join("hook-out");
+                std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+                std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).map_err(|e| e.to_string())?;
+                let hook = lab.dir().join("hook.sh");
+                let record = out.join("env");
+                std::fs::write(&hook, format!("#!/bin/sh\nenv | sort > {}.$STATE\n", record.display()))
+                    .map_err(|e| e.to_string())?;
+                std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+                std::fs::set_permissions(lab.dir(), std::fs::Permissions::from_mode(0o755))
+                    .map_err(|e| e.to_string())?;
+                lab.start_server(&me).map_err(|e| e.to_string())?;
+                lab.start_client_with(0, &me, &format!("HookScript {}\nDefaultRouteMetric 1500\n", hook.display()))
+                    .map_err(|e| e.to_string())?;
+                let addr = lab.wait_qualified(0, std::time::Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                let ns = lab.clients[0].ns.clone();
+                let routes = shipworm_lab::netns::exec(&ns, &["ip", "-6", "route", "show", "default"])
+                    .map_err(|e| e.to_string())?;
+                if !routes.contains("dev teredo") || !routes.contains("metric 1500") {
+                    return Err(format!("step 5 (default route) failed: {routes:?}"));
+                }
+                let file = record.with_extension("up");
+                let deadline = Instant::now() + std::time::Duration::from_secs(5);
+                let env = loop {
+                    if let Ok(t) = std::fs::read_to_string(&file) {
+                        if !t.is_empty() {
+                            break t;
+                        }
+                    }
+                    if Instant::now() > deadline {
+                        return Err("step 6 (hook script) failed: it did not run".into());
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                };
+                for want in [
+                    "STATE=up".to_string(),
+                    "IFACE=teredo".into(),
+                    format!("ADDRESS={addr}"),
+                    "LLADDRESS=fe80::ffff:ffff:ffff".into(),
+                    "MTU=1280".into(),
+                ] {
+                    if !env.lines().any(|l| l == want) {
+                        return Err(format!("step 6 (hook script) failed: {want} missing from {env:?}"));
+                    }
+                }
+                Ok(format!("hook saw STATE=up ADDRESS={addr}; default route metric 1500"))
+            }),
+        });
+    }
     // Server failover: the primary server is killed.
     {
         let me = Impl::Shipworm(me.clone());
