@@ -223,6 +223,7 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
         (u64::from_le_bytes(keys[..8].try_into().expect("8")), u64::from_le_bytes(keys[8..].try_into().expect("8")));
     cfg.queue_bytes = conf.queue_bytes;
     cfg.refresh = Duration::from_secs(conf.refresh_interval);
+    cfg.credentials = conf.credentials.clone();
     let mut client = Client::new(cfg, rng);
     let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
     tracing::info!(

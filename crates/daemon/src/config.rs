@@ -229,3 +229,18 @@ mod tests {
         assert!(syslog_facility("local9").is_err());
     }
 }
+
+/// `CLIENT-ID SECRET` for secure qualification (both at most 255 bytes).
+pub fn credentials(value: &str) -> Result<shipworm_proto::secure::Credentials, String> {
+    let mut parts = value.split_whitespace();
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(id), Some(secret), None) if id.len() <= 255 && secret.len() >= 8 => {
+            Ok(shipworm_proto::secure::Credentials {
+                client_id: id.as_bytes().to_vec(),
+                secret: secret.as_bytes().to_vec(),
+            })
+        }
+        (Some(_), Some(_), None) => Err("the client id is at most 255 bytes and the secret at least 8".into()),
+        _ => Err("expected CLIENT-ID SECRET".into()),
+    }
+}

@@ -189,6 +189,11 @@ fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             );
             println!("  MTU        {}", p.mtu);
             println!("  ICMPv6 forwarded up to {} bytes", p.max_forwarded_icmpv6);
+            if p.clients.is_empty() {
+                println!("  secure qualification off");
+            } else {
+                println!("  secure qualification required ({} clients)", p.clients.len());
+            }
             println!("  runs as    {}", s.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
         }
         cli::Role::Miredo => {

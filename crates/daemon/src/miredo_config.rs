@@ -41,6 +41,7 @@ pub const DIRECTIVES: &[&str] = &[
     "RefreshInterval",
     "DefaultRouteMetric",
     "HookScript",
+    "SecureQualification",
 ];
 
 /// A parsed miredo.conf.
@@ -70,6 +71,8 @@ pub struct MiredoConf {
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
     pub hook_script: Option<std::path::PathBuf>,
+    /// Secure qualification credentials (clients).
+    pub credentials: Option<shipworm_proto::secure::Credentials>,
     /// Syslog facility (accepted; logs go to stderr).
     pub syslog_facility: Option<String>,
     /// The user to run as after set-up.
@@ -112,6 +115,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         refresh_interval: 30,
         route_metric: 1029,
         hook_script: None,
+        credentials: None,
         syslog_facility: None,
         user: None,
         peer_capacity: 1 << 20,
@@ -228,6 +232,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                     Err("give an absolute path".into())
                 }
             })?);
+        }
+    }
+    if let Some(d) = f.take("SecureQualification")? {
+        if role_only(&d, false) {
+            c.credentials = Some(f.value(&d, config::credentials)?);
         }
     }
     for d in f.take_all("FallbackServerAddress") {

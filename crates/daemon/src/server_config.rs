@@ -18,6 +18,7 @@ pub const DIRECTIVES: &[&str] = &[
     // shipworm's own
     "User",
     "MaxForwardedIcmpv6",
+    "SecureQualification",
 ];
 
 /// Everything the server daemon needs to start.
@@ -55,6 +56,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let facility = f.take("SyslogFacility")?;
     let user = f.take("User")?;
     let max_icmp = f.take("MaxForwardedIcmpv6")?;
+    let secure = f.take_all("SecureQualification");
 
     let global = |a: Ipv4Addr| match non_global_reason(a) {
         None => Ok(a),
@@ -100,6 +102,13 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     } else {
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
+    for d in &secure {
+        let c = f.value(d, config::credentials)?;
+        if proto.clients.iter().any(|x| x.client_id == c.client_id) {
+            return Err(f.error(d, format!("client {} is listed twice", String::from_utf8_lossy(&c.client_id))));
+        }
+        proto.clients.push(c);
+    }
     let syslog_facility = facility.as_ref().map(|d| f.value(d, config::syslog_facility)).transpose()?;
     let user = over.user.clone().or_else(|| user.map(|d| d.value));
     f.finish(DIRECTIVES)?;
@@ -139,7 +148,8 @@ mod tests {
     fn every_miredo_directive() {
         let s = load_text(
             "serverbindaddress 198.51.100.10\nServerBindAddress2 198.51.100.20\nPREFIX 3ffe:831f::\n\
-             InterfaceMTU 1400\nSyslogFacility local3\nUser teredo\nMaxForwardedIcmpv6 88\n",
+             InterfaceMTU 1400\nSyslogFacility local3\nUser teredo\nMaxForwardedIcmpv6 88\n\
+             SecureQualification alice 0123456789\nSecureQualification bob 9876543210\n",
         )
         .unwrap();
         assert_eq!(s.proto.secondary, Ipv4Addr::new(198, 51, 100, 20));
@@ -147,6 +157,8 @@ mod tests {
         assert_eq!((s.proto.mtu, s.proto.max_forwarded_icmpv6), (1400, 88));
         assert_eq!(s.syslog_facility.as_deref(), Some("local3"));
         assert_eq!(s.user.as_deref(), Some("teredo"));
+        assert_eq!(s.proto.clients.len(), 2);
+        assert_eq!(s.proto.clients[1].client_id, b"bob");
     }
 
     #[test]

@@ -231,6 +231,35 @@ fn main() {
             }),
         });
     }
+    // Secure qualification (RFC 4380 §5.2.2): only the client with the secret qualifies.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "secure qualification".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 2)]))
+                        .map_err(|e| e.to_string())?;
+                lab.start_server_with(&me, "SecureQualification alice correct-horse-battery\n")
+                    .map_err(|e| e.to_string())?;
+                lab.start_client_with(0, &me, "SecureQualification alice correct-horse-battery\n")
+                    .map_err(|e| e.to_string())?;
+                lab.start_client_with(1, &me, "SecureQualification alice wrong-secret\n").map_err(|e| e.to_string())?;
+                let a = lab.wait_qualified(0, std::time::Duration::from_secs(10)).map_err(|e| e.to_string())?;
+                std::thread::sleep(std::time::Duration::from_secs(2));
+                let state = lab.client_status(1).map(|s| s["state"].as_str().unwrap_or("").to_string());
+                if state.as_deref() == Some("qualified")
+                    || shipworm_lab::peers::teredo_address(&lab.clients[1].ns).is_some()
+                {
+                    return Err(
+                        "step 4 (refuse the wrong secret) failed: the client with the wrong secret qualified".into()
+                    );
+                }
+                Ok(format!("alice qualified ({a}); the wrong secret got nothing (client state {state:?})"))
+            }),
+        });
+    }
     // Server failover: the primary server is killed.
     {
         let me = Impl::Shipworm(me.clone());

@@ -131,17 +131,30 @@ impl Lab {
 
     /// Start the Teredo server on 192.0.2.1 / 192.0.2.2.
     pub fn start_server(&mut self, imp: &Impl) -> Result<()> {
-        self.start_server_on("server", "srv", SERVER_V4, imp)
+        self.start_server_on("server", "srv", SERVER_V4, imp, "")
+    }
+
+    /// Start the server with extra configuration lines.
+    pub fn start_server_with(&mut self, imp: &Impl, extra: &str) -> Result<()> {
+        self.start_server_on("server", "srv", SERVER_V4, imp, extra)
     }
 
     /// Start the second server on 192.0.2.5 / .6 (a lab built with `second_server`).
     pub fn start_server_b(&mut self, imp: &Impl) -> Result<()> {
-        self.start_server_on("server_b", "srvb", crate::SERVER_B_V4, imp)
+        self.start_server_on("server_b", "srvb", crate::SERVER_B_V4, imp, "")
     }
 
-    fn start_server_on(&mut self, name: &str, short: &str, addr: std::net::Ipv4Addr, imp: &Impl) -> Result<()> {
+    fn start_server_on(
+        &mut self,
+        name: &str,
+        short: &str,
+        addr: std::net::Ipv4Addr,
+        imp: &Impl,
+        extra: &str,
+    ) -> Result<()> {
         let ns = self.ns(short);
-        let conf = self.write_conf(&format!("{name}.conf"), &format!("# lab server\nServerBindAddress {addr}\n"))?;
+        let conf =
+            self.write_conf(&format!("{name}.conf"), &format!("# lab server\nServerBindAddress {addr}\n{extra}"))?;
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();

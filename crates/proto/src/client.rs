@@ -21,6 +21,7 @@
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use crate::secure;
 use crate::transmit::{Random, Transmit};
 use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ip_protocol;
@@ -75,6 +76,8 @@ pub struct ClientConfig {
     pub hash_keys: (u64, u64),
     /// How often to try going back to the first server while on another.
     pub home_check: Duration,
+    /// Secure qualification: sign RSs and accept only RAs signed with this secret.
+    pub credentials: Option<secure::Credentials>,
 }
 
 impl ClientConfig {
@@ -87,6 +90,7 @@ impl ClientConfig {
             queue_bytes: 4096,
             hash_keys: (0, 0),
             home_check: Duration::from_secs(300),
+            credentials: None,
         }
     }
 }
@@ -305,12 +309,19 @@ impl<R: Random> Client<R> {
     /// Build an RS from `src` with `nonce` into the scratch buffer.
     fn rs(&mut self, src: Ipv6Addr, nonce: [u8; 8]) -> usize {
         let dst = crate::server::ALL_ROUTERS;
-        let h = TeredoHeaderRepr { auth: Some(AuthRepr::with_nonce(nonce)), origin: None };
-        let at = h.emit(&mut self.scratch).expect("fits");
+        let zero = [0u8; secure::MAC_LEN];
+        let auth = match &self.cfg.credentials {
+            Some(c) => AuthRepr { client_id: &c.client_id, auth_value: &zero, nonce, confirmation: 0 },
+            None => AuthRepr::with_nonce(nonce),
+        };
+        let at = TeredoHeaderRepr { auth: Some(auth), origin: None }.emit(&mut self.scratch).expect("fits");
         Ipv6Repr { src_addr: src, dst_addr: dst, next_header: ip_protocol::ICMPV6, payload_len: 8, hop_limit: 255 }
             .emit(&mut self.scratch[at..])
             .expect("fits");
         Icmpv6Repr::RouterSolicit.emit(&src, &dst, &mut self.scratch[at + 40..]).expect("fits");
+        if let Some(c) = &self.cfg.credentials {
+            secure::sign(&c.secret, &mut self.scratch[..at + 48]);
+        }
         self.stats.solicitations += 1;
         at + 48
     }
@@ -351,6 +362,8 @@ impl<R: Random> Client<R> {
     /// global mapping, an acceptable MTU. RFC 4861 checks too (link-local source, hop
     /// limit 255, checksum, code, options).
     fn check_ra(
+        &self,
+        datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         from: SocketAddrV4,
         expect: Ipv4Addr,
@@ -364,6 +377,12 @@ impl<R: Random> Client<R> {
         let auth = pkt.auth_repr().ok_or(DropReason::AuthenticationFailed)?;
         if auth.nonce != *nonce || auth.confirmation != 0 {
             return Err(DropReason::AuthenticationFailed);
+        }
+        if let Some(c) = &self.cfg.credentials {
+            let h = pkt.auth.as_ref().expect("checked above");
+            if auth.client_id != c.client_id.as_slice() || !secure::verify(&c.secret, h, datagram) {
+                return Err(DropReason::AuthenticationFailed);
+            }
         }
         let mapped = pkt.origin.ok_or(DropReason::BadValue)?;
         if !is_global_unicast(*mapped.ip()) {
@@ -493,12 +512,12 @@ impl<R: Random> Client<R> {
             Err(e) => return self.dropped(e.into()),
         };
         if via == Via::Probe {
-            return self.on_probe(&pkt, from);
+            return self.on_probe(datagram, &pkt, from);
         }
         let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
         if let Some(idx) = self.is_server(&from) {
             if ra_like {
-                return self.on_ra(now, idx, from, &pkt, tx);
+                return self.on_ra(now, idx, from, datagram, &pkt, tx);
             }
             if Some(idx) == self.current_server() {
                 self.last_server_rx = now;
@@ -508,12 +527,12 @@ impl<R: Random> Client<R> {
         self.on_peer_packet(now, from, &pkt, tx);
     }
 
-    fn on_probe(&mut self, pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
+    fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
         let Some((nonce, server)) = self.cone_nonce else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[server];
-        match Self::check_ra(pkt, from, s.secondary, &nonce, &RS_SOURCE_CONE, s.primary) {
+        match self.check_ra(datagram, pkt, from, s.secondary, &nonce, &RS_SOURCE_CONE, s.primary) {
             Ok(_) => {
                 self.cone_seen = true;
                 self.cone_nonce = None;
@@ -526,11 +545,19 @@ impl<R: Random> Client<R> {
         }
     }
 
-    fn on_ra(&mut self, now: Duration, idx: usize, from: SocketAddrV4, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+    fn on_ra(
+        &mut self,
+        now: Duration,
+        idx: usize,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
         let s = self.cfg.servers[idx];
         match self.phase {
             Phase::Primary { server, nonce, .. } if server == idx => {
-                match Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(first) => {
                         self.stats.advertisements += 1;
                         let nonce = self.nonce();
@@ -541,7 +568,7 @@ impl<R: Random> Client<R> {
                 }
             }
             Phase::Secondary { server, first, nonce, .. } if server == idx => {
-                match Self::check_ra(pkt, from, s.secondary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(datagram, pkt, from, s.secondary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(second) => {
                         self.stats.advertisements += 1;
                         let nat = if second.mapped != first.mapped {
@@ -564,9 +591,9 @@ impl<R: Random> Client<R> {
             }
             Phase::Up { server, ra: old, .. } if server == idx => {
                 let Some((nonce, _, _)) = self.maint else {
-                    return self.on_home_ra(now, idx, from, pkt, tx);
+                    return self.on_home_ra(now, idx, from, datagram, pkt, tx);
                 };
-                match Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
                     Ok(ra) => {
                         self.stats.advertisements += 1;
                         self.last_server_rx = now;
@@ -580,7 +607,7 @@ impl<R: Random> Client<R> {
                     Err(r) => self.dropped(r),
                 }
             }
-            _ => self.on_home_ra(now, idx, from, pkt, tx),
+            _ => self.on_home_ra(now, idx, from, datagram, pkt, tx),
         }
     }
 
@@ -590,6 +617,7 @@ impl<R: Random> Client<R> {
         now: Duration,
         idx: usize,
         from: SocketAddrV4,
+        datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         tx: &mut impl Transmit,
     ) {
@@ -597,7 +625,8 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[idx];
-        if idx != 0 || Self::check_ra(pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary).is_err() {
+        if idx != 0 || self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary).is_err()
+        {
             return self.dropped(DropReason::AuthenticationFailed);
         }
         self.home = None;

@@ -14,6 +14,7 @@ pub mod drop_reason;
 pub mod icmp_error;
 pub mod peer_table;
 pub mod relay;
+pub mod secure;
 pub mod server;
 pub mod transmit;
 

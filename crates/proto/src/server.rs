@@ -12,6 +12,7 @@
 //!   code 0, valid options, no extension headers.
 
 use crate::drop_reason::{DropCounters, DropReason};
+use crate::secure;
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
@@ -42,6 +43,9 @@ pub struct ServerConfig {
     pub mtu: u32,
     /// Largest ICMPv6 message (header and data) the server forwards.
     pub max_forwarded_icmpv6: usize,
+    /// Secure qualification: when not empty, only these clients, with valid MACs, get
+    /// router advertisements.
+    pub clients: Vec<secure::Credentials>,
 }
 
 impl ServerConfig {
@@ -53,6 +57,7 @@ impl ServerConfig {
             prefix: teredo_addr::PREFIX,
             mtu: shipworm_wire::ipv6::MIN_MTU as u32,
             max_forwarded_icmpv6: DEFAULT_MAX_FORWARDED_ICMPV6,
+            clients: Vec::new(),
         }
     }
 }
@@ -216,7 +221,7 @@ impl Server {
         // Check 4: router solicitation.
         if let Some(icmp) = &icmp {
             if icmp.msg_type() == message::ROUTER_SOLICIT {
-                return self.answer_solicitation(local, from, &pkt, icmp, out);
+                return self.answer_solicitation(local, from, datagram, &pkt, icmp, out);
             }
         }
         // Checks 5 to 7.
@@ -266,6 +271,7 @@ impl Server {
         &mut self,
         local: Local,
         from: SocketAddrV4,
+        datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         icmp: &Icmpv6Packet<&[u8]>,
         out: &mut [u8],
@@ -284,8 +290,25 @@ impl Server {
         // answer from the other address, so only a cone NAT lets the answer in.
         let cone = src.octets()[8] & 0x80 != 0;
         let send_from = if cone { local.other() } else { local };
-        let headers =
-            TeredoHeaderRepr { auth: pkt.auth_repr().map(|a| AuthRepr::with_nonce(a.nonce)), origin: Some(from) };
+        // Secure qualification: a known client identifier and a valid MAC, or nothing.
+        let creds = match (&self.config.clients[..], &pkt.auth) {
+            ([], _) => None,
+            (_, None) => return Err(DropReason::AuthenticationFailed),
+            (clients, Some(auth)) => {
+                let c =
+                    clients.iter().find(|c| c.client_id == auth.client_id()).ok_or(DropReason::AuthenticationFailed)?;
+                if !secure::verify(&c.secret, auth, datagram) {
+                    return Err(DropReason::AuthenticationFailed);
+                }
+                Some(c)
+            }
+        };
+        let zero_mac = [0u8; secure::MAC_LEN];
+        let auth = pkt.auth_repr().map(|a| match creds {
+            Some(c) => AuthRepr { client_id: &c.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 0 },
+            None => AuthRepr::with_nonce(a.nonce),
+        });
+        let headers = TeredoHeaderRepr { auth, origin: Some(from) };
         let ra = Icmpv6Repr::RouterAdvert(RouterAdvertRepr {
             cur_hop_limit: 0,
             flags: 0,
@@ -313,8 +336,12 @@ impl Server {
         };
         ipv6.emit(out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         let n = ra.emit(&self.link_local, &src, out.get_mut(at + 40..).ok_or(DropReason::TooBig)?)?;
+        let len = at + 40 + n;
+        if let Some(c) = creds {
+            secure::sign(&c.secret, &mut out[..len]);
+        }
         self.stats.advertisements += 1;
-        Ok(ServerAction::Udp { from: send_from, to: from, len: at + 40 + n })
+        Ok(ServerAction::Udp { from: send_from, to: from, len })
     }
 
     /// Relay to a Teredo destination: to its embedded mapping, from the primary
