@@ -187,6 +187,21 @@ pub fn number(value: &str) -> Result<usize, String> {
     value.parse().map_err(|_| "expected a whole number".into())
 }
 
+/// `CLIENT-ID SECRET` for secure qualification (both at most 255 bytes).
+pub fn credentials(value: &str) -> Result<shipworm_proto::secure::Credentials, String> {
+    let mut parts = value.split_whitespace();
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(id), Some(secret), None) if id.len() <= 255 && secret.len() >= 8 => {
+            Ok(shipworm_proto::secure::Credentials {
+                client_id: id.as_bytes().to_vec(),
+                secret: secret.as_bytes().to_vec(),
+            })
+        }
+        (Some(_), Some(_), None) => Err("the client id is at most 255 bytes and the secret at least 8".into()),
+        _ => Err("expected CLIENT-ID SECRET".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,20 +242,5 @@ mod tests {
         assert_eq!(ipv4("192.0.2.1").unwrap(), Ipv4Addr::new(192, 0, 2, 1));
         assert_eq!(syslog_facility("LOCAL3").unwrap(), "local3");
         assert!(syslog_facility("local9").is_err());
-    }
-}
-
-/// `CLIENT-ID SECRET` for secure qualification (both at most 255 bytes).
-pub fn credentials(value: &str) -> Result<shipworm_proto::secure::Credentials, String> {
-    let mut parts = value.split_whitespace();
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(id), Some(secret), None) if id.len() <= 255 && secret.len() >= 8 => {
-            Ok(shipworm_proto::secure::Credentials {
-                client_id: id.as_bytes().to_vec(),
-                secret: secret.as_bytes().to_vec(),
-            })
-        }
-        (Some(_), Some(_), None) => Err("the client id is at most 255 bytes and the secret at least 8".into()),
-        _ => Err("expected CLIENT-ID SECRET".into()),
     }
 }

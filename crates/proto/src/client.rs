@@ -152,6 +152,16 @@ enum Phase {
     Up { server: usize, ra: Ra, address: Ipv6Addr },
 }
 
+/// What an RA must match: who sends it, our nonce, the RS source it answers, and the
+/// primary address its prefix must name.
+#[derive(Debug, Clone, Copy)]
+struct Wanted {
+    from: Ipv4Addr,
+    nonce: [u8; 8],
+    rs_src: Ipv6Addr,
+    primary: Ipv4Addr,
+}
+
 /// What a valid RA says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Ra {
@@ -366,11 +376,10 @@ impl<R: Random> Client<R> {
         datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         from: SocketAddrV4,
-        expect: Ipv4Addr,
-        nonce: &[u8; 8],
-        rs_src: &Ipv6Addr,
-        primary: Ipv4Addr,
+        want: Wanted,
     ) -> Result<Ra, DropReason> {
+        let Wanted { from: expect, nonce, rs_src, primary } = want;
+        let (nonce, rs_src) = (&nonce, &rs_src);
         if from != SocketAddrV4::new(expect, TEREDO_PORT) {
             return Err(DropReason::SourceMismatch);
         }
@@ -532,7 +541,12 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[server];
-        match self.check_ra(datagram, pkt, from, s.secondary, &nonce, &RS_SOURCE_CONE, s.primary) {
+        match self.check_ra(
+            datagram,
+            pkt,
+            from,
+            Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_CONE, primary: s.primary },
+        ) {
             Ok(_) => {
                 self.cone_seen = true;
                 self.cone_nonce = None;
@@ -557,7 +571,12 @@ impl<R: Random> Client<R> {
         let s = self.cfg.servers[idx];
         match self.phase {
             Phase::Primary { server, nonce, .. } if server == idx => {
-                match self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
                     Ok(first) => {
                         self.stats.advertisements += 1;
                         let nonce = self.nonce();
@@ -568,7 +587,12 @@ impl<R: Random> Client<R> {
                 }
             }
             Phase::Secondary { server, first, nonce, .. } if server == idx => {
-                match self.check_ra(datagram, pkt, from, s.secondary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
                     Ok(second) => {
                         self.stats.advertisements += 1;
                         let nat = if second.mapped != first.mapped {
@@ -593,7 +617,12 @@ impl<R: Random> Client<R> {
                 let Some((nonce, _, _)) = self.maint else {
                     return self.on_home_ra(now, idx, from, datagram, pkt, tx);
                 };
-                match self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary) {
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
                     Ok(ra) => {
                         self.stats.advertisements += 1;
                         self.last_server_rx = now;
@@ -625,7 +654,15 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[idx];
-        if idx != 0 || self.check_ra(datagram, pkt, from, s.primary, &nonce, &RS_SOURCE_RESTRICTED, s.primary).is_err()
+        if idx != 0
+            || self
+                .check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                )
+                .is_err()
         {
             return self.dropped(DropReason::AuthenticationFailed);
         }
