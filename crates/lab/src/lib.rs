@@ -171,6 +171,11 @@ impl Lab {
         let h6 = self.host("h6", 3)?;
         Self::addr(&h6, &format!("{HOST6_V6}/64"), "eth0")?;
         netns::ip(&["-n", &h6, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
+        // Warm the native segment (neighbour caches, router state) so that first contacts
+        // measured later show Teredo, not the lab waking up.
+        for (from, to) in [(&h6, RELAY_V6), (&srv, RELAY_V6), (&srv, HOST6_V6), (&rly, HOST6_V6)] {
+            let _ = netns::exec(from, &["ping", "-6", "-n", "-c", "1", "-W", "2", &to.to_string()]);
+        }
         if second_server {
             let srv = self.host("srvb", 4)?;
             Self::addr(&srv, &format!("{SERVER_B_V4}/24"), "eth0")?;

@@ -856,7 +856,8 @@ impl<R: Random> Client<R> {
         let Some(p) = self.peers.get_mut(&dst) else {
             return;
         };
-        if now.saturating_sub(p.last_tx) < RETRY || p.bubbles >= PEER_TRIES {
+        // The first try goes at once (a new entry's "30 s ago" may predate time zero).
+        if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY) || p.bubbles >= PEER_TRIES {
             return;
         }
         p.last_tx = now;
@@ -944,7 +945,7 @@ impl<R: Random> Client<R> {
             if !p.waiting {
                 continue;
             }
-            if now.saturating_sub(p.last_tx) < RETRY {
+            if p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY {
                 self.pending.push_back(dst);
             } else if p.bubbles < PEER_TRIES {
                 self.poke(now, dst, tx);

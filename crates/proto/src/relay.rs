@@ -246,7 +246,8 @@ impl Relay {
             p.bubble_window = now;
             p.bubbles = 0;
         }
-        if now.saturating_sub(p.last_tx) < BUBBLE_SPACING || p.bubbles >= MAX_BUBBLES {
+        // The first bubble goes at once (a new entry's "30 s ago" may predate time zero).
+        if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING) || p.bubbles >= MAX_BUBBLES {
             return false;
         }
         p.last_tx = now;
@@ -332,7 +333,7 @@ impl Relay {
             if !p.waiting {
                 continue; // answered since: drop the stale list entry
             }
-            if now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
+            if p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
                 self.pending.push_back(dst);
                 continue;
             }

@@ -684,3 +684,15 @@ mod secure_qualification {
         }
     }
 }
+
+#[test]
+fn first_connectivity_test_goes_at_once_right_after_start() {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, ms(100), M, M, false);
+    let me = up_address(&ev);
+    let mut w = Rec::default();
+    c.on_tun(ms(200), &ipv6(&me.to_string(), "2001:db8::1", 17, &[0; 8]), &mut w);
+    assert_eq!(w.udp.len(), 1, "the echo request leaves at once");
+    c.on_tun(ms(250), &ipv6(&me.to_string(), "2001:0:4136:e378:0:f227:39cc:9bf8", 17, &[0; 8]), &mut w);
+    assert_eq!(w.udp.len(), 3, "and the first bubbles too");
+}

@@ -353,3 +353,13 @@ mod fuzz {
         }
     }
 }
+
+#[test]
+fn first_bubble_goes_at_once_even_right_after_start() {
+    // Daemons count time from their start: a peer seen in the first seconds must still
+    // be bubbled immediately.
+    let mut r = relay();
+    let mut w = Wire::default();
+    assert_eq!(r.on_tun(Duration::from_millis(300), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
+    assert_eq!(w.udp.len(), 1);
+}
