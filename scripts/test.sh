@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab and its Miredo peers.
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin
 ensure_rust
 
 say "cargo fmt --check"
@@ -18,6 +18,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 say "fuzz smoke run (every target, bounded)"
 scripts/fuzz-smoke.sh
+
+say "benchmark, quick mode (keeps it working; numbers are not judged)"
+cargo build --release --locked -q
+bench_out=$(mktemp -d)
+target/release/shipworm bench --quick --out "$bench_out" | tail -n 3
+test -s "$bench_out/report.md" || die "the benchmark wrote no report"
+rm -rf "$bench_out"
 
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)

@@ -4,6 +4,8 @@
 //! packet formats in `shipworm-wire`.
 
 mod address_cmd;
+mod bench_cmd;
+mod bench_traffic;
 mod cli;
 mod client_cmd;
 mod config;
@@ -80,6 +82,7 @@ fn main() -> ExitCode {
         cli::Command::Status(args) => show_status(&args),
         cli::Command::CheckConfig(args) => check_config(&args),
         cli::Command::Lab(args) => lab_cmd::run(&args),
+        cli::Command::Bench(args) => bench_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -43,6 +43,13 @@ pub const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 pub const RELAY_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
 /// The native IPv6 host.
 pub const HOST6_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x100);
+/// The benchmark's traffic generator (emulated Teredo clients use its ports).
+pub const GEN_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
+/// The generator's address for the native reference path.
+pub const GEN_NATIVE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, 0x50);
+/// The native host's address reached through the relay host's kernel (reference path
+/// and Teredo traffic alike).
+pub const SINK_NATIVE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x100);
 /// The second Teredo server (failover), primary address; its secondary is .6.
 pub const SERVER_B_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 5);
 
@@ -66,12 +73,16 @@ pub struct LabSpec {
     pub nats: Vec<(NatKind, usize)>,
     /// A second server host (192.0.2.5 and .6), for failover.
     pub second_server: bool,
+    /// A traffic generator host (`gen`, 192.0.2.50, 2001:db8:1::50) and routes that
+    /// send native traffic between it and the native host through the relay host's
+    /// kernel: the benchmark's reference path.
+    pub generator: bool,
 }
 
 impl LabSpec {
     /// NAT boxes with clients, one server.
     pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
-        LabSpec { nats, second_server: false }
+        LabSpec { nats, second_server: false, generator: false }
     }
 }
 
@@ -100,6 +111,9 @@ impl Lab {
         std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
         let mut lab = Lab { prefix, dir, keep: false, peers: Vec::new(), clients: Vec::new() };
         lab.build_core(spec.second_server)?;
+        if spec.generator {
+            lab.build_generator()?;
+        }
         for (i, &(kind, clients)) in spec.nats.iter().enumerate() {
             lab.build_nat(i + 1, kind, clients)?;
         }
@@ -213,6 +227,32 @@ impl Lab {
             Self::addr(&ns, &format!("{lan}/24"), "eth0")?;
             netns::ip(&["-n", &ns, "route", "add", "default", "via", &format!("10.{i}.0.1")])?;
             self.clients.push(ClientHost { ns, nat: kind, lan, nat_public: wan });
+        }
+        Ok(())
+    }
+
+    fn build_generator(&mut self) -> Result<()> {
+        let gen = self.host("gen", 5)?;
+        let (rly, h6) = (self.ns("rly"), self.ns("h6"));
+        Self::addr(&gen, &format!("{GEN_V4}/24"), "eth0")?;
+        Self::addr(&gen, "2001:db8:1::50/64", "eth0")?;
+        Self::addr(&gen, &format!("{GEN_NATIVE_V6}/128"), "eth0")?;
+        Self::addr(&h6, &format!("{SINK_NATIVE_V6}/128"), "eth0")?;
+        // Native reference path: gen ⇄ relay host (kernel forwarding) ⇄ native host.
+        netns::ip(&["-n", &gen, "-6", "route", "add", "2001:db8:2::/64", "via", &RELAY_V6.to_string()])?;
+        netns::ip(&["-n", &h6, "-6", "route", "add", "2001:db8:3::/64", "via", &RELAY_V6.to_string()])?;
+        netns::ip(&["-n", &rly, "-6", "route", "add", &format!("{SINK_NATIVE_V6}/128"), "via", &HOST6_V6.to_string()])?;
+        netns::ip(&["-n", &rly, "-6", "route", "add", &format!("{GEN_NATIVE_V6}/128"), "via", "2001:db8:1::50"])?;
+        // Redirects would teach the hosts the direct path and skip the relay host.
+        for ns in [&gen, &rly, &h6] {
+            netns::exec(
+                ns,
+                &["sysctl", "-qw", "net.ipv6.conf.all.accept_redirects=0", "net.ipv6.conf.default.accept_redirects=0"],
+            )?;
+        }
+        netns::exec(&rly, &["sysctl", "-qw", "net.ipv6.conf.all.send_redirects=0"]).ok();
+        for to in [SINK_NATIVE_V6, HOST6_V6] {
+            let _ = netns::exec(&gen, &["ping", "-6", "-n", "-c", "1", "-W", "2", &to.to_string()]);
         }
         Ok(())
     }

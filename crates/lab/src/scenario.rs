@@ -224,7 +224,7 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
 /// qualify with it. Returns the time from the kill to the new address.
 pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str)) -> Result<(Lab, Duration)> {
     let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let spec = LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true };
+    let spec = LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true, generator: false };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(client).map_err(|e| step(2, "start the servers", e))?;
     lab.start_server_b(client).map_err(|e| step(2, "start the servers", e))?;

@@ -1,0 +1,410 @@
+//! `shipworm bench`: shipworm's relay, Miredo's relay and the kernel's own forwarding,
+//! measured alternately in the same run on the same lab, reported as medians and
+//! ratios in a markdown report with PNG plots. Numbers are never asserted: `--quick`
+//! (in the test command) only keeps the benchmark working.
+
+use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Emulated, Sink};
+use crate::cli::BenchArgs;
+use crate::Failure;
+use shipworm_lab::scenario::{self, Scenario};
+use shipworm_lab::{Impl, Lab, LabSpec, NatKind, GEN_NATIVE_V6, GEN_V4, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
+use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SIZES: [usize; 3] = [64, 512, 1280];
+const CLIENTS: usize = 32;
+const RELAY_PORT: u16 = 3545;
+
+/// One implementation's figures for one round.
+#[derive(Debug, Default, Clone)]
+struct Figures {
+    /// (direction, size) → packets per second under 0.1 % loss.
+    rate: BTreeMap<(&'static str, usize), f64>,
+    /// (direction, size) → latencies in µs.
+    latency: BTreeMap<(&'static str, usize), Vec<f64>>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(f64::NAN)
+}
+
+fn lab_err(e: impl std::fmt::Display) -> Failure {
+    Failure::runtime(format!("bench: {e}"))
+}
+
+/// Trial length for rate searches, and probes per latency measurement.
+fn trial_sizes(quick: bool) -> (Duration, usize) {
+    if quick {
+        (Duration::from_millis(100), 100)
+    } else {
+        (Duration::from_millis(500), 10_000)
+    }
+}
+
+/// Measure the Teredo relay `imp` (shipworm or Miredo).
+fn measure_relay(imp: &Impl, me: &Impl, quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+    let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
+    lab.start_server(me).map_err(lab_err)?;
+    lab.start_relay(imp).map_err(lab_err)?;
+    let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
+    let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
+    let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
+    // The relay learns every emulated client: native packets make it bubble them, their
+    // bubbles make them trusted.
+    let native = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    for a in &emu.addrs {
+        let _ = native.send_to(&[0u8; 16], &v6(*a, 9002).into());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    emu.bubble(relay, SINK_NATIVE_V6);
+    std::thread::sleep(Duration::from_millis(200));
+    let (dur, lat_n) = trial_sizes(quick);
+    let mut f = Figures::default();
+    let sink6 = Sink::start(vec![socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?], 0);
+    let emu_socks: Vec<socket2::Socket> = emu.socks.iter().map(|s| s.try_clone().expect("dup")).collect();
+    let sink_emu = Sink::start(emu_socks, 48);
+    for size in SIZES {
+        // Teredo → IPv6 (decapsulation).
+        let addrs = emu.addrs.clone();
+        let mut decap = |seq: u64, buf: &mut [u8]| {
+            // A run of 64 packets per emulated client, so batches fill one socket's sendmmsg.
+            let i = ((seq / 64) % CLIENTS as u64) as usize;
+            (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
+        };
+        let (r, _) = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
+        f.rate.insert(("Teredo→IPv6", size), r as f64);
+        f.latency.insert(("Teredo→IPv6", size), latencies(&emu.socks[0], &sink6, lat_n, &mut decap));
+        // IPv6 → Teredo (encapsulation); the emulated clients keep their entries fresh.
+        emu.bubble(relay, SINK_NATIVE_V6);
+        let addrs = emu.addrs.clone();
+        let mut encap = |seq: u64, buf: &mut [u8]| {
+            let i = (seq % CLIENTS as u64) as usize;
+            buf[..8].copy_from_slice(&seq.to_be_bytes());
+            buf[8..size - 48].fill(0x5a);
+            (size - 48, v6(addrs[i], 9002), 0)
+        };
+        let (r, _) = max_rate(std::slice::from_ref(&native), &sink_emu, dur, quick, &mut encap);
+        f.rate.insert(("IPv6→Teredo", size), r as f64);
+        emu.bubble(relay, SINK_NATIVE_V6);
+        f.latency.insert(("IPv6→Teredo", size), latencies(&native, &sink_emu, lat_n, &mut encap));
+        say(&format!(
+            "  {imp} {size:>4} B: Teredo→IPv6 {:>9.0} pkt/s, IPv6→Teredo {:>9.0} pkt/s",
+            f.rate[&("Teredo→IPv6", size)],
+            f.rate[&("IPv6→Teredo", size)]
+        ));
+    }
+    drop((sink6, sink_emu));
+    lab.teardown();
+    Ok(f)
+}
+
+/// The same traffic forwarded by the relay host's kernel, no tunnel.
+fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+    let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
+    let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
+    let (dur, lat_n) = trial_sizes(quick);
+    let mut f = Figures::default();
+    let out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let back = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let sink_h6 = Sink::start(vec![socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?], 0);
+    let sink_gen = Sink::start(vec![socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?], 0);
+    for size in SIZES {
+        for (dir, sock, sink, to) in [
+            ("Teredo→IPv6", &out, &sink_h6, v6(SINK_NATIVE_V6, 9000)),
+            ("IPv6→Teredo", &back, &sink_gen, v6(GEN_NATIVE_V6, 9001)),
+        ] {
+            let mut build = |seq: u64, buf: &mut [u8]| {
+                buf[..8].copy_from_slice(&seq.to_be_bytes());
+                buf[8..size - 48].fill(0x5a);
+                (size - 48, to, 0)
+            };
+            let (r, _) = max_rate(std::slice::from_ref(sock), sink, dur, quick, &mut build);
+            f.rate.insert((dir, size), r as f64);
+            f.latency.insert((dir, size), latencies(sock, sink, lat_n, &mut build));
+        }
+        say(&format!(
+            "  kernel {size:>4} B: forward {:>9.0} pkt/s, back {:>9.0} pkt/s",
+            f.rate[&("Teredo→IPv6", size)],
+            f.rate[&("IPv6→Teredo", size)]
+        ));
+    }
+    drop((sink_h6, sink_gen));
+    lab.teardown();
+    Ok(f)
+}
+
+/// Peer table: insertions and look-ups per second, and memory, at `n` peers.
+fn peer_table(n: usize) -> (f64, f64, f64) {
+    let rss = || -> f64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<f64>().ok()))
+            .unwrap_or(0.0)
+            * 4096.0
+    };
+    let before = rss();
+    let now = Duration::from_secs(1000);
+    let mut t = PeerTable::new(n, Duration::from_secs(300), KeyedHash::new(1, 2));
+    let addr = |i: usize| Ipv6Addr::new(0x2001, 0, 0x0102, 0x0304, 0, (i >> 32) as u16, (i >> 16) as u16, i as u16);
+    let m = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 1);
+    let t0 = Instant::now();
+    for i in 0..n {
+        let _ = t.insert(Peer::new(addr(i), m, now), now);
+    }
+    let ins = n as f64 / t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut found = 0;
+    for i in 0..n {
+        found += usize::from(t.get(&addr(i.wrapping_mul(7919) % n)).is_some());
+    }
+    let look = n as f64 / t1.elapsed().as_secs_f64();
+    assert_eq!(found, n);
+    (ins, look, (rss() - before).max(0.0))
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{} × {cpu}, Linux {}", std::thread::available_parallelism().map_or(0, |n| n.get()), kernel.trim())
+}
+
+/// Run the benchmark.
+pub fn run(args: &BenchArgs) -> Result<(), Failure> {
+    let me = Impl::Shipworm(std::env::current_exe().map_err(|e| Failure::runtime(e.to_string()))?);
+    let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let started = Instant::now();
+    let mut say = |l: &str| println!("{l}");
+    let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
+    for round in 1..=rounds {
+        say(&format!("round {round}/{rounds}"));
+        runs.entry("shipworm").or_default().push(measure_relay(&me, &me, args.quick, &mut say)?);
+        if miredo {
+            runs.entry("miredo").or_default().push(measure_relay(&Impl::Miredo, &me, args.quick, &mut say)?);
+        }
+        runs.entry("kernel").or_default().push(measure_kernel(args.quick, &mut say)?);
+    }
+    say("peer table");
+    let sizes: Vec<usize> = if args.quick { vec![100_000] } else { vec![1_000_000, 10_000_000] };
+    let tables: Vec<(usize, (f64, f64, f64))> = sizes.iter().map(|&n| (n, peer_table(n))).collect();
+    say("end to end through a NAT");
+    let bytes = if args.quick { 2_000_000 } else { 20_000_000 };
+    let mut e2e = Vec::new();
+    for (name, imp) in [("shipworm", me.clone()), ("miredo", Impl::Miredo)] {
+        if name == "miredo" && !miredo {
+            continue;
+        }
+        let s = Scenario {
+            nat: NatKind::PortRestricted,
+            server: me.clone(),
+            relay: imp.clone(),
+            client: imp,
+            transfer_bytes: bytes,
+            pings: 20,
+            keep_on_failure: false,
+        };
+        let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
+        e2e.push((name, o));
+    }
+    let report = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    write_report(&args.out, &report, &runs)?;
+    println!("\nreport: {}", args.out.join("report.md").display());
+    Ok(())
+}
+
+fn med_rate(runs: &[Figures], key: (&'static str, usize)) -> f64 {
+    median(&runs.iter().filter_map(|f| f.rate.get(&key).copied()).collect::<Vec<_>>())
+}
+
+fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
+    runs.iter().filter_map(|f| f.latency.get(&key)).flatten().copied().collect()
+}
+
+fn report(
+    runs: &BTreeMap<&'static str, Vec<Figures>>,
+    tables: &[(usize, (f64, f64, f64))],
+    e2e: &[(&str, scenario::Outcome)],
+    quick: bool,
+    took: Duration,
+) -> String {
+    let mut r = String::new();
+    let _ = writeln!(r, "# shipworm benchmark\n");
+    let _ = writeln!(
+        r,
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the highest with < 0.1 % loss (medians of the rounds), latencies are one packet at a time.\n",
+        machine(),
+        if quick { "quick (short trials: figures are rough)" } else { "full" },
+        took.as_secs_f64(),
+        if runs.contains_key("miredo") { "" } else { " (not installed: skipped)" }
+    );
+    let _ = writeln!(r, "## Relay packet rate (packets/s)\n");
+    let _ =
+        writeln!(r, "| direction | IPv6 size | shipworm | Miredo | kernel | shipworm / Miredo | shipworm / kernel |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
+    let get = |name: &str, key| runs.get(name).map(|v| med_rate(v, key)).unwrap_or(f64::NAN);
+    for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
+        for size in SIZES {
+            let (s, m, k) = (get("shipworm", (dir, size)), get("miredo", (dir, size)), get("kernel", (dir, size)));
+            let _ = writeln!(r, "| {dir} | {size} | {s:.0} | {m:.0} | {k:.0} | {:.2} | {:.2} |", s / m, s / k);
+        }
+    }
+    let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show.\n");
+    let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n");
+    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | added: shipworm / Miredo |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|");
+    for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
+        for size in SIZES {
+            let l = |name: &str| runs.get(name).map(|v| all_lat(v, (dir, size))).unwrap_or_default();
+            let (s, m, k) = (l("shipworm"), l("miredo"), l("kernel"));
+            let added = (median(&s) - median(&k)) / (median(&m) - median(&k));
+            let _ = writeln!(
+                r,
+                "| {dir} | {size} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {added:.2} |",
+                median(&s),
+                pct(&s, 0.99),
+                median(&m),
+                pct(&m, 0.99),
+                median(&k),
+                pct(&k, 0.99)
+            );
+        }
+    }
+    let _ = writeln!(r, "\n(For context, the seed papers measured NICI-Teredo 7.8/9.0 µs, 6WIND 13.5/14.6 µs and Miredo 30.5/33.1 µs per traversal on 2004 hardware.)\n");
+    let _ = writeln!(r, "![rate](rate.png)\n\n![latency](latency.png)\n");
+    let _ = writeln!(r, "## Peer table\n\n| peers | insertions/s | look-ups/s | memory |\n|---|---|---|---|");
+    for (n, (i, l, m)) in tables {
+        let _ = writeln!(r, "| {n} | {i:.0} | {l:.0} | {:.0} MiB ({:.0} B/peer) |", m / 1048576.0, m / *n as f64);
+    }
+    let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
+    let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client |\n|---|---|---|---|---|");
+    for (name, o) in e2e {
+        let _ = writeln!(
+            r,
+            "| {name} | {:.0} ms | {:.2} ms | {:.0} Mbit/s | {:.0} Mbit/s |",
+            o.qualify_secs * 1000.0,
+            o.ping_out.steady_median_ms().unwrap_or(f64::NAN),
+            o.tcp_out.mbit_per_s(),
+            o.tcp_in.mbit_per_s()
+        );
+    }
+    let _ = writeln!(r, "\nNot measured yet: the forwarding rate of established peers under a flood of new-peer bubbles, and a multi-core relay (the relay runs one worker).");
+    r
+}
+
+fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figures>>) -> Result<(), Failure> {
+    use plotters::prelude::*;
+    std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("{}: {e}", dir.display())))?;
+    std::fs::write(dir.join("report.md"), report).map_err(|e| Failure::runtime(e.to_string()))?;
+    let colors = [("shipworm", RED), ("miredo", BLUE), ("kernel", BLACK)];
+    // Rate against packet size.
+    let svg = dir.join("rate.svg");
+    {
+        let root = SVGBackend::new(&svg, (900, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| Failure::runtime(e.to_string()))?;
+        let top = runs.values().flatten().flat_map(|f| f.rate.values().copied()).fold(1.0, f64::max) * 1.1;
+        let mut c = ChartBuilder::on(&root)
+            .caption("highest rate with < 0.1 % loss", ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0f64..1344f64, 0f64..top)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        c.configure_mesh()
+            .x_desc("IPv6 packet size (bytes)")
+            .y_desc("packets/s")
+            .draw()
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        for (name, color) in colors {
+            let Some(v) = runs.get(name) else { continue };
+            for (dir, style) in [("Teredo→IPv6", color.stroke_width(2)), ("IPv6→Teredo", color.stroke_width(1))] {
+                let pts: Vec<(f64, f64)> = SIZES.iter().map(|&s| (s as f64, med_rate(v, (dir, s)))).collect();
+                c.draw_series(LineSeries::new(pts, style))
+                    .map_err(|e| Failure::runtime(e.to_string()))?
+                    .label(format!("{name} {dir}"))
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            }
+        }
+        c.configure_series_labels()
+            .background_style(WHITE)
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        root.present().map_err(|e| Failure::runtime(e.to_string()))?;
+    }
+    // Latency histograms, 1280-byte packets, decapsulation.
+    let svg2 = dir.join("latency.svg");
+    {
+        let root = SVGBackend::new(&svg2, (900, 500)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| Failure::runtime(e.to_string()))?;
+        let key = ("Teredo→IPv6", 1280);
+        let hi =
+            runs.values().map(|v| pct(&all_lat(v, key), 0.99)).filter(|x| x.is_finite()).fold(10.0, f64::max) * 1.2;
+        let bins = 60usize;
+        let hist = |v: &[f64]| -> Vec<(f64, f64)> {
+            let mut h = vec![0f64; bins];
+            for &x in v {
+                let b = ((x / hi) * bins as f64) as usize;
+                if b < bins {
+                    h[b] += 1.0;
+                }
+            }
+            let n = v.len().max(1) as f64;
+            h.iter().enumerate().map(|(i, c)| ((i as f64 + 0.5) * hi / bins as f64, c / n * 100.0)).collect()
+        };
+        let top = runs.values().flat_map(|v| hist(&all_lat(v, key))).map(|p| p.1).fold(1.0, f64::max) * 1.1;
+        let mut c = ChartBuilder::on(&root)
+            .caption("latency per traversal, Teredo→IPv6, 1280-byte packets", ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..hi, 0f64..top)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        c.configure_mesh().x_desc("µs").y_desc("% of packets").draw().map_err(|e| Failure::runtime(e.to_string()))?;
+        for (name, color) in colors {
+            let Some(v) = runs.get(name) else { continue };
+            c.draw_series(LineSeries::new(hist(&all_lat(v, key)), color.stroke_width(2)))
+                .map_err(|e| Failure::runtime(e.to_string()))?
+                .label(name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        c.configure_series_labels()
+            .background_style(WHITE)
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| Failure::runtime(e.to_string()))?;
+        root.present().map_err(|e| Failure::runtime(e.to_string()))?;
+    }
+    for s in [&svg, &svg2] {
+        let png = s.with_extension("png");
+        let ok = std::process::Command::new("rsvg-convert")
+            .arg("-o")
+            .arg(&png)
+            .arg(s)
+            .status()
+            .map(|st| st.success())
+            .unwrap_or(false);
+        if !ok {
+            eprintln!("note: rsvg-convert (apt-get install librsvg2-bin) is needed to turn {} into PNG", s.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! The benchmark's traffic: emulated Teredo clients (one UDP port each on the generator
+//! host, like the seed papers' "UDP daemon simulating the Teredo client"), a native
+//! sender and sinks that count, paced batched senders (sendmmsg), a rate search for
+//! the highest rate under 0.1 % loss, and one-at-a-time latency probes.
+
+use crate::udp_batch::{RecvBatch, SendBatch};
+use shipworm_lab::netns;
+use shipworm_wire::checksum;
+use shipworm_wire::ipv6::Ipv6Repr;
+use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+use shipworm_wire::teredo_packet::emit_bubble;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Make a socket inside namespace `ns` (a thread enters it; the socket stays there).
+pub fn socket_in(ns: &str, bind: SocketAddr) -> Result<Socket, String> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<Socket, String> {
+        netns::enter(&ns).map_err(|e| e.to_string())?;
+        let domain = if bind.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(|e| e.to_string())?;
+        force_buffers(&s, 16 << 20);
+        s.bind(&bind.into()).map_err(|e| format!("bind {bind} in {ns}: {e}"))?;
+        s.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Ok(s)
+    })
+    .join()
+    .map_err(|_| "socket thread panicked".to_string())?
+}
+
+/// Large socket buffers regardless of rmem_max/wmem_max (root: SO_*BUFFORCE), so the
+/// generator and sinks do not drop bursts themselves.
+fn force_buffers(s: &Socket, bytes: i32) {
+    use std::os::fd::AsRawFd;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        // SAFETY: setsockopt with a valid int option value and its size.
+        unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
+/// Emulated Teredo clients: a socket each on the generator, and their addresses.
+pub struct Emulated {
+    /// One socket per client.
+    pub socks: Vec<Socket>,
+    /// Their Teredo addresses (server `server`, mapping = the socket's address).
+    pub addrs: Vec<Ipv6Addr>,
+}
+
+impl Emulated {
+    /// `n` clients of server `server` on `ip` in namespace `ns`.
+    pub fn new(ns: &str, ip: Ipv4Addr, server: Ipv4Addr, n: usize) -> Result<Emulated, String> {
+        let mut socks = Vec::new();
+        let mut addrs = Vec::new();
+        for i in 0..n {
+            let s = socket_in(ns, SocketAddr::V4(SocketAddrV4::new(ip, 0)))?;
+            let port = s.local_addr().ok().and_then(|a| a.as_socket_ipv4()).map(|a| a.port()).ok_or("no port")?;
+            let t = TeredoAddr {
+                prefix: PREFIX,
+                server,
+                flags: Flags::new(false, 0x100 + i as u16),
+                mapped: SocketAddrV4::new(ip, port),
+            };
+            socks.push(s);
+            addrs.push(t.to_ipv6());
+        }
+        Ok(Emulated { socks, addrs })
+    }
+
+    /// Every client sends a bubble to `relay` (which makes the relay trust it once it
+    /// has bubbled the client, and keeps the trust alive).
+    pub fn bubble(&self, relay: SocketAddrV4, to: Ipv6Addr) {
+        let mut b = [0u8; 40];
+        for (s, a) in self.socks.iter().zip(&self.addrs) {
+            emit_bubble(a, &to, 0, &mut b).expect("fits");
+            let _ = s.send_to(&b, &relay.into());
+        }
+    }
+}
+
+/// Build an IPv6/UDP packet of `size` bytes (≥ 56) carrying `seq`, with its checksum.
+pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port: u16, seq: u64) -> usize {
+    let udp_len = size - 40;
+    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 17, payload_len: udp_len, hop_limit: 64 }
+        .emit(buf)
+        .expect("fits");
+    let u = &mut buf[40..size];
+    u[..2].copy_from_slice(&40000u16.to_be_bytes());
+    u[2..4].copy_from_slice(&port.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    u[6..8].fill(0);
+    u[8..16].copy_from_slice(&seq.to_be_bytes());
+    u[16..].fill(0x5a);
+    let acc = checksum::ipv6_pseudo_header(&src, &dst, 17, udp_len as u32) + checksum::sum(u);
+    let c = match checksum::finish(acc) {
+        0 => 0xffff,
+        c => c,
+    };
+    u[6..8].copy_from_slice(&c.to_be_bytes());
+    size
+}
+
+/// Counts what arrives on some sockets, in a thread, until stopped; remembers when
+/// each sequence number arrived (for latency).
+pub struct Sink {
+    count: Arc<AtomicU64>,
+    last_seq: Arc<Mutex<Option<(u64, Instant)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sink {
+    /// Receive on `socks`; the sequence number sits at `seq_at` in each datagram.
+    pub fn start(socks: Vec<Socket>, seq_at: usize) -> Sink {
+        let count = Arc::new(AtomicU64::new(0));
+        let last_seq = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, l, st) = (Arc::clone(&count), Arc::clone(&last_seq), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let mut rx = RecvBatch::new(64, 2048);
+            while !st.load(Ordering::Relaxed) {
+                let mut fds: Vec<nix::poll::PollFd> =
+                    socks.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20u16));
+                for s in &socks {
+                    while let Ok(n) = rx.recv(s.as_fd()) {
+                        if n == 0 {
+                            break;
+                        }
+                        c.fetch_add(n as u64, Ordering::Relaxed);
+                        let (_, d) = rx.get_any(n - 1);
+                        if let Some(b) = d.get(seq_at..seq_at + 8) {
+                            *l.lock().unwrap() = Some((u64::from_be_bytes(b.try_into().unwrap()), Instant::now()));
+                        }
+                    }
+                }
+            }
+        });
+        Sink { count, last_seq, stop, thread: Some(thread) }
+    }
+
+    /// Datagrams so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// When `seq` arrived, if it was the last one seen.
+    pub fn arrived(&self, seq: u64) -> Option<Instant> {
+        match *self.last_seq.lock().unwrap() {
+            Some((s, t)) if s == seq => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A sender: builds datagram `seq` into a buffer and says where it goes.
+pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + 'a;
+
+/// Send at `rate` packets per second for `dur` through `socks` (picked by the builder),
+/// batched; returns how many were sent.
+pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) -> u64 {
+    let batch_n = ((rate / 20_000) as usize).clamp(8, 256);
+    let mut batches: Vec<SendBatch> = socks.iter().map(|_| SendBatch::new(batch_n, 2048)).collect();
+    let interval = Duration::from_secs_f64(batch_n as f64 / rate as f64);
+    let start = Instant::now();
+    let mut next = start;
+    let mut seq = 0u64;
+    let mut sent = 0u64;
+    while start.elapsed() < dur {
+        let now = Instant::now();
+        if now < next {
+            let wait = next - now;
+            if wait > Duration::from_micros(200) {
+                std::thread::sleep(wait - Duration::from_micros(100));
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        for _ in 0..batch_n {
+            let mut buf = [0u8; 2048];
+            let (len, to, sock) = build(seq, &mut buf);
+            let b = &mut batches[sock];
+            b.slot_mut()[..len].copy_from_slice(&buf[..len]);
+            b.commit_any(len, to);
+            if b.is_full() {
+                sent += b.flush(socks[sock].as_fd()).0 as u64;
+            }
+            seq += 1;
+        }
+        for (b, s) in batches.iter_mut().zip(socks) {
+            if !b.is_empty() {
+                sent += b.flush(s.as_fd()).0 as u64;
+            }
+        }
+        next += interval;
+    }
+    sent
+}
+
+/// The highest rate with less than 0.1 % loss, found by doubling then bisecting.
+pub fn max_rate(socks: &[Socket], sink: &Sink, dur: Duration, quick: bool, build: &mut Build<'_>) -> (u64, f64) {
+    let mut trial = |rate: u64| -> (bool, f64) {
+        let before = sink.count();
+        let sent = paced(socks, rate, dur, build);
+        std::thread::sleep(Duration::from_millis(150));
+        let got = sink.count() - before;
+        let loss = if sent == 0 { 1.0 } else { 1.0 - got as f64 / sent as f64 };
+        let achieved = sent as f64 / dur.as_secs_f64();
+        if std::env::var_os("SHIPWORM_BENCH_DEBUG").is_some() {
+            eprintln!("    trial {rate} pkt/s: sent {sent} ({achieved:.0}/s), received {got}, loss {:.4}", loss);
+        }
+        (loss < 0.001 && achieved >= rate as f64 * 0.97, loss)
+    };
+    let (mut good, mut bad) = (0u64, 0u64);
+    let mut rate = 20_000u64;
+    while rate <= 4_000_000 {
+        if trial(rate).0 {
+            good = rate;
+            rate *= 2;
+        } else {
+            bad = rate;
+            break;
+        }
+    }
+    if bad == 0 {
+        return (good, 0.0);
+    }
+    for _ in 0..if quick { 2 } else { 5 } {
+        let mid = (good + bad) / 2;
+        if trial(mid).0 {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    (good, trial(good.max(1)).1)
+}
+
+/// One packet at a time, `n` times: microseconds from send to arrival at `sink`.
+pub fn latencies(sock: &Socket, sink: &Sink, n: usize, build: &mut Build<'_>) -> Vec<f64> {
+    let mut out = Vec::with_capacity(n);
+    let mut buf = [0u8; 2048];
+    // Let the last rate trial drain, and number probes apart from its packets.
+    std::thread::sleep(Duration::from_millis(100));
+    for i in 0..n as u64 {
+        let seq = (1 << 40) + i;
+        let (len, to, _) = build(seq, &mut buf);
+        let t0 = Instant::now();
+        if sock.send_to(&buf[..len], &to.into()).is_err() {
+            continue;
+        }
+        let deadline = t0 + Duration::from_millis(50);
+        loop {
+            if let Some(t) = sink.arrived(seq) {
+                out.push((t - t0).as_secs_f64() * 1e6);
+                break;
+            }
+            if Instant::now() > deadline {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    out
+}
+
+/// An IPv6 destination.
+pub fn v6(addr: Ipv6Addr, port: u16) -> SocketAddr {
+    SocketAddr::V6(SocketAddrV6::new(addr, port, 0, 0))
+}
