@@ -258,16 +258,16 @@ pub fn max_rate(socks: &[Socket], sink: &Sink, dur: Duration, quick: bool, build
 }
 
 /// One packet at a time, `n` times: microseconds from send to arrival at `sink`.
-pub fn latencies(sock: &Socket, sink: &Sink, n: usize, build: &mut Build<'_>) -> Vec<f64> {
+pub fn latencies(socks: &[Socket], sink: &Sink, n: usize, build: &mut Build<'_>) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);
     let mut buf = [0u8; 2048];
     // Let the last rate trial drain, and number probes apart from its packets.
     std::thread::sleep(Duration::from_millis(100));
     for i in 0..n as u64 {
         let seq = (1 << 40) + i;
-        let (len, to, _) = build(seq, &mut buf);
+        let (len, to, which) = build(seq, &mut buf);
         let t0 = Instant::now();
-        if sock.send_to(&buf[..len], &to.into()).is_err() {
+        if socks[which].send_to(&buf[..len], &to.into()).is_err() {
             continue;
         }
         let deadline = t0 + Duration::from_millis(50);

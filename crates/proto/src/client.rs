@@ -852,7 +852,9 @@ impl<R: Random> Client<R> {
         let Some(server) = self.current_server().map(|i| self.cfg.servers[i].primary) else {
             return;
         };
-        let nonce = self.nonce();
+        // A nonce is drawn only for a native peer's first echo, not for every queued packet.
+        let needs_nonce = TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce.is_none());
+        let nonce = if needs_nonce { self.nonce() } else { [0; 8] };
         let Some(p) = self.peers.get_mut(&dst) else {
             return;
         };
