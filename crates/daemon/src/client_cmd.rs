@@ -43,13 +43,7 @@ struct Out<'a> {
 
 impl Transmit for Out<'_> {
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        if self.batch.is_full() {
-            self.batch.flush(self.sock.as_fd());
-        }
-        let slot = self.batch.slot_mut();
-        let n = payload.len().min(slot.len());
-        slot[..n].copy_from_slice(&payload[..n]);
-        self.batch.commit(n, to);
+        self.batch.push(self.sock.as_fd(), to, payload);
     }
     fn tun(&mut self, packet: &[u8]) {
         let _ = self.tun.send(packet);

@@ -169,6 +169,18 @@ impl SendBatch {
         &mut self.a.bufs[self.queued * s..(self.queued + 1) * s]
     }
 
+    /// Copy `payload` into the next slot and queue it to `to`, sending what is queued
+    /// on `fd` first if every slot is taken.
+    pub fn push(&mut self, fd: BorrowedFd<'_>, to: SocketAddrV4, payload: &[u8]) {
+        if self.is_full() {
+            self.flush(fd);
+        }
+        let slot = self.slot_mut();
+        let n = payload.len().min(slot.len());
+        slot[..n].copy_from_slice(&payload[..n]);
+        self.commit(n, to);
+    }
+
     /// Queue the datagram built in the current slot.
     pub fn commit(&mut self, len: usize, to: SocketAddrV4) {
         self.commit_any(len, SocketAddr::V4(to));
