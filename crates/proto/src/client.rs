@@ -812,14 +812,10 @@ impl<R: Random> Client<R> {
             self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
             return self.dropped(DropReason::SourceMismatch);
         }
-        if let Some(p) = self.peers.get_mut(&dst) {
-            if p.is_valid(now) {
-                p.last_tx = now;
-                let to = p.mapped;
-                tx.udp(to, ip.packet());
-                self.stats.sent += 1;
-                return;
-            }
+        if let Some(to) = self.peers.send_to(&dst, now) {
+            tx.udp(to, ip.packet());
+            self.stats.sent += 1;
+            return;
         }
         let teredo = TeredoAddr::decode(&dst);
         if let Some(t) = &teredo {

@@ -213,6 +213,17 @@ impl PeerTable {
         self.slots[i].as_mut()
     }
 
+    /// Where to send to `addr` right now: its mapping if the entry is trusted and
+    /// valid (and then the transmission is recorded), else `None`.
+    pub fn send_to(&mut self, addr: &Ipv6Addr, now: Duration) -> Option<SocketAddrV4> {
+        let p = self.get_mut(addr)?;
+        if !p.is_valid(now) {
+            return None;
+        }
+        p.last_tx = now;
+        Some(p.mapped)
+    }
+
     /// Remove `addr`'s entry.
     pub fn remove(&mut self, addr: &Ipv6Addr) -> Option<Peer> {
         let i = self.index.remove(addr)?;

@@ -179,14 +179,10 @@ impl Relay {
         if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
             return self.dropped(DropReason::DestinationMappingNotGlobal);
         }
-        if let Some(p) = self.peers.get_mut(&dst) {
-            if p.is_valid(now) {
-                p.last_tx = now;
-                let to = p.mapped;
-                tx.udp(to, ip.packet());
-                self.stats.to_teredo += 1;
-                return Verdict::Forwarded;
-            }
+        if let Some(to) = self.peers.send_to(&dst, now) {
+            tx.udp(to, ip.packet());
+            self.stats.to_teredo += 1;
+            return Verdict::Forwarded;
         }
         self.queue_and_bubble(now, &ip, &t, tx)
     }

@@ -372,13 +372,7 @@ impl Server {
 
     /// Relay natively, as a router: hop limit decremented, trailers dropped.
     fn forward_native(&mut self, ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<ServerAction, DropReason> {
-        if ip.hop_limit() <= 1 {
-            return Err(DropReason::HopLimitExceeded);
-        }
-        let len = ip.total_len();
-        let o = out.get_mut(..len).ok_or(DropReason::TooBig)?;
-        o.copy_from_slice(ip.packet());
-        Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
+        let len = copy_routed(ip, out)?;
         self.stats.forwarded_native += 1;
         Ok(ServerAction::Native { len })
     }
@@ -411,14 +405,21 @@ impl Server {
         if !is_global_unicast(*dest.mapped.ip()) || self.is_own(dest.mapped.ip()) {
             return Err(DropReason::DestinationMappingNotGlobal);
         }
-        if ip.hop_limit() <= 1 {
-            return Err(DropReason::HopLimitExceeded);
-        }
-        let len = ip.total_len();
-        let o = out.get_mut(..len).ok_or(DropReason::TooBig)?;
-        o.copy_from_slice(ip.packet());
-        Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
+        let len = copy_routed(&ip, out)?;
         self.stats.forwarded_udp += 1;
         Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len })
     }
+}
+
+/// Copy `ip` (trailers dropped) into `out` as a router forwards it: hop limit
+/// decremented, refused when it would reach zero. Returns its length.
+fn copy_routed(ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<usize, DropReason> {
+    if ip.hop_limit() <= 1 {
+        return Err(DropReason::HopLimitExceeded);
+    }
+    let len = ip.total_len();
+    let o = out.get_mut(..len).ok_or(DropReason::TooBig)?;
+    o.copy_from_slice(ip.packet());
+    Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
+    Ok(len)
 }
