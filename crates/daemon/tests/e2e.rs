@@ -145,7 +145,10 @@ fn main() {
                         return Ok(format!("client reports {want}"));
                     }
                     if Instant::now() > deadline {
-                        return Err(format!("step 4 (detect the NAT) failed: client reports {got:?}, want {want}"));
+                        return Err(format!(
+                            "step 4 (detect the NAT) failed: client reports {got:?}, want {want}; client log:\n{}",
+                            lab.log_tail("client0", 15)
+                        ));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }

@@ -9,8 +9,11 @@ use std::str::FromStr;
 pub enum NatKind {
     /// Static 1:1 snat/dnat: the mapping keeps the port and anyone may send in.
     FullCone,
-    /// Static 1:1 mapping, but only hosts the client has sent to may send in (from
-    /// any port): a dynamic nftables set of contacted addresses filters the inbound.
+    /// Static 1:1 mapping, but only hosts an internal endpoint (address and port) has
+    /// sent to may send in to that endpoint, from any port: RFC 4787's address-dependent
+    /// filtering. A dynamic nftables set of (endpoint, contacted address) filters the
+    /// inbound; keying it on the address alone would let a host the client wrote to
+    /// from one port reach every other port, and fool the Teredo cone test.
     AddressRestricted,
     /// `masquerade`: the mapping keeps the port while it is free (endpoint-independent
     /// mapping), and only the peer:port written to may answer.
@@ -45,11 +48,12 @@ impl NatKind {
         let body = match self {
             NatKind::FullCone => one_to_one,
             NatKind::AddressRestricted => format!(
-                "  set contacted {{\n    type ipv4_addr; flags dynamic, timeout; timeout 5m;\n  }}\n{one_to_one}  \
+                "  set contacted {{\n    type ipv4_addr . inet_service . ipv4_addr; flags dynamic, timeout; timeout 5m;\n  }}\n\
+                 {one_to_one}  \
                  chain filter {{\n    type filter hook forward priority 0; policy accept;\n    \
-                 oifname \"wan\" update @contacted {{ ip daddr }}\n    \
+                 oifname \"wan\" meta l4proto {{ tcp, udp }} update @contacted {{ ip saddr . th sport . ip daddr }}\n    \
                  iifname \"wan\" ct state established,related accept\n    \
-                 iifname \"wan\" ip saddr @contacted accept\n    \
+                 iifname \"wan\" meta l4proto {{ tcp, udp }} ip daddr . th dport . ip saddr @contacted accept\n    \
                  iifname \"wan\" drop\n  }}\n"
             ),
             NatKind::PortRestricted => {
@@ -92,7 +96,7 @@ mod tests {
         assert!(cone.contains("dnat to 10.1.0.2") && cone.contains("snat to 192.0.2.21"));
         assert!(NatKind::Symmetric.ruleset(w, c).contains("masquerade fully-random"));
         assert!(!NatKind::PortRestricted.ruleset(w, c).contains("prerouting"));
-        assert!(NatKind::AddressRestricted.ruleset(w, c).contains("ip saddr @contacted accept"));
+        assert!(NatKind::AddressRestricted.ruleset(w, c).contains("ip daddr . th dport . ip saddr @contacted accept"));
         assert_eq!("symmetric".parse::<NatKind>().unwrap(), NatKind::Symmetric);
         assert!("bogus".parse::<NatKind>().is_err());
     }

@@ -16,6 +16,9 @@ pub struct NatBehaviour {
     pub inbound_from_anyone: bool,
     /// A host the client wrote to gets in from another port.
     pub inbound_from_other_port: bool,
+    /// A host the client wrote to from one port gets in to another port that never
+    /// wrote to it (filtering per host rather than per endpoint, RFC 4787 §5).
+    pub inbound_to_other_endpoint: bool,
 }
 
 impl crate::NatKind {
@@ -28,7 +31,13 @@ impl crate::NatKind {
             PortRestricted => (true, false, false),
             Symmetric => (false, false, false),
         };
-        NatBehaviour { mapping_independent: m, inbound_from_anyone: a, inbound_from_other_port: p }
+        // Only a full cone lets a host in to an endpoint that never wrote to it.
+        NatBehaviour {
+            mapping_independent: m,
+            inbound_from_anyone: a,
+            inbound_from_other_port: p,
+            inbound_to_other_endpoint: a,
+        }
     }
 }
 
@@ -62,6 +71,7 @@ impl Lab {
     pub fn probe_nat(&self, client: usize) -> Result<NatBehaviour> {
         let (srv, rly) = (self.ns("srv"), self.ns("rly"));
         let c = socket_in(&self.clients[client].ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40000))?;
+        let quiet = socket_in(&self.clients[client].ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40001))?;
         let s1 = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7000))?;
         let s1b = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7001))?;
         let stranger = socket_in(&srv, SocketAddrV4::new(SERVER2_V4, 7000))?;
@@ -78,6 +88,14 @@ impl Lab {
         let inbound_from_anyone = arrives(&c);
         send(&s1b, m1)?;
         let inbound_from_other_port = arrives(&c);
-        Ok(NatBehaviour { mapping_independent: m1 == m2, inbound_from_anyone, inbound_from_other_port })
+        // Port 40001 never wrote anywhere; the cone kinds map it to the same port.
+        send(&s1, SocketAddr::new(m1.ip(), 40001))?;
+        let inbound_to_other_endpoint = arrives(&quiet);
+        Ok(NatBehaviour {
+            mapping_independent: m1 == m2,
+            inbound_from_anyone,
+            inbound_from_other_port,
+            inbound_to_other_endpoint,
+        })
     }
 }
