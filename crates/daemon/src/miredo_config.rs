@@ -37,6 +37,7 @@ pub const DIRECTIVES: &[&str] = &[
     "PeerCapacity",
     "QueueBytes",
     "RelayAddress",
+    "RelayThreads",
     "FallbackServerAddress",
     "RefreshInterval",
     "DefaultRouteMetric",
@@ -83,6 +84,8 @@ pub struct MiredoConf {
     pub queue_bytes: usize,
     /// Source of the relay's ICMPv6 errors (default: the host's first global IPv6 address).
     pub relay_address: Option<Ipv6Addr>,
+    /// Relay worker threads (default: one per core).
+    pub relay_threads: Option<usize>,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -121,6 +124,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         peer_capacity: 1 << 20,
         queue_bytes: 4096,
         relay_address: None,
+        relay_threads: None,
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -170,7 +174,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.mtu = f.value(&d, config::mtu)?;
         }
     }
-    for (name, for_relay) in [("PeerCapacity", true), ("QueueBytes", true), ("RelayAddress", true)] {
+    for (name, for_relay) in
+        [("PeerCapacity", true), ("QueueBytes", true), ("RelayAddress", true), ("RelayThreads", true)]
+    {
         if let Some(d) = f.take(name)? {
             if !role_only(&d, for_relay) {
                 continue;
@@ -187,6 +193,12 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                         n @ 1280..=1_048_576 => Ok(n),
                         _ => Err("expected 1280 to 1048576 bytes".into()),
                     })?
+                }
+                "RelayThreads" => {
+                    c.relay_threads = Some(f.value(&d, |v| match config::number(v)? {
+                        n @ 1..=256 => Ok(n),
+                        _ => Err("expected 1 to 256 worker threads".into()),
+                    })?)
                 }
                 _ => {
                     c.relay_address = Some(
@@ -291,6 +303,8 @@ mod tests {
         assert_eq!(c.warnings.len(), 1, "ServerAddress ignored with a warning");
         assert_eq!(load_text("RelayType restricted\n").unwrap().role, RelayType::Restricted);
         assert_eq!(load_text("relaytype HOST\n").unwrap().role, RelayType::Host);
+        assert_eq!(load_text("RelayType relay\nRelayThreads 4\n").unwrap().relay_threads, Some(4));
+        assert!(load_text("RelayType relay\nRelayThreads 0\n").unwrap_err().contains("1 to 256 worker threads"));
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
     }
 

@@ -1,6 +1,9 @@
 //! `shipworm relay`: the Teredo relay and host-specific relay daemon. A TUN interface
-//! routed for the Teredo prefix, one UDP socket, batched receive and send, timers every
-//! 250 ms; root is dropped once everything is set up.
+//! routed for the Teredo prefix and one worker thread per core (`RelayThreads`), each
+//! with its own UDP socket on the shared port (SO_REUSEPORT) and its own TUN queue
+//! (IFF_MULTI_QUEUE): the kernel steers every flow to one worker, so nothing is
+//! reordered, and workers share only the sharded peer table. Batched receive and send,
+//! timers every 250 ms (worker 0); root is dropped once everything is set up.
 
 use crate::miredo_config::{MiredoConf, RelayType};
 use crate::netlink::Netlink;
@@ -10,18 +13,22 @@ use crate::tun::Tun;
 use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::Failure;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use shipworm_proto::relay::{Relay, RelayConfig, Served, Transmit};
+use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Datagrams / packets per batch.
 const BATCH: usize = 64;
 /// Timer period.
 const TICK: Duration = Duration::from_millis(250);
+/// Peer-table shards per worker: two workers meet on one shard's lock rarely.
+const SHARDS_PER_WORKER: usize = 64;
 
 /// The relay's output: UDP into a send batch (flushed when full and after each
 /// round), IPv6 packets straight to the TUN.
@@ -53,12 +60,15 @@ fn random_keys() -> (u64, u64) {
     (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap()))
 }
 
-fn bind_udp(addr: SocketAddrV4) -> Result<Socket, Failure> {
+fn bind_udp(addr: SocketAddrV4, shared_port: bool) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
     let _ = s.set_recv_buffer_size(8 << 20);
     let _ = s.set_send_buffer_size(8 << 20);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
+    if shared_port {
+        s.set_reuse_port(true).map_err(|e| Failure::runtime(format!("SO_REUSEPORT: {e}")))?;
+    }
     s.bind(&addr.into()).map_err(|e| {
         let hint = match e.raw_os_error() {
             Some(libc::EADDRNOTAVAIL) => format!("; {} is not an address of this host (BindAddress)", addr.ip()),
@@ -70,14 +80,49 @@ fn bind_udp(addr: SocketAddrV4) -> Result<Socket, Failure> {
     Ok(s)
 }
 
+/// One worker's own I/O.
+struct WorkerIo {
+    sock: Socket,
+    tun: Tun,
+}
+
+/// What every worker thread shares besides the relay state.
+struct Crew<'a> {
+    relay: &'a SharedRelay,
+    signals: &'a Signals,
+    /// Set by a worker that failed: the others stop too.
+    halt: &'a AtomicBool,
+    started: Instant,
+    /// Each worker's counters, published every tick and on exit.
+    published: &'a [Mutex<RelayStats>],
+}
+
+impl Crew<'_> {
+    fn running(&self) -> bool {
+        !self.signals.stop_requested() && !self.halt.load(Ordering::Relaxed)
+    }
+
+    /// Counters over all workers, as last published.
+    fn totals(&self) -> RelayStats {
+        let mut sum = RelayStats::default();
+        for p in self.published {
+            sum.add(&p.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        }
+        sum
+    }
+}
+
 /// Run the relay until SIGTERM/SIGINT.
 pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
-    let tun = Tun::create(&conf.interface).map_err(Failure::runtime)?;
+    let workers =
+        conf.relay_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).clamp(1, 256);
+    let tuns = Tun::create_queues(&conf.interface, workers).map_err(Failure::runtime)?;
+    let name = tuns[0].name().to_string();
     let nl = Netlink::new().map_err(Failure::runtime)?;
-    let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
+    let index = nl.link_index(&name).map_err(Failure::runtime)?;
     let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
     nl.set_link(index, true, conf.mtu.into()).map_err(Failure::runtime)?;
     nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
@@ -94,9 +139,16 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
         RelayType::Host => Served::Only(own.clone()),
         _ => Served::AnyGlobal,
     };
-    let sock = bind_udp(SocketAddrV4::new(conf.bind_address, conf.bind_port))?;
-    let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
+    // The first socket picks the port (BindPort 0: any); the others share it.
+    let first = bind_udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1)?;
+    let local = first.local_addr().ok().and_then(|a| a.as_socket_ipv4());
+    let port = local.map_or(conf.bind_port, |a| a.port());
+    let mut socks = vec![first];
+    for _ in 1..workers {
+        socks.push(bind_udp(SocketAddrV4::new(conf.bind_address, port), true)?);
+    }
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
@@ -109,31 +161,73 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
         hash_keys: random_keys(),
         ..RelayConfig::default()
     };
+    let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
     tracing::info!(
-        "Teredo {} on {} (UDP {}), routing {prefix}/32, MTU {}, up to {} peers",
+        "Teredo {} on {name} (UDP {}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards)",
         match conf.role {
             RelayType::Host => "host-specific relay",
             RelayType::Restricted => "relay (restricted)",
             _ => "relay",
         },
-        tun.name(),
         local.map_or_else(|| "?".into(), |a| a.to_string()),
         conf.mtu,
         conf.peer_capacity,
+        if workers == 1 { "" } else { "s" },
+        relay.shards(),
     );
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
-    let mut relay = Relay::new(cfg);
-    let started = Instant::now();
-    let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut out = Out { sock: &sock, tun: &tun, batch: SendBatch::new(BATCH, SLOT), tun_errors: 0 };
-    let mut buf = vec![0u8; SLOT];
-    let mut next_tick = started + TICK;
+    let halt = AtomicBool::new(false);
+    let published: Vec<Mutex<RelayStats>> = (0..workers).map(|_| Mutex::new(RelayStats::default())).collect();
+    let crew = Crew { relay: &relay, signals: &signals, halt: &halt, started: Instant::now(), published: &published };
+    let ios: Vec<WorkerIo> = socks.into_iter().zip(tuns).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
+    let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
+        let crew = &crew;
+        let mut ios = ios.into_iter().enumerate();
+        let (_, io0) = ios.next().expect("at least one worker");
+        let others: Vec<_> = ios
+            .map(|(i, io)| {
+                std::thread::Builder::new()
+                    .name(format!("relay-{i}"))
+                    .spawn_scoped(s, move || worker(crew, i, &io))
+                    .expect("spawn a worker thread")
+            })
+            .collect();
+        let mut results = vec![worker(crew, 0, &io0)];
+        results
+            .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
+        results
+    });
+    report(&crew, "stopping");
+    results.into_iter().collect()
+}
 
-    while !signals.stop_requested() {
-        if signals.take_report_request() {
-            report(&relay, "counters");
+/// One worker's loop: its socket and TUN queue, batched; worker 0 also runs the timers
+/// and answers SIGUSR1.
+fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
+    let r = worker_loop(crew, id, io);
+    if r.is_err() {
+        crew.halt.store(true, Ordering::Relaxed);
+    }
+    r
+}
+
+fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
+    let WorkerIo { sock, tun } = io;
+    let mut state = crew.relay.worker();
+    let mut rx = RecvBatch::new(BATCH, SLOT);
+    let mut out = Out { sock, tun, batch: SendBatch::new(BATCH, SLOT), tun_errors: 0 };
+    let mut buf = vec![0u8; SLOT];
+    let mut next_tick = crew.started + TICK;
+    let publish = |state: &shipworm_proto::relay::RelayWorker| {
+        *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) = state.stats().clone();
+    };
+
+    while crew.running() {
+        if id == 0 && crew.signals.take_report_request() {
+            publish(&state);
+            report(crew, "counters");
         }
         let wait = next_tick.saturating_duration_since(Instant::now());
         let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
@@ -141,13 +235,13 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
         }
-        let now = started.elapsed();
+        let now = crew.started.elapsed();
         // UDP side, a batch at a time.
         loop {
             let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
             for i in 0..n {
                 let (from, data) = rx.get(i);
-                relay.on_udp(now, from, data, &mut out);
+                crew.relay.on_udp(&mut state, now, from, data, &mut out);
             }
             if n < BATCH {
                 break;
@@ -157,30 +251,33 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
         for _ in 0..BATCH {
             match tun.recv(&mut buf) {
                 Ok(Some(n)) => {
-                    relay.on_tun(now, &buf[..n], &mut out);
+                    crew.relay.on_tun(&mut state, now, &buf[..n], &mut out);
                 }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
             }
         }
         if Instant::now() >= next_tick {
-            relay.on_timer(started.elapsed(), &mut out);
+            if id == 0 {
+                crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
+            }
+            publish(&state);
             next_tick += TICK;
         }
         if !out.batch.is_empty() {
             out.batch.flush(sock.as_fd());
         }
     }
-    report(&relay, "stopping");
+    publish(&state);
     Ok(())
 }
 
-fn report(relay: &Relay, what: &str) {
-    let s = relay.stats();
+fn report(crew: &Crew<'_>, what: &str) {
+    let s = crew.totals();
     let drops: Vec<String> = s.drops.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
     tracing::info!(
         "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {} dropped{}{}",
-        relay.peers().len(),
+        crew.relay.peer_count(),
         s.to_teredo,
         s.to_native,
         s.bubbles,

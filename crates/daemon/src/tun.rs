@@ -9,6 +9,7 @@ use std::os::unix::fs::OpenOptionsExt;
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
 
 #[repr(C)]
 struct IfReq {
@@ -26,6 +27,26 @@ pub struct Tun {
 impl Tun {
     /// Create (or attach to) the TUN interface `name`.
     pub fn create(name: &str) -> Result<Tun, String> {
+        Self::open(name, IFF_TUN | IFF_NO_PI)
+    }
+
+    /// Create the TUN interface `name` with `queues` queues (one per worker thread):
+    /// the kernel hands each flow's packets to one queue, so a flow is never reordered.
+    /// One queue is a plain TUN device.
+    pub fn create_queues(name: &str, queues: usize) -> Result<Vec<Tun>, String> {
+        if queues <= 1 {
+            return Ok(vec![Self::create(name)?]);
+        }
+        let flags = IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE;
+        let mut all = vec![Self::open(name, flags)?];
+        let name = all[0].name.clone();
+        for _ in 1..queues {
+            all.push(Self::open(&name, flags)?);
+        }
+        Ok(all)
+    }
+
+    fn open(name: &str, flags: libc::c_short) -> Result<Tun, String> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains(['/', ' ', '\0']) {
             return Err(format!("invalid interface name {name:?} (1 to 15 characters, no '/' or spaces)"));
         }
@@ -44,7 +65,7 @@ impl Tun {
                 }
                 _ => format!("cannot open /dev/net/tun: {e}"),
             })?;
-        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TUN | IFF_NO_PI, _pad: [0; 22] };
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags, _pad: [0; 22] };
         req.name[..name.len()].copy_from_slice(name.as_bytes());
         // SAFETY: TUNSETIFF reads and writes an ifreq, which `req` is, for this fd.
         let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&file), TUNSETIFF as _, &mut req) };

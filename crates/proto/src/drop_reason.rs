@@ -166,6 +166,12 @@ impl DropCounters {
     pub fn total(&self) -> u64 {
         self.counts.iter().sum()
     }
+    /// Add `other`'s counts to these (summing per-worker counters).
+    pub fn add(&mut self, other: &DropCounters) {
+        for (a, b) in self.counts.iter_mut().zip(other.counts.iter()) {
+            *a += b;
+        }
+    }
     /// Every reason with a non-zero count.
     pub fn nonzero(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
         DropReason::ALL.iter().map(|&r| (r, self.get(r))).filter(|&(_, n)| n > 0)
@@ -193,5 +199,8 @@ mod tests {
         assert_eq!(c.get(DropReason::MalformedTruncated), 1);
         assert_eq!(c.total(), 3);
         assert_eq!(c.nonzero().count(), 2);
+        let mut sum = c.clone();
+        sum.add(&c);
+        assert_eq!((sum.get(DropReason::LoopGuard), sum.total()), (4, 6));
     }
 }

@@ -14,6 +14,12 @@
 //! * A client behind a symmetric NAT answers our bubble from another port than its
 //!   address embeds; the bubble is accepted when it comes from the embedded IPv4
 //!   address while we wait for it, and that port becomes the peer's mapping.
+//!
+//! Threads: [`SharedRelay`] holds what every worker shares — the peer table cut into
+//! shards by a keyed hash of the peer's address, each shard behind its own lock — and
+//! each worker keeps a [`RelayWorker`] of its own (counters, scratch space). A packet
+//! takes one shard's lock, never a global one, and no lock is held across a write to
+//! the TUN. [`Relay`] is the one-shard, one-worker form (tests, a single thread).
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
@@ -25,7 +31,9 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
 use shipworm_wire::teredo_addr::{self, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
 use std::collections::VecDeque;
+use std::hash::BuildHasher;
 use std::net::{Ipv6Addr, SocketAddrV4};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
@@ -53,9 +61,9 @@ pub struct RelayConfig {
     pub served: Served,
     /// Also send direct bubbles (Miredo's `restricted` relay type).
     pub direct_bubbles: bool,
-    /// Most peers kept.
+    /// Most peers kept (over all shards).
     pub capacity: usize,
-    /// Most peers waiting for a bubble answer at once.
+    /// Most peers waiting for a bubble answer at once (over all shards).
     pub pending_capacity: usize,
     /// Bytes queued per waiting peer.
     pub queue_bytes: usize,
@@ -116,126 +124,219 @@ pub struct RelayStats {
     pub drops: DropCounters,
 }
 
-/// The relay state machine.
+impl RelayStats {
+    /// Add `other`'s counts to these (the daemon sums its workers').
+    pub fn add(&mut self, other: &RelayStats) {
+        self.to_teredo += other.to_teredo;
+        self.to_native += other.to_native;
+        self.bubbles += other.bubbles;
+        self.unreachable_peers += other.unreachable_peers;
+        self.icmp_errors += other.icmp_errors;
+        self.drops.add(&other.drops);
+    }
+}
+
+/// One shard of the peer state: its part of the peer table and of the list of peers
+/// waiting for a bubble answer, with caps that add up to the configured ones.
 #[derive(Debug)]
-pub struct Relay {
-    cfg: RelayConfig,
+struct Shard {
     peers: PeerTable,
     /// Peers waiting for an answer to their bubbles, oldest first. Entries whose peer
     /// stopped waiting are dropped lazily by the timer, so the packet path never
     /// searches this list.
     pending: VecDeque<Ipv6Addr>,
-    icmp: RateLimit,
-    stats: RelayStats,
-    scratch: Vec<u8>,
+    pending_capacity: usize,
 }
 
-impl Relay {
-    /// A relay with this configuration.
-    pub fn new(cfg: RelayConfig) -> Relay {
-        let keys = KeyedHash::new(cfg.hash_keys.0, cfg.hash_keys.1);
-        Relay {
-            peers: PeerTable::new(cfg.capacity, cfg.idle, keys),
-            pending: VecDeque::new(),
-            icmp: RateLimit::new(cfg.icmp_rate),
-            stats: RelayStats::default(),
-            scratch: vec![0u8; 2048],
-            cfg,
-        }
-    }
+/// What one worker keeps to itself: counters and scratch space, never shared, so
+/// counting a packet touches no other core's cache lines.
+#[derive(Debug)]
+pub struct RelayWorker {
+    stats: RelayStats,
+    scratch: [u8; 64],
+}
 
-    /// Counters.
+impl RelayWorker {
+    /// This worker's counters.
     pub fn stats(&self) -> &RelayStats {
         &self.stats
-    }
-
-    /// The peer table (for status and tests).
-    pub fn peers(&self) -> &PeerTable {
-        &self.peers
-    }
-
-    /// Peers waiting for bubble answers (counted, for status and tests).
-    pub fn pending_len(&self) -> usize {
-        self.pending.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
     }
 
     fn dropped(&mut self, r: DropReason) -> Verdict {
         self.stats.drops.count(r);
         Verdict::Dropped(r)
     }
+}
+
+/// The relay state shared by every worker thread.
+#[derive(Debug)]
+pub struct SharedRelay {
+    cfg: RelayConfig,
+    shards: Box<[Mutex<Shard>]>,
+    /// Picks a peer's shard; keyed apart from the tables' own hash, so that the entries
+    /// of one shard do not all share the low bits the table indexes by.
+    pick: KeyedHash,
+    icmp: Mutex<RateLimit>,
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // A worker that panicked mid-update leaves a consistent table (every step is a
+    // whole field write); go on rather than take the relay down.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SharedRelay {
+    /// Relay state cut into `shards` shards (at least 1, at most the capacity).
+    pub fn new(cfg: RelayConfig, shards: usize) -> SharedRelay {
+        let n = shards.clamp(1, cfg.capacity.max(1));
+        let (k0, k1) = cfg.hash_keys;
+        let keys = KeyedHash::new(k0, k1);
+        let part = |total: usize, i: usize| total / n + usize::from(i < total % n);
+        let shards = (0..n)
+            .map(|i| {
+                Mutex::new(Shard {
+                    peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys),
+                    pending: VecDeque::new(),
+                    pending_capacity: part(cfg.pending_capacity, i).max(1),
+                })
+            })
+            .collect();
+        SharedRelay {
+            pick: KeyedHash::new(
+                k0.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15,
+                k1.rotate_left(17) ^ 0xc2b2_ae3d_27d4_eb4f,
+            ),
+            icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
+            shards,
+            cfg,
+        }
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// A worker's own state, to pass to every call that worker makes.
+    pub fn worker(&self) -> RelayWorker {
+        RelayWorker { stats: RelayStats::default(), scratch: [0; 64] }
+    }
+
+    fn shard(&self, addr: &Ipv6Addr) -> &Mutex<Shard> {
+        let n = self.shards.len();
+        if n == 1 {
+            return &self.shards[0];
+        }
+        // Lemire's multiply-shift: uniform over n without a division.
+        let h = self.pick.hash_one(addr);
+        &self.shards[((u128::from(h) * n as u128) >> 64) as usize]
+    }
+
+    /// Number of peers (locks each shard in turn: for status, not the packet path).
+    pub fn peer_count(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).peers.len()).sum()
+    }
+
+    /// A copy of `addr`'s entry (status and tests).
+    pub fn peer(&self, addr: &Ipv6Addr) -> Option<Peer> {
+        lock(self.shard(addr)).peers.get(addr).cloned()
+    }
+
+    /// Peers waiting for bubble answers (counted, for status and tests).
+    pub fn pending_len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                s.pending.iter().filter(|a| s.peers.get(a).is_some_and(|p| p.waiting)).count()
+            })
+            .sum()
+    }
 
     /// An IPv6 packet from the native side, for a Teredo client.
-    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
+    pub fn on_tun(&self, w: &mut RelayWorker, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
-            return self.dropped(DropReason::MalformedVersion);
+            return w.dropped(DropReason::MalformedVersion);
         };
         let ip = Ipv6Packet::new_unchecked(ip.packet());
         let dst = ip.dst_addr();
         let Some(t) = TeredoAddr::decode_with_prefix(&dst, self.cfg.prefix) else {
             // A routing error: only Teredo destinations belong on this interface.
-            self.icmp_error(now, &ip, unreachable::NO_ROUTE, tx);
-            return self.dropped(DropReason::NotOurClient);
+            self.icmp_error(w, now, &ip, unreachable::NO_ROUTE, tx);
+            return w.dropped(DropReason::NotOurClient);
         };
         if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
-            return self.dropped(DropReason::DestinationMappingNotGlobal);
+            return w.dropped(DropReason::DestinationMappingNotGlobal);
         }
-        if let Some(to) = self.peers.send_to(&dst, now) {
+        let mut shard = lock(self.shard(&dst));
+        if let Some(to) = shard.peers.send_to(&dst, now) {
+            drop(shard);
             tx.udp(to, ip.packet());
-            self.stats.to_teredo += 1;
+            w.stats.to_teredo += 1;
             return Verdict::Forwarded;
         }
-        self.queue_and_bubble(now, &ip, &t, tx)
+        self.queue_and_bubble(&mut shard, w, now, &ip, &t, tx)
     }
 
     fn queue_and_bubble(
-        &mut self,
+        &self,
+        shard: &mut Shard,
+        w: &mut RelayWorker,
         now: Duration,
         ip: &Ipv6Packet<&[u8]>,
         t: &TeredoAddr,
         tx: &mut impl Transmit,
     ) -> Verdict {
         let dst = ip.dst_addr();
-        if self.peers.get(&dst).is_none() {
-            if self.pending.len() >= self.cfg.pending_capacity {
+        if shard.peers.get(&dst).is_none() {
+            if shard.pending.len() >= shard.pending_capacity {
                 // Flood: the oldest waiting newcomer gives way (its packets are lost).
                 // A peer that was trusted keeps its place, and then the newcomer is
                 // refused: the list, and the memory its queues hold, never grow.
-                let old = self.pending.pop_front().expect("non-empty");
-                match self.peers.get(&old) {
+                let old = shard.pending.pop_front().expect("non-empty");
+                match shard.peers.get(&old) {
                     Some(p) if p.waiting && p.trusted => {
-                        self.pending.push_front(old);
-                        return self.dropped(DropReason::TableFull);
+                        shard.pending.push_front(old);
+                        return w.dropped(DropReason::TableFull);
                     }
                     Some(p) if p.waiting => {
-                        self.peers.remove(&old);
+                        shard.peers.remove(&old);
                     }
                     _ => {}
                 }
             }
-            if self.peers.insert(Peer::new(dst, t.mapped, now), now).is_err() {
-                return self.dropped(DropReason::TableFull);
+            if shard.peers.insert(Peer::new(dst, t.mapped, now), now).is_err() {
+                return w.dropped(DropReason::TableFull);
             }
         }
         let cap = self.cfg.queue_bytes;
-        let p = self.peers.get_mut(&dst).expect("present");
+        let p = shard.peers.get_mut(&dst).expect("present");
         // A trusted but silent peer keeps its mapping; bubbles check it again.
         let queued = p.queue.push(ip.packet(), cap);
         if !p.waiting {
             p.waiting = true;
-            self.pending.push_back(dst);
+            shard.pending.push_back(dst);
         }
-        self.send_bubbles(now, &dst, ip.src_addr(), tx);
+        self.send_bubbles(&mut shard.peers, w, now, &dst, ip.src_addr(), tx);
         if queued {
             Verdict::Queued
         } else {
-            self.dropped(DropReason::QueueFull)
+            w.dropped(DropReason::QueueFull)
         }
     }
 
     /// Bubbles to `dst` within the RFC 4380 §5.2.6 limits: none sooner than 2 s after
     /// the last, none once 4 went unanswered in 300 s.
-    fn send_bubbles(&mut self, now: Duration, dst: &Ipv6Addr, src: Ipv6Addr, tx: &mut impl Transmit) -> bool {
-        let Some(p) = self.peers.get_mut(dst) else {
+    fn send_bubbles(
+        &self,
+        peers: &mut PeerTable,
+        w: &mut RelayWorker,
+        now: Duration,
+        dst: &Ipv6Addr,
+        src: Ipv6Addr,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        let Some(p) = peers.get_mut(dst) else {
             return false;
         };
         if now.saturating_sub(p.bubble_window) >= BUBBLE_WINDOW {
@@ -252,21 +353,28 @@ impl Relay {
         let Some(t) = TeredoAddr::decode_with_prefix(dst, self.cfg.prefix) else {
             return false;
         };
-        let n = emit_bubble(&src, dst, 0, &mut self.scratch).expect("scratch holds a bubble");
-        tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &self.scratch[..n]);
-        self.stats.bubbles += 1;
+        let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
+        tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n]);
+        w.stats.bubbles += 1;
         if self.cfg.direct_bubbles {
-            tx.udp(mapped, &self.scratch[..n]);
-            self.stats.bubbles += 1;
+            tx.udp(mapped, &w.scratch[..n]);
+            w.stats.bubbles += 1;
         }
         true
     }
 
     /// A UDP datagram from a Teredo client.
-    pub fn on_udp(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) -> Verdict {
+    pub fn on_udp(
+        &self,
+        w: &mut RelayWorker,
+        now: Duration,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut impl Transmit,
+    ) -> Verdict {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
-            Err(e) => return self.dropped(e.into()),
+            Err(e) => return w.dropped(e.into()),
         };
         let ip = pkt.ipv6;
         let src = ip.src_addr();
@@ -275,28 +383,32 @@ impl Relay {
         // ours from the embedded address but another port (a symmetric NAT, as in
         // RFC 6081's symmetric-NAT example), and what follows from that same port.
         let Some(t) = TeredoAddr::decode_with_prefix(&src, self.cfg.prefix) else {
-            return self.dropped(DropReason::SourceMismatch);
+            return w.dropped(DropReason::SourceMismatch);
         };
         let embedded = t.mapped == from;
-        let Some(p) = self.peers.get_mut(&src) else {
-            let r = if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch };
-            return self.dropped(r);
+        let queue = {
+            let mut shard = lock(self.shard(&src));
+            let Some(p) = shard.peers.get_mut(&src) else {
+                let r = if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch };
+                return w.dropped(r);
+            };
+            let learned = p.trusted && p.mapped == from;
+            let answer = p.waiting && pkt.is_bubble() && t.mapped.ip() == from.ip();
+            if !(embedded || learned || answer) {
+                return w.dropped(DropReason::SourceMismatch);
+            }
+            p.trusted = true;
+            p.mapped = from;
+            p.last_rx = now;
+            p.bubbles = 0;
+            p.waiting = false;
+            // The queue's bytes leave with the drain: sent after the lock is released.
+            (!p.queue.is_empty()).then(|| p.queue.drain())
         };
-        let learned = p.trusted && p.mapped == from;
-        let answer = p.waiting && pkt.is_bubble() && t.mapped.ip() == from.ip();
-        if !(embedded || learned || answer) {
-            return self.dropped(DropReason::SourceMismatch);
-        }
-        p.trusted = true;
-        p.mapped = from;
-        p.last_rx = now;
-        p.bubbles = 0;
-        p.waiting = false;
-        let mut queue = (!p.queue.is_empty()).then(|| p.queue.drain());
-        if let Some(q) = queue.as_mut() {
+        if let Some(mut q) = queue {
             while let Some(packet) = q.next_packet() {
                 tx.udp(from, packet);
-                self.stats.to_teredo += 1;
+                w.stats.to_teredo += 1;
             }
         }
         if pkt.is_bubble() {
@@ -308,61 +420,83 @@ impl Relay {
             Served::Only(addrs) => addrs.contains(&dst),
         };
         if !served {
-            return self.dropped(DropReason::NotServed);
+            return w.dropped(DropReason::NotServed);
         }
         tx.tun(ip.packet());
-        self.stats.to_native += 1;
+        w.stats.to_native += 1;
         Verdict::Forwarded
     }
 
     /// Time passes: bubbles are repeated every 2 s for waiting peers; a peer whose
     /// bubbles all went unanswered is given up, and its queued packets get an ICMPv6
     /// address-unreachable each (rate limited). Idle peers are swept a little at a time.
-    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
-        for _ in 0..self.pending.len() {
-            let Some(dst) = self.pending.pop_front() else {
-                break;
-            };
-            let Some(p) = self.peers.get(&dst) else {
-                continue;
-            };
-            if !p.waiting {
-                continue; // answered since: drop the stale list entry
-            }
-            if p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
-                self.pending.push_back(dst);
-                continue;
-            }
-            let src = p.queue.first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
-            match src {
-                Some(src) if p.bubbles < MAX_BUBBLES => {
-                    self.send_bubbles(now, &dst, src, tx);
-                    self.pending.push_back(dst);
+    /// One worker calls it for all (it visits every shard in turn).
+    pub fn on_timer(&self, w: &mut RelayWorker, now: Duration, tx: &mut impl Transmit) {
+        // The sweep's budget is shared out, so a tick costs the same however cut.
+        let sweep = 1024usize.div_ceil(self.shards.len()).max(64);
+        for shard in self.shards.iter() {
+            let mut guard = lock(shard);
+            let shard = &mut *guard;
+            for _ in 0..shard.pending.len() {
+                let Some(dst) = shard.pending.pop_front() else {
+                    break;
+                };
+                let Some(p) = shard.peers.get(&dst) else {
+                    continue;
+                };
+                if !p.waiting {
+                    continue; // answered since: drop the stale list entry
                 }
-                _ => self.give_up(now, dst, tx),
+                if p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
+                    shard.pending.push_back(dst);
+                    continue;
+                }
+                let src = p.queue.first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
+                match src {
+                    Some(src) if p.bubbles < MAX_BUBBLES => {
+                        self.send_bubbles(&mut shard.peers, w, now, &dst, src, tx);
+                        shard.pending.push_back(dst);
+                    }
+                    _ => self.give_up(&mut shard.peers, w, now, dst, tx),
+                }
             }
+            shard.peers.sweep(now, sweep);
         }
-        self.peers.sweep(now, 1024);
     }
 
-    fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
-        let Some(mut p) = self.peers.remove(&dst) else {
+    fn give_up(
+        &self,
+        peers: &mut PeerTable,
+        w: &mut RelayWorker,
+        now: Duration,
+        dst: Ipv6Addr,
+        tx: &mut impl Transmit,
+    ) {
+        let Some(mut p) = peers.remove(&dst) else {
             return;
         };
-        self.stats.unreachable_peers += 1;
+        w.stats.unreachable_peers += 1;
         let mut q = p.queue.drain();
         while let Some(packet) = q.next_packet() {
             if let Ok(ip) = Ipv6Packet::new_checked(packet) {
-                self.icmp_error(now, &ip, unreachable::ADDRESS, tx);
+                self.icmp_error(w, now, &ip, unreachable::ADDRESS, tx);
             }
         }
     }
 
-    fn icmp_error(&mut self, now: Duration, offending: &Ipv6Packet<&[u8]>, code: u8, tx: &mut impl Transmit) {
+    fn icmp_error(
+        &self,
+        w: &mut RelayWorker,
+        now: Duration,
+        offending: &Ipv6Packet<&[u8]>,
+        code: u8,
+        tx: &mut impl Transmit,
+    ) {
         let Some(from) = self.cfg.icmp_source else {
             return;
         };
-        if !icmp_error::may_answer(offending) || !self.icmp.allow(now) {
+        // The limiter's lock is taken on this error path only, and held by nothing else.
+        if !icmp_error::may_answer(offending) || !self.icmp.lock().unwrap_or_else(PoisonError::into_inner).allow(now) {
             return;
         }
         let mut out = [0u8; 1280];
@@ -370,7 +504,54 @@ impl Relay {
             icmp_error::build(&from, offending, |q| Icmpv6Repr::DstUnreachable { code, invoking: q }, &mut out)
         {
             tx.tun(&out[..n]);
-            self.stats.icmp_errors += 1;
+            w.stats.icmp_errors += 1;
         }
+    }
+}
+
+/// The relay on one thread: one shard, one worker (tests, and what the sans-IO
+/// behaviour is specified against).
+#[derive(Debug)]
+pub struct Relay {
+    shared: SharedRelay,
+    worker: RelayWorker,
+}
+
+impl Relay {
+    /// A relay with this configuration.
+    pub fn new(cfg: RelayConfig) -> Relay {
+        let shared = SharedRelay::new(cfg, 1);
+        let worker = shared.worker();
+        Relay { shared, worker }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RelayStats {
+        &self.worker.stats
+    }
+
+    /// Number of peers.
+    pub fn peer_count(&self) -> usize {
+        self.shared.peer_count()
+    }
+
+    /// Peers waiting for bubble answers.
+    pub fn pending_len(&self) -> usize {
+        self.shared.pending_len()
+    }
+
+    /// See [`SharedRelay::on_tun`].
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
+        self.shared.on_tun(&mut self.worker, now, packet, tx)
+    }
+
+    /// See [`SharedRelay::on_udp`].
+    pub fn on_udp(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) -> Verdict {
+        self.shared.on_udp(&mut self.worker, now, from, datagram, tx)
+    }
+
+    /// See [`SharedRelay::on_timer`].
+    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+        self.shared.on_timer(&mut self.worker, now, tx)
     }
 }

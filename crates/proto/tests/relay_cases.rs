@@ -231,7 +231,7 @@ fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
         }
     }
     assert_eq!(times, vec![100, 102, 104, 106]);
-    assert_eq!(r.peers().len(), 0, "entry removed");
+    assert_eq!(r.peer_count(), 0, "entry removed");
     assert_eq!(r.stats().unreachable_peers, 1);
     // Each queued packet earned an address-unreachable (UDP, so allowed), ≤ 1280 bytes.
     assert_eq!(w.tun.len(), 3);
@@ -311,7 +311,7 @@ fn flood_of_new_destinations_keeps_established_peers_served() {
         r.on_tun(secs(11), &udp_packet(NATIVE, &dst), &mut w);
     }
     assert!(r.pending_len() <= 64);
-    assert!(r.peers().len() <= 1000);
+    assert!(r.peer_count() <= 1000);
     w.udp.clear();
     assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Forwarded);
     assert_eq!(w.udp[0].0, sa(B_MAPPED));
@@ -362,4 +362,112 @@ fn first_bubble_goes_at_once_even_right_after_start() {
     let mut w = Wire::default();
     assert_eq!(r.on_tun(Duration::from_millis(300), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
     assert_eq!(w.udp.len(), 1);
+}
+
+/// The relay cut into shards, used by several threads at once (the daemon's workers).
+mod sharded {
+    use super::*;
+    use shipworm_proto::relay::SharedRelay;
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr};
+    use std::net::Ipv4Addr;
+
+    /// Client `i`: served by 65.54.227.120, mapped 198.51.100.(i / 60000 + 1):(i % 60000 + 1024).
+    fn client(i: u32) -> (Ipv6Addr, SocketAddrV4) {
+        let mapped = SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, (i / 60_000 + 1) as u8), (i % 60_000 + 1024) as u16);
+        let t = TeredoAddr {
+            prefix: shipworm_wire::teredo_addr::PREFIX,
+            server: Ipv4Addr::new(65, 54, 227, 120),
+            flags: Flags(0),
+            mapped,
+        };
+        (t.to_ipv6(), mapped)
+    }
+
+    #[test]
+    fn workers_on_threads_serve_their_peers_through_shared_shards() {
+        let shared = SharedRelay::new(RelayConfig { hash_keys: (3, 4), ..RelayConfig::default() }, 16);
+        assert_eq!(shared.shards(), 16);
+        const PER_THREAD: u32 = 500;
+        let totals: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4u32)
+                .map(|t| {
+                    let shared = &shared;
+                    s.spawn(move || {
+                        let mut worker = shared.worker();
+                        let mut w = Wire::default();
+                        let now = secs(10);
+                        for i in t * PER_THREAD..(t + 1) * PER_THREAD {
+                            let (addr, mapped) = client(i);
+                            let dst = addr.to_string();
+                            let p = udp_packet(NATIVE, &dst);
+                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Verdict::Queued);
+                            let v = shared.on_udp(&mut worker, now, mapped, &bubble(&dst, NATIVE), &mut w);
+                            assert_eq!(v, Verdict::Consumed);
+                            // The queued packet left for the mapping the bubble came from.
+                            assert_eq!(w.udp.last().map(|(to, b)| (*to, b.clone())), Some((mapped, p.clone())));
+                            // Now both ways without bubbles.
+                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Verdict::Forwarded);
+                            let back = udp_packet(&dst, NATIVE);
+                            assert_eq!(shared.on_udp(&mut worker, now, mapped, &back, &mut w), Verdict::Forwarded);
+                        }
+                        worker.stats().clone()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut sum = shipworm_proto::relay::RelayStats::default();
+        for t in &totals {
+            sum.add(t);
+        }
+        let n = 4 * u64::from(PER_THREAD);
+        assert_eq!((sum.to_teredo, sum.to_native, sum.bubbles, sum.drops.total()), (2 * n, n, n, 0));
+        assert_eq!(shared.peer_count(), n as usize);
+        assert_eq!(shared.pending_len(), 0);
+        assert!(shared.peer(&client(7).0).is_some_and(|p| p.trusted && p.mapped == client(7).1));
+    }
+
+    #[test]
+    fn a_flood_from_two_threads_keeps_every_cap_and_the_established_peers() {
+        let cfg = RelayConfig { capacity: 1000, pending_capacity: 64, hash_keys: (5, 6), ..RelayConfig::default() };
+        let shared = SharedRelay::new(cfg, 8);
+        let mut worker = shared.worker();
+        let mut w = Wire::default();
+        for i in 0..50 {
+            let (addr, mapped) = client(i);
+            shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+            assert_eq!(
+                shared.on_udp(&mut worker, secs(10), mapped, &bubble(&addr.to_string(), NATIVE), &mut w),
+                Verdict::Consumed
+            );
+        }
+        std::thread::scope(|s| {
+            for t in 0..2u32 {
+                let shared = &shared;
+                s.spawn(move || {
+                    let mut worker = shared.worker();
+                    let mut w = Wire::default();
+                    for i in 0..50_000u32 {
+                        let (addr, _) = client(1000 + t * 50_000 + i);
+                        shared.on_tun(&mut worker, secs(11), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+                        w.udp.clear();
+                    }
+                });
+            }
+        });
+        assert!(shared.peer_count() <= 1000, "{} peers", shared.peer_count());
+        assert!(shared.pending_len() <= 64, "{} waiting", shared.pending_len());
+        for i in 0..50 {
+            let (addr, mapped) = client(i);
+            w.udp.clear();
+            let v = shared.on_tun(&mut worker, secs(12), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+            assert_eq!((v, w.udp[0].0), (Verdict::Forwarded, mapped), "established peer {i}");
+        }
+    }
+
+    #[test]
+    fn never_more_shards_than_peers() {
+        let shared = SharedRelay::new(RelayConfig { capacity: 3, ..RelayConfig::default() }, 64);
+        assert_eq!(shared.shards(), 3);
+    }
 }
