@@ -3,11 +3,11 @@
 //! ratios in a markdown report with PNG plots. Numbers are never asserted: `--quick`
 //! (in the test command) only keeps the benchmark working.
 
-use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Emulated, Sink};
+use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Emulated, Flood, Sink};
 use crate::cli::BenchArgs;
 use crate::Failure;
 use shipworm_lab::scenario::{self, Scenario};
-use shipworm_lab::{Impl, Lab, LabSpec, NatKind, GEN_NATIVE_V6, GEN_V4, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
+use shipworm_lab::{Impl, Lab, LabSpec, NatKind, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -16,8 +16,16 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const SIZES: [usize; 3] = [64, 512, 1280];
+/// shipworm's relay held to one worker thread (`RelayThreads 1`), beside its default.
+const ONE_WORKER: &str = "shipworm, 1 worker";
 const CLIENTS: usize = 32;
 const RELAY_PORT: u16 = 3545;
+/// Spoofed new-peer bubbles per second while established peers' rate is measured.
+const FLOOD_RATE: u64 = 20_000;
+/// Sockets the flood leaves by (SO_REUSEPORT spreads them over the relay's workers).
+const FLOOD_SOCKETS: usize = 8;
+/// The flood's packet size and direction in the rate table.
+const UNDER_FLOOD: (&str, usize) = ("Teredo→IPv6 under flood", 64);
 
 /// One implementation's figures for one round.
 #[derive(Debug, Default, Clone)]
@@ -26,6 +34,8 @@ struct Figures {
     rate: BTreeMap<(&'static str, usize), f64>,
     /// (direction, size) → latencies in µs.
     latency: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// Spoofed bubbles per second the flood achieved.
+    flood: f64,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -53,11 +63,18 @@ fn trial_sizes(quick: bool) -> (Duration, usize) {
     }
 }
 
-/// Measure the Teredo relay `imp` (shipworm or Miredo).
-fn measure_relay(imp: &Impl, me: &Impl, quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+/// Measure the Teredo relay `imp` (shipworm or Miredo), with `extra` configuration lines.
+fn measure_relay(
+    label: &str,
+    imp: &Impl,
+    extra: &str,
+    me: &Impl,
+    quick: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<Figures, Failure> {
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
-    lab.start_relay(imp).map_err(lab_err)?;
+    lab.start_relay_with(imp, extra).map_err(lab_err)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
@@ -100,14 +117,52 @@ fn measure_relay(imp: &Impl, me: &Impl, quick: bool, say: &mut dyn FnMut(&str)) 
         emu.bubble(relay, SINK_NATIVE_V6);
         f.latency.insert(("IPv6→Teredo", size), latencies(std::slice::from_ref(&native), &sink_emu, lat_n, &mut encap));
         say(&format!(
-            "  {imp} {size:>4} B: Teredo→IPv6 {:>9.0} pkt/s, IPv6→Teredo {:>9.0} pkt/s",
+            "  {label} {size:>4} B: Teredo→IPv6 {:>9.0} pkt/s, IPv6→Teredo {:>9.0} pkt/s",
             f.rate[&("Teredo→IPv6", size)],
             f.rate[&("IPv6→Teredo", size)]
         ));
     }
+    // Established peers while spoofed new peers pour in.
+    emu.bubble(relay, SINK_NATIVE_V6);
+    let flood_socks = (0..FLOOD_SOCKETS)
+        .map(|_| socket_in(&gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::runtime)?;
+    let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
+    let addrs = emu.addrs.clone();
+    let mut decap = |seq: u64, buf: &mut [u8]| {
+        let i = ((seq / 64) % CLIENTS as u64) as usize;
+        (ipv6_udp(buf, UNDER_FLOOD.1, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
+    };
+    let (r, _) = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
+    f.flood = flood.stop();
+    f.rate.insert(UNDER_FLOOD, r as f64);
+    say(&format!(
+        "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {r:>9} pkt/s",
+        UNDER_FLOOD.1, f.flood
+    ));
     drop((sink6, sink_emu));
     lab.teardown();
     Ok(f)
+}
+
+/// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
+/// for 512-byte IPv6 packets. The lab is the one a scenario left running.
+fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failure> {
+    let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let (dur, _) = trial_sizes(quick);
+    let mut rates = [0.0; 2];
+    for (k, (from_ns, to_ns, to)) in [(&cns, &h6, HOST6_V6), (&h6, &cns, client)].into_iter().enumerate() {
+        let tx = socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+        let sink = Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?], 0);
+        let mut build = |seq: u64, buf: &mut [u8]| {
+            buf[..8].copy_from_slice(&seq.to_be_bytes());
+            buf[8..512 - 48].fill(0x5a);
+            (512 - 48, v6(to, 9010), 0)
+        };
+        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build).0 as f64;
+    }
+    Ok((rates[0], rates[1]))
 }
 
 /// The same traffic forwarded by the relay host's kernel, no tunnel.
@@ -192,14 +247,20 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let me = Impl::Shipworm(std::env::current_exe().map_err(|e| Failure::runtime(e.to_string()))?);
     let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = Instant::now();
     let mut say = |l: &str| println!("{l}");
     let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
     for round in 1..=rounds {
         say(&format!("round {round}/{rounds}"));
-        runs.entry("shipworm").or_default().push(measure_relay(&me, &me, args.quick, &mut say)?);
+        runs.entry("shipworm").or_default().push(measure_relay("shipworm", &me, "", &me, args.quick, &mut say)?);
+        if cores > 1 {
+            let one = measure_relay(ONE_WORKER, &me, "RelayThreads 1\n", &me, args.quick, &mut say)?;
+            runs.entry(ONE_WORKER).or_default().push(one);
+        }
         if miredo {
-            runs.entry("miredo").or_default().push(measure_relay(&Impl::Miredo, &me, args.quick, &mut say)?);
+            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &mut say)?;
+            runs.entry("miredo").or_default().push(m);
         }
         runs.entry("kernel").or_default().push(measure_kernel(args.quick, &mut say)?);
     }
@@ -222,8 +283,10 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             pings: 20,
             keep_on_failure: false,
         };
-        let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
-        e2e.push((name, o));
+        let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
+        let udp = e2e_udp(&lab, o.address, args.quick)?;
+        say(&format!("  {name}: UDP client→native {:.0} pkt/s, native→client {:.0} pkt/s", udp.0, udp.1));
+        e2e.push((name, o, udp));
     }
     let report = report(&runs, &tables, &e2e, args.quick, started.elapsed());
     write_report(&args.out, &report, &runs)?;
@@ -242,7 +305,7 @@ fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
 fn report(
     runs: &BTreeMap<&'static str, Vec<Figures>>,
     tables: &[(usize, (f64, f64, f64))],
-    e2e: &[(&str, scenario::Outcome)],
+    e2e: &[(&str, scenario::Outcome, (f64, f64))],
     quick: bool,
     took: Duration,
 ) -> String {
@@ -257,17 +320,37 @@ fn report(
         if runs.contains_key("miredo") { "" } else { " (not installed: skipped)" }
     );
     let _ = writeln!(r, "## Relay packet rate (packets/s)\n");
-    let _ =
-        writeln!(r, "| direction | IPv6 size | shipworm | Miredo | kernel | shipworm / Miredo | shipworm / kernel |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        r,
+        "| direction | IPv6 size | shipworm ({} workers) | {ONE_WORKER} | Miredo | kernel | shipworm / Miredo | shipworm / kernel |",
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    );
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
     let get = |name: &str, key| runs.get(name).map(|v| med_rate(v, key)).unwrap_or(f64::NAN);
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for size in SIZES {
-            let (s, m, k) = (get("shipworm", (dir, size)), get("miredo", (dir, size)), get("kernel", (dir, size)));
-            let _ = writeln!(r, "| {dir} | {size} | {s:.0} | {m:.0} | {k:.0} | {:.2} | {:.2} |", s / m, s / k);
+            let (s, one) = (get("shipworm", (dir, size)), get(ONE_WORKER, (dir, size)));
+            let (m, k) = (get("miredo", (dir, size)), get("kernel", (dir, size)));
+            let _ =
+                writeln!(r, "| {dir} | {size} | {s:.0} | {one:.0} | {m:.0} | {k:.0} | {:.2} | {:.2} |", s / m, s / k);
         }
     }
-    let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show.\n");
+    let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show. Generator, sink and relay share the machine's cores.\n");
+    let flood =
+        |name: &str| median(&runs.get(name).map(|v| v.iter().map(|f| f.flood).collect::<Vec<_>>()).unwrap_or_default());
+    let _ = writeln!(
+        r,
+        "### Established peers under a flood of new peers\n\nTeredo→IPv6, {}-byte packets from {CLIENTS} established clients, while spoofed bubbles from never-seen Teredo addresses (embedded mapping = the socket they leave by) arrive from {FLOOD_SOCKETS} sockets at the rate shown.\n\n| implementation | flood (bubbles/s) | rate under flood | rate without | under / without |\n|---|---|---|---|---|",
+        UNDER_FLOOD.1
+    );
+    for name in ["shipworm", ONE_WORKER, "miredo"] {
+        if !runs.contains_key(name) {
+            continue;
+        }
+        let (with, without) = (get(name, UNDER_FLOOD), get(name, ("Teredo→IPv6", UNDER_FLOOD.1)));
+        let _ = writeln!(r, "| {name} | {:.0} | {with:.0} | {without:.0} | {:.2} |", flood(name), with / without);
+    }
+    let _ = writeln!(r);
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n");
     let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | added: shipworm / Miredo |");
     let _ = writeln!(r, "|---|---|---|---|---|---|");
@@ -303,18 +386,18 @@ fn report(
         let _ = writeln!(r, "| {n} | {i:.0} | {l:.0} | {:.0} MiB ({:.0} B/peer) |", m / 1048576.0, m / *n as f64);
     }
     let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
-    let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client |\n|---|---|---|---|---|");
-    for (name, o) in e2e {
+    let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|");
+    for (name, o, (up, down)) in e2e {
         let _ = writeln!(
             r,
-            "| {name} | {:.0} ms | {:.2} ms | {:.0} Mbit/s | {:.0} Mbit/s |",
+            "| {name} | {:.0} ms | {:.2} ms | {:.0} Mbit/s | {:.0} Mbit/s | {up:.0} pkt/s | {down:.0} pkt/s |",
             o.qualify_secs * 1000.0,
             o.ping_out.steady_median_ms().unwrap_or(f64::NAN),
             o.tcp_out.mbit_per_s(),
             o.tcp_in.mbit_per_s()
         );
     }
-    let _ = writeln!(r, "\nNot measured yet: the forwarding rate of established peers under a flood of new-peer bubbles, and a multi-core relay (the relay runs one worker).");
+    let _ = writeln!(r, "\nUDP: 512-byte IPv6 packets, the highest rate with < 0.1 % loss.");
     r
 }
 
@@ -322,7 +405,7 @@ fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figu
     use plotters::prelude::*;
     std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("{}: {e}", dir.display())))?;
     std::fs::write(dir.join("report.md"), report).map_err(|e| Failure::runtime(e.to_string()))?;
-    let colors = [("shipworm", RED), ("miredo", BLUE), ("kernel", BLACK)];
+    let colors = [("shipworm", RED), (ONE_WORKER, MAGENTA), ("miredo", BLUE), ("kernel", BLACK)];
     // Rate against packet size.
     let svg = dir.join("rate.svg");
     {

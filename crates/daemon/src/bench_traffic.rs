@@ -257,6 +257,65 @@ pub fn max_rate(socks: &[Socket], sink: &Sink, dur: Duration, quick: bool, build
     (good, trial(good.max(1)).1)
 }
 
+/// A flood of spoofed new-peer bubbles: each from a Teredo address the relay has never
+/// seen (random bits and server vary), whose embedded mapping is the socket it leaves
+/// by — what a relay must refuse to let crowd out the peers it serves. Paced, in a
+/// thread, until stopped or `limit` has passed (it stops by itself).
+pub struct Flood {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<f64>>,
+}
+
+impl Flood {
+    /// Flood `relay` from `socks` at `rate` bubbles per second.
+    pub fn start(socks: Vec<Socket>, relay: SocketAddrV4, to: Ipv6Addr, rate: u64, limit: Duration) -> Flood {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mapped: Vec<SocketAddrV4> =
+                socks.iter().filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket_ipv4())).collect();
+            // Its own count: `paced` numbers each 100 ms chunk from zero again, and
+            // every bubble must come from a new address.
+            let mut next = 0u64;
+            let mut build = |_: u64, buf: &mut [u8]| {
+                let seq = next;
+                next += 1;
+                let i = (seq % mapped.len() as u64) as usize;
+                let n = seq / mapped.len() as u64;
+                let t = TeredoAddr {
+                    prefix: PREFIX,
+                    server: Ipv4Addr::new(203, 0, 113, (n >> 12) as u8),
+                    flags: Flags::new(false, (n & 0xfff) as u16),
+                    mapped: mapped[i],
+                };
+                (emit_bubble(&t.to_ipv6(), &to, 0, buf).expect("fits"), SocketAddr::V4(relay), i)
+            };
+            let start = Instant::now();
+            let mut sent = 0;
+            while !st.load(Ordering::Relaxed) && start.elapsed() < limit {
+                sent += paced(&socks, rate, Duration::from_millis(100), &mut build);
+            }
+            sent as f64 / start.elapsed().as_secs_f64()
+        });
+        Flood { stop, thread: Some(thread) }
+    }
+
+    /// Stop; the rate the flood achieved (bubbles per second).
+    pub fn stop(mut self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0.0)
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// One packet at a time, `n` times: microseconds from send to arrival at `sink`.
 pub fn latencies(socks: &[Socket], sink: &Sink, n: usize, build: &mut Build<'_>) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);

@@ -170,10 +170,17 @@ impl Lab {
 
     /// Start the relay on 192.0.2.10, routing 2001::/32 for the native side.
     pub fn start_relay(&mut self, imp: &Impl) -> Result<()> {
+        self.start_relay_with(imp, "")
+    }
+
+    /// Start the relay with extra configuration lines (shipworm's own directives).
+    pub fn start_relay_with(&mut self, imp: &Impl, extra: &str) -> Result<()> {
         let ns = self.ns("rly");
         let conf = self.write_conf(
             "relay.conf",
-            &format!("# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n"),
+            &format!(
+                "# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n{extra}"
+            ),
         )?;
         match imp {
             Impl::Shipworm(bin) => {
