@@ -89,9 +89,10 @@ fn measure_relay(
     std::thread::sleep(Duration::from_millis(200));
     let (dur, lat_n) = trial_sizes(quick);
     let mut f = Figures::default();
-    let sink6 = Sink::start(vec![socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?], 0);
+    let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
+    let sink6 = Sink::start(vec![rx6.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
     let emu_socks: Vec<socket2::Socket> = emu.socks.iter().map(|s| s.try_clone().expect("dup")).collect();
-    let sink_emu = Sink::start(emu_socks, 48);
+    let sink_emu = Sink::start(emu_socks);
     for size in SIZES {
         // Teredo → IPv6 (decapsulation).
         let addrs = emu.addrs.clone();
@@ -102,7 +103,11 @@ fn measure_relay(
         };
         let (r, _) = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
         f.rate.insert(("Teredo→IPv6", size), r as f64);
-        f.latency.insert(("Teredo→IPv6", size), latencies(&emu.socks, &sink6, lat_n, &mut decap));
+        // Probes: one flow, from the first client.
+        let from = emu.addrs[0];
+        let mut probe =
+            |seq: u64, buf: &mut [u8]| (ipv6_udp(buf, size, from, SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), 0);
+        f.latency.insert(("Teredo→IPv6", size), latencies(&emu.socks, &rx6, 0, &sink6, lat_n, &mut probe));
         // IPv6 → Teredo (encapsulation); the emulated clients keep their entries fresh.
         emu.bubble(relay, SINK_NATIVE_V6);
         let addrs = emu.addrs.clone();
@@ -115,7 +120,15 @@ fn measure_relay(
         let (r, _) = max_rate(std::slice::from_ref(&native), &sink_emu, dur, quick, &mut encap);
         f.rate.insert(("IPv6→Teredo", size), r as f64);
         emu.bubble(relay, SINK_NATIVE_V6);
-        f.latency.insert(("IPv6→Teredo", size), latencies(std::slice::from_ref(&native), &sink_emu, lat_n, &mut encap));
+        // Probes all go to the first client, whose socket the prober reads.
+        let first = emu.addrs[0];
+        let mut probe = |seq: u64, buf: &mut [u8]| {
+            buf[..8].copy_from_slice(&seq.to_be_bytes());
+            buf[8..size - 48].fill(0x5a);
+            (size - 48, v6(first, 9002), 0)
+        };
+        let lat = latencies(std::slice::from_ref(&native), &emu.socks[0], 48, &sink_emu, lat_n, &mut probe);
+        f.latency.insert(("IPv6→Teredo", size), lat);
         say(&format!(
             "  {label} {size:>4} B: Teredo→IPv6 {:>9.0} pkt/s, IPv6→Teredo {:>9.0} pkt/s",
             f.rate[&("Teredo→IPv6", size)],
@@ -154,7 +167,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
     let mut rates = [0.0; 2];
     for (k, (from_ns, to_ns, to)) in [(&cns, &h6, HOST6_V6), (&h6, &cns, client)].into_iter().enumerate() {
         let tx = socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-        let sink = Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?], 0);
+        let sink = Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?]);
         let mut build = |seq: u64, buf: &mut [u8]| {
             buf[..8].copy_from_slice(&seq.to_be_bytes());
             buf[8..512 - 48].fill(0x5a);
@@ -173,12 +186,15 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
     let mut f = Figures::default();
     let out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
     let back = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-    let sink_h6 = Sink::start(vec![socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?], 0);
-    let sink_gen = Sink::start(vec![socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?], 0);
+    let rx_h6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
+    let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
+    let dup = |s: &socket2::Socket| s.try_clone().map_err(|e| Failure::runtime(e.to_string()));
+    let sink_h6 = Sink::start(vec![dup(&rx_h6)?]);
+    let sink_gen = Sink::start(vec![dup(&rx_gen)?]);
     for size in SIZES {
-        for (dir, sock, sink, to) in [
-            ("Teredo→IPv6", &out, &sink_h6, v6(SINK_NATIVE_V6, 9000)),
-            ("IPv6→Teredo", &back, &sink_gen, v6(GEN_NATIVE_V6, 9001)),
+        for (dir, sock, sink, rx, to) in [
+            ("Teredo→IPv6", &out, &sink_h6, &rx_h6, v6(SINK_NATIVE_V6, 9000)),
+            ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
         ] {
             let mut build = |seq: u64, buf: &mut [u8]| {
                 buf[..8].copy_from_slice(&seq.to_be_bytes());
@@ -187,7 +203,7 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
             };
             let (r, _) = max_rate(std::slice::from_ref(sock), sink, dur, quick, &mut build);
             f.rate.insert((dir, size), r as f64);
-            f.latency.insert((dir, size), latencies(std::slice::from_ref(sock), sink, lat_n, &mut build));
+            f.latency.insert((dir, size), latencies(std::slice::from_ref(sock), rx, 0, sink, lat_n, &mut build));
         }
         say(&format!(
             "  kernel {size:>4} B: forward {:>9.0} pkt/s, back {:>9.0} pkt/s",

@@ -13,7 +13,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Make a socket inside namespace `ns` (a thread enters it; the socket stays there).
@@ -111,25 +111,33 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
     size
 }
 
-/// Counts what arrives on some sockets, in a thread, until stopped; remembers when
-/// each sequence number arrived (for latency).
+/// Counts what arrives on some sockets, in a thread, until stopped. Paused, it leaves
+/// the sockets alone (the latency probes read them themselves).
 pub struct Sink {
     count: Arc<AtomicU64>,
-    last_seq: Arc<Mutex<Option<(u64, Instant)>>>,
     stop: Arc<AtomicBool>,
+    pause: Arc<AtomicBool>,
+    paused: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Sink {
-    /// Receive on `socks`; the sequence number sits at `seq_at` in each datagram.
-    pub fn start(socks: Vec<Socket>, seq_at: usize) -> Sink {
+    /// Receive on `socks`.
+    pub fn start(socks: Vec<Socket>) -> Sink {
         let count = Arc::new(AtomicU64::new(0));
-        let last_seq = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, l, st) = (Arc::clone(&count), Arc::clone(&last_seq), Arc::clone(&stop));
+        let pause = Arc::new(AtomicBool::new(false));
+        let paused = Arc::new(AtomicBool::new(false));
+        let (c, st, pa, pd) = (Arc::clone(&count), Arc::clone(&stop), Arc::clone(&pause), Arc::clone(&paused));
         let thread = std::thread::spawn(move || {
             let mut rx = RecvBatch::new(64, 2048);
             while !st.load(Ordering::Relaxed) {
+                if pa.load(Ordering::Acquire) {
+                    pd.store(true, Ordering::Release);
+                    std::thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                pd.store(false, Ordering::Release);
                 let mut fds: Vec<nix::poll::PollFd> =
                     socks.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
                 let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(20u16));
@@ -139,28 +147,29 @@ impl Sink {
                             break;
                         }
                         c.fetch_add(n as u64, Ordering::Relaxed);
-                        let (_, d) = rx.get_any(n - 1);
-                        if let Some(b) = d.get(seq_at..seq_at + 8) {
-                            *l.lock().unwrap() = Some((u64::from_be_bytes(b.try_into().unwrap()), Instant::now()));
-                        }
                     }
                 }
             }
         });
-        Sink { count, last_seq, stop, thread: Some(thread) }
+        Sink { count, stop, pause, paused, thread: Some(thread) }
+    }
+
+    /// Stop reading (returns once the thread has let go of the sockets).
+    pub fn pause(&self) {
+        self.pause.store(true, Ordering::Release);
+        while !self.paused.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Read again.
+    pub fn resume(&self) {
+        self.pause.store(false, Ordering::Release);
     }
 
     /// Datagrams so far.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
-    }
-
-    /// When `seq` arrived, if it was the last one seen.
-    pub fn arrived(&self, seq: u64) -> Option<Instant> {
-        match *self.last_seq.lock().unwrap() {
-            Some((s, t)) if s == seq => Some(t),
-            _ => None,
-        }
     }
 }
 
@@ -316,12 +325,25 @@ impl Drop for Flood {
     }
 }
 
-/// One packet at a time, `n` times: microseconds from send to arrival at `sink`.
-pub fn latencies(socks: &[Socket], sink: &Sink, n: usize, build: &mut Build<'_>) -> Vec<f64> {
+/// One packet at a time, `n` times: microseconds from send to arrival on `rx`, where
+/// the sequence number sits at `seq_at`. This thread reads `rx` itself, spinning, so
+/// the figure holds the path and the relay, not the wake-up of a receiving thread.
+/// `sink` (which shares `rx`) is paused meanwhile.
+pub fn latencies(
+    socks: &[Socket],
+    rx: &Socket,
+    seq_at: usize,
+    sink: &Sink,
+    n: usize,
+    build: &mut Build<'_>,
+) -> Vec<f64> {
     let mut out = Vec::with_capacity(n);
     let mut buf = [0u8; 2048];
+    let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
     // Let the last rate trial drain, and number probes apart from its packets.
     std::thread::sleep(Duration::from_millis(100));
+    sink.pause();
+    while rx.recv(&mut got).is_ok() {}
     for i in 0..n as u64 {
         let seq = (1 << 40) + i;
         let (len, to, which) = build(seq, &mut buf);
@@ -331,16 +353,22 @@ pub fn latencies(socks: &[Socket], sink: &Sink, n: usize, build: &mut Build<'_>)
         }
         let deadline = t0 + Duration::from_millis(50);
         loop {
-            if let Some(t) = sink.arrived(seq) {
-                out.push((t - t0).as_secs_f64() * 1e6);
-                break;
+            match rx.recv(&mut got) {
+                Ok(k) if k >= seq_at + 8 => {
+                    // SAFETY: recv initialised the first k bytes.
+                    let b: [u8; 8] = std::array::from_fn(|j| unsafe { got[seq_at + j].assume_init() });
+                    if u64::from_be_bytes(b) == seq {
+                        out.push(t0.elapsed().as_secs_f64() * 1e6);
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) if Instant::now() > deadline => break,
+                Err(_) => std::hint::spin_loop(),
             }
-            if Instant::now() > deadline {
-                break;
-            }
-            std::hint::spin_loop();
         }
     }
+    sink.resume();
     out
 }
 

@@ -38,6 +38,7 @@ pub const DIRECTIVES: &[&str] = &[
     "QueueBytes",
     "RelayAddress",
     "RelayThreads",
+    "BusyPoll",
     "FallbackServerAddress",
     "RefreshInterval",
     "DefaultRouteMetric",
@@ -86,6 +87,9 @@ pub struct MiredoConf {
     pub relay_address: Option<Ipv6Addr>,
     /// Relay worker threads (default: one per core).
     pub relay_threads: Option<usize>,
+    /// Microseconds a relay worker keeps looking for packets after its last one before
+    /// it sleeps (0: sleep at once).
+    pub busy_poll_us: u64,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -125,6 +129,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         queue_bytes: 4096,
         relay_address: None,
         relay_threads: None,
+        busy_poll_us: 50,
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -174,9 +179,13 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.mtu = f.value(&d, config::mtu)?;
         }
     }
-    for (name, for_relay) in
-        [("PeerCapacity", true), ("QueueBytes", true), ("RelayAddress", true), ("RelayThreads", true)]
-    {
+    for (name, for_relay) in [
+        ("PeerCapacity", true),
+        ("QueueBytes", true),
+        ("RelayAddress", true),
+        ("RelayThreads", true),
+        ("BusyPoll", true),
+    ] {
         if let Some(d) = f.take(name)? {
             if !role_only(&d, for_relay) {
                 continue;
@@ -192,6 +201,12 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                     c.queue_bytes = f.value(&d, |v| match config::number(v)? {
                         n @ 1280..=1_048_576 => Ok(n),
                         _ => Err("expected 1280 to 1048576 bytes".into()),
+                    })?
+                }
+                "BusyPoll" => {
+                    c.busy_poll_us = f.value(&d, |v| match config::number(v)? {
+                        n @ 0..=10_000 => Ok(n as u64),
+                        _ => Err("expected 0 to 10000 microseconds".into()),
                     })?
                 }
                 "RelayThreads" => {
@@ -305,6 +320,8 @@ mod tests {
         assert_eq!(load_text("relaytype HOST\n").unwrap().role, RelayType::Host);
         assert_eq!(load_text("RelayType relay\nRelayThreads 4\n").unwrap().relay_threads, Some(4));
         assert!(load_text("RelayType relay\nRelayThreads 0\n").unwrap_err().contains("1 to 256 worker threads"));
+        assert_eq!(load_text("RelayType relay\nBusyPoll 0\n").unwrap().busy_poll_us, 0);
+        assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
     }
 

@@ -95,6 +95,8 @@ struct Crew<'a> {
     started: Instant,
     /// Each worker's counters, published every tick and on exit.
     published: &'a [Mutex<RelayStats>],
+    /// How long a worker keeps polling without sleeping after its last packet.
+    busy_poll: Duration,
 }
 
 impl Crew<'_> {
@@ -180,7 +182,14 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
     }
     let halt = AtomicBool::new(false);
     let published: Vec<Mutex<RelayStats>> = (0..workers).map(|_| Mutex::new(RelayStats::default())).collect();
-    let crew = Crew { relay: &relay, signals: &signals, halt: &halt, started: Instant::now(), published: &published };
+    let crew = Crew {
+        relay: &relay,
+        signals: &signals,
+        halt: &halt,
+        started: Instant::now(),
+        published: &published,
+        busy_poll: Duration::from_micros(conf.busy_poll_us),
+    };
     let ios: Vec<WorkerIo> = socks.into_iter().zip(tuns).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
         let crew = &crew;
@@ -220,6 +229,11 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     let mut out = Out { sock, tun, batch: SendBatch::new(BATCH, SLOT), tun_errors: 0 };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = crew.started + TICK;
+    // Adaptive busy polling: right after traffic, look again at once rather than sleep
+    // in poll(2) — a sleeping thread's wake-up costs more than the relay's own work —
+    // yielding the core between looks, and sleep once `busy_poll` has passed with
+    // nothing to do.
+    let mut busy_until = Instant::now();
     let publish = |state: &shipworm_proto::relay::RelayWorker| {
         *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) = state.stats().clone();
     };
@@ -229,16 +243,24 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             publish(&state);
             report(crew, "counters");
         }
-        let wait = next_tick.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
+        if Instant::now() >= busy_until {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
+            }
+        } else {
+            // Still runnable, so no wake-up is due, but a thread that needs this core
+            // (the host's own work, another worker) gets it.
+            std::thread::yield_now();
         }
         let now = crew.started.elapsed();
+        let mut handled = 0;
         // UDP side, a batch at a time.
         loop {
             let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+            handled += n;
             for i in 0..n {
                 let (from, data) = rx.get(i);
                 crew.relay.on_udp(&mut state, now, from, data, &mut out);
@@ -251,6 +273,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
         for _ in 0..BATCH {
             match tun.recv(&mut buf) {
                 Ok(Some(n)) => {
+                    handled += 1;
                     crew.relay.on_tun(&mut state, now, &buf[..n], &mut out);
                 }
                 Ok(None) => break,
@@ -266,6 +289,9 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
         }
         if !out.batch.is_empty() {
             out.batch.flush(sock.as_fd());
+        }
+        if handled > 0 {
+            busy_until = Instant::now() + crew.busy_poll;
         }
     }
     publish(&state);
