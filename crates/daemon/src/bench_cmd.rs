@@ -304,8 +304,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         say(&format!("  {name}: UDP client→native {:.0} pkt/s, native→client {:.0} pkt/s", udp.0, udp.1));
         e2e.push((name, o, udp));
     }
-    let report = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    let ratios_file = args.out.join("ratios.tsv");
+    let previous = read_ratios(&ratios_file);
+    let (mut report, ratios) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    report.push_str(&repeatability(previous.as_deref(), &ratios));
     write_report(&args.out, &report, &runs)?;
+    let tsv: String = ratios.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect();
+    std::fs::write(&ratios_file, tsv).map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
     println!("\nreport: {}", args.out.join("report.md").display());
     Ok(())
 }
@@ -318,13 +323,56 @@ fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
     runs.iter().filter_map(|f| f.latency.get(&key)).flatten().copied().collect()
 }
 
+/// The ratios of an earlier run written to the same folder, if any.
+fn read_ratios(path: &Path) -> Option<Vec<(String, f64)>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    Some(
+        text.lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+            .collect(),
+    )
+}
+
+/// How far each ratio moved since the earlier run in the same folder.
+fn repeatability(previous: Option<&[(String, f64)]>, now: &[(String, f64)]) -> String {
+    let Some(previous) = previous else {
+        return "\n## Repeatability\n\nNo earlier run in this folder: run the same command again to compare.\n".into();
+    };
+    let mut changes: Vec<(f64, &str, f64, f64)> = now
+        .iter()
+        .filter_map(|(k, v)| {
+            let (_, old) = previous.iter().find(|(pk, _)| pk == k)?;
+            (old.is_finite() && v.is_finite() && *old != 0.0).then(|| ((v / old - 1.0).abs(), k.as_str(), *old, *v))
+        })
+        .collect();
+    changes.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let within = changes.iter().filter(|c| c.0 <= 0.15).count();
+    let mut r = format!(
+        "\n## Repeatability\n\nAgainst the earlier run in this folder: {within} of {} ratios within ±15 %.",
+        changes.len()
+    );
+    let moved: Vec<String> = changes
+        .iter()
+        .filter(|c| c.0 > 0.15)
+        .map(|(d, k, old, new)| format!("{k}: {old:.2} → {new:.2} ({:+.0} %)", d * 100.0 * (new - old).signum()))
+        .collect();
+    if !moved.is_empty() {
+        let _ = write!(r, " Moved more: {}.", moved.join("; "));
+    }
+    r.push('\n');
+    r
+}
+
+/// The report, and every ratio in it by name (for the repeatability check).
 fn report(
     runs: &BTreeMap<&'static str, Vec<Figures>>,
     tables: &[(usize, (f64, f64, f64))],
     e2e: &[(&str, scenario::Outcome, (f64, f64))],
     quick: bool,
     took: Duration,
-) -> String {
+) -> (String, Vec<(String, f64)>) {
+    let mut ratios: Vec<(String, f64)> = Vec::new();
     let mut r = String::new();
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
@@ -349,6 +397,8 @@ fn report(
             let (m, k) = (get("miredo", (dir, size)), get("kernel", (dir, size)));
             let _ =
                 writeln!(r, "| {dir} | {size} | {s:.0} | {one:.0} | {m:.0} | {k:.0} | {:.2} | {:.2} |", s / m, s / k);
+            ratios.push((format!("rate {dir} {size} B shipworm/Miredo"), s / m));
+            ratios.push((format!("rate {dir} {size} B shipworm/kernel"), s / k));
         }
     }
     let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show. Generator, sink and relay share the machine's cores.\n");
@@ -365,21 +415,25 @@ fn report(
         }
         let (with, without) = (get(name, UNDER_FLOOD), get(name, ("Teredo→IPv6", UNDER_FLOOD.1)));
         let _ = writeln!(r, "| {name} | {:.0} | {with:.0} | {without:.0} | {:.2} |", flood(name), with / without);
+        ratios.push((format!("flood {name} under/without"), with / without));
     }
     let _ = writeln!(r);
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n");
-    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | added: shipworm / Miredo |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|");
+    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | {ONE_WORKER} median / p99 | Miredo median / p99 | kernel median / p99 | added: shipworm / Miredo |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for size in SIZES {
             let l = |name: &str| runs.get(name).map(|v| all_lat(v, (dir, size))).unwrap_or_default();
-            let (s, m, k) = (l("shipworm"), l("miredo"), l("kernel"));
+            let (s, one, m, k) = (l("shipworm"), l(ONE_WORKER), l("miredo"), l("kernel"));
             let added = (median(&s) - median(&k)) / (median(&m) - median(&k));
+            ratios.push((format!("latency added {dir} {size} B shipworm/Miredo"), added));
             let _ = writeln!(
                 r,
-                "| {dir} | {size} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {added:.2} |",
+                "| {dir} | {size} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {added:.2} |",
                 median(&s),
                 pct(&s, 0.99),
+                median(&one),
+                pct(&one, 0.99),
                 median(&m),
                 pct(&m, 0.99),
                 median(&k),
@@ -413,8 +467,14 @@ fn report(
             o.tcp_in.mbit_per_s()
         );
     }
+    if let [(_, s, su), (_, m, mu)] = e2e {
+        ratios.push(("e2e TCP client→native shipworm/Miredo".into(), s.tcp_out.mbit_per_s() / m.tcp_out.mbit_per_s()));
+        ratios.push(("e2e TCP native→client shipworm/Miredo".into(), s.tcp_in.mbit_per_s() / m.tcp_in.mbit_per_s()));
+        ratios.push(("e2e UDP client→native shipworm/Miredo".into(), su.0 / mu.0));
+        ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
+    }
     let _ = writeln!(r, "\nUDP: 512-byte IPv6 packets, the highest rate with < 0.1 % loss.");
-    r
+    (r, ratios)
 }
 
 fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figures>>) -> Result<(), Failure> {
@@ -514,4 +574,27 @@ fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeatability_names_what_moved_more_than_fifteen_percent() {
+        let old = vec![("a".to_string(), 1.0), ("b".to_string(), 2.0), ("gone".to_string(), 5.0)];
+        let new = vec![("a".to_string(), 1.1), ("b".to_string(), 1.0), ("new".to_string(), 3.0)];
+        let r = repeatability(Some(&old), &new);
+        assert!(r.contains("1 of 2 ratios within ±15 %"), "{r}");
+        assert!(r.contains("b: 2.00 → 1.00 (-50 %)"), "{r}");
+        assert!(!r.contains("a:"), "{r}");
+        assert!(repeatability(None, &new).contains("No earlier run"));
+        let dir = std::env::temp_dir().join(format!("shipworm-ratios-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("r.tsv"), "a\t1.5\nbad line\nb\tNaN\n").unwrap();
+        let read = read_ratios(&dir.join("r.tsv")).unwrap();
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0], ("a".to_string(), 1.5));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
