@@ -59,7 +59,7 @@ fn trial_sizes(quick: bool) -> (Duration, usize) {
     if quick {
         (Duration::from_millis(100), 100)
     } else {
-        (Duration::from_millis(500), 10_000)
+        (Duration::from_millis(400), 10_000)
     }
 }
 
@@ -101,7 +101,7 @@ fn measure_relay(
             let i = ((seq / 64) % CLIENTS as u64) as usize;
             (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
         };
-        let (r, _) = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
+        let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
         f.rate.insert(("Teredo→IPv6", size), r as f64);
         // Probes: one flow, from the first client.
         let from = emu.addrs[0];
@@ -117,7 +117,7 @@ fn measure_relay(
             buf[8..size - 48].fill(0x5a);
             (size - 48, v6(addrs[i], 9002), 0)
         };
-        let (r, _) = max_rate(std::slice::from_ref(&native), &sink_emu, dur, quick, &mut encap);
+        let r = max_rate(std::slice::from_ref(&native), &sink_emu, dur, quick, &mut encap);
         f.rate.insert(("IPv6→Teredo", size), r as f64);
         emu.bubble(relay, SINK_NATIVE_V6);
         // Probes all go to the first client, whose socket the prober reads.
@@ -147,7 +147,7 @@ fn measure_relay(
         let i = ((seq / 64) % CLIENTS as u64) as usize;
         (ipv6_udp(buf, UNDER_FLOOD.1, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
     };
-    let (r, _) = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
+    let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
     f.flood = flood.stop();
     f.rate.insert(UNDER_FLOOD, r as f64);
     say(&format!(
@@ -173,7 +173,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
             buf[8..512 - 48].fill(0x5a);
             (512 - 48, v6(to, 9010), 0)
         };
-        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build).0 as f64;
+        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build) as f64;
     }
     Ok((rates[0], rates[1]))
 }
@@ -201,7 +201,7 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
                 buf[8..size - 48].fill(0x5a);
                 (size - 48, to, 0)
             };
-            let (r, _) = max_rate(std::slice::from_ref(sock), sink, dur, quick, &mut build);
+            let r = max_rate(std::slice::from_ref(sock), sink, dur, quick, &mut build);
             f.rate.insert((dir, size), r as f64);
             f.latency.insert((dir, size), latencies(std::slice::from_ref(sock), rx, 0, sink, lat_n, &mut build));
         }

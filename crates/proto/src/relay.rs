@@ -186,9 +186,11 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl SharedRelay {
-    /// Relay state cut into `shards` shards (at least 1, at most the capacity).
+    /// Relay state cut into `shards` shards: at least 1, and no more than either cap,
+    /// so that every shard's share of each cap is at least one and the shares add up
+    /// to the caps exactly.
     pub fn new(cfg: RelayConfig, shards: usize) -> SharedRelay {
-        let n = shards.clamp(1, cfg.capacity.max(1));
+        let n = shards.clamp(1, cfg.capacity.min(cfg.pending_capacity).max(1));
         let (k0, k1) = cfg.hash_keys;
         let keys = KeyedHash::new(k0, k1);
         let part = |total: usize, i: usize| total / n + usize::from(i < total % n);
@@ -197,7 +199,7 @@ impl SharedRelay {
                 Mutex::new(Shard {
                     peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys),
                     pending: VecDeque::new(),
-                    pending_capacity: part(cfg.pending_capacity, i).max(1),
+                    pending_capacity: part(cfg.pending_capacity.max(1), i),
                 })
             })
             .collect();

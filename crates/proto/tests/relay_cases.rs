@@ -466,8 +466,10 @@ mod sharded {
     }
 
     #[test]
-    fn never_more_shards_than_peers() {
+    fn never_more_shards_than_either_cap() {
         let shared = SharedRelay::new(RelayConfig { capacity: 3, ..RelayConfig::default() }, 64);
         assert_eq!(shared.shards(), 3);
+        let shared = SharedRelay::new(RelayConfig { pending_capacity: 5, ..RelayConfig::default() }, 64);
+        assert_eq!(shared.shards(), 5);
     }
 }
