@@ -1,8 +1,9 @@
 //! `shipworm relay`: the Teredo relay and host-specific relay daemon. A TUN interface
 //! routed for the Teredo prefix and one worker thread per core (`RelayThreads`), each
 //! with its own UDP socket on the shared port (SO_REUSEPORT) and its own TUN queue
-//! (IFF_MULTI_QUEUE): the kernel steers every flow to one worker, so nothing is
-//! reordered, and workers share only the sharded peer table. Batched receive and send,
+//! (IFF_MULTI_QUEUE): the kernel steers every flow to one worker, so a flow is not
+//! reordered (but for the queue a bubble answer releases, sent by the worker that got
+//! the answer), and workers share only the sharded peer table. Batched receive and send,
 //! timers every 250 ms (worker 0); root is dropped once everything is set up.
 
 use crate::miredo_config::{MiredoConf, RelayType};
@@ -25,6 +26,9 @@ use std::time::{Duration, Instant};
 
 /// Datagrams / packets per batch.
 const BATCH: usize = 64;
+/// UDP batches per round at most, so that a flood on one socket cannot hold a worker
+/// away from its TUN queue, its timers and the stop flag.
+const UDP_BATCHES_PER_ROUND: usize = 8;
 /// Timer period.
 const TICK: Duration = Duration::from_millis(250);
 /// Peer-table shards per worker: two workers meet on one shard's lock rarely.
@@ -54,7 +58,8 @@ fn random_keys() -> (u64, u64) {
     let mut b = [0u8; 16];
     if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
         // Still unpredictable enough to an outsider: time and pid.
-        let t = Instant::now().elapsed().as_nanos() as u64 ^ u64::from(std::process::id()) << 32;
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id()) << 32;
         b[..8].copy_from_slice(&t.to_le_bytes());
     }
     (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap()))
@@ -143,8 +148,12 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
     };
     // The first socket picks the port (BindPort 0: any); the others share it.
     let first = bind_udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1)?;
-    let local = first.local_addr().ok().and_then(|a| a.as_socket_ipv4());
-    let port = local.map_or(conf.bind_port, |a| a.port());
+    let local = first
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket_ipv4())
+        .ok_or_else(|| Failure::runtime("cannot read the UDP socket's own address"))?;
+    let port = local.port();
     let mut socks = vec![first];
     for _ in 1..workers {
         socks.push(bind_udp(SocketAddrV4::new(conf.bind_address, port), true)?);
@@ -171,7 +180,7 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
             RelayType::Restricted => "relay (restricted)",
             _ => "relay",
         },
-        local.map_or_else(|| "?".into(), |a| a.to_string()),
+        local,
         conf.mtu,
         conf.peer_capacity,
         if workers == 1 { "" } else { "s" },
@@ -195,15 +204,19 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
         let crew = &crew;
         let mut ios = ios.into_iter().enumerate();
         let (_, io0) = ios.next().expect("at least one worker");
-        let others: Vec<_> = ios
-            .map(|(i, io)| {
-                std::thread::Builder::new()
-                    .name(format!("relay-{i}"))
-                    .spawn_scoped(s, move || worker(crew, i, &io))
-                    .expect("spawn a worker thread")
-            })
-            .collect();
-        let mut results = vec![worker(crew, 0, &io0)];
+        let mut results = Vec::new();
+        let mut others = Vec::new();
+        for (i, io) in ios {
+            match std::thread::Builder::new().name(format!("relay-{i}")).spawn_scoped(s, move || worker(crew, i, &io)) {
+                Ok(h) => others.push(h),
+                Err(e) => {
+                    crew.halt.store(true, Ordering::Relaxed);
+                    results.push(Err(Failure::runtime(format!("cannot start worker thread {i}: {e}"))));
+                    break;
+                }
+            }
+        }
+        results.push(worker(crew, 0, &io0));
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         results
@@ -215,10 +228,18 @@ pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
 /// One worker's loop: its socket and TUN queue, batched; worker 0 also runs the timers
 /// and answers SIGUSR1.
 fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
-    let r = worker_loop(crew, id, io);
-    if r.is_err() {
-        crew.halt.store(true, Ordering::Relaxed);
+    /// Stops the other workers when this one ends early, by error or by panic.
+    struct HaltOnExit<'a>(&'a AtomicBool, bool);
+    impl Drop for HaltOnExit<'_> {
+        fn drop(&mut self) {
+            if !self.1 || std::thread::panicking() {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
     }
+    let mut guard = HaltOnExit(crew.halt, false);
+    let r = worker_loop(crew, id, io);
+    guard.1 = r.is_ok();
     r
 }
 
@@ -255,12 +276,12 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             // (the host's own work, another worker) gets it.
             std::thread::yield_now();
         }
-        let now = crew.started.elapsed();
         let mut handled = 0;
-        // UDP side, a batch at a time.
-        loop {
+        // UDP side, a batch at a time, a bounded number of batches.
+        for _ in 0..UDP_BATCHES_PER_ROUND {
             let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
             handled += n;
+            let now = crew.started.elapsed();
             for i in 0..n {
                 let (from, data) = rx.get(i);
                 crew.relay.on_udp(&mut state, now, from, data, &mut out);
@@ -270,6 +291,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             }
         }
         // TUN side: up to a batch of packets per round, so neither side starves.
+        let now = crew.started.elapsed();
         for _ in 0..BATCH {
             match tun.recv(&mut buf) {
                 Ok(Some(n)) => {

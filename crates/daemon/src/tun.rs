@@ -10,6 +10,8 @@ const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TUN: libc::c_short = 0x0001;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+/// Refuse to attach to an interface that exists already (`i16` view of 0x8000).
+const IFF_TUN_EXCL: libc::c_short = 0x8000u16 as libc::c_short;
 
 #[repr(C)]
 struct IfReq {
@@ -37,8 +39,10 @@ impl Tun {
         if queues <= 1 {
             return Ok(vec![Self::create(name)?]);
         }
+        // The first queue creates the interface, exclusively: a second daemon must not
+        // quietly add its queues to ours and take a share of our flows.
         let flags = IFF_TUN | IFF_NO_PI | IFF_MULTI_QUEUE;
-        let mut all = vec![Self::open(name, flags)?];
+        let mut all = vec![Self::open(name, flags | IFF_TUN_EXCL)?];
         let name = all[0].name.clone();
         for _ in 1..queues {
             all.push(Self::open(&name, flags)?);
@@ -76,6 +80,10 @@ impl Tun {
                 Some(libc::EBUSY) => {
                     format!("cannot create TUN interface {name}: it exists and is in use (another Teredo daemon?)")
                 }
+                Some(libc::EINVAL) => format!(
+                    "cannot create TUN interface {name}: an interface of that name exists with other settings \
+                     (a persistent single-queue device? remove it, or set RelayThreads 1)"
+                ),
                 _ => format!("cannot create TUN interface {name}: {e}"),
             });
         }

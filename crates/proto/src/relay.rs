@@ -18,8 +18,9 @@
 //! Threads: [`SharedRelay`] holds what every worker shares — the peer table cut into
 //! shards by a keyed hash of the peer's address, each shard behind its own lock — and
 //! each worker keeps a [`RelayWorker`] of its own (counters, scratch space). A packet
-//! takes one shard's lock, never a global one, and no lock is held across a write to
-//! the TUN. [`Relay`] is the one-shard, one-worker form (tests, a single thread).
+//! takes one shard's lock, never a global one; forwarded packets are written out after
+//! it is released (bubbles and the timer's output may leave under it). [`Relay`] is the
+//! one-shard, one-worker form (tests, a single thread).
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
@@ -179,6 +180,11 @@ pub struct SharedRelay {
     icmp: Mutex<RateLimit>,
 }
 
+/// Smallest share of the peer cap a shard gets.
+pub const MIN_SHARD_PEERS: usize = 256;
+/// Smallest share of the waiting-peer cap a shard gets.
+pub const MIN_SHARD_PENDING: usize = 32;
+
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A worker that panicked mid-update leaves a consistent table (every step is a
     // whole field write); go on rather than take the relay down.
@@ -186,11 +192,12 @@ fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl SharedRelay {
-    /// Relay state cut into `shards` shards: at least 1, and no more than either cap,
-    /// so that every shard's share of each cap is at least one and the shares add up
+    /// Relay state cut into at most `shards` shards. Each shard enforces its share of
+    /// the caps on its own, so shares must stay large enough for the hash's unevenness
+    /// not to matter: at least 256 peers and 32 waiting peers a shard. The shares add up
     /// to the caps exactly.
     pub fn new(cfg: RelayConfig, shards: usize) -> SharedRelay {
-        let n = shards.clamp(1, cfg.capacity.min(cfg.pending_capacity).max(1));
+        let n = shards.clamp(1, (cfg.capacity / MIN_SHARD_PEERS).min(cfg.pending_capacity / MIN_SHARD_PENDING).max(1));
         let (k0, k1) = cfg.hash_keys;
         let keys = KeyedHash::new(k0, k1);
         let part = |total: usize, i: usize| total / n + usize::from(i < total % n);
@@ -232,6 +239,11 @@ impl SharedRelay {
         // Lemire's multiply-shift: uniform over n without a division.
         let h = self.pick.hash_one(addr);
         &self.shards[((u128::from(h) * n as u128) >> 64) as usize]
+    }
+
+    /// Peers per shard (status and tests).
+    pub fn shard_lens(&self) -> Vec<usize> {
+        self.shards.iter().map(|s| lock(s).peers.len()).collect()
     }
 
     /// Number of peers (locks each shard in turn: for status, not the packet path).
@@ -435,7 +447,7 @@ impl SharedRelay {
     /// One worker calls it for all (it visits every shard in turn).
     pub fn on_timer(&self, w: &mut RelayWorker, now: Duration, tx: &mut impl Transmit) {
         // The sweep's budget is shared out, so a tick costs the same however cut.
-        let sweep = 1024usize.div_ceil(self.shards.len()).max(64);
+        let sweep = 1024usize.div_ceil(self.shards.len());
         for shard in self.shards.iter() {
             let mut guard = lock(shard);
             let shard = &mut *guard;

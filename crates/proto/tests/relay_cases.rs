@@ -466,10 +466,72 @@ mod sharded {
     }
 
     #[test]
-    fn never_more_shards_than_either_cap() {
-        let shared = SharedRelay::new(RelayConfig { capacity: 3, ..RelayConfig::default() }, 64);
+    fn shards_keep_a_working_share_of_each_cap() {
+        use shipworm_proto::relay::{MIN_SHARD_PEERS, MIN_SHARD_PENDING};
+        let shared = SharedRelay::new(RelayConfig { capacity: 3 * MIN_SHARD_PEERS, ..RelayConfig::default() }, 64);
         assert_eq!(shared.shards(), 3);
-        let shared = SharedRelay::new(RelayConfig { pending_capacity: 5, ..RelayConfig::default() }, 64);
-        assert_eq!(shared.shards(), 5);
+        let cfg = RelayConfig { pending_capacity: 5 * MIN_SHARD_PENDING, ..RelayConfig::default() };
+        assert_eq!(SharedRelay::new(cfg, 64).shards(), 5);
+        // A tiny table is one shard: 16 peers stay 16 usable places.
+        let small = SharedRelay::new(RelayConfig { capacity: 16, ..RelayConfig::default() }, 128);
+        assert_eq!(small.shards(), 1);
+    }
+
+    #[test]
+    fn peers_spread_over_the_shards() {
+        let shared = SharedRelay::new(RelayConfig { hash_keys: (11, 12), ..RelayConfig::default() }, 16);
+        let mut worker = shared.worker();
+        let mut w = Wire::default();
+        for i in 0..1600 {
+            shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
+        }
+        let lens = shared.shard_lens();
+        assert_eq!(lens.iter().sum::<usize>(), 1600);
+        assert!(lens.iter().all(|&n| (50..=150).contains(&n)), "uneven: {lens:?}");
+    }
+
+    #[test]
+    fn the_timer_repeats_bubbles_and_gives_up_in_every_shard() {
+        let cfg = RelayConfig { icmp_source: Some(a("2001:db8::ff")), icmp_rate: 1000, ..RelayConfig::default() };
+        let shared = SharedRelay::new(cfg, 16);
+        let mut worker = shared.worker();
+        let mut w = Wire::default();
+        for i in 0..200 {
+            shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
+        }
+        assert_eq!(shared.pending_len(), 200);
+        w.udp.clear();
+        shared.on_timer(&mut worker, secs(3), &mut w);
+        assert_eq!(w.udp.len(), 200, "one repeated bubble per waiting peer, whatever its shard");
+        for t in [5, 7, 9, 11] {
+            shared.on_timer(&mut worker, secs(t), &mut w);
+        }
+        assert_eq!((shared.peer_count(), worker.stats().unreachable_peers), (0, 200));
+        assert_eq!(w.tun.len(), 200, "an address-unreachable for each queued packet");
+    }
+
+    #[test]
+    fn a_bubble_answer_on_another_thread_releases_the_queue() {
+        // The daemon's usual case: the native packet arrives on one worker's TUN queue,
+        // the client's bubble on another worker's socket.
+        let shared = SharedRelay::new(RelayConfig::default(), 16);
+        let (addr, mapped) = client(42);
+        let p = udp_packet(NATIVE, &addr.to_string());
+        let mut tun_side = shared.worker();
+        let mut w = Wire::default();
+        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Queued);
+        let sent = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut udp_side = shared.worker();
+                let mut w2 = Wire::default();
+                let v = shared.on_udp(&mut udp_side, secs(1), mapped, &bubble(&addr.to_string(), NATIVE), &mut w2);
+                assert_eq!(v, Verdict::Consumed);
+                w2.udp
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(sent, vec![(mapped, p.clone())]);
+        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Forwarded);
     }
 }
