@@ -328,6 +328,29 @@ fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
     runs.iter().filter_map(|f| f.latency.get(&key)).flatten().copied().collect()
 }
 
+/// A ratio worked out within each round — where every implementation was measured
+/// minutes apart, so the machine's drift over a run cancels — then the median of the
+/// rounds. `f` gets one round's figures by implementation name.
+fn paired<'a>(
+    runs: &'a BTreeMap<&'static str, Vec<Figures>>,
+    f: impl Fn(&dyn Fn(&str) -> Option<&'a Figures>) -> f64,
+) -> f64 {
+    let rounds = runs.values().map(Vec::len).min().unwrap_or(0);
+    let per: Vec<f64> =
+        (0..rounds).map(|i| f(&|name: &str| runs.get(name).and_then(|v| v.get(i)))).filter(|x| x.is_finite()).collect();
+    median(&per)
+}
+
+/// One round's rate for `key`.
+fn round_rate(f: Option<&Figures>, key: (&'static str, usize)) -> f64 {
+    f.and_then(|f| f.rate.get(&key).copied()).unwrap_or(f64::NAN)
+}
+
+/// One round's median latency for `key`.
+fn round_lat(f: Option<&Figures>, key: (&'static str, usize)) -> f64 {
+    f.and_then(|f| f.latency.get(&key)).map_or(f64::NAN, |v| median(v))
+}
+
 /// The ratios of an earlier run written to the same folder, if any.
 fn read_ratios(path: &Path) -> Option<Vec<(String, f64)>> {
     let text = std::fs::read_to_string(path).ok()?;
@@ -382,7 +405,7 @@ fn report(
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
-        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the highest with < 0.1 % loss (medians of the rounds), latencies are one packet at a time.\n",
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the highest with < 0.1 % loss (medians of the rounds), latencies are one packet at a time; ratios are worked out within each round, then the median of the rounds is shown.\n",
         machine(),
         if quick { "quick (short trials: figures are rough)" } else { "full" },
         took.as_secs_f64(),
@@ -400,10 +423,12 @@ fn report(
         for size in SIZES {
             let (s, one) = (get("shipworm", (dir, size)), get(ONE_WORKER, (dir, size)));
             let (m, k) = (get("miredo", (dir, size)), get("kernel", (dir, size)));
-            let _ =
-                writeln!(r, "| {dir} | {size} | {s:.0} | {one:.0} | {m:.0} | {k:.0} | {:.2} | {:.2} |", s / m, s / k);
-            ratios.push((format!("rate {dir} {size} B shipworm/Miredo"), s / m));
-            ratios.push((format!("rate {dir} {size} B shipworm/kernel"), s / k));
+            let key = (dir, size);
+            let sm = paired(runs, |f| round_rate(f("shipworm"), key) / round_rate(f("miredo"), key));
+            let sk = paired(runs, |f| round_rate(f("shipworm"), key) / round_rate(f("kernel"), key));
+            let _ = writeln!(r, "| {dir} | {size} | {s:.0} | {one:.0} | {m:.0} | {k:.0} | {sm:.2} | {sk:.2} |");
+            ratios.push((format!("rate {dir} {size} B shipworm/Miredo"), sm));
+            ratios.push((format!("rate {dir} {size} B shipworm/kernel"), sk));
         }
     }
     let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show. Generator, sink and relay share the machine's cores.\n");
@@ -419,8 +444,10 @@ fn report(
             continue;
         }
         let (with, without) = (get(name, UNDER_FLOOD), get(name, ("Teredo→IPv6", UNDER_FLOOD.1)));
-        let _ = writeln!(r, "| {name} | {:.0} | {with:.0} | {without:.0} | {:.2} |", flood(name), with / without);
-        ratios.push((format!("flood {name} under/without"), with / without));
+        let kept =
+            paired(runs, |f| round_rate(f(name), UNDER_FLOOD) / round_rate(f(name), ("Teredo→IPv6", UNDER_FLOOD.1)));
+        let _ = writeln!(r, "| {name} | {:.0} | {with:.0} | {without:.0} | {kept:.2} |", flood(name));
+        ratios.push((format!("flood {name} under/without"), kept));
     }
     let _ = writeln!(r);
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n");
@@ -430,7 +457,11 @@ fn report(
         for size in SIZES {
             let l = |name: &str| runs.get(name).map(|v| all_lat(v, (dir, size))).unwrap_or_default();
             let (s, one, m, k) = (l("shipworm"), l(ONE_WORKER), l("miredo"), l("kernel"));
-            let added = (median(&s) - median(&k)) / (median(&m) - median(&k));
+            let key = (dir, size);
+            let added = paired(runs, |f| {
+                let k = round_lat(f("kernel"), key);
+                (round_lat(f("shipworm"), key) - k) / (round_lat(f("miredo"), key) - k)
+            });
             ratios.push((format!("latency added {dir} {size} B shipworm/Miredo"), added));
             let _ = writeln!(
                 r,
@@ -584,6 +615,23 @@ fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ratios_are_paired_within_rounds() {
+        // The machine drifts between rounds: pooled medians would give 100 / 60.
+        let fig = |rate: f64| {
+            let mut f = Figures::default();
+            f.rate.insert(("Teredo→IPv6", 64), rate);
+            f
+        };
+        let mut runs = BTreeMap::new();
+        runs.insert("shipworm", vec![fig(100.0), fig(210.0), fig(90.0)]);
+        runs.insert("miredo", vec![fig(50.0), fig(100.0), fig(60.0)]);
+        let key = ("Teredo→IPv6", 64);
+        let r = paired(&runs, |f| round_rate(f("shipworm"), key) / round_rate(f("miredo"), key));
+        assert_eq!(r, 2.0);
+        assert_eq!(med_rate(&runs["shipworm"], key) / med_rate(&runs["miredo"], key), 100.0 / 60.0);
+    }
 
     #[test]
     fn repeatability_names_what_moved_more_than_fifteen_percent() {
