@@ -38,6 +38,14 @@ struct Figures {
     flood: f64,
 }
 
+/// The UDP payload of a native packet of IPv6 size `size` (≥ 56) carrying `seq`, built
+/// in `buf`; its length (the kernel adds the 48 bytes of IPv6 and UDP headers).
+fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
+    buf[..8].copy_from_slice(&seq.to_be_bytes());
+    buf[8..size - 48].fill(0x5a);
+    size - 48
+}
+
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -113,20 +121,14 @@ fn measure_relay(
         let addrs = emu.addrs.clone();
         let mut encap = |seq: u64, buf: &mut [u8]| {
             let i = (seq % CLIENTS as u64) as usize;
-            buf[..8].copy_from_slice(&seq.to_be_bytes());
-            buf[8..size - 48].fill(0x5a);
-            (size - 48, v6(addrs[i], 9002), 0)
+            (udp_payload(buf, size, seq), v6(addrs[i], 9002), 0)
         };
         let r = max_rate(std::slice::from_ref(&native), &sink_emu, dur, quick, &mut encap);
         f.rate.insert(("IPv6→Teredo", size), r as f64);
         emu.bubble(relay, SINK_NATIVE_V6);
         // Probes all go to the first client, whose socket the prober reads.
         let first = emu.addrs[0];
-        let mut probe = |seq: u64, buf: &mut [u8]| {
-            buf[..8].copy_from_slice(&seq.to_be_bytes());
-            buf[8..size - 48].fill(0x5a);
-            (size - 48, v6(first, 9002), 0)
-        };
+        let mut probe = |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), v6(first, 9002), 0);
         let lat = latencies(std::slice::from_ref(&native), &emu.socks[0], 48, &sink_emu, lat_n, &mut probe);
         f.latency.insert(("IPv6→Teredo", size), lat);
         say(&format!(
@@ -169,11 +171,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
     for (k, (from_ns, to_ns, to)) in [(&cns, &h6, HOST6_V6), (&h6, &cns, client)].into_iter().enumerate() {
         let tx = socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
         let sink = Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?]);
-        let mut build = |seq: u64, buf: &mut [u8]| {
-            buf[..8].copy_from_slice(&seq.to_be_bytes());
-            buf[8..512 - 48].fill(0x5a);
-            (512 - 48, v6(to, 9010), 0)
-        };
+        let mut build = |seq: u64, buf: &mut [u8]| (udp_payload(buf, 512, seq), v6(to, 9010), 0);
         // A single search swings by a fifth from run to run: the median of three.
         let tries: Vec<f64> = (0..if quick { 1 } else { 3 })
             .map(|_| max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build) as f64)
@@ -201,11 +199,7 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
             ("Teredo→IPv6", &out, &sink_h6, &rx_h6, v6(SINK_NATIVE_V6, 9000)),
             ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
         ] {
-            let mut build = |seq: u64, buf: &mut [u8]| {
-                buf[..8].copy_from_slice(&seq.to_be_bytes());
-                buf[8..size - 48].fill(0x5a);
-                (size - 48, to, 0)
-            };
+            let mut build = |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
             let r = max_rate(std::slice::from_ref(sock), sink, dur, quick, &mut build);
             f.rate.insert((dir, size), r as f64);
             f.latency.insert((dir, size), latencies(std::slice::from_ref(sock), rx, 0, sink, lat_n, &mut build));

@@ -164,6 +164,9 @@ impl Sink {
 
     /// Read again.
     pub fn resume(&self) {
+        // Clear the acknowledgement first: the next pause() must wait for a fresh one,
+        // not return on this stale one while the thread is about to read again.
+        self.paused.store(false, Ordering::Release);
         self.pause.store(false, Ordering::Release);
     }
 

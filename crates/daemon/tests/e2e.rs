@@ -155,6 +155,42 @@ fn main() {
             }),
         });
     }
+    // The multi-worker relay owns its interface: a second daemon is refused, the first
+    // keeps its queues (RelayThreads 2 forces the multi-queue path on any machine).
+    {
+        let me = me.clone();
+        cases.push(Case {
+            name: "relay RelayThreads 2: multi-queue TUN, a second relay refused".into(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![])).map_err(|e| e.to_string())?;
+                lab.start_relay_with(&Impl::Shipworm(me.clone()), "RelayThreads 2\n").map_err(|e| e.to_string())?;
+                let ns = lab.ns("rly");
+                let queues = |lab: &shipworm_lab::Lab| {
+                    shipworm_lab::netns::exec(&ns, &["ip", "-d", "link", "show", "teredo"])
+                        .map(|t| t.contains("multi_queue numqueues 2 "))
+                        .unwrap_or(false)
+                        .then_some(())
+                        .ok_or_else(|| {
+                            format!("teredo is not a 2-queue TUN; relay log:\n{}", lab.log_tail("relay", 10))
+                        })
+                };
+                queues(&lab)?;
+                let conf = lab.dir().join("relay.conf").display().to_string();
+                let bin = me.display().to_string();
+                // Bounded: a second relay that wrongly starts is stopped after 5 s.
+                let second = shipworm_lab::netns::exec(&ns, &["timeout", "5", &bin, "relay", "-c", &conf]);
+                match second {
+                    Err(e) if e.to_string().contains("exists and is in use") => {}
+                    Err(e) => return Err(format!("second relay failed, but not because the interface is taken: {e}")),
+                    Ok(_) => return Err("a second relay started on the same interface".into()),
+                }
+                queues(&lab)?;
+                Ok("second relay refused: interface in use; the first keeps 2 queues".into())
+            }),
+        });
+    }
     // Mobility: the client changes networks under a running ping.
     for (from, to) in [(NatKind::PortRestricted, NatKind::FullCone), (NatKind::FullCone, NatKind::AddressRestricted)] {
         let me = Impl::Shipworm(me.clone());
