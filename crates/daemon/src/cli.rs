@@ -228,7 +228,7 @@ pub struct BenchArgs {
     pub quick: bool,
 
     /// Rounds (each measures every implementation once); medians are reported.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 5)]
     pub rounds: usize,
 
     /// Where the report and plots go.
