@@ -192,11 +192,11 @@ pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + '
 /// batched; returns how many were sent. A batch holds about 250 µs of traffic (8–64
 /// packets: bursts a relay's default socket buffer takes), and the sender sleeps
 /// between batches rather than spinning, so it leaves the cores it shares with the
-/// relay and the sink to them. A batch that is late goes at once: the sender catches up.
+/// relay and the sink to them. A batch a little late goes at once; a sender more than
+/// two batches behind (it was not given the core) drops the backlog rather than burst
+/// it at a relay, and the trial shows it fell short.
 pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) -> u64 {
-    // Wake-ups within a microsecond or two of the deadline, not the default 50 µs slack.
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects this thread only.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    let _slack = FineTimerSlack::set();
     let batch_n = ((rate / 4_000) as usize).clamp(8, 64);
     let mut batches: Vec<SendBatch> = socks.iter().map(|_| SendBatch::new(batch_n, 2048)).collect();
     let interval = Duration::from_secs_f64(batch_n as f64 / rate as f64);
@@ -226,9 +226,34 @@ pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) 
                 sent += b.flush(s.as_fd()).0 as u64;
             }
         }
-        next += interval;
+        next = (next + interval).max(now.checked_sub(2 * interval).unwrap_or(now));
     }
     sent
+}
+
+/// The calling thread's timer slack at 1 µs (wake-ups near the deadline, not the default
+/// 50 µs late) until dropped, then back to what it was: children inherit the slack, and
+/// the relays the bench starts must all run with the same, their own default.
+struct FineTimerSlack(libc::c_int);
+
+impl FineTimerSlack {
+    fn set() -> FineTimerSlack {
+        // SAFETY: PR_GET/SET_TIMERSLACK take plain integers and act on this thread only.
+        unsafe {
+            let old = libc::prctl(libc::PR_GET_TIMERSLACK);
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong);
+            FineTimerSlack(old)
+        }
+    }
+}
+
+impl Drop for FineTimerSlack {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: as above.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, self.0 as libc::c_ulong) };
+        }
+    }
 }
 
 /// What arrived at `sink` once the path has drained: the count, read after it has
