@@ -227,17 +227,8 @@ fn measure_relay(
     Ok(f)
 }
 
-/// Rate searches each way for the end-to-end UDP figure (their median is reported).
-fn e2e_searches(quick: bool) -> usize {
-    if quick {
-        1
-    } else {
-        5
-    }
-}
-
-/// End-to-end TCP transfers each way (their median is reported).
-fn e2e_transfers(quick: bool) -> usize {
+/// End-to-end TCP transfers, and UDP rate searches, each way: their median is reported.
+fn e2e_repeats(quick: bool) -> usize {
     if quick {
         1
     } else {
@@ -269,7 +260,7 @@ fn e2e_tcp(lab: &Lab, first: &scenario::Outcome, bytes: usize, quick: bool) -> R
         }
         Ok(t.mbit_per_s())
     };
-    for _ in 1..e2e_transfers(quick) {
+    for _ in 1..e2e_repeats(quick) {
         out.push(once(&cns, &h6, HOST6_V6)?);
         back.push(once(&h6, &cns, first.address)?);
     }
@@ -291,7 +282,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
         // packet, and native→client traffic alone would not renew them).
         let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
         // A single search swings by a fifth from run to run: the median of several.
-        let tries: Vec<f64> = (0..e2e_searches(quick))
+        let tries: Vec<f64> = (0..e2e_repeats(quick))
             .map(|_| {
                 let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
                 std::thread::sleep(Duration::from_millis(50));
@@ -645,7 +636,7 @@ fn report(
         ratios.push(("e2e UDP client→native shipworm/Miredo".into(), su.0 / mu.0));
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
-    let _ = writeln!(r, "\nTCP: the median of {} transfers of {} MB each way. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss (median of {} searches).", e2e_transfers(quick), e2e_bytes(quick) / 1_000_000, e2e_searches(quick));
+    let _ = writeln!(r, "\nTCP: the median of {} transfers of {} MB each way. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss (median of {} searches).", e2e_repeats(quick), e2e_bytes(quick) / 1_000_000, e2e_repeats(quick));
     (r, ratios)
 }
 

@@ -227,7 +227,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Rounds (each measures every implementation once); medians are reported.
+    /// Rounds (each measures every implementation once, shipworm with one worker every
+    /// other round); medians are reported.
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
 
