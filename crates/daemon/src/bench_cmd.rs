@@ -134,6 +134,19 @@ fn measure_routes(
     }
 }
 
+/// Decapsulation load of `size`-byte packets from the emulated clients `addrs` to the
+/// native sink: a run of 64 packets per client, so batches fill one socket's sendmmsg.
+fn decap_load(
+    addrs: Vec<Ipv6Addr>,
+    size: usize,
+    relay: SocketAddrV4,
+) -> impl FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) {
+    move |seq, buf| {
+        let i = ((seq / 64) % CLIENTS as u64) as usize;
+        (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
+    }
+}
+
 /// Measure the Teredo relay `imp` (shipworm or Miredo), with `extra` configuration lines.
 fn measure_relay(
     label: &str,
@@ -168,19 +181,13 @@ fn measure_relay(
     let (first, natives) = (addrs[0], std::slice::from_ref(&native));
     let mut routes = Vec::new();
     for size in SIZES {
-        let a = addrs.clone();
         routes.push(Route {
             key: ("Teredo→IPv6", size),
             tx: &emu.socks,
             sink: &sink6,
             rx: &rx6,
             seq_at: 0,
-            // Decapsulation: a run of 64 packets per emulated client, so batches fill
-            // one socket's sendmmsg.
-            load: Box::new(move |seq: u64, buf: &mut [u8]| {
-                let i = ((seq / 64) % CLIENTS as u64) as usize;
-                (ipv6_udp(buf, size, a[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
-            }),
+            load: Box::new(decap_load(addrs.clone(), size, relay)),
             // Probes: one flow, from the first client.
             probe: Box::new(move |seq: u64, buf: &mut [u8]| {
                 (ipv6_udp(buf, size, first, SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), 0)
@@ -211,11 +218,7 @@ fn measure_relay(
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::runtime)?;
     let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
-    let mut decap = |seq: u64, buf: &mut [u8]| {
-        let i = ((seq / 64) % CLIENTS as u64) as usize;
-        (ipv6_udp(buf, UNDER_FLOOD.1, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
-    };
-    let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap);
+    let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap_load(addrs, UNDER_FLOOD.1, relay));
     f.flood = flood.stop();
     f.rate.insert(UNDER_FLOOD, r as f64);
     say(&format!(
@@ -245,8 +248,8 @@ fn e2e_bytes(quick: bool) -> usize {
     }
 }
 
-/// TCP through a client and relay chain, both ways: the median of five transfers of
-/// `bytes` (the scenario's own is the first; one in quick mode), in Mbit/s. A single
+/// TCP through a client and relay chain, both ways: the median of `e2e_repeats`
+/// transfers of `bytes` (the scenario's own is the first), in Mbit/s. A single
 /// transfer of a few tenths of a second swung by a third from run to run.
 fn e2e_tcp(lab: &Lab, first: &scenario::Outcome, bytes: usize, quick: bool) -> Result<(f64, f64), Failure> {
     let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
@@ -312,14 +315,16 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
             ("Teredo→IPv6", &out, &sink_h6, &rx_h6, v6(SINK_NATIVE_V6, 9000)),
             ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
         ] {
+            let native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
             routes.push(Route {
                 key: (dir, size),
                 tx: std::slice::from_ref(sock),
                 sink,
                 rx,
                 seq_at: 0,
-                load: Box::new(move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0)),
-                probe: Box::new(move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0)),
+                // Load and probes alike: native packets to the sink.
+                load: Box::new(native),
+                probe: Box::new(native),
             });
         }
     }
