@@ -228,8 +228,8 @@ pub struct BenchArgs {
     pub quick: bool,
 
     /// Rounds (each measures every implementation once, shipworm with one worker every
-    /// other round); medians are reported.
-    #[arg(long, default_value_t = 5)]
+    /// third round); medians are reported.
+    #[arg(long, default_value_t = 6)]
     pub rounds: usize,
 
     /// Where the report and plots go.
