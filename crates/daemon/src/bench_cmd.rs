@@ -123,7 +123,6 @@ struct Route<'a> {
 fn measure_routes(
     label: &str,
     routes: &mut [Route<'_>],
-    earlier: &[Figures],
     quick: bool,
     refresh: &dyn Fn(),
     f: &mut Figures,
@@ -134,7 +133,7 @@ fn measure_routes(
     for i in 0..blocks {
         refresh();
         let p = &mut routes[i];
-        let r = max_rate(p.tx, p.sink, dur, quick, hint(earlier, p.key), &mut *p.load);
+        let r = max_rate(p.tx, p.sink, dur, quick, &mut *p.load);
         f.rate.insert(p.key, r as f64);
         refresh();
         for p in routes.iter_mut() {
@@ -173,7 +172,6 @@ fn measure_relay(
     imp: &Impl,
     extra: &str,
     me: &Impl,
-    earlier: &[Figures],
     quick: bool,
     say: &mut dyn FnMut(&str),
 ) -> Result<Figures, Failure> {
@@ -230,7 +228,7 @@ fn measure_relay(
         });
     }
     // The emulated clients keep their entries fresh.
-    measure_routes(label, &mut routes, earlier, quick, &|| emu.bubble(relay, SINK_NATIVE_V6), &mut f, say);
+    measure_routes(label, &mut routes, quick, &|| emu.bubble(relay, SINK_NATIVE_V6), &mut f, say);
     drop(routes);
     // Established peers while spoofed new peers pour in.
     emu.bubble(relay, SINK_NATIVE_V6);
@@ -239,8 +237,7 @@ fn measure_relay(
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::runtime)?;
     let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
-    let start = hint(earlier, UNDER_FLOOD);
-    let r = max_rate(&emu.socks, &sink6, dur, quick, start, &mut decap_load(addrs, UNDER_FLOOD.1, relay));
+    let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap_load(addrs, UNDER_FLOOD.1, relay));
     f.flood = flood.stop();
     f.rate.insert(UNDER_FLOOD, r as f64);
     say(&format!(
@@ -259,7 +256,7 @@ fn e2e_rounds(quick: bool) -> usize {
     if quick {
         1
     } else {
-        7
+        5
     }
 }
 
@@ -291,9 +288,8 @@ fn e2e_tcp(lab: &Lab, first: &scenario::Outcome, bytes: usize) -> Result<([f64; 
 }
 
 /// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
-/// for 512-byte IPv6 packets, each search starting from its `hints` (earlier rounds'
-/// medians). The lab is the one a scenario left running.
-fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) -> Result<(f64, f64), Failure> {
+/// for 512-byte IPv6 packets. The lab is the one a scenario left running.
+fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failure> {
     let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let (dur, _) = trial_sizes(quick);
     let mut rates = [0.0; 2];
@@ -306,13 +302,13 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) ->
         let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
         let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
         std::thread::sleep(Duration::from_millis(50));
-        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, hints[k], &mut build) as f64;
+        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build) as f64;
     }
     Ok((rates[0], rates[1]))
 }
 
 /// The same traffic forwarded by the relay host's kernel, no tunnel.
-fn measure_kernel(earlier: &[Figures], quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let mut f = Figures::default();
@@ -342,7 +338,7 @@ fn measure_kernel(earlier: &[Figures], quick: bool, say: &mut dyn FnMut(&str)) -
             });
         }
     }
-    measure_routes("kernel", &mut routes, earlier, quick, &|| {}, &mut f, say);
+    measure_routes("kernel", &mut routes, quick, &|| {}, &mut f, say);
     drop(routes);
     drop((sink_h6, sink_gen));
     lab.teardown();
@@ -395,41 +391,30 @@ fn machine() -> String {
 pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let me = Impl::Shipworm(std::env::current_exe().map_err(|e| Failure::runtime(e.to_string()))?);
     let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
-    // Quick mode takes two rounds, so the second round's search from a hint runs too.
-    let rounds = if args.quick { 2 } else { args.rounds.max(1) };
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = Instant::now();
     let mut say = |l: &str| println!("{l}");
     let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
     for round in 1..=rounds {
         say(&format!("round {round}/{rounds} (at {:.0} s)", started.elapsed().as_secs_f64()));
-        // Each rate search starts from the median of the implementation's earlier rounds.
-        let f = measure_relay("shipworm", &me, "", &me, rounds_of(&runs, "shipworm"), args.quick, &mut say)?;
-        runs.entry("shipworm").or_default().push(f);
+        runs.entry("shipworm").or_default().push(measure_relay("shipworm", &me, "", &me, args.quick, &mut say)?);
         // The one-worker variant, in every third round (the first of each three): a side
         // figure, not worth a fifth of every round's time.
         if cores > 1 {
             // Rounds it skips hold no figures, so round i is entry i for everyone.
             let one = if round % 3 == 1 {
-                measure_relay(
-                    ONE_WORKER,
-                    &me,
-                    "RelayThreads 1\n",
-                    &me,
-                    rounds_of(&runs, ONE_WORKER),
-                    args.quick,
-                    &mut say,
-                )?
+                measure_relay(ONE_WORKER, &me, "RelayThreads 1\n", &me, args.quick, &mut say)?
             } else {
                 Figures::default()
             };
             runs.entry(ONE_WORKER).or_default().push(one);
         }
         if miredo {
-            let m = measure_relay("miredo", &Impl::Miredo, "", &me, rounds_of(&runs, "miredo"), args.quick, &mut say)?;
+            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &mut say)?;
             runs.entry("miredo").or_default().push(m);
         }
-        let k = measure_kernel(rounds_of(&runs, "kernel"), args.quick, &mut say)?;
+        let k = measure_kernel(args.quick, &mut say)?;
         runs.entry("kernel").or_default().push(k);
     }
     say(&format!("peer table (at {:.0} s)", started.elapsed().as_secs_f64()));
@@ -466,8 +451,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             };
             let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
             let (out, back) = e2e_tcp(&lab, &o, bytes)?;
-            let start = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
-            let (up, down) = e2e_udp(&lab, o.address, [start(&e.udp.0), start(&e.udp.1)], args.quick)?;
+            let (up, down) = e2e_udp(&lab, o.address, args.quick)?;
             drop(lab);
             if round == 0 {
                 e.ping_ms = o.ping_out.steady_median_ms().unwrap_or(f64::NAN);
@@ -496,17 +480,6 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     std::fs::write(&ratios_file, tsv).map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
     println!("\nreport: {}", args.out.join("report.md").display());
     Ok(())
-}
-
-/// An implementation's rounds so far.
-fn rounds_of<'a>(runs: &'a BTreeMap<&'static str, Vec<Figures>>, name: &str) -> &'a [Figures] {
-    runs.get(name).map_or(&[], Vec::as_slice)
-}
-
-/// Where a rate search starts: the median of the earlier rounds, if any measured `key`.
-fn hint(earlier: &[Figures], key: (&'static str, usize)) -> Option<u64> {
-    let m = med_rate(earlier, key);
-    m.is_finite().then_some(m as u64)
 }
 
 fn med_rate(runs: &[Figures], key: (&'static str, usize)) -> f64 {

@@ -287,22 +287,13 @@ struct Trial {
     carried: u64,
 }
 
-/// The highest rate carried with less than 0.1 % loss. Without a `hint`, a search that
-/// doubles from 40 000 packets/s then bisects (5 steps; 2 in quick mode); with one (the
-/// median of earlier rounds), steps of 5 % of it up or down from it, which takes a
-/// third of the trials, so a run holds more rounds. A rate that fails gets a second
-/// trial: on shared cores one trial in a few loses packets to a scheduling hiccup, and
-/// a single such trial early in the search would otherwise throw away half the range
-/// (rounds of the same path differed by up to a third). A trial whose sender fell short
-/// of the rate but lost nothing still shows what the path carried.
-pub fn max_rate(
-    socks: &[Socket],
-    sink: &Sink,
-    dur: Duration,
-    quick: bool,
-    hint: Option<u64>,
-    build: &mut Build<'_>,
-) -> u64 {
+/// The highest rate carried with less than 0.1 % loss: a search that doubles from
+/// 40 000 packets/s then bisects (5 steps; 2 in quick mode). A rate that fails gets a
+/// second trial: on shared cores one trial in a few loses packets to a scheduling
+/// hiccup, and a single such trial early in the search would otherwise throw away half
+/// the range (rounds of the same path differed by up to a third). A trial whose sender
+/// fell short of the rate but lost nothing still shows what the path carried.
+pub fn max_rate(socks: &[Socket], sink: &Sink, dur: Duration, quick: bool, build: &mut Build<'_>) -> u64 {
     let mut once = |rate: u64| -> Trial {
         let before = settled(sink);
         let sent = paced(socks, rate, dur, build);
@@ -315,49 +306,21 @@ pub fn max_rate(
         let clean = sent > 0 && loss < 0.001;
         Trial { passed: clean && achieved >= rate as f64 * 0.97, carried: if clean { achieved as u64 } else { 0 } }
     };
-    let steps = if quick { 2 } else { 5 };
-    match hint {
-        Some(h) => search_near(&mut once, h, steps),
-        None => search(&mut once, steps),
-    }
+    search(&mut once, if quick { 2 } else { 5 })
 }
 
-/// The search's view of one rate: a failure gets a second trial; the most carried
-/// with < 0.1 % loss in any trial so far is kept in `carried`.
-fn trial(once: &mut dyn FnMut(u64) -> Trial, carried: &mut u64, rate: u64) -> bool {
-    let first = once(rate);
-    *carried = (*carried).max(first.carried);
-    first.passed || {
-        let second = once(rate);
-        *carried = (*carried).max(second.carried);
-        second.passed
-    }
-}
-
-/// Steps of a search near a hint, as shares of the hint, and how many it takes each
-/// way before it falls back to the full search (the hint was far off).
-const NEAR_STEP: f64 = 0.05;
-const NEAR_STEPS: u64 = 8;
-
-/// The search from a hint: up in steps of 5 % while rates pass, or down while they
-/// fail; past ±40 %, the full search.
-fn search_near(once: &mut dyn FnMut(u64) -> Trial, hint: u64, steps: usize) -> u64 {
-    let step = ((hint as f64 * NEAR_STEP) as u64).max(1);
-    let mut carried = 0u64;
-    let up = trial(once, &mut carried, hint);
-    for i in 1..=NEAR_STEPS {
-        let rate = if up { hint + i * step } else { hint.saturating_sub(i * step) };
-        if rate == 0 || trial(once, &mut carried, rate) != up {
-            return carried;
-        }
-    }
-    carried.max(search(once, steps))
-}
-
-/// The full rate search behind [`max_rate`].
+/// The rate search behind [`max_rate`].
 fn search(once: &mut dyn FnMut(u64) -> Trial, steps: usize) -> u64 {
     let mut carried = 0u64;
-    let mut trial = |rate: u64| trial(once, &mut carried, rate);
+    let mut trial = |rate: u64| {
+        let first = once(rate);
+        carried = carried.max(first.carried);
+        first.passed || {
+            let second = once(rate);
+            carried = carried.max(second.carried);
+            second.passed
+        }
+    };
     let (mut good, mut bad) = (0u64, 0u64);
     let mut rate = 40_000u64;
     while rate <= 4_000_000 {
@@ -539,37 +502,6 @@ mod tests {
         // What was sent with loss is never counted as carried.
         assert_eq!(search(&mut path(50_000, 91_000), 5), 50_000);
         assert_eq!(search(&mut path(49_000, 91_000), 5), 48_750);
-    }
-
-    /// `once`, counting its trials.
-    fn counted<'a>(mut once: impl FnMut(u64) -> Trial + 'a, n: &'a mut usize) -> impl FnMut(u64) -> Trial + 'a {
-        move |rate| {
-            *n += 1;
-            once(rate)
-        }
-    }
-
-    #[test]
-    fn a_search_from_the_earlier_rounds_median_steps_to_the_capacity_in_few_trials() {
-        let (mut up, mut down, mut full) = (0, 0, 0);
-        // Capacity 10 % above the hint: 100, 105, 110 pass, 115 fails twice.
-        assert_eq!(search_near(&mut counted(path(111_000, u64::MAX), &mut up), 100_000, 5), 110_000);
-        // 12 % below: 100, 95, 90 fail twice each, 85 passes.
-        assert_eq!(search_near(&mut counted(path(88_000, u64::MAX), &mut down), 100_000, 5), 85_000);
-        let found = search(&mut counted(path(111_000, u64::MAX), &mut full), 5);
-        assert!((108_000..=111_000).contains(&found), "found {found}");
-        assert_eq!((up, down), (5, 7));
-        assert!(full >= 2 * up, "the full search took {full} trials");
-    }
-
-    #[test]
-    fn a_hint_far_off_falls_back_to_the_full_search() {
-        // Capacity three times the hint: past +40 % the doubling search takes over.
-        let found = search_near(&mut path(300_000, u64::MAX), 100_000, 5);
-        assert!((290_000..=300_000).contains(&found), "found {found}");
-        // A tenth of it: down to -40 %, then the full search.
-        let found = search_near(&mut path(10_000, u64::MAX), 100_000, 5);
-        assert!((9_000..=10_000).contains(&found), "found {found}");
     }
 
     #[test]
