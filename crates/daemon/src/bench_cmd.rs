@@ -41,7 +41,7 @@ struct Figures {
 }
 
 /// One implementation's client and relay chain through a NAT, over every end-to-end
-/// round (a fresh lab each: a lab's process placement stuck to all its transfers).
+/// round (a fresh lab each: one lab's transfers and searches moved together).
 struct EndToEnd {
     name: &'static str,
     /// Seconds from client start to an address, one per round.
@@ -498,7 +498,7 @@ fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
 }
 
 /// The latency shipworm adds over the kernel path, as a share of what Miredo adds: from
-/// the medians (shipworm, Miredo, kernel) shown in the table.
+/// the latencies (shipworm, Miredo, kernel) shown in the table.
 fn added(s: f64, m: f64, k: f64) -> f64 {
     (s - k) / (m - k)
 }
@@ -557,7 +557,7 @@ fn report(
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
-        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial), medians of the rounds; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the medians shown.\n",
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial), medians of the rounds; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
         machine(),
         if quick { "quick (short trials: figures are rough)" } else { "full" },
         took.as_secs_f64(),
