@@ -54,13 +54,9 @@ struct EndToEnd {
     udp: (Vec<f64>, Vec<f64>),
 }
 
-impl EndToEnd {
-    fn tcp(&self) -> (f64, f64) {
-        (median(&self.tcp.0), median(&self.tcp.1))
-    }
-    fn udp(&self) -> (f64, f64) {
-        (median(&self.udp.0), median(&self.udp.1))
-    }
+/// The medians of a figure's two directions.
+fn medians((out, back): &(Vec<f64>, Vec<f64>)) -> (f64, f64) {
+    (median(out), median(back))
 }
 
 /// The UDP payload of a native packet of IPv6 size `size` (≥ 56) carrying `seq`, built
@@ -646,7 +642,7 @@ fn report(
     let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
     let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|");
     for e in e2e {
-        let ((tcp_up, tcp_down), (up, down)) = (e.tcp(), e.udp());
+        let ((tcp_up, tcp_down), (up, down)) = (medians(&e.tcp), medians(&e.udp));
         let _ = writeln!(
             r,
             "| {} | {:.0} ms | {:.2} ms | {tcp_up:.0} Mbit/s | {tcp_down:.0} Mbit/s | {up:.0} pkt/s | {down:.0} pkt/s |",
@@ -656,7 +652,7 @@ fn report(
         );
     }
     if let [sw, mi] = e2e {
-        let (st, su, mt, mu) = (sw.tcp(), sw.udp(), mi.tcp(), mi.udp());
+        let (st, su, mt, mu) = (medians(&sw.tcp), medians(&sw.udp), medians(&mi.tcp), medians(&mi.udp));
         ratios.push(("e2e TCP client→native shipworm/Miredo".into(), st.0 / mt.0));
         ratios.push(("e2e TCP native→client shipworm/Miredo".into(), st.1 / mt.1));
         ratios.push(("e2e UDP client→native shipworm/Miredo".into(), su.0 / mu.0));
@@ -819,6 +815,14 @@ mod tests {
         let mut with_gaps = rounds.clone();
         with_gaps.push(Figures::default());
         assert!((lat_mid(&with_gaps, key) - 9.8).abs() < 1e-9);
+        // The report's kernel column, and the ratios, use it.
+        let mut runs = BTreeMap::new();
+        runs.insert("kernel", rounds);
+        runs.insert("shipworm", (0..5).map(|_| fig(&[14.6, 14.7, 14.8])).collect());
+        let (text, ratios) = report(&runs, &[], &[], false, Duration::ZERO);
+        assert!(text.contains("| IPv6→Teredo | 512 | 14.7 / 14.8 | NaN / NaN | NaN / NaN | 9.8 / 11.1 |"), "{text}");
+        let sk = ratios.iter().find(|(k, _)| k == "latency IPv6→Teredo 512 B shipworm/kernel").unwrap().1;
+        assert!((sk - 1.5).abs() < 1e-9);
     }
 
     #[test]
