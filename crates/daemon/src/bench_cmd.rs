@@ -40,6 +40,17 @@ struct Figures {
     flood: f64,
 }
 
+/// (direction, size) → the median rate of the earlier rounds, where the rate searches
+/// of this round start from.
+type Hints = BTreeMap<(&'static str, usize), u64>;
+
+/// The hints for the next round from an implementation's rounds so far (rounds that
+/// skipped it hold no figures).
+fn hints(runs: &[Figures]) -> Hints {
+    let keys: std::collections::BTreeSet<_> = runs.iter().flat_map(|f| f.rate.keys().copied()).collect();
+    keys.into_iter().map(|k| (k, med_rate(runs, k) as u64)).collect()
+}
+
 /// One implementation's client and relay chain through a NAT, over every end-to-end
 /// round (a fresh lab each: one lab's transfers and searches moved together).
 struct EndToEnd {
@@ -120,6 +131,7 @@ fn measure_routes(
     label: &str,
     routes: &mut [Route<'_>],
     quick: bool,
+    hints: &Hints,
     refresh: &dyn Fn(),
     f: &mut Figures,
     say: &mut dyn FnMut(&str),
@@ -129,7 +141,7 @@ fn measure_routes(
     for i in 0..blocks {
         refresh();
         let p = &mut routes[i];
-        let r = max_rate(p.tx, p.sink, dur, quick, &mut *p.load);
+        let r = max_rate(p.tx, p.sink, dur, quick, hints.get(&p.key).copied(), &mut *p.load);
         f.rate.insert(p.key, r as f64);
         refresh();
         for p in routes.iter_mut() {
@@ -169,6 +181,7 @@ fn measure_relay(
     extra: &str,
     me: &Impl,
     quick: bool,
+    hints: &Hints,
     say: &mut dyn FnMut(&str),
 ) -> Result<Figures, Failure> {
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
@@ -224,7 +237,7 @@ fn measure_relay(
         });
     }
     // The emulated clients keep their entries fresh.
-    measure_routes(label, &mut routes, quick, &|| emu.bubble(relay, SINK_NATIVE_V6), &mut f, say);
+    measure_routes(label, &mut routes, quick, hints, &|| emu.bubble(relay, SINK_NATIVE_V6), &mut f, say);
     drop(routes);
     // Established peers while spoofed new peers pour in.
     emu.bubble(relay, SINK_NATIVE_V6);
@@ -233,7 +246,8 @@ fn measure_relay(
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::runtime)?;
     let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
-    let r = max_rate(&emu.socks, &sink6, dur, quick, &mut decap_load(addrs, UNDER_FLOOD.1, relay));
+    let hint = hints.get(&UNDER_FLOOD).copied();
+    let r = max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs, UNDER_FLOOD.1, relay));
     f.flood = flood.stop();
     f.rate.insert(UNDER_FLOOD, r as f64);
     say(&format!(
@@ -298,13 +312,13 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
         let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
         let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
         std::thread::sleep(Duration::from_millis(50));
-        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, &mut build) as f64;
+        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, None, &mut build) as f64;
     }
     Ok((rates[0], rates[1]))
 }
 
 /// The same traffic forwarded by the relay host's kernel, no tunnel.
-fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let mut f = Figures::default();
@@ -334,7 +348,7 @@ fn measure_kernel(quick: bool, say: &mut dyn FnMut(&str)) -> Result<Figures, Fai
             });
         }
     }
-    measure_routes("kernel", &mut routes, quick, &|| {}, &mut f, say);
+    measure_routes("kernel", &mut routes, quick, hints, &|| {}, &mut f, say);
     drop(routes);
     drop((sink_h6, sink_gen));
     lab.teardown();
@@ -394,23 +408,28 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
     for round in 1..=rounds {
         say(&format!("round {round}/{rounds} (at {:.0} s)", started.elapsed().as_secs_f64()));
-        runs.entry("shipworm").or_default().push(measure_relay("shipworm", &me, "", &me, args.quick, &mut say)?);
+        // Each implementation's searches start from the median of its earlier rounds.
+        let hints_of = |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
+        let h = hints_of(&runs, "shipworm");
+        runs.entry("shipworm").or_default().push(measure_relay("shipworm", &me, "", &me, args.quick, &h, &mut say)?);
         // The one-worker variant, in every third round (the first of each three): a side
         // figure, not worth a fifth of every round's time.
         if cores > 1 {
             // Rounds it skips hold no figures, so round i is entry i for everyone.
             let one = if round % 3 == 1 {
-                measure_relay(ONE_WORKER, &me, "RelayThreads 1\n", &me, args.quick, &mut say)?
+                let h = hints_of(&runs, ONE_WORKER);
+                measure_relay(ONE_WORKER, &me, "RelayThreads 1\n", &me, args.quick, &h, &mut say)?
             } else {
                 Figures::default()
             };
             runs.entry(ONE_WORKER).or_default().push(one);
         }
         if miredo {
-            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &mut say)?;
+            let h = hints_of(&runs, "miredo");
+            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
             runs.entry("miredo").or_default().push(m);
         }
-        let k = measure_kernel(args.quick, &mut say)?;
+        let k = measure_kernel(args.quick, &hints_of(&runs, "kernel"), &mut say)?;
         runs.entry("kernel").or_default().push(k);
     }
     say(&format!("peer table (at {:.0} s)", started.elapsed().as_secs_f64()));

@@ -229,7 +229,7 @@ pub struct BenchArgs {
 
     /// Rounds (each measures every implementation once, shipworm with one worker every
     /// third round); medians are reported.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 8)]
     pub rounds: usize,
 
     /// Where the report and plots go.
