@@ -3,8 +3,10 @@
 //! ratios in a markdown report with PNG plots. Numbers are never asserted: `--quick`
 //! (in the test command) only keeps the benchmark working.
 
+use crate::bench_buffers::{equalize, TUN_QUEUE};
 use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Sink};
 use crate::cli::BenchArgs;
+use crate::socket_buffers::DAEMON_BYTES;
 use crate::Failure;
 use shipworm_lab::scenario::{self, Scenario};
 use shipworm_lab::traffic::tcp_transfer;
@@ -187,6 +189,9 @@ fn measure_relay(
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
     lab.start_relay_with(imp, extra).map_err(lab_err)?;
+    let given = equalize(&lab.ns("rly"), RELAY_PORT, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+    let mib: Vec<String> = given.iter().map(|&b| format!("{:.0}", b as f64 / f64::from(1 << 20))).collect();
+    say(&format!("  {label}: UDP receive buffers {} MiB, TUN queues {TUN_QUEUE} packets", mib.join(" + ")));
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);

@@ -23,31 +23,14 @@ pub fn socket_in(ns: &str, bind: SocketAddr) -> Result<Socket, String> {
         netns::enter(&ns).map_err(|e| e.to_string())?;
         let domain = if bind.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(|e| e.to_string())?;
-        force_buffers(&s, 16 << 20);
+        // Large buffers past rmem_max, so the generator and sinks do not drop bursts themselves.
+        crate::socket_buffers::enlarge(s.as_fd(), 16 << 20);
         s.bind(&bind.into()).map_err(|e| format!("bind {bind} in {ns}: {e}"))?;
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
         Ok(s)
     })
     .join()
     .map_err(|_| "socket thread panicked".to_string())?
-}
-
-/// Large socket buffers regardless of rmem_max/wmem_max (root: SO_*BUFFORCE), so the
-/// generator and sinks do not drop bursts themselves.
-fn force_buffers(s: &Socket, bytes: i32) {
-    use std::os::fd::AsRawFd;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
-        // SAFETY: setsockopt with a valid int option value and its size.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&bytes as *const i32).cast(),
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            );
-        }
-    }
 }
 
 /// Emulated Teredo clients: a socket each on the generator, and their addresses.

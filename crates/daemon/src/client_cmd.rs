@@ -56,7 +56,7 @@ impl Transmit for Out<'_> {
 fn udp_socket(addr: SocketAddrV4, what: &str) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    let _ = s.set_recv_buffer_size(4 << 20);
+    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
     s.bind(&addr.into()).map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
     Ok(s)

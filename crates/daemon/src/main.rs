@@ -4,6 +4,7 @@
 //! packet formats in `shipworm-wire`.
 
 mod address_cmd;
+mod bench_buffers;
 mod bench_cmd;
 mod bench_traffic;
 mod cli;
@@ -18,6 +19,7 @@ mod relay_cmd;
 mod server_cmd;
 mod server_config;
 mod signals;
+mod socket_buffers;
 mod status;
 mod tun;
 mod udp_batch;

@@ -68,8 +68,7 @@ fn random_keys() -> (u64, u64) {
 fn bind_udp(addr: SocketAddrV4, shared_port: bool) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    let _ = s.set_recv_buffer_size(8 << 20);
-    let _ = s.set_send_buffer_size(8 << 20);
+    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
     if shared_port {
         s.set_reuse_port(true).map_err(|e| Failure::runtime(format!("SO_REUSEPORT: {e}")))?;

@@ -20,9 +20,7 @@ const BATCH: usize = 32;
 fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    // Large buffers absorb bursts; failures here only cost performance.
-    let _ = s.set_recv_buffer_size(4 << 20);
-    let _ = s.set_send_buffer_size(4 << 20);
+    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
     s.bind(&addr.into()).map_err(|e| {
         let hint = match e.raw_os_error() {

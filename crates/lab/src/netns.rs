@@ -114,10 +114,19 @@ pub fn remove_stale() -> Result<usize> {
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: kill the registered processes, remove the registered
-/// namespaces, and exit with 128 + the signal. Installed once per process.
+/// namespaces, and exit with 128 + the signal. On a panic too (release builds abort, so
+/// no destructor would run; a bench piped into `head` panics on its next line).
+/// Installed once per process.
 pub fn install_interrupt_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            // try_lock: the panicking thread may hold a list's lock itself.
+            let pids = PIDS.try_lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
+            remove(pids, NAMESPACES.try_lock().map(|n| n.clone()).unwrap_or_default());
+        }));
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
             return;
@@ -134,11 +143,14 @@ pub fn install_interrupt_cleanup() {
 
 /// Kill every registered process and remove every registered namespace.
 pub fn cleanup_all() {
-    let pids: Vec<i32> = std::mem::take(&mut *PIDS.lock().unwrap());
+    let pids = std::mem::take(&mut *PIDS.lock().unwrap());
+    remove(pids, NAMESPACES.lock().unwrap().clone());
+}
+
+fn remove(pids: Vec<i32>, names: Vec<String>) {
     for pid in pids {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
-    let names: Vec<String> = NAMESPACES.lock().unwrap().clone();
     for n in names {
         del(&n);
     }
