@@ -577,12 +577,13 @@ fn report(
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
-        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial), medians of the rounds; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial; the first round searches from 40 000 packets/s, later ones bisect 0.6–1.4 times the earlier rounds' median), medians of the rounds; every relay ran with the same buffers: UDP sockets of {} MiB (shipworm asks for that itself; Miredo's, which keeps the system default, were given it) and TUN queues of {TUN_QUEUE} packets; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
         machine(),
         if quick { "quick (short trials: figures are rough)" } else { "full" },
         took.as_secs_f64(),
         if runs.contains_key("miredo") { "" } else { " (not installed: skipped)" },
         trial_sizes(quick).0.as_millis(),
+        2 * DAEMON_BYTES >> 20,
         2 * SIZES.len()
     );
     let _ = writeln!(r, "## Relay packet rate (packets/s delivered with < 0.1 % loss)\n");

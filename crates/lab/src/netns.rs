@@ -125,7 +125,8 @@ pub fn install_interrupt_cleanup() {
             previous(info);
             // try_lock: the panicking thread may hold a list's lock itself.
             let pids = PIDS.try_lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
-            remove(pids, NAMESPACES.try_lock().map(|n| n.clone()).unwrap_or_default());
+            let names = NAMESPACES.try_lock().map(|n| n.clone()).unwrap_or_default();
+            remove(pids, names);
         }));
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
@@ -144,7 +145,9 @@ pub fn install_interrupt_cleanup() {
 /// Kill every registered process and remove every registered namespace.
 pub fn cleanup_all() {
     let pids = std::mem::take(&mut *PIDS.lock().unwrap());
-    remove(pids, NAMESPACES.lock().unwrap().clone());
+    // Its own statement: the guard must be gone before `del` takes the lock again.
+    let names = NAMESPACES.lock().unwrap().clone();
+    remove(pids, names);
 }
 
 fn remove(pids: Vec<i32>, names: Vec<String>) {
