@@ -13,15 +13,15 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 /// Packets each TUN queue of the relay under test holds.
 pub const TUN_QUEUE: u32 = 4096;
 
-/// Give every UDP socket bound to `port` in namespace `ns`, whichever process holds
-/// it, send and receive buffers of `bytes` (what shipworm asks for itself), and the
-/// interface `tun` queues of [`TUN_QUEUE`] packets. Returns the receive buffer each
-/// socket now has, as the kernel reports it.
-pub fn equalize(ns: &str, port: u16, bytes: usize, tun: &str) -> Result<Vec<usize>, String> {
+/// Give every UDP socket bound to `port` (any port: `None`) in namespace `ns`,
+/// whichever process holds it, send and receive buffers of `bytes` (what shipworm asks
+/// for itself), and the interface `tun` queues of [`TUN_QUEUE`] packets. Returns the
+/// receive buffer each socket now has, as the kernel reports it.
+pub fn equalize(ns: &str, port: Option<u16>, bytes: usize, tun: &str) -> Result<Vec<usize>, String> {
     let table = netns::exec(ns, &["cat", "/proc/net/udp"]).map_err(|e| e.to_string())?;
     let inodes = bound_to(&table, port);
     if inodes.is_empty() {
-        return Err(format!("no UDP socket on port {port} in {ns}"));
+        return Err(format!("no UDP socket on port {port:?} in {ns}"));
     }
     let mut sizes = Vec::new();
     for (pid, fd) in holders(&inodes) {
@@ -36,9 +36,9 @@ pub fn equalize(ns: &str, port: u16, bytes: usize, tun: &str) -> Result<Vec<usiz
     Ok(sizes)
 }
 
-/// The socket inodes of /proc/net/udp's lines whose local port is `port`.
-fn bound_to(table: &str, port: u16) -> Vec<u64> {
-    let want = format!(":{port:04X}");
+/// The socket inodes of /proc/net/udp's lines whose local port is `port` (any: `None`).
+fn bound_to(table: &str, port: Option<u16>) -> Vec<u64> {
+    let want = port.map_or(String::new(), |p| format!(":{p:04X}"));
     table
         .lines()
         .skip(1)
@@ -96,9 +96,10 @@ mod tests {
    7: 0300000A:0DD9 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 41234 2 0000000000000000 0\n\
    8: 0300000A:0DD9 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 41235 2 0000000000000000 0\n\
   12: 00000000:0DDA 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 41300 2 0000000000000000 0\n";
-        assert_eq!(bound_to(table, 3545), vec![41234, 41235]);
-        assert_eq!(bound_to(table, 3546), vec![41300]);
-        assert!(bound_to(table, 53).is_empty());
+        assert_eq!(bound_to(table, Some(3545)), vec![41234, 41235]);
+        assert_eq!(bound_to(table, Some(3546)), vec![41300]);
+        assert!(bound_to(table, Some(53)).is_empty());
+        assert_eq!(bound_to(table, None), vec![41234, 41235, 41300]);
     }
 
     #[test]

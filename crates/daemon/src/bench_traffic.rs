@@ -314,7 +314,9 @@ pub fn max_rate(
         let achieved = sent as f64 / dur.as_secs_f64();
         if std::env::var_os("SHIPWORM_BENCH_DEBUG").is_some() {
             let late = start_count.unwrap_or(0) - before - got;
-            eprintln!("    trial {rate} pkt/s: sent {sent} ({achieved:.0}/s), in time {got}, late {late}, loss {loss:.4}");
+            eprintln!(
+                "    trial {rate} pkt/s: sent {sent} ({achieved:.0}/s), in time {got}, late {late}, loss {loss:.4}"
+            );
         }
         let clean = sent > 0 && loss < 0.001;
         Trial { passed: clean && achieved >= rate as f64 * 0.97, carried: if clean { achieved as u64 } else { 0 } }

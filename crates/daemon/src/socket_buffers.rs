@@ -39,7 +39,13 @@ pub fn receive_size(fd: BorrowedFd<'_>) -> usize {
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt into an int of the size given.
     let r = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, (&mut v as *mut libc::c_int).cast(), &mut len)
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
     };
     if r == 0 {
         usize::try_from(v).unwrap_or(0)
@@ -58,7 +64,8 @@ mod tests {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let before = receive_size(s.as_fd());
         enlarge(s.as_fd(), DAEMON_BYTES);
-        let cap = std::fs::read_to_string("/proc/sys/net/core/rmem_max").ok().and_then(|t| t.trim().parse::<usize>().ok());
+        let cap =
+            std::fs::read_to_string("/proc/sys/net/core/rmem_max").ok().and_then(|t| t.trim().parse::<usize>().ok());
         let after = receive_size(s.as_fd());
         // As root (the test command runs as root), the cap is passed: twice the request.
         // Otherwise the kernel's own: twice the smaller of the request and the cap.
