@@ -120,14 +120,19 @@ pub fn remove_stale() -> Result<usize> {
 pub fn install_interrupt_cleanup() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            previous(info);
-            // try_lock: the panicking thread may hold a list's lock itself.
-            let pids = PIDS.try_lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
-            let names = NAMESPACES.try_lock().map(|n| n.clone()).unwrap_or_default();
-            remove(pids, names);
-        }));
+        // Only where a panic aborts: where it unwinds, the labs' destructors clean up,
+        // and a panicking test must not take down the labs of the tests beside it.
+        #[cfg(panic = "abort")]
+        {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                previous(info);
+                // try_lock: the panicking thread may hold a list's lock itself.
+                let pids = PIDS.try_lock().map(|mut p| std::mem::take(&mut *p)).unwrap_or_default();
+                let names = NAMESPACES.try_lock().map(|n| n.clone()).unwrap_or_default();
+                remove(pids, names);
+            }));
+        }
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
             return;
