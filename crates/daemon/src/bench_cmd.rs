@@ -287,9 +287,10 @@ fn e2e_bytes(quick: bool) -> usize {
 }
 
 /// TCP through a client and relay chain, both ways: two transfers of `bytes` each way
-/// (after the buffers were made equal; the scenario's own came before), each checked
+/// to and from the client at `client` (after the buffers were made equal; the
+/// scenario's own transfer came before), each checked
 /// intact, in Mbit/s.
-fn e2e_tcp(lab: &Lab, first: &scenario::Outcome, bytes: usize) -> Result<([f64; 2], [f64; 2]), Failure> {
+fn e2e_tcp(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<([f64; 2], [f64; 2]), Failure> {
     let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let once = |from: &str, to: &str, addr: Ipv6Addr| -> Result<f64, Failure> {
         let t = tcp_transfer(from, to, addr, bytes, Duration::from_secs(30)).map_err(lab_err)?;
@@ -301,7 +302,7 @@ fn e2e_tcp(lab: &Lab, first: &scenario::Outcome, bytes: usize) -> Result<([f64; 
         Ok(t.mbit_per_s())
     };
     let out = [once(&cns, &h6, HOST6_V6)?, once(&cns, &h6, HOST6_V6)?];
-    let back = [once(&h6, &cns, first.address)?, once(&h6, &cns, first.address)?];
+    let back = [once(&h6, &cns, client)?, once(&h6, &cns, client)?];
     Ok((out, back))
 }
 
@@ -477,7 +478,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             // The same buffers for both chains, as for the relays measured alone.
             equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
             equalize(&lab.clients[0].ns, None, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
-            let (out, back) = e2e_tcp(&lab, &o, bytes)?;
+            let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
             let (up, down) = e2e_udp(&lab, o.address, args.quick)?;
             drop(lab);
             if round == 0 {

@@ -60,7 +60,7 @@ mod tests {
     use std::os::fd::AsFd;
 
     #[test]
-    fn a_socket_gets_at_least_what_the_system_cap_allows() {
+    fn root_passes_the_system_cap_and_others_get_what_it_allows() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let before = receive_size(s.as_fd());
         enlarge(s.as_fd(), DAEMON_BYTES);
