@@ -4,6 +4,7 @@
 //! (in the test command) only keeps the benchmark working.
 
 use crate::bench_buffers::{equalize, TUN_QUEUE};
+use crate::bench_cpus::{self, RELAY_CPU, TRAFFIC_CPU};
 use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Sink};
 use crate::cli::BenchArgs;
 use crate::socket_buffers::DAEMON_BYTES;
@@ -20,8 +21,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const SIZES: [usize; 3] = [64, 512, 1280];
-/// shipworm's relay held to one worker thread (`RelayThreads 1`), beside its default.
-const ONE_WORKER: &str = "shipworm, 1 worker";
+/// shipworm's relay configuration in the bench: one worker, as it picks for itself on
+/// the one core the relay host has (see `bench_cpus`).
+const SHIPWORM_EXTRA: &str = "RelayThreads 1\n";
 const CLIENTS: usize = 32;
 const RELAY_PORT: u16 = 3545;
 /// Spoofed new-peer bubbles per second while established peers' rate is measured.
@@ -46,8 +48,7 @@ struct Figures {
 /// of this round start from.
 type Hints = BTreeMap<(&'static str, usize), u64>;
 
-/// The hints for the next round from an implementation's rounds so far (rounds that
-/// skipped it hold no figures).
+/// The hints for the next round from an implementation's rounds so far.
 fn hints(runs: &[Figures]) -> Hints {
     let keys: std::collections::BTreeSet<_> = runs.iter().flat_map(|f| f.rate.keys().copied()).collect();
     keys.into_iter().map(|k| (k, med_rate(runs, k) as u64)).collect()
@@ -124,28 +125,36 @@ struct Route<'a> {
     probe: Box<Build<'a>>,
 }
 
+/// What a lab measures next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Rate,
+    Latency,
+}
+
 /// Every route's rate, searched in turn; after each search a block of latency probes on
 /// every route, so a route's probes are spread over the whole measurement rather than
 /// taken in one burst: the machine's state (which core, a neighbour's load) shifts a
 /// burst's median by a microsecond or two, as much as the relay under test adds.
-/// `refresh` runs before each search and block (the relays' peers stay fresh).
+/// `prepare` runs before each search and block (the relays' peers stay fresh, the
+/// relay host's receive work goes where the phase wants it: [`bench_cpus::steer`]).
 fn measure_routes(
     label: &str,
     routes: &mut [Route<'_>],
     quick: bool,
     hints: &Hints,
-    refresh: &dyn Fn(),
+    prepare: &dyn Fn(Phase) -> Result<(), String>,
     f: &mut Figures,
     say: &mut dyn FnMut(&str),
-) {
+) -> Result<(), Failure> {
     let (dur, lat_n) = trial_sizes(quick);
     let blocks = routes.len();
     for i in 0..blocks {
-        refresh();
+        prepare(Phase::Rate).map_err(Failure::runtime)?;
         let p = &mut routes[i];
         let r = max_rate(p.tx, p.sink, dur, quick, hints.get(&p.key).copied(), &mut *p.load);
         f.rate.insert(p.key, r as f64);
-        refresh();
+        prepare(Phase::Latency).map_err(Failure::runtime)?;
         for p in routes.iter_mut() {
             // Block i's share of lat_n, so the shares add up to lat_n exactly.
             let n = lat_n * (i + 1) / blocks - lat_n * i / blocks;
@@ -161,6 +170,7 @@ fn measure_routes(
         .map(|p| format!("{} {} B {:.1}", p.key.0, p.key.1, median(f.latency.get(&p.key).map_or(&[][..], |v| &v[..]))))
         .collect();
     say(&format!("  {label} latency medians (µs): {}", medians.join(", ")));
+    Ok(())
 }
 
 /// Decapsulation load of `size`-byte packets from the emulated clients `addrs` to the
@@ -191,7 +201,11 @@ fn measure_relay(
     lab.start_relay_with(imp, extra).map_err(lab_err)?;
     let given = equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
     let mib: Vec<String> = given.iter().map(|&b| format!("{:.0}", b as f64 / f64::from(1 << 20))).collect();
-    say(&format!("  {label}: UDP receive buffers {} MiB, TUN queues {TUN_QUEUE} packets", mib.join(" + ")));
+    let threads = bench_cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
+    say(&format!(
+        "  {label}: UDP receive buffers {} MiB, TUN queues {TUN_QUEUE} packets, {threads} threads on CPU {RELAY_CPU}",
+        mib.join(" + ")
+    ));
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
@@ -242,10 +256,15 @@ fn measure_relay(
         });
     }
     // The emulated clients keep their entries fresh.
-    measure_routes(label, &mut routes, quick, hints, &|| emu.bubble(relay, SINK_NATIVE_V6), &mut f, say);
+    let rly = lab.ns("rly");
+    let prepare = |phase: Phase| {
+        emu.bubble(relay, SINK_NATIVE_V6);
+        bench_cpus::steer(&rly, phase == Phase::Rate)
+    };
+    measure_routes(label, &mut routes, quick, hints, &prepare, &mut f, say)?;
     drop(routes);
     // Established peers while spoofed new peers pour in.
-    emu.bubble(relay, SINK_NATIVE_V6);
+    prepare(Phase::Rate).map_err(Failure::runtime)?;
     let flood_socks = (0..FLOOD_SOCKETS)
         .map(|_| socket_in(&gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))))
         .collect::<Result<Vec<_>, _>>()
@@ -273,7 +292,7 @@ fn e2e_rounds(quick: bool) -> usize {
     if quick {
         1
     } else {
-        5
+        6
     }
 }
 
@@ -357,7 +376,16 @@ fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Resu
             });
         }
     }
-    measure_routes("kernel", &mut routes, quick, hints, &|| {}, &mut f, say);
+    let rly = lab.ns("rly");
+    measure_routes(
+        "kernel",
+        &mut routes,
+        quick,
+        hints,
+        &|phase| bench_cpus::steer(&rly, phase == Phase::Rate),
+        &mut f,
+        say,
+    )?;
     drop(routes);
     drop((sink_h6, sink_gen));
     lab.teardown();
@@ -393,6 +421,12 @@ fn peer_table(n: usize) -> (f64, f64, f64) {
     (ins, look, (rss() - before).max(0.0))
 }
 
+/// CPUs online (not those this process may use: the bench holds itself to one).
+fn online_cpus() -> libc::c_long {
+    // SAFETY: sysconf takes and returns plain integers.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -403,7 +437,7 @@ fn machine() -> String {
         })
         .unwrap_or_else(|| "unknown CPU".into());
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{} × {cpu}, Linux {}", std::thread::available_parallelism().map_or(0, |n| n.get()), kernel.trim())
+    format!("{} × {cpu}, Linux {}", online_cpus(), kernel.trim())
 }
 
 /// Run the benchmark.
@@ -411,9 +445,14 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let me = Impl::Shipworm(std::env::current_exe().map_err(|e| Failure::runtime(e.to_string()))?);
     let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let started = Instant::now();
     let mut say = |l: &str| println!("{l}");
+    if bench_cpus::available() {
+        bench_cpus::pin_traffic().map_err(Failure::runtime)?;
+        say(&format!("traffic on CPU {TRAFFIC_CPU}, each relay host on CPU {RELAY_CPU}"));
+    } else {
+        say("one core: traffic and relay share it");
+    }
     let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
     for round in 1..=rounds {
         say(&format!("round {round}/{rounds} (at {:.0} s)", started.elapsed().as_secs_f64()));
@@ -421,19 +460,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         let hints_of =
             |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
         let h = hints_of(&runs, "shipworm");
-        runs.entry("shipworm").or_default().push(measure_relay("shipworm", &me, "", &me, args.quick, &h, &mut say)?);
-        // The one-worker variant, in every third round (the first of each three): a side
-        // figure, not worth a fifth of every round's time.
-        if cores > 1 {
-            // Rounds it skips hold no figures, so round i is entry i for everyone.
-            let one = if round % 3 == 1 {
-                let h = hints_of(&runs, ONE_WORKER);
-                measure_relay(ONE_WORKER, &me, "RelayThreads 1\n", &me, args.quick, &h, &mut say)?
-            } else {
-                Figures::default()
-            };
-            runs.entry(ONE_WORKER).or_default().push(one);
-        }
+        let s = measure_relay("shipworm", &me, SHIPWORM_EXTRA, &me, args.quick, &h, &mut say)?;
+        runs.entry("shipworm").or_default().push(s);
         if miredo {
             let h = hints_of(&runs, "miredo");
             let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
@@ -478,6 +506,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             // The same buffers for both chains, as for the relays measured alone.
             equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
             equalize(&lab.clients[0].ns, None, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+            // The relay's and the client's hosts share the core the relays had alone above.
+            bench_cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
+            bench_cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
             let (up, down) = e2e_udp(&lab, o.address, args.quick)?;
             drop(lab);
@@ -595,27 +626,23 @@ fn report(
         2 * SIZES.len()
     );
     let _ = writeln!(r, "## Relay packet rate (packets/s delivered with < 0.1 % loss)\n");
-    let _ = writeln!(
-        r,
-        "| direction | IPv6 size | shipworm ({} workers) | {ONE_WORKER} | Miredo | kernel | shipworm / Miredo | shipworm / kernel |",
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
+    let _ =
+        writeln!(r, "| direction | IPv6 size | shipworm | Miredo | kernel | shipworm / Miredo | shipworm / kernel |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|");
     let get = |name: &str, key| runs.get(name).map(|v| med_rate(v, key)).unwrap_or(f64::NAN);
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for size in SIZES {
-            let (s, one) = (get("shipworm", (dir, size)), get(ONE_WORKER, (dir, size)));
-            let (m, k) = (get("miredo", (dir, size)), get("kernel", (dir, size)));
+            let (s, m, k) = (get("shipworm", (dir, size)), get("miredo", (dir, size)), get("kernel", (dir, size)));
             // Quotients of the medians shown: rounds are not paired, because a round's
             // implementations were measured minutes apart and their noise is their own
             // (pairing them moved the ratios more between runs, not less).
             let (sm, sk) = (s / m, s / k);
-            let _ = writeln!(r, "| {dir} | {size} | {s:.0} | {one:.0} | {m:.0} | {k:.0} | {sm:.2} | {sk:.2} |");
+            let _ = writeln!(r, "| {dir} | {size} | {s:.0} | {m:.0} | {k:.0} | {sm:.2} | {sk:.2} |");
             ratios.push((format!("rate {dir} {size} B shipworm/Miredo"), sm));
             ratios.push((format!("rate {dir} {size} B shipworm/kernel"), sk));
         }
     }
-    let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show. Generator, sink and relay share the machine's cores.{}\n", if runs.get(ONE_WORKER).is_some_and(|v| v.len() > 1) { format!(" {ONE_WORKER} is measured in every third round.") } else { String::new() });
+    let _ = writeln!(r, "\nThe kernel column is the generator and sink alone, through the relay host's kernel: it bounds what the generator can show. {}\n", if bench_cpus::available() { format!("The relay host (its processes, and during rate searches the receive work of its interfaces through RPS: for the kernel, its forwarding) ran on CPU {RELAY_CPU}, the traffic (generator, sinks, probes) on CPU {TRAFFIC_CPU}: each relay had one core to itself, so shipworm ran one worker (`{}`). Latency probes leave the receive work on the core that sent (an interrupt between cores cost about 20 µs a packet on the machine this was written on).", SHIPWORM_EXTRA.trim()) } else { "Generator, sink and relay shared the machine's one core.".to_string() });
     let flood = |name: &str| {
         let measured = runs.get(name).into_iter().flatten().filter(|f| f.rate.contains_key(&UNDER_FLOOD));
         median(&measured.map(|f| f.flood).collect::<Vec<_>>())
@@ -625,7 +652,7 @@ fn report(
         "### Established peers under a flood of new peers\n\nTeredo→IPv6, {}-byte packets from {CLIENTS} established clients, while spoofed bubbles from never-seen Teredo addresses (embedded mapping = the socket they leave by) arrive from {FLOOD_SOCKETS} sockets at the rate shown.\n\n| implementation | flood (bubbles/s) | rate under flood | rate without | under / without |\n|---|---|---|---|---|",
         UNDER_FLOOD.1
     );
-    for name in ["shipworm", ONE_WORKER, "miredo"] {
+    for name in ["shipworm", "miredo"] {
         if !runs.contains_key(name) {
             continue;
         }
@@ -636,23 +663,22 @@ fn report(
     }
     let _ = writeln!(r);
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each round's median, averaged over the rounds (a round's lab sets its level: the kernel path sat at 9.0 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). p99: of all probes.\n");
-    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | {ONE_WORKER} median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo |");
-    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for size in SIZES {
             let l = |name: &str| runs.get(name).map(|v| all_lat(v, (dir, size))).unwrap_or_default();
-            let (s, one, m, k) = (l("shipworm"), l(ONE_WORKER), l("miredo"), l("kernel"));
+            let (s, m, k) = (l("shipworm"), l("miredo"), l("kernel"));
             let mid = |name: &str| runs.get(name).map_or(f64::NAN, |v| lat_mid(v, (dir, size)));
-            let (ms, mone, mm, mk) = (mid("shipworm"), mid(ONE_WORKER), mid("miredo"), mid("kernel"));
+            let (ms, mm, mk) = (mid("shipworm"), mid("miredo"), mid("kernel"));
             let (sm, sk, added) = (ms / mm, ms / mk, added(ms, mm, mk));
             ratios.push((format!("latency {dir} {size} B shipworm/Miredo"), sm));
             ratios.push((format!("latency {dir} {size} B shipworm/kernel"), sk));
             ratios.push((format!("latency added {dir} {size} B shipworm/Miredo"), added));
             let _ = writeln!(
                 r,
-                "| {dir} | {size} | {ms:.1} / {:.1} | {mone:.1} / {:.1} | {mm:.1} / {:.1} | {mk:.1} / {:.1} | {sm:.2} | {sk:.2} | {added:.2} |",
+                "| {dir} | {size} | {ms:.1} / {:.1} | {mm:.1} / {:.1} | {mk:.1} / {:.1} | {sm:.2} | {sk:.2} | {added:.2} |",
                 pct(&s, 0.99),
-                pct(&one, 0.99),
                 pct(&m, 0.99),
                 pct(&k, 0.99)
             );
@@ -700,7 +726,7 @@ fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figu
     use plotters::prelude::*;
     std::fs::create_dir_all(dir).map_err(|e| Failure::runtime(format!("{}: {e}", dir.display())))?;
     std::fs::write(dir.join("report.md"), report).map_err(|e| Failure::runtime(e.to_string()))?;
-    let colors = [("shipworm", RED), (ONE_WORKER, MAGENTA), ("miredo", BLUE), ("kernel", BLACK)];
+    let colors = [("shipworm", RED), ("miredo", BLUE), ("kernel", BLACK)];
     // Rate against packet size.
     let svg = dir.join("rate.svg");
     {
@@ -822,7 +848,7 @@ mod tests {
         runs.insert("miredo", mi.iter().map(|&r| fig(r, &[29.0, 30.0, 31.0])).collect::<Vec<_>>());
         runs.insert("kernel", sw.iter().map(|_| fig(100.0, &[9.0, 10.0, 11.0])).collect::<Vec<_>>());
         let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
-        assert!(text.contains("| Teredo→IPv6 | 64 | 110 | NaN | 60 | 100 | 1.83 | 1.10 |"), "{text}");
+        assert!(text.contains("| Teredo→IPv6 | 64 | 110 | 60 | 100 | 1.83 | 1.10 |"), "{text}");
         let r = ratios_of(&runs);
         assert_eq!(r["rate Teredo→IPv6 64 B shipworm/Miredo"], 110.0 / 60.0);
         assert_eq!(r["latency Teredo→IPv6 64 B shipworm/kernel"], 1.5);
@@ -853,28 +879,29 @@ mod tests {
         runs.insert("kernel", rounds);
         runs.insert("shipworm", (0..5).map(|_| fig(&[14.6, 14.7, 14.8])).collect());
         let (text, ratios) = report(&runs, &[], &[], false, Duration::ZERO);
-        assert!(text.contains("| IPv6→Teredo | 512 | 14.7 / 14.8 | NaN / NaN | NaN / NaN | 9.8 / 11.1 |"), "{text}");
+        assert!(text.contains("| IPv6→Teredo | 512 | 14.7 / 14.8 | NaN / NaN | 9.8 / 11.1 |"), "{text}");
         let sk = ratios.iter().find(|(k, _)| k == "latency IPv6→Teredo 512 B shipworm/kernel").unwrap().1;
         assert!((sk - 1.5).abs() < 1e-9);
     }
 
     #[test]
-    fn a_variant_measured_in_fewer_rounds_counts_only_its_own_rounds() {
+    fn the_flood_ratio_is_each_implementations_rate_under_flood_over_its_rate_without() {
         let fig = |with: f64, without: f64| {
             let mut f = Figures::default();
             f.rate.insert(UNDER_FLOOD, with);
             f.rate.insert(("Teredo→IPv6", UNDER_FLOOD.1), without);
+            f.flood = 20_000.0;
             f
         };
         let mut runs = BTreeMap::new();
-        runs.insert("shipworm", (0..6).map(|_| fig(90.0, 100.0)).collect::<Vec<_>>());
-        let skipped = Figures::default;
-        let one = vec![fig(80.0, 100.0), skipped(), skipped(), fig(60.0, 100.0), skipped(), skipped()];
-        runs.insert(ONE_WORKER, one);
-        // Six rounds for the one, two of six for the other: the skipped ones drop out.
+        runs.insert("shipworm", vec![fig(90.0, 100.0), fig(95.0, 110.0), fig(40.0, 105.0)]);
+        runs.insert("miredo", vec![fig(50.0, 100.0), fig(60.0, 100.0), fig(70.0, 100.0)]);
+        // Medians over the rounds: shipworm 90 of 105, Miredo 60 of 100.
         let r = ratios_of(&runs);
-        assert_eq!(r["flood shipworm under/without"], 0.9);
-        assert!((r[&format!("flood {ONE_WORKER} under/without")] - 0.7).abs() < 1e-12);
+        assert!((r["flood shipworm under/without"] - 90.0 / 105.0).abs() < 1e-12);
+        assert!((r["flood miredo under/without"] - 0.6).abs() < 1e-12);
+        let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
+        assert!(text.contains("| shipworm | 20000 | 90 | 105 | 0.86 |"), "{text}");
     }
 
     #[test]

@@ -227,9 +227,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Rounds (each measures every implementation once, shipworm with one worker every
-    /// third round); medians are reported.
-    #[arg(long, default_value_t = 8)]
+    /// Rounds (each measures every implementation once); medians are reported.
+    #[arg(long, default_value_t = 9)]
     pub rounds: usize,
 
     /// Where the report and plots go.

@@ -6,6 +6,7 @@
 mod address_cmd;
 mod bench_buffers;
 mod bench_cmd;
+mod bench_cpus;
 mod bench_traffic;
 mod cli;
 mod client_cmd;

@@ -1,0 +1,148 @@
+//! Where the benchmark's work runs. Left to the scheduler, the generator, the sinks
+//! and the relay wandered over the machine's cores: in one trial the relay had a core
+//! of its own, in the next it shared the generator's, and rounds of the same path
+//! spread by 0.1–0.4 of their median on two cores. Pinned, each round runs the same
+//! way: the relay host — its processes and its network stack's receive work (RPS on
+//! every interface of its namespace) — on one core, the traffic (the bench itself:
+//! generator, sinks, probes) on another. The kernel's own forwarding gets the relay
+//! host's core the same way, through RPS.
+
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::Pid;
+use shipworm_lab::netns;
+use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
+
+/// The traffic's core.
+pub const TRAFFIC_CPU: usize = 0;
+/// The relay host's core.
+pub const RELAY_CPU: usize = 1;
+
+/// Whether the bench may use both cores of the layout: asked of the CPUs this process
+/// could use when first asked (before [`pin_traffic`] narrows them to one).
+pub fn available() -> bool {
+    static BOTH: OnceLock<bool> = OnceLock::new();
+    *BOTH.get_or_init(|| {
+        sched_getaffinity(Pid::from_raw(0))
+            .is_ok_and(|s| s.is_set(TRAFFIC_CPU).unwrap_or(false) && s.is_set(RELAY_CPU).unwrap_or(false))
+    })
+}
+
+fn only(cpu: usize) -> Result<CpuSet, String> {
+    let mut set = CpuSet::new();
+    set.set(cpu).map_err(|e| format!("CPU {cpu}: {e}"))?;
+    Ok(set)
+}
+
+/// Hold the calling thread, and every thread and process it starts from now on, to the
+/// traffic's core (the relays it starts are moved to theirs by [`pin_host`]).
+pub fn pin_traffic() -> Result<(), String> {
+    sched_setaffinity(Pid::from_raw(0), &only(TRAFFIC_CPU)?)
+        .map_err(|e| format!("cannot hold the bench to CPU {TRAFFIC_CPU}: {e}"))
+}
+
+/// Move namespace `ns`'s host to the relay host's core: every thread of every process
+/// living in it (but ours, whose threads visit namespaces only to make sockets or run
+/// transfers), and the receive work of every interface in it ([`steer`]). Returns how many threads
+/// were moved (none on a machine of one core, where everything shares it).
+pub fn pin_host(ns: &str) -> Result<usize, String> {
+    if !available() {
+        return Ok(0);
+    }
+    let net = std::fs::metadata(format!("/run/netns/{ns}")).map_err(|e| format!("namespace {ns}: {e}"))?.ino();
+    let cpus = only(RELAY_CPU)?;
+    let me = std::process::id().to_string();
+    let mut moved = 0;
+    let procs = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Some(pid) = name.to_str().filter(|s| *s != me && s.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        // A process that has exited meanwhile is simply not there any more.
+        if std::fs::metadata(p.path().join("ns/net")).map(|m| m.ino()).ok() != Some(net) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            match sched_setaffinity(Pid::from_raw(tid), &cpus) {
+                Ok(()) => moved += 1,
+                Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => return Err(format!("cannot move thread {tid} of process {pid} to CPU {RELAY_CPU}: {e}")),
+            }
+        }
+    }
+    steer(ns, true)?;
+    Ok(moved)
+}
+
+/// Whether namespace `ns`'s interfaces hand their receive work to the relay host's core
+/// (RPS), or leave it to the core that sent the packet. On for rate searches: without
+/// it the kernel forwards on the generator's core, sharing it with the generator and
+/// the sinks. Off for latency probes: handing a packet to another core takes an
+/// interrupt between cores, which on this VM cost about 20 µs a packet (the kernel
+/// path measured 30 µs one packet at a time with it, 11 without) and would swamp what
+/// the relays differ by; a woken relay thread costs far less (an idle core polls).
+pub fn steer(ns: &str, on: bool) -> Result<(), String> {
+    if !available() {
+        return Ok(());
+    }
+    // `ip netns exec` mounts the namespace's own /sys, where its interfaces' queues are.
+    let mask = if on { format!("{:x}", 1u64 << RELAY_CPU) } else { "0".into() };
+    let script = format!("for q in /sys/class/net/*/queues/rx-*/rps_cpus; do echo {mask} > \"$q\" || exit 1; done");
+    netns::exec(ns, &["sh", "-c", &script]).map_err(|e| format!("RPS in {ns} (a kernel without CONFIG_RPS?): {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_in_a_namespace_is_moved_to_the_relay_core_and_ours_is_not() {
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root || !available() {
+            // Namespaces need root; the layout needs two cores (the test command has both).
+            return;
+        }
+        let ns = format!("{}cpu", netns::run_prefix(0));
+        netns::add(&ns).unwrap();
+        let mut child = std::process::Command::new("ip").args(["netns", "exec", &ns, "sleep", "30"]).spawn().unwrap();
+        let pid = Pid::from_raw(child.id() as i32);
+        // `ip netns exec` enters the namespace, then becomes sleep.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let net = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
+        while std::fs::metadata(format!("/proc/{pid}/ns/net")).map(|m| m.ino()).ok() != Some(net) {
+            assert!(std::time::Instant::now() < deadline, "the child never entered {ns}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let ours_before = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        // As in the bench: from a thread already held to the traffic's core (affinity is
+        // per thread, so the test's other threads keep theirs).
+        let moved = std::thread::scope(|s| {
+            s.spawn(|| {
+                pin_traffic().unwrap();
+                let pinned = sched_getaffinity(Pid::from_raw(0)).unwrap();
+                assert!(pinned.is_set(TRAFFIC_CPU).unwrap() && !pinned.is_set(RELAY_CPU).unwrap());
+                pin_host(&ns)
+            })
+            .join()
+            .unwrap()
+        });
+        let theirs = sched_getaffinity(pid).unwrap();
+        let rps = netns::exec(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]);
+        let off = steer(&ns, false).and_then(|()| {
+            netns::exec(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]).map_err(|e| e.to_string())
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        netns::del(&ns);
+        assert_eq!(moved.unwrap(), 1);
+        assert!(theirs.is_set(RELAY_CPU).unwrap() && !theirs.is_set(TRAFFIC_CPU).unwrap());
+        let ours = sched_getaffinity(Pid::from_raw(0)).unwrap();
+        for cpu in 0..CpuSet::count() {
+            assert_eq!(ours.is_set(cpu).unwrap(), ours_before.is_set(cpu).unwrap(), "our CPU {cpu}");
+        }
+        assert_eq!(rps.unwrap().trim().trim_start_matches(['0', ',']), "2");
+        assert_eq!(off.unwrap().trim().trim_start_matches(['0', ',']), "");
+    }
+}
