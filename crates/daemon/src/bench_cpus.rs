@@ -1,11 +1,12 @@
-//! Where the benchmark's work runs. Left to the scheduler, the generator, the sinks
-//! and the relay wandered over the machine's cores: in one trial the relay had a core
-//! of its own, in the next it shared the generator's, and rounds of the same path
-//! spread by 0.1–0.4 of their median on two cores. Pinned, each round runs the same
-//! way: the relay host — its processes and its network stack's receive work (RPS on
-//! every interface of its namespace) — on one core, the traffic (the bench itself:
-//! generator, sinks, probes) on another. The kernel's own forwarding gets the relay
-//! host's core the same way, through RPS.
+//! Where the benchmark's work runs: the relay host — its processes and its network
+//! stack's receive work (RPS on every interface of its namespace) — on one core, the
+//! traffic (the bench itself: generator, sinks, probes) on another. Left to the
+//! scheduler, a relay had a core of its own in one trial and shared the generator's in
+//! the next, and the kernel reference forwarded on the generator's core: every path
+//! was generator-bound and the rates said little about the work per packet. Pinned,
+//! each relay has one core, and the kernel's own forwarding gets the same core through
+//! RPS. (It did not narrow the spread of the rounds: two runs spread by 0.1–0.3 of
+//! their median either way, the kernel path's included; that noise is the host's.)
 
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
