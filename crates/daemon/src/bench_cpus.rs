@@ -98,6 +98,21 @@ pub fn steer(ns: &str, on: bool) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// A namespace with a process in it, both gone when this is dropped, whether the
+    /// test gets to its end or panics on the way.
+    struct Occupied {
+        ns: String,
+        child: std::process::Child,
+    }
+
+    impl Drop for Occupied {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            netns::del(&self.ns);
+        }
+    }
+
     #[test]
     fn a_process_in_a_namespace_is_moved_to_the_relay_core_and_ours_is_not() {
         let root = unsafe { libc::geteuid() } == 0;
@@ -107,8 +122,9 @@ mod tests {
         }
         let ns = format!("{}cpu", netns::run_prefix(0));
         netns::add(&ns).unwrap();
-        let mut child = std::process::Command::new("ip").args(["netns", "exec", &ns, "sleep", "30"]).spawn().unwrap();
-        let pid = Pid::from_raw(child.id() as i32);
+        let child = std::process::Command::new("ip").args(["netns", "exec", &ns, "sleep", "30"]).spawn();
+        let lab = Occupied { ns: ns.clone(), child: child.unwrap() };
+        let pid = Pid::from_raw(lab.child.id() as i32);
         // `ip netns exec` enters the namespace, then becomes sleep.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let net = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
@@ -134,9 +150,7 @@ mod tests {
         let off = steer(&ns, false).and_then(|()| {
             netns::exec(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]).map_err(|e| e.to_string())
         });
-        let _ = child.kill();
-        let _ = child.wait();
-        netns::del(&ns);
+        drop(lab);
         assert_eq!(moved.unwrap(), 1);
         assert!(theirs.is_set(RELAY_CPU).unwrap() && !theirs.is_set(TRAFFIC_CPU).unwrap());
         let ours = sched_getaffinity(Pid::from_raw(0)).unwrap();
