@@ -5,7 +5,7 @@
 
 use crate::bench_buffers::{equalize, TUN_QUEUE};
 use crate::bench_cpus::{self, RELAY_CPU, TRAFFIC_CPU};
-use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Sink};
+use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Probe, Sink};
 use crate::cli::BenchArgs;
 use crate::socket_buffers::DAEMON_BYTES;
 use crate::Failure;
@@ -40,6 +40,9 @@ struct Figures {
     rate: BTreeMap<(&'static str, usize), f64>,
     /// (direction, size) → latencies in µs.
     latency: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// (direction, size) → the kernel path's latencies in µs, probed in this relay's lab
+    /// in turns with the relay's own (none for the kernel itself).
+    beside: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// Spoofed bubbles per second the flood achieved.
     flood: f64,
 }
@@ -113,16 +116,16 @@ fn trial_sizes(quick: bool) -> (Duration, usize) {
 }
 
 /// One direction and size through the thing measured: the sockets its load leaves by,
-/// the sink that counts arrivals, the socket the probes arrive on and where their
-/// number sits, and what the load and the probes carry.
+/// the sink that counts arrivals, what the load carries, the path its latency probes
+/// take, and the same direction's native path through the same relay host, probed in
+/// turns with it.
 struct Route<'a> {
     key: (&'static str, usize),
     tx: &'a [Socket],
     sink: &'a Sink,
-    rx: &'a Socket,
-    seq_at: usize,
     load: Box<Build<'a>>,
-    probe: Box<Build<'a>>,
+    probe: Probe<'a>,
+    beside: Option<Probe<'a>>,
 }
 
 /// What a lab measures next.
@@ -158,8 +161,12 @@ fn measure_routes(
         for p in routes.iter_mut() {
             // Block i's share of lat_n, so the shares add up to lat_n exactly.
             let n = lat_n * (i + 1) / blocks - lat_n * i / blocks;
-            let got = latencies(p.tx, p.rx, p.seq_at, p.sink, n, &mut *p.probe);
-            f.latency.entry(p.key).or_default().extend(got);
+            let mut probes: Vec<&mut Probe<'_>> = std::iter::once(&mut p.probe).chain(p.beside.as_mut()).collect();
+            let mut got = latencies(&mut probes, n).into_iter();
+            f.latency.entry(p.key).or_default().extend(got.next().unwrap_or_default());
+            if let Some(k) = got.next() {
+                f.beside.entry(p.key).or_default().extend(k);
+            }
         }
         let (dir, size) = routes[i].key;
         say(&format!("  {label} {dir} {size:>4} B: {r:>9} pkt/s"));
@@ -170,6 +177,15 @@ fn measure_routes(
         .map(|p| format!("{} {} B {:.1}", p.key.0, p.key.1, median(f.latency.get(&p.key).map_or(&[][..], |v| &v[..]))))
         .collect();
     say(&format!("  {label} latency medians (µs): {}", medians.join(", ")));
+    if !f.beside.is_empty() {
+        let beside: Vec<String> = routes
+            .iter()
+            .map(|p| {
+                format!("{} {} B {:.1}", p.key.0, p.key.1, median(f.beside.get(&p.key).map_or(&[][..], |v| &v[..])))
+            })
+            .collect();
+        say(&format!("  {label}'s lab, kernel path (µs): {}", beside.join(", ")));
+    }
     Ok(())
 }
 
@@ -225,19 +241,38 @@ fn measure_relay(
     let emu_socks: Vec<Socket> = emu.socks.iter().map(|s| s.try_clone().expect("dup")).collect();
     let sink_emu = Sink::start(emu_socks);
     let addrs = emu.addrs.clone();
-    let (first, natives) = (addrs[0], std::slice::from_ref(&native));
+    // The native path through the same relay host, both ways: the kernel's latency in
+    // this lab too (a lab's kernel path sits at one of two levels, 9 or 11 µs, so
+    // every lab of a round adds to the kernel's figure).
+    let gen_out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
+    let sink_gen = Sink::start(vec![rx_gen.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
+    let (first, natives, gen_outs) = (addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
     let mut routes = Vec::new();
     for size in SIZES {
         routes.push(Route {
             key: ("Teredo→IPv6", size),
             tx: &emu.socks,
             sink: &sink6,
-            rx: &rx6,
-            seq_at: 0,
             load: Box::new(decap_load(addrs.clone(), size, relay)),
             // Probes: one flow, from the first client.
-            probe: Box::new(move |seq: u64, buf: &mut [u8]| {
-                (ipv6_udp(buf, size, first, SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), 0)
+            probe: Probe {
+                tx: &emu.socks,
+                rx: &rx6,
+                seq_at: 0,
+                sink: &sink6,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| {
+                    (ipv6_udp(buf, size, first, SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), 0)
+                }),
+            },
+            beside: Some(Probe {
+                tx: gen_outs,
+                rx: &rx6,
+                seq_at: 0,
+                sink: &sink6,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| {
+                    (udp_payload(buf, size, seq), v6(SINK_NATIVE_V6, 9000), 0)
+                }),
             }),
         });
         let a = addrs.clone();
@@ -245,14 +280,27 @@ fn measure_relay(
             key: ("IPv6→Teredo", size),
             tx: natives,
             sink: &sink_emu,
-            // Probes all go to the first client, whose socket the prober reads.
-            rx: &emu.socks[0],
-            seq_at: 48,
             load: Box::new(move |seq: u64, buf: &mut [u8]| {
                 let i = (seq % CLIENTS as u64) as usize;
                 (udp_payload(buf, size, seq), v6(a[i], 9002), 0)
             }),
-            probe: Box::new(move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), v6(first, 9002), 0)),
+            // Probes all go to the first client, whose socket the prober reads.
+            probe: Probe {
+                tx: natives,
+                rx: &emu.socks[0],
+                seq_at: 48,
+                sink: &sink_emu,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), v6(first, 9002), 0)),
+            },
+            beside: Some(Probe {
+                tx: natives,
+                rx: &rx_gen,
+                seq_at: 0,
+                sink: &sink_gen,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| {
+                    (udp_payload(buf, size, seq), v6(GEN_NATIVE_V6, 9001), 0)
+                }),
+            }),
         });
     }
     // The emulated clients keep their entries fresh.
@@ -278,7 +326,7 @@ fn measure_relay(
         "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {r:>9} pkt/s",
         UNDER_FLOOD.1, f.flood
     ));
-    drop((sink6, sink_emu));
+    drop((sink6, sink_emu, sink_gen));
     lab.teardown();
     Ok(f)
 }
@@ -326,8 +374,10 @@ fn e2e_tcp(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<([f64; 2], [f64;
 }
 
 /// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
-/// for 512-byte IPv6 packets. The lab is the one a scenario left running.
-fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failure> {
+/// for 512-byte IPv6 packets, each search starting from `hints` (the median of this
+/// chain's earlier rounds, as the relays' searches do). The lab is the one a scenario
+/// left running.
+fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) -> Result<(f64, f64), Failure> {
     let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let (dur, _) = trial_sizes(quick);
     let mut rates = [0.0; 2];
@@ -340,7 +390,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, quick: bool) -> Result<(f64, f64), Failu
         let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
         let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
         std::thread::sleep(Duration::from_millis(50));
-        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, None, &mut build) as f64;
+        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, hints[k], &mut build) as f64;
     }
     Ok((rates[0], rates[1]))
 }
@@ -364,15 +414,15 @@ fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Resu
             ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
         ] {
             let native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
+            let tx = std::slice::from_ref(sock);
             routes.push(Route {
                 key: (dir, size),
-                tx: std::slice::from_ref(sock),
+                tx,
                 sink,
-                rx,
-                seq_at: 0,
                 // Load and probes alike: native packets to the sink.
                 load: Box::new(native),
-                probe: Box::new(native),
+                probe: Probe { tx, rx, seq_at: 0, sink, build: Box::new(native) },
+                beside: None,
             });
         }
     }
@@ -461,11 +511,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
         let h = hints_of(&runs, "shipworm");
         let s = measure_relay("shipworm", &me, SHIPWORM_EXTRA, &me, args.quick, &h, &mut say)?;
-        runs.entry("shipworm").or_default().push(s);
+        file_relay(&mut runs, "shipworm", s);
         if miredo {
             let h = hints_of(&runs, "miredo");
             let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
-            runs.entry("miredo").or_default().push(m);
+            file_relay(&mut runs, "miredo", m);
         }
         let k = measure_kernel(args.quick, &hints_of(&runs, "kernel"), &mut say)?;
         runs.entry("kernel").or_default().push(k);
@@ -510,7 +560,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             bench_cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
             bench_cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
-            let (up, down) = e2e_udp(&lab, o.address, args.quick)?;
+            let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
+            let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], args.quick)?;
             drop(lab);
             if round == 0 {
                 e.ping_ms = o.ping_out.steady_median_ms().unwrap_or(f64::NAN);
@@ -539,6 +590,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     std::fs::write(&ratios_file, tsv).map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
     println!("\nreport: {}", args.out.join("report.md").display());
     Ok(())
+}
+
+/// Files a relay lab's figures under `label`, and the kernel path's latencies probed in
+/// the same lab under the kernel's, as a lab of its own without rates: the kernel path's
+/// level is a lab's (9 or 11 µs), so three labs a round make a steadier figure than one.
+fn file_relay(runs: &mut BTreeMap<&'static str, Vec<Figures>>, label: &'static str, mut f: Figures) {
+    let beside = std::mem::take(&mut f.beside);
+    if !beside.is_empty() {
+        runs.entry("kernel").or_default().push(Figures { latency: beside, ..Figures::default() });
+    }
+    runs.entry(label).or_default().push(f);
 }
 
 fn med_rate(runs: &[Figures], key: (&'static str, usize)) -> f64 {
@@ -662,7 +724,7 @@ fn report(
         ratios.push((format!("flood {name} under/without"), kept));
     }
     let _ = writeln!(r);
-    let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each round's median, averaged over the rounds (a round's lab sets its level: the kernel path sat at 9.0 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). p99: of all probes.\n");
+    let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each lab's median, averaged over the labs (a lab sets its level: the kernel path sat at 9.1 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). The kernel path was probed in every lab, its own and each relay's (there in turns of 200 probes with the relay's), so its figure averages three labs a round. p99: of all probes.\n");
     let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
@@ -718,7 +780,7 @@ fn report(
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
     let rounds = e2e_rounds(quick);
-    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the median of the transfers of {} MB each way, two per round. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, the median of one search per round.", e2e_bytes(quick) / 1_000_000);
+    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the median of the transfers of {} MB each way, two per round. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, the median of one search per round (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000);
     (r, ratios)
 }
 
@@ -902,6 +964,30 @@ mod tests {
         assert!((r["flood miredo under/without"] - 0.6).abs() < 1e-12);
         let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
         assert!(text.contains("| shipworm | 20000 | 90 | 105 | 0.86 |"), "{text}");
+    }
+
+    #[test]
+    fn the_kernel_path_probed_in_a_relay_lab_counts_toward_the_kernel_latency_not_its_rate() {
+        let key = ("Teredo→IPv6", 64);
+        let mut runs = BTreeMap::new();
+        let mut kernel = Figures::default();
+        kernel.rate.insert(key, 120_000.0);
+        kernel.latency.insert(key, vec![9.0, 9.1, 9.2]);
+        runs.entry("kernel").or_insert_with(Vec::new).push(kernel);
+        let mut relay = Figures::default();
+        relay.rate.insert(key, 100_000.0);
+        relay.latency.insert(key, vec![14.0, 14.1, 14.2]);
+        relay.beside.insert(key, vec![11.0, 11.1, 11.2]);
+        file_relay(&mut runs, "shipworm", relay);
+        // The kernel's latency: the mean of its lab (9.1) and the relay's lab (11.1).
+        assert!((lat_mid(&runs["kernel"], key) - 10.1).abs() < 1e-9);
+        // Its rate is its own lab's alone, and its next search starts from it.
+        assert_eq!(med_rate(&runs["kernel"], key), 120_000.0);
+        assert_eq!(hints(&runs["kernel"]).get(&key), Some(&120_000));
+        // The relay's own figures are filed as they were, without the kernel's probes.
+        assert_eq!(runs["shipworm"].len(), 1);
+        assert!(runs["shipworm"][0].beside.is_empty());
+        assert!((lat_mid(&runs["shipworm"], key) - 14.1).abs() < 1e-9);
     }
 
     #[test]

@@ -445,50 +445,71 @@ impl Drop for Flood {
 /// probe from an earlier block cannot be taken for the one awaited now.
 static NEXT_PROBE: AtomicU64 = AtomicU64::new(1 << 40);
 
-/// One packet at a time, `n` times: microseconds from send to arrival on `rx`, where
-/// the sequence number sits at `seq_at`. This thread reads `rx` itself, spinning, so
-/// the figure holds the path and the relay, not the wake-up of a receiving thread.
-/// `sink` (which shares `rx`) is paused meanwhile. The caller lets earlier traffic
-/// drain first.
-pub fn latencies(
-    socks: &[Socket],
-    rx: &Socket,
-    seq_at: usize,
-    sink: &Sink,
-    n: usize,
-    build: &mut Build<'_>,
-) -> Vec<f64> {
-    let mut out = Vec::with_capacity(n);
-    let mut buf = [0u8; 2048];
+/// A path latency probes take: the sockets they leave by (picked by `build`), the socket
+/// they arrive on and where their number sits in what arrives there, and the sink that
+/// shares that socket (paused while probing).
+pub struct Probe<'a> {
+    pub tx: &'a [Socket],
+    pub rx: &'a Socket,
+    pub seq_at: usize,
+    pub sink: &'a Sink,
+    pub build: Box<Build<'a>>,
+}
+
+/// Probes a path takes in a row before the next path's turn: taking turns packet by
+/// packet slowed Miredo by half (every probe of its found it idle) and the kernel path
+/// by a fifth.
+const TURN: usize = 200;
+
+/// One packet at a time, `n` times on each of `probes`, the paths taking turns of
+/// [`TURN`] packets: for each path, microseconds from send to arrival. This thread reads
+/// the arrival socket itself, spinning, so the figure holds the path and the relay, not
+/// the wake-up of a receiving thread. The caller lets earlier traffic drain first.
+pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
+    let mut out = vec![Vec::with_capacity(n); probes.len()];
     let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
-    sink.pause();
-    while rx.recv(&mut got).is_ok() {}
-    for _ in 0..n {
-        let seq = NEXT_PROBE.fetch_add(1, Ordering::Relaxed);
-        let (len, to, which) = build(seq, &mut buf);
-        let t0 = Instant::now();
-        if socks[which].send_to(&buf[..len], &to.into()).is_err() {
-            continue;
-        }
-        let deadline = t0 + Duration::from_millis(50);
-        loop {
-            match rx.recv(&mut got) {
-                Ok(k) if k >= seq_at + 8 => {
-                    // SAFETY: recv initialised the first k bytes.
-                    let b: [u8; 8] = std::array::from_fn(|j| unsafe { got[seq_at + j].assume_init() });
-                    if u64::from_be_bytes(b) == seq {
-                        out.push(t0.elapsed().as_secs_f64() * 1e6);
-                        break;
-                    }
+    for p in probes.iter() {
+        p.sink.pause();
+        while p.rx.recv(&mut got).is_ok() {}
+    }
+    for start in (0..n).step_by(TURN) {
+        for (p, out) in probes.iter_mut().zip(&mut out) {
+            for _ in start..n.min(start + TURN) {
+                if let Some(us) = one_probe(p, &mut got) {
+                    out.push(us);
                 }
-                Ok(_) => {}
-                Err(_) if Instant::now() > deadline => break,
-                Err(_) => std::hint::spin_loop(),
             }
         }
     }
-    sink.resume();
+    for p in probes.iter() {
+        p.sink.resume();
+    }
     out
+}
+
+/// One probe on `p`: microseconds until it arrived, or None if it was not sent or did
+/// not arrive within 50 ms.
+fn one_probe(p: &mut Probe<'_>, got: &mut [std::mem::MaybeUninit<u8>]) -> Option<f64> {
+    let mut buf = [0u8; 2048];
+    let seq = NEXT_PROBE.fetch_add(1, Ordering::Relaxed);
+    let (len, to, which) = (p.build)(seq, &mut buf);
+    let t0 = Instant::now();
+    p.tx[which].send_to(&buf[..len], &to.into()).ok()?;
+    let deadline = t0 + Duration::from_millis(50);
+    loop {
+        match p.rx.recv(got) {
+            Ok(k) if k >= p.seq_at + 8 => {
+                // SAFETY: recv initialised the first k bytes.
+                let b: [u8; 8] = std::array::from_fn(|j| unsafe { got[p.seq_at + j].assume_init() });
+                if u64::from_be_bytes(b) == seq {
+                    return Some(t0.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            Ok(_) => {}
+            Err(_) if Instant::now() > deadline => return None,
+            Err(_) => std::hint::spin_loop(),
+        }
+    }
 }
 
 /// An IPv6 destination.
