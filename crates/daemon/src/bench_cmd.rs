@@ -1,7 +1,7 @@
 //! `shipworm bench`: shipworm's relay, Miredo's relay and the kernel's own forwarding,
 //! measured alternately in the same run on the same lab, reported as figures over the
-//! rounds and ratios in a markdown report with PNG plots. Numbers are never asserted: `--quick`
-//! (in the test command) only keeps the benchmark working.
+//! rounds and ratios in a markdown report with PNG plots. Numbers are never asserted:
+//! `--quick` (in the test command) only keeps the benchmark working.
 
 use crate::bench_buffers::{equalize, TUN_QUEUE};
 use crate::bench_cpus::{self, RELAY_CPU, TRAFFIC_CPU};

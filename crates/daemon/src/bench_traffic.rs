@@ -466,7 +466,8 @@ const TURN: usize = 200;
 /// the arrival socket itself, spinning, so the figure holds the path and the relay, not
 /// the wake-up of a receiving thread. The caller lets earlier traffic drain first.
 pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
-    let mut out = vec![Vec::with_capacity(n); probes.len()];
+    let mut out: Vec<Vec<f64>> = probes.iter().map(|_| Vec::with_capacity(n)).collect();
+    let mut buf = [0u8; 2048];
     let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
     for p in probes.iter() {
         p.sink.pause();
@@ -475,7 +476,7 @@ pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
     for start in (0..n).step_by(TURN) {
         for (p, out) in probes.iter_mut().zip(&mut out) {
             for _ in start..n.min(start + TURN) {
-                if let Some(us) = one_probe(p, &mut got) {
+                if let Some(us) = one_probe(p, &mut buf, &mut got) {
                     out.push(us);
                 }
             }
@@ -487,12 +488,11 @@ pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
     out
 }
 
-/// One probe on `p`: microseconds until it arrived, or None if it was not sent or did
-/// not arrive within 50 ms.
-fn one_probe(p: &mut Probe<'_>, got: &mut [std::mem::MaybeUninit<u8>]) -> Option<f64> {
-    let mut buf = [0u8; 2048];
+/// One probe on `p`, built in `buf`, what arrives read into `got`: microseconds until it
+/// arrived, or None if it was not sent or did not arrive within 50 ms.
+fn one_probe(p: &mut Probe<'_>, buf: &mut [u8], got: &mut [std::mem::MaybeUninit<u8>]) -> Option<f64> {
     let seq = NEXT_PROBE.fetch_add(1, Ordering::Relaxed);
-    let (len, to, which) = (p.build)(seq, &mut buf);
+    let (len, to, which) = (p.build)(seq, buf);
     let t0 = Instant::now();
     p.tx[which].send_to(&buf[..len], &to.into()).ok()?;
     let deadline = t0 + Duration::from_millis(50);

@@ -227,7 +227,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Rounds (each measures every implementation once); medians are reported.
+    /// Rounds (each measures every implementation once); a figure is the mean of its
+    /// rounds without the highest and the lowest.
     #[arg(long, default_value_t = 9)]
     pub rounds: usize,
 
