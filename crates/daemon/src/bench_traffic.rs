@@ -611,4 +611,43 @@ mod tests {
         assert_eq!(search(&mut once, 5, None), 2_560_000);
         assert_eq!(n, 7);
     }
+
+    /// A UDP socket on loopback, in this process's own namespace.
+    fn loopback() -> Socket {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).expect("socket");
+        s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).expect("bind");
+        s.set_nonblocking(true).expect("nonblocking");
+        s
+    }
+
+    #[test]
+    fn paths_probed_together_take_turns_of_two_hundred_and_each_gets_all_its_probes() {
+        let tx = [loopback()];
+        let (rx_a, rx_b) = (loopback(), loopback());
+        let at = |s: &Socket| s.local_addr().expect("addr").as_socket().expect("inet");
+        let (to_a, to_b) = (at(&rx_a), at(&rx_b));
+        let sink_a = Sink::start(vec![rx_a.try_clone().expect("dup")]);
+        let sink_b = Sink::start(vec![rx_b.try_clone().expect("dup")]);
+        // Which path each probe took, in the order they were sent.
+        let order = std::cell::RefCell::new(Vec::new());
+        let log = &order;
+        let probe = |rx, sink, to, name| Probe {
+            tx: &tx,
+            rx,
+            seq_at: 0,
+            sink,
+            build: Box::new(move |seq: u64, buf: &mut [u8]| {
+                log.borrow_mut().push(name);
+                buf[..8].copy_from_slice(&seq.to_be_bytes());
+                (8, to, 0)
+            }),
+        };
+        let (mut a, mut b) = (probe(&rx_a, &sink_a, to_a, 'a'), probe(&rx_b, &sink_b, to_b, 'b'));
+        let got = latencies(&mut [&mut a, &mut b], 450);
+        assert_eq!(got.iter().map(Vec::len).collect::<Vec<_>>(), [450, 450]);
+        assert!(got.iter().flatten().all(|&us| us > 0.0));
+        drop((a, b));
+        let turns: Vec<(char, usize)> = order.into_inner().chunk_by(|x, y| x == y).map(|c| (c[0], c.len())).collect();
+        assert_eq!(turns, [('a', 200), ('b', 200), ('a', 200), ('b', 200), ('a', 50), ('b', 50)]);
+    }
 }
