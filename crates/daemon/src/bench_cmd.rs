@@ -587,12 +587,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
         }
     }
     let ratios_file = args.out.join("ratios.tsv");
-    let previous = read_ratios(&ratios_file);
-    let (mut report, ratios) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
-    report.push_str(&repeatability(previous.as_deref(), &ratios));
+    let previous = read_compared(&ratios_file);
+    let (mut report, compared) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    report.push_str(&repeatability(previous.as_ref(), &compared));
     write_report(&args.out, &report, &runs)?;
-    let tsv: String = ratios.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect();
-    std::fs::write(&ratios_file, tsv).map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
+    std::fs::write(&ratios_file, compared.to_tsv())
+        .map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
     println!("\nreport: {}", args.out.join("report.md").display());
     Ok(())
 }
@@ -613,43 +613,92 @@ fn rate_of(runs: &[Figures], key: (&'static str, usize)) -> f64 {
     middle_mean(&runs.iter().filter_map(|f| f.rate.get(&key).copied()).collect::<Vec<_>>())
 }
 
-/// The mean over the rounds of each round's median latency on `key`.
+/// Each lab's median latency on `key`, the labs that measured it.
+fn lab_medians(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
+    runs.iter().filter_map(|f| f.latency.get(&key)).filter(|v| !v.is_empty()).map(|v| median(v)).collect()
+}
+
+/// The mean over the labs of each lab's median latency on `key`.
 fn lat_mid(runs: &[Figures], key: (&'static str, usize)) -> f64 {
-    let per: Vec<f64> =
-        runs.iter().filter_map(|f| f.latency.get(&key)).filter(|v| !v.is_empty()).map(|v| median(v)).collect();
-    per.iter().sum::<f64>() / per.len() as f64
+    mean_and_error(&lab_medians(runs, key)).0
+}
+
+/// The mean, and its standard error from the spread of the values (NaN under two).
+fn mean_and_error(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, if v.len() < 2 { f64::NAN } else { (var / n).sqrt() })
 }
 
 fn all_lat(runs: &[Figures], key: (&'static str, usize)) -> Vec<f64> {
     runs.iter().filter_map(|f| f.latency.get(&key)).flatten().copied().collect()
 }
 
-/// The latency shipworm adds over the kernel path, as a share of what Miredo adds: from
-/// the latencies (shipworm, Miredo, kernel) shown in the table.
-fn added(s: f64, m: f64, k: f64) -> f64 {
-    (s - k) / (m - k)
+/// The latency shipworm adds over the kernel path, as a share of what Miredo adds, from
+/// the labs' medians of each (shipworm, Miredo, kernel), with its standard error.
+///
+/// A quotient of differences, (14 − 10) / (27 − 10), magnifies the labs' noise about
+/// fourfold: with nine labs each, its 90 % interval spans ±7–19 %, so two runs may
+/// differ by more than 15 % where every latency ratio stays within 7 %. The error says
+/// how far it is pinned down; it is carried to first order from each mean's.
+fn added(s: &[f64], m: &[f64], k: &[f64]) -> (f64, f64) {
+    let ((s, es), (m, em), (k, ek)) = (mean_and_error(s), mean_and_error(m), mean_and_error(k));
+    let d = m - k;
+    let q = (s - k) / d;
+    let var = (es / d).powi(2) + (q / d * em).powi(2) + ((s - m) / (d * d) * ek).powi(2);
+    (q, var.sqrt())
 }
 
-/// The ratios of an earlier run written to the same folder, if any.
-fn read_ratios(path: &Path) -> Option<Vec<(String, f64)>> {
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(
-        text.lines()
-            .filter_map(|l| l.split_once('\t'))
-            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-            .collect(),
-    )
+/// Half the width of a 90 % interval, in standard errors.
+const Z90: f64 = 1.645;
+
+/// What two runs of the bench compare: the ratios of the figures, and the figures derived
+/// from several (a quotient of differences), each with its standard error.
+#[derive(Debug, Default)]
+struct Compared {
+    ratios: Vec<(String, f64)>,
+    derived: Vec<(String, f64, f64)>,
 }
 
-/// How far each ratio moved since the earlier run in the same folder.
-fn repeatability(previous: Option<&[(String, f64)]>, now: &[(String, f64)]) -> String {
+impl Compared {
+    /// One line per figure: name, value and, for a derived one, its standard error.
+    fn to_tsv(&self) -> String {
+        let ratios = self.ratios.iter().map(|(k, v)| format!("{k}\t{v}\n"));
+        ratios.chain(self.derived.iter().map(|(k, v, e)| format!("{k}\t{v}\t{e}\n"))).collect()
+    }
+
+    fn from_tsv(text: &str) -> Compared {
+        let mut c = Compared::default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
+            match (f.len(), num(1), num(2)) {
+                (2, Some(v), _) => c.ratios.push((f[0].to_string(), v)),
+                (3, Some(v), Some(e)) => c.derived.push((f[0].to_string(), v, e)),
+                _ => {}
+            }
+        }
+        c
+    }
+}
+
+/// The figures of an earlier run written to the same folder, if any.
+fn read_compared(path: &Path) -> Option<Compared> {
+    Some(Compared::from_tsv(&std::fs::read_to_string(path).ok()?))
+}
+
+/// How far each ratio moved since the earlier run in the same folder, and whether each
+/// derived figure stayed within what its error allows.
+fn repeatability(previous: Option<&Compared>, now: &Compared) -> String {
     let Some(previous) = previous else {
         return "\n## Repeatability\n\nNo earlier run in this folder: run the same command again to compare.\n".into();
     };
     let mut changes: Vec<(f64, &str, f64, f64)> = now
+        .ratios
         .iter()
         .filter_map(|(k, v)| {
-            let (_, old) = previous.iter().find(|(pk, _)| pk == k)?;
+            let (_, old) = previous.ratios.iter().find(|(pk, _)| pk == k)?;
             (old.is_finite() && v.is_finite() && *old != 0.0).then(|| ((v / old - 1.0).abs(), k.as_str(), *old, *v))
         })
         .collect();
@@ -667,19 +716,57 @@ fn repeatability(previous: Option<&[(String, f64)]>, now: &[(String, f64)]) -> S
     if !moved.is_empty() {
         let _ = write!(r, " Moved more: {}.", moved.join("; "));
     }
+    // A derived figure agrees with the earlier run's when their difference lies within
+    // the 90 % interval of a difference of two such figures.
+    let derived: Vec<(bool, String)> = now
+        .derived
+        .iter()
+        .filter_map(|(k, v, e)| {
+            let (_, old, oe) = previous.derived.iter().find(|(pk, ..)| pk == k)?;
+            let allowed = Z90 * (e * e + oe * oe).sqrt();
+            (v.is_finite() && old.is_finite() && allowed.is_finite()).then(|| {
+                let agree = (v - old).abs() <= allowed;
+                (
+                    agree,
+                    format!(
+                        "{k}: {old:.2} → {new:.2} ({:+.0} %, ±{:.0} % allowed)",
+                        (v / old - 1.0) * 100.0,
+                        allowed / old * 100.0,
+                        new = v
+                    ),
+                )
+            })
+        })
+        .collect();
+    if !derived.is_empty() {
+        let _ = write!(
+            r,
+            "\n\nDerived figures (quotients of differences, each with its error from its labs' spread): {} of {} agree with the earlier run within the 90 % interval of their difference.",
+            derived.iter().filter(|d| d.0).count(),
+            derived.len()
+        );
+        let off: Vec<&str> = derived.iter().filter(|d| !d.0).map(|d| d.1.as_str()).collect();
+        if !off.is_empty() {
+            let _ = write!(r, " Beyond it: {}.", off.join("; "));
+        }
+        let all: Vec<&str> = derived.iter().map(|d| d.1.as_str()).collect();
+        let _ = write!(r, "\n\n{}.", all.join("; "));
+    }
     r.push('\n');
     r
 }
 
-/// The report, and every ratio in it by name (for the repeatability check).
+/// The report, and every ratio and derived figure in it by name (for the repeatability
+/// check).
 fn report(
     runs: &BTreeMap<&'static str, Vec<Figures>>,
     tables: &[(usize, (f64, f64, f64))],
     e2e: &[EndToEnd],
     quick: bool,
     took: Duration,
-) -> (String, Vec<(String, f64)>) {
-    let mut ratios: Vec<(String, f64)> = Vec::new();
+) -> (String, Compared) {
+    let mut compared = Compared::default();
+    let ratios = &mut compared.ratios;
     let mut r = String::new();
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
@@ -730,8 +817,8 @@ fn report(
         ratios.push((format!("flood {name} under/without"), kept));
     }
     let _ = writeln!(r);
-    let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each lab's median, averaged over the labs (a lab sets its level: the kernel path sat at 9.1 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). The kernel path was probed in every lab, its own and each relay's (there in turns of 200 probes with the relay's), so its figure averages three labs a round. p99: of all probes.\n");
-    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo |");
+    let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each lab's median, averaged over the labs (a lab sets its level: the kernel path sat at 9.1 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). The kernel path was probed in every lab, its own and each relay's (there in turns of 200 probes with the relay's), so its figure averages three labs a round. p99: of all probes. Added: the latency shipworm adds over the kernel path as a share of what Miredo adds, (shipworm − kernel) / (Miredo − kernel), ± its 90 % interval from the spread of the labs; a quotient of differences, it magnifies their noise about fourfold, so it is a derived figure, not one of the ratios checked for ±15 % below.\n");
+    let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo ± 90 % |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for size in SIZES {
@@ -739,16 +826,19 @@ fn report(
             let (s, m, k) = (l("shipworm"), l("miredo"), l("kernel"));
             let mid = |name: &str| runs.get(name).map_or(f64::NAN, |v| lat_mid(v, (dir, size)));
             let (ms, mm, mk) = (mid("shipworm"), mid("miredo"), mid("kernel"));
-            let (sm, sk, added) = (ms / mm, ms / mk, added(ms, mm, mk));
+            let labs = |name: &str| runs.get(name).map(|v| lab_medians(v, (dir, size))).unwrap_or_default();
+            let (added, error) = added(&labs("shipworm"), &labs("miredo"), &labs("kernel"));
+            let (sm, sk) = (ms / mm, ms / mk);
             ratios.push((format!("latency {dir} {size} B shipworm/Miredo"), sm));
             ratios.push((format!("latency {dir} {size} B shipworm/kernel"), sk));
-            ratios.push((format!("latency added {dir} {size} B shipworm/Miredo"), added));
+            compared.derived.push((format!("latency added {dir} {size} B shipworm/Miredo"), added, error));
             let _ = writeln!(
                 r,
-                "| {dir} | {size} | {ms:.1} / {:.1} | {mm:.1} / {:.1} | {mk:.1} / {:.1} | {sm:.2} | {sk:.2} | {added:.2} |",
+                "| {dir} | {size} | {ms:.1} / {:.1} | {mm:.1} / {:.1} | {mk:.1} / {:.1} | {sm:.2} | {sk:.2} | {added:.2} ± {:.2} |",
                 pct(&s, 0.99),
                 pct(&m, 0.99),
-                pct(&k, 0.99)
+                pct(&k, 0.99),
+                Z90 * error
             );
         }
     }
@@ -787,7 +877,7 @@ fn report(
     }
     let rounds = e2e_rounds(quick);
     let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, one search per round, their mean without the highest and the lowest (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000);
-    (r, ratios)
+    (r, compared)
 }
 
 fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figures>>) -> Result<(), Failure> {
@@ -895,7 +985,7 @@ mod tests {
 
     /// The ratios `report` gives, by name.
     fn ratios_of(runs: &BTreeMap<&'static str, Vec<Figures>>) -> BTreeMap<String, f64> {
-        report(runs, &[], &[], false, Duration::ZERO).1.into_iter().collect()
+        report(runs, &[], &[], false, Duration::ZERO).1.ratios.into_iter().collect()
     }
 
     #[test]
@@ -921,8 +1011,34 @@ mod tests {
         let (s, m) = ((106.8 + 110.0 + 125.4) / 3.0, (47.5 + 60.0 + 61.2) / 3.0);
         assert!((r["rate Teredo→IPv6 64 B shipworm/Miredo"] - s / m).abs() < 1e-12);
         assert_eq!(r["latency Teredo→IPv6 64 B shipworm/kernel"], 1.5);
-        // shipworm adds 5 µs to the kernel's 10, Miredo 20.
-        assert_eq!(r["latency added Teredo→IPv6 64 B shipworm/Miredo"], 0.25);
+        // shipworm adds 5 µs to the kernel's 10, Miredo 20: a derived figure, not a ratio,
+        // shown with its interval (nil here: every lab measured the same).
+        assert!(!r.contains_key("latency added Teredo→IPv6 64 B shipworm/Miredo"));
+        let (text, compared) = report(&runs, &[], &[], false, Duration::ZERO);
+        assert_eq!(compared.derived[0], ("latency added Teredo→IPv6 64 B shipworm/Miredo".to_string(), 0.25, 0.0));
+        assert!(text.contains("| 2.03 | 1.14 |") && text.contains("| 0.50 | 1.50 | 0.25 ± 0.00 |"), "{text}");
+    }
+
+    #[test]
+    fn the_latency_added_carries_each_labs_spread_into_its_error() {
+        // Labs from a real run (decapsulation, 512 B): shipworm 13.4–14.6 µs, Miredo
+        // 25.5–29.3, the kernel path 9.1–11.7.
+        let s = [13.4, 14.0, 13.3, 14.2, 14.0, 14.4, 14.6, 14.0, 13.8];
+        let m = [28.9, 26.0, 29.3, 25.6, 27.3, 28.3, 25.5, 25.8, 27.0];
+        let k = [9.4, 10.5, 11.4, 11.0, 10.6, 11.3, 10.5, 9.2, 10.9, 11.3, 11.1, 9.3, 10.8, 9.2, 11.1, 9.3, 10.2, 9.3];
+        let (q, e) = added(&s, &m, &k);
+        let (ms, mm, mk) = (mean_and_error(&s).0, mean_and_error(&m).0, mean_and_error(&k).0);
+        assert!((q - (ms - mk) / (mm - mk)).abs() < 1e-12);
+        // Pinned down to about a tenth either way (90 %), where each latency is to 2–3 %.
+        assert!((0.05..0.15).contains(&(Z90 * e / q)), "{q} ± {e}");
+        // Each input's spread counts: labs all alike leave no error; a noisier Miredo or
+        // kernel path leaves more.
+        assert_eq!(added(&[14.0; 9], &[27.0; 9], &[10.0; 18]).1, 0.0);
+        let wide_m: Vec<f64> = m.iter().map(|x| 2.0 * x - mm).collect();
+        let wide_k: Vec<f64> = k.iter().map(|x| 2.0 * x - mk).collect();
+        assert!(added(&s, &wide_m, &k).1 > e && added(&s, &m, &wide_k).1 > e);
+        // Under two labs there is no spread to tell the error from.
+        assert!(added(&[14.0], &[27.0], &[10.0]).1.is_nan());
     }
 
     #[test]
@@ -949,7 +1065,7 @@ mod tests {
         runs.insert("shipworm", (0..5).map(|_| fig(&[14.6, 14.7, 14.8])).collect());
         let (text, ratios) = report(&runs, &[], &[], false, Duration::ZERO);
         assert!(text.contains("| IPv6→Teredo | 512 | 14.7 / 14.8 | NaN / NaN | 9.8 / 11.1 |"), "{text}");
-        let sk = ratios.iter().find(|(k, _)| k == "latency IPv6→Teredo 512 B shipworm/kernel").unwrap().1;
+        let sk = ratios.ratios.iter().find(|(k, _)| k == "latency IPv6→Teredo 512 B shipworm/kernel").unwrap().1;
         assert!((sk - 1.5).abs() < 1e-9);
     }
 
@@ -1027,19 +1143,59 @@ mod tests {
 
     #[test]
     fn repeatability_names_what_moved_more_than_fifteen_percent() {
-        let old = vec![("a".to_string(), 1.0), ("b".to_string(), 2.0), ("gone".to_string(), 5.0)];
-        let new = vec![("a".to_string(), 1.1), ("b".to_string(), 1.0), ("new".to_string(), 3.0)];
+        let c = |ratios: &[(&str, f64)]| Compared {
+            ratios: ratios.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            derived: Vec::new(),
+        };
+        let old = c(&[("a", 1.0), ("b", 2.0), ("gone", 5.0)]);
+        let new = c(&[("a", 1.1), ("b", 1.0), ("new", 3.0)]);
         let r = repeatability(Some(&old), &new);
         assert!(r.contains("1 of 2 ratios within ±15 %"), "{r}");
         assert!(r.contains("b: 2.00 → 1.00 (-50 %)"), "{r}");
-        assert!(!r.contains("a:"), "{r}");
+        assert!(!r.contains("a:") && !r.contains("Derived"), "{r}");
         assert!(repeatability(None, &new).contains("No earlier run"));
+    }
+
+    #[test]
+    fn a_derived_figure_agrees_with_the_earlier_run_within_the_interval_of_a_difference() {
+        let c = |q: f64, e: f64| Compared {
+            ratios: vec![("r".to_string(), 1.0)],
+            derived: vec![("added".to_string(), q, e)],
+        };
+        // A real pair (decapsulation, 512 B): 0.215 ± 0.013, then 0.261 ± 0.022
+        // (standard errors). The difference, 0.046, is beyond 1.645 × 0.026 = 0.042.
+        let r = repeatability(Some(&c(0.215, 0.013)), &c(0.261, 0.022));
+        assert!(r.contains("1 of 1 ratios within ±15 %"), "{r}");
+        assert!(
+            r.contains("0 of 1 agree") && r.contains("Beyond it: added: 0.21 → 0.26 (+21 %, ±20 % allowed)"),
+            "{r}"
+        );
+        // Errors half again as large allow it.
+        let r = repeatability(Some(&c(0.215, 0.02)), &c(0.261, 0.033));
+        assert!(r.contains("1 of 1 agree") && !r.contains("Beyond"), "{r}");
+        // A figure without an error (a single lab) is not compared.
+        let r = repeatability(Some(&c(0.215, f64::NAN)), &c(0.261, 0.02));
+        assert!(!r.contains("Derived"), "{r}");
+    }
+
+    #[test]
+    fn ratios_and_derived_figures_survive_the_file_and_old_files_still_read() {
+        let c = Compared {
+            ratios: vec![("rate a".to_string(), 1.5)],
+            derived: vec![("latency added b".to_string(), 0.25, 0.0125)],
+        };
+        let back = Compared::from_tsv(&c.to_tsv());
+        assert_eq!((back.ratios, back.derived), (c.ratios.clone(), c.derived.clone()));
+        // A file of an earlier version: every line a ratio; bad lines are skipped.
+        let old = Compared::from_tsv("a\t1.5\nbad line\nb\tNaN\nc\tx\n");
+        assert_eq!(old.ratios.len(), 2);
+        assert_eq!(old.ratios[0], ("a".to_string(), 1.5));
+        assert!(old.derived.is_empty());
         let dir = std::env::temp_dir().join(format!("shipworm-ratios-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("r.tsv"), "a\t1.5\nbad line\nb\tNaN\n").unwrap();
-        let read = read_ratios(&dir.join("r.tsv")).unwrap();
-        assert_eq!(read.len(), 2);
-        assert_eq!(read[0], ("a".to_string(), 1.5));
+        std::fs::write(dir.join("r.tsv"), c.to_tsv()).unwrap();
+        assert_eq!(read_compared(&dir.join("r.tsv")).unwrap().derived.len(), 1);
+        assert!(read_compared(&dir.join("none.tsv")).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
