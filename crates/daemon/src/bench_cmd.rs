@@ -451,7 +451,7 @@ fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) ->
 }
 
 /// The same traffic forwarded by the relay host's kernel, no tunnel; with `flood`, also
-/// its decapsulation-size rate under the relays' flood (the generator's ceiling there).
+/// its decapsulation-size rate under the relays' flood.
 fn measure_kernel(quick: bool, flood: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
     let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
@@ -494,10 +494,9 @@ fn measure_kernel(quick: bool, flood: bool, hints: &Hints, say: &mut dyn FnMut(&
     )?;
     drop(routes);
     if flood {
-        // The generator's ceiling under the same flood: the flood costs the traffic core
-        // as much here as beside a relay, and a relay near the generator's ceiling is
-        // held to it. The bubbles end at a socket on the relay host nobody reads, which
-        // drops them once its small buffer is full (no ICMPv6 errors back).
+        // The reference under the same flood: sending it costs the traffic core as much
+        // here as beside a relay. The bubbles end at a socket on the relay host nobody
+        // reads, which drops them once its small buffer is full (no ICMP errors back).
         bench_cpus::steer(&rly, true).map_err(Failure::runtime)?;
         let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
         let hole = socket_in(&rly, SocketAddr::V4(relay)).map_err(Failure::runtime)?;
@@ -595,8 +594,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
             file_relay(&mut runs, "miredo", m);
         }
-        // The generator's ceiling under the flood, every other round (to keep the run
-        // within 15 minutes).
+        // The kernel path under the flood every other round (to keep the run within 15
+        // minutes).
         let k = measure_kernel(args.quick, round % 2 == 1, &hints_of(&runs, "kernel"), &mut say)?;
         runs.entry("kernel").or_default().push(k);
     }
@@ -690,13 +689,8 @@ fn rate_of(runs: &[Figures], key: (&'static str, usize)) -> f64 {
 
 /// In how many of the rounds that searched `key`'s rate the generator held it, of how many.
 fn held_rounds(runs: &[Figures], key: (&'static str, usize)) -> (usize, usize) {
-    let searched = runs.iter().filter(|f| f.rate.contains_key(&key));
-    let (mut held, mut all) = (0, 0);
-    for f in searched {
-        all += 1;
-        held += usize::from(f.held.contains(&key));
-    }
-    (held, all)
+    let searched: Vec<&Figures> = runs.iter().filter(|f| f.rate.contains_key(&key)).collect();
+    (searched.iter().filter(|f| f.held.contains(&key)).count(), searched.len())
 }
 
 /// Each lab's median latency on `key`, the labs that measured it.
