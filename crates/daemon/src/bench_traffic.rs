@@ -299,7 +299,7 @@ struct Trial {
 
 /// The highest rate carried with less than 0.1 % loss, counting only what arrived in
 /// time ([`IN_TIME`]). Without a `hint`, a search that
-/// doubles from 40 000 packets/s then bisects (5 steps; 2 in quick mode). With one (the
+/// doubles from 40 000 packets/s then bisects ([`STEPS`]; 2 in quick mode). With one (the
 /// median of this route's earlier rounds), it bisects a bracket of 0.6–1.4 times the
 /// hint, its bottom tried first, in as many steps and to the same fineness, in about
 /// two thirds of the trials: more rounds fit in the same time. A bottom that fails
@@ -340,8 +340,14 @@ pub fn max_rate(
         let clean = sent > 0 && loss < 0.001;
         Trial { passed: clean && achieved >= rate as f64 * 0.97, carried: if clean { achieved as u64 } else { 0 } }
     };
-    search(&mut once, if quick { 2 } else { 5 }, hint)
+    search(&mut once, if quick { 2 } else { STEPS }, hint)
 }
+
+/// Bisection steps of a full search: to 1/16 of the bracket, 5 % of a hinted search's
+/// rate. Rounds of the same path spread by 10–20 % of their median (the host's noise,
+/// two runs of r18), so a fifth step's 2.5 % was lost in it; its trials (about a
+/// tenth of a run) now measure the kernel path under the flood every round.
+const STEPS: usize = 4;
 
 /// Rates the search doubles up to, at most.
 const CEILING: u64 = 4_000_000;
