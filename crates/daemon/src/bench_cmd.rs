@@ -232,15 +232,26 @@ fn native_probe<'a>(tx: &'a [Socket], rx: &'a Socket, sink: &'a Sink, to: Socket
     Probe { tx, rx, seq_at: 0, sink, build: Box::new(build) }
 }
 
+/// Packets in a row for one emulated client, both ways: decapsulation load leaves by
+/// one client's socket a sendmmsg batch at a time, and encapsulation load arrives at
+/// one client's socket in runs the sink reads in a few calls (a packet per client in
+/// turn left it a packet or two per socket and call).
+const RUN: u64 = 64;
+
+/// The emulated client load packet `seq` is for.
+fn client_of(seq: u64) -> usize {
+    ((seq / RUN) % CLIENTS as u64) as usize
+}
+
 /// Decapsulation load of `size`-byte packets from the emulated clients `addrs` to the
-/// native sink: a run of 64 packets per client, so batches fill one socket's sendmmsg.
+/// native sink, in runs of [`RUN`] per client.
 fn decap_load(
     addrs: Vec<Ipv6Addr>,
     size: usize,
     relay: SocketAddrV4,
 ) -> impl FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) {
     move |seq, buf| {
-        let i = ((seq / 64) % CLIENTS as u64) as usize;
+        let i = client_of(seq);
         (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
     }
 }
@@ -346,8 +357,7 @@ fn measure_relay(
             tx: natives,
             sink: &sink_emu,
             load: Box::new(move |seq: u64, buf: &mut [u8]| {
-                let i = (seq % CLIENTS as u64) as usize;
-                (udp_payload(buf, size, seq), v6(a[i], 9002), 0)
+                (udp_payload(buf, size, seq), v6(a[client_of(seq)], 9002), 0)
             }),
             // Probes all go to the first client, whose socket the prober reads.
             probe: Probe {
@@ -1266,6 +1276,14 @@ mod tests {
         // Two rounds or fewer: their mean; none: no figure.
         assert_eq!(middle_mean(&[4.0, 6.0]), 5.0);
         assert!(middle_mean(&[]).is_nan());
+    }
+
+    #[test]
+    fn load_comes_in_runs_for_one_client_and_every_client_takes_its_turn() {
+        let clients: Vec<usize> = (0..RUN * CLIENTS as u64 * 2).map(client_of).collect();
+        for (k, run) in clients.chunks(RUN as usize).enumerate() {
+            assert!(run.iter().all(|&c| c == k % CLIENTS), "run {k}: {run:?}");
+        }
     }
 
     #[test]

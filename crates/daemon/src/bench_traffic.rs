@@ -95,8 +95,10 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
 }
 
 /// How long the sink waits after reading, for more to queue (its sockets hold 16 MiB,
-/// and a packet counts when it arrives within [`IN_TIME`] of the trial's end).
-const SINK_NAP: Duration = Duration::from_micros(200);
+/// and a packet counts when it arrives within [`IN_TIME`] of the trial's end): about
+/// a hundred packets at the rates measured, a few calls' worth. At 200 µs, reading
+/// the emulated clients' sockets took a call for every 20 or so packets.
+const SINK_NAP: Duration = Duration::from_millis(1);
 
 /// Counts what arrives on some sockets, in a thread, until stopped. Paused, it leaves
 /// the sockets alone (the latency probes read them themselves).
@@ -105,7 +107,8 @@ pub struct Sink {
     stop: Arc<AtomicBool>,
     pause: Arc<AtomicBool>,
     paused: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Returns how many reads the sink made (printed in a debug run).
+    thread: Option<std::thread::JoinHandle<u64>>,
 }
 
 impl Sink {
@@ -121,6 +124,7 @@ impl Sink {
             let mut rx = RecvBatch::new(BATCH, 2048);
             let mut fds: Vec<nix::poll::PollFd> =
                 socks.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+            let mut reads = 0u64;
             while !st.load(Ordering::Relaxed) {
                 if pa.load(Ordering::Acquire) {
                     pd.store(true, Ordering::Release);
@@ -138,6 +142,7 @@ impl Sink {
                         continue;
                     }
                     while let Ok(n) = rx.recv(s.as_fd()) {
+                        reads += 1;
                         got += n;
                         if n < BATCH {
                             break;
@@ -152,6 +157,7 @@ impl Sink {
                     std::thread::sleep(SINK_NAP);
                 }
             }
+            reads
         });
         Sink { count, stop, pause, paused, thread: Some(thread) }
     }
@@ -181,8 +187,10 @@ impl Sink {
 impl Drop for Sink {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(reads) = self.thread.take().and_then(|t| t.join().ok()) {
+            if std::env::var_os("SHIPWORM_BENCH_DEBUG").is_some() {
+                eprintln!("    sink: {} datagrams in {reads} reads", self.count());
+            }
         }
     }
 }
@@ -421,6 +429,19 @@ pub struct Found {
     pub held_by_sender: bool,
 }
 
+/// Bubbles the flood sends from one socket before the next: the pacer's smallest batch.
+const FLOOD_RUN: u64 = 8;
+
+/// Where flood bubble `seq` leaves from among `sockets`, and its number among that
+/// socket's, which with the socket makes its address new. Runs of [`FLOOD_RUN`] from a
+/// socket, so the pacer's batch is one sendmmsg: a bubble per socket in turn took a
+/// system call per bubble from the traffic core.
+fn flood_source(seq: u64, sockets: usize) -> (usize, u64) {
+    let sockets = sockets as u64;
+    let i = (seq / FLOOD_RUN) % sockets;
+    (i as usize, seq / (FLOOD_RUN * sockets) * FLOOD_RUN + seq % FLOOD_RUN)
+}
+
 /// A flood of spoofed new-peer bubbles: each from a Teredo address the relay has never
 /// seen (random bits and server vary), whose embedded mapping is the socket it leaves
 /// by — what a relay must refuse to let crowd out the peers it serves. Paced, in a
@@ -444,8 +465,7 @@ impl Flood {
             let mut build = |_: u64, buf: &mut [u8]| {
                 let seq = next;
                 next += 1;
-                let i = (seq % mapped.len() as u64) as usize;
-                let n = seq / mapped.len() as u64;
+                let (i, n) = flood_source(seq, mapped.len());
                 let t = TeredoAddr {
                     prefix: PREFIX,
                     server: Ipv4Addr::new(203, 0, 113, (n >> 12) as u8),
@@ -661,6 +681,24 @@ mod tests {
         // top (84 000): the search goes on up rather than stopping under the top.
         let (found, _) = counted(&mut path(150_000, u64::MAX), Some(60_000));
         assert!((145_000..=150_000).contains(&found), "found {found}");
+    }
+
+    #[test]
+    fn the_flood_sends_runs_from_one_socket_and_never_repeats_an_address() {
+        let mut seen = std::collections::HashSet::new();
+        for seq in 0..100_000u64 {
+            let (i, n) = flood_source(seq, 8);
+            // Every bubble's (socket, number) is new: its address was never seen.
+            assert!(seen.insert((i, n)), "bubble {seq} repeats socket {i} number {n}");
+            // A run shares its first bubble's socket.
+            assert_eq!(i, flood_source(seq - seq % FLOOD_RUN, 8).0);
+        }
+        // Every socket takes its turn.
+        let used: std::collections::HashSet<usize> = seen.iter().map(|&(i, _)| i).collect();
+        assert_eq!(used.len(), 8);
+        // The 20 bits the address gives the number (server's last byte and the flags'
+        // random bits) last 8 M bubbles, 400 s of flood, before repeating.
+        assert!(flood_source((8 << 20) - 1, 8).1 < 1 << 20);
     }
 
     #[test]
