@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab and its Miredo peers.
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool
 ensure_rust
 
 say "cargo fmt --check"

@@ -209,7 +209,7 @@ pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + '
 pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) -> u64 {
     let _slack = FineTimerSlack::set();
     let batch_n = ((rate / 4_000) as usize).clamp(8, 64);
-    let mut batches: Vec<SendBatch> = socks.iter().map(|_| SendBatch::new(batch_n, 2048)).collect();
+    let mut batches: Vec<SendBatch> = socks.iter().map(|_| SendBatch::unsegmented(batch_n, 2048)).collect();
     let interval = Duration::from_secs_f64(batch_n as f64 / rate as f64);
     let start = Instant::now();
     let mut next = start;

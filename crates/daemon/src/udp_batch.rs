@@ -139,16 +139,76 @@ impl RecvBatch {
     }
 }
 
-/// Queues datagrams and sends them with as few calls as possible.
+/// Datagrams one segmented send carries at most (the kernel's UDP_MAX_SEGMENTS).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Payload bytes one segmented send carries at most: an IPv4 datagram's 65 535 less
+/// its headers, with room to spare.
+const GSO_MAX_BYTES: usize = 65_000;
+/// Datagrams longer than this go alone: the kernel refuses segments that would not fit
+/// the path MTU unfragmented. A Teredo datagram holds an IPv6 packet of the 1280-byte
+/// Teredo MTU, an origin indication and an authentication header at most, well under.
+const GSO_MAX_SEGMENT: usize = 1400;
+
+/// The UDP_SEGMENT control message of one segmented send.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct SegmentCmsg {
+    hdr: libc::cmsghdr,
+    size: u16,
+    _pad: [u8; 6],
+}
+
+/// Whether sends may carry several datagrams with UDP segmentation offload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gso {
+    On,
+    /// A segmented send was refused; the run goes again one datagram at a time, and
+    /// if that works, segmentation was at fault.
+    Doubted,
+    Off,
+}
+
+/// Queues datagrams and sends them with as few calls as possible. Datagrams queued in
+/// a row to the same destination with the same length (the last of a row may be
+/// shorter) leave as one segmented send (UDP_SEGMENT, Linux 4.18): the stack is walked
+/// once for the row, and the receiver still gets one datagram each. A kernel or route
+/// that refuses segmentation turns it off for the batch, with a warning.
 pub struct SendBatch {
     a: Arrays,
     queued: usize,
+    /// The messages of one sendmmsg call: rows of slots.
+    msgs: Box<[libc::mmsghdr]>,
+    /// Datagrams in each of `msgs`.
+    segs: Box<[usize]>,
+    cmsgs: Box<[SegmentCmsg]>,
+    gso: Gso,
+    /// Slots before this one go one datagram a send (a refused row, in this flush).
+    alone_until: usize,
 }
 
 impl SendBatch {
-    /// A batch of `n` slots of `slot` bytes.
+    /// A batch of `n` slots of `slot` bytes that segments rows.
     pub fn new(n: usize, slot: usize) -> SendBatch {
-        SendBatch { a: Arrays::new(n, slot), queued: 0 }
+        // SAFETY: plain old data, zero is valid.
+        let msgs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        // SAFETY: as above.
+        let cmsgs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        SendBatch {
+            a: Arrays::new(n, slot),
+            queued: 0,
+            msgs,
+            segs: vec![0; n].into_boxed_slice(),
+            cmsgs,
+            gso: Gso::On,
+            alone_until: 0,
+        }
+    }
+
+    /// A batch that sends one datagram per message, never segmenting: for senders that
+    /// stand for many hosts (the bench's emulated clients), whose packets must reach
+    /// the wire as separate frames whatever the interfaces offload.
+    pub fn unsegmented(n: usize, slot: usize) -> SendBatch {
+        SendBatch { gso: Gso::Off, ..SendBatch::new(n, slot) }
     }
 
     /// Whether every slot is taken: flush before queueing more.
@@ -196,29 +256,120 @@ impl SendBatch {
         self.queued += 1;
     }
 
-    /// Send everything queued. Datagrams the kernel refuses (e.g. no route) are
-    /// skipped and counted as failed; returns (sent, failed).
-    pub fn flush(&mut self, fd: BorrowedFd<'_>) -> (usize, usize) {
-        let (mut at, mut failed) = (0, 0);
+    /// Whether slots `i` and `j` go to the same address.
+    fn same_destination(&self, i: usize, j: usize) -> bool {
+        let (x, y) = (&self.a.addrs[i], &self.a.addrs[j]);
+        // An IPv4 address lies in the family, port and flow-information fields, the
+        // rest zero (`addr_to_storage`), so comparing every field fits both families.
+        x.sin6_family == y.sin6_family
+            && x.sin6_port == y.sin6_port
+            && x.sin6_flowinfo == y.sin6_flowinfo
+            && x.sin6_addr.s6_addr == y.sin6_addr.s6_addr
+            && x.sin6_scope_id == y.sin6_scope_id
+    }
+
+    /// How many slots from `at` make one row: same destination, same length (the last
+    /// may be shorter), within the kernel's limits.
+    fn row_at(&self, at: usize) -> usize {
+        let len = self.a.iovs[at].iov_len;
+        if self.gso == Gso::Off || at < self.alone_until || len == 0 || len > GSO_MAX_SEGMENT {
+            return 1;
+        }
+        let mut k = 1;
+        while at + k < self.queued && k < GSO_MAX_SEGMENTS && (k + 1) * len <= GSO_MAX_BYTES {
+            let next = self.a.iovs[at + k].iov_len;
+            if next == 0 || next > len || !self.same_destination(at, at + k) {
+                break;
+            }
+            k += 1;
+            if next < len {
+                break;
+            }
+        }
+        k
+    }
+
+    /// Lay out the messages of one sendmmsg call from slot `at`; returns how many.
+    fn plan(&mut self, mut at: usize) -> usize {
+        let mut m = 0;
         while at < self.queued {
-            // SAFETY: headers from `at` to `queued` point into arrays owned by `self.a`.
-            let r =
-                unsafe { libc::sendmmsg(fd.as_raw_fd(), self.a.hdrs[at..].as_mut_ptr(), (self.queued - at) as u32, 0) };
+            let k = self.row_at(at);
+            let h = &mut self.msgs[m].msg_hdr;
+            h.msg_name = (&mut self.a.addrs[at] as *mut Storage).cast();
+            h.msg_namelen = self.a.hdrs[at].msg_hdr.msg_namelen;
+            h.msg_iov = &mut self.a.iovs[at];
+            h.msg_iovlen = k;
+            if k > 1 {
+                let c = &mut self.cmsgs[m];
+                // SAFETY: CMSG_LEN is arithmetic on its argument.
+                c.hdr.cmsg_len = unsafe { libc::CMSG_LEN(2) } as usize;
+                c.hdr.cmsg_level = libc::SOL_UDP;
+                c.hdr.cmsg_type = libc::UDP_SEGMENT;
+                c.size = self.a.iovs[at].iov_len as u16;
+                h.msg_control = (c as *mut SegmentCmsg).cast();
+                // SAFETY: as above.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            self.segs[m] = k;
+            m += 1;
+            at += k;
+        }
+        m
+    }
+
+    /// Send everything queued. Datagrams the kernel refuses (e.g. no route) are
+    /// skipped and counted as failed; returns (sent, failed) in datagrams.
+    pub fn flush(&mut self, fd: BorrowedFd<'_>) -> (usize, usize) {
+        let (mut at, mut sent, mut failed) = (0, 0, 0);
+        self.alone_until = 0;
+        while at < self.queued {
+            let m = self.plan(at);
+            // SAFETY: the first `m` messages point into arrays owned by `self`.
+            let r = unsafe { libc::sendmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), m as u32, 0) };
             if r > 0 {
-                at += r as usize;
+                if self.gso == Gso::Doubted {
+                    // The refused row's first datagram went alone: segmentation was at fault.
+                    self.gso = Gso::Off;
+                    tracing::warn!(
+                        "UDP segmentation offload refused (a kernel before 4.18, or a route without checksum offload): one datagram per send from now on"
+                    );
+                }
+                for &k in &self.segs[..r as usize] {
+                    at += k;
+                    sent += k;
+                }
                 continue;
             }
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            // The first datagram failed: skip it and go on with the rest.
+            if self.segs[0] > 1 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT)) {
+                // Try the row one datagram at a time before blaming segmentation.
+                self.gso = Gso::Doubted;
+                self.alone_until = at + self.segs[0];
+                continue;
+            }
+            if self.gso == Gso::Doubted {
+                // The datagram fails alone too: its destination, not segmentation.
+                self.gso = Gso::On;
+            }
+            // The first message failed: skip it and go on with the rest.
             tracing::debug!("sendmmsg: {e}");
-            at += 1;
-            failed += 1;
+            at += self.segs[0];
+            failed += self.segs[0];
         }
         self.queued = 0;
-        (at - failed, failed)
+        (sent, failed)
+    }
+
+    /// Whether rows still leave as segmented sends (false once the kernel refused one).
+    #[cfg(test)]
+    fn segmenting(&self) -> bool {
+        self.gso != Gso::Off
     }
 }
 
@@ -280,5 +431,110 @@ mod tests {
             assert_eq!(d.len(), 3 + i);
             assert_eq!(d[0] as usize, i);
         }
+    }
+
+    /// Reads until `want` datagrams came from `rx` (or two seconds passed).
+    fn read_all(rx: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+        let mut inb = RecvBatch::new(64, SLOT);
+        let mut got = Vec::new();
+        for _ in 0..400 {
+            let n = inb.recv(rx.as_fd()).unwrap();
+            got.extend((0..n).map(|i| inb.get_any(i).1.to_vec()));
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        got
+    }
+
+    /// Queues `len`-byte datagrams numbered from `first` to `to`.
+    fn queue(out: &mut SendBatch, to: std::net::SocketAddr, first: u8, count: u8, len: usize) {
+        for i in first..first + count {
+            out.slot_mut()[..len].fill(i);
+            out.commit_any(len, to);
+        }
+    }
+
+    #[test]
+    fn rows_to_one_destination_leave_as_one_segmented_send_and_arrive_as_datagrams() {
+        let (rx, other) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (to, elsewhere) = (rx.local_addr().unwrap(), other.local_addr().unwrap());
+        let mut out = SendBatch::new(64, SLOT);
+        // A row of 20 equal datagrams ending in a shorter one, one elsewhere, then a
+        // row of 3 that a longer datagram breaks.
+        queue(&mut out, to, 0, 20, 100);
+        queue(&mut out, to, 20, 1, 40);
+        queue(&mut out, elsewhere, 21, 1, 100);
+        queue(&mut out, to, 22, 3, 60);
+        queue(&mut out, to, 25, 1, 61);
+        assert_eq!(out.plan(0), 4, "rows: 21 (20 + the shorter), 1 elsewhere, 3, then the longer alone");
+        assert_eq!(&out.segs[..4], &[21, 1, 3, 1]);
+        assert_eq!(out.flush(tx.as_fd()), (26, 0));
+        assert!(out.segmenting(), "loopback takes segmented sends");
+        let got = read_all(&rx, 25);
+        let lens: Vec<(u8, usize)> = got.iter().map(|d| (d[0], d.len())).collect();
+        let mut want: Vec<(u8, usize)> = (0..20).map(|i| (i, 100)).collect();
+        want.extend([(20, 40), (22, 60), (23, 60), (24, 60), (25, 61)]);
+        assert_eq!(lens, want, "one datagram per segment, in order, each whole");
+        assert!(got.iter().all(|d| d.iter().all(|&b| b == d[0])));
+        assert_eq!(read_all(&other, 1), vec![vec![21u8; 100]]);
+        // Datagrams too long to segment go alone.
+        queue(&mut out, to, 30, 2, GSO_MAX_SEGMENT + 1);
+        assert_eq!(out.plan(0), 2);
+        assert_eq!(out.flush(tx.as_fd()), (2, 0));
+        assert_eq!(read_all(&rx, 2).len(), 2);
+    }
+
+    #[test]
+    fn a_socket_that_refuses_segmentation_still_gets_every_datagram_out() {
+        // Without UDP checksums the kernel refuses segmented sends (EINVAL), as an old
+        // kernel or a route without checksum offload would.
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let one: libc::c_int = 1;
+        // SAFETY: SO_NO_CHECK takes an int, passed by pointer with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                tx.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_NO_CHECK,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        };
+        assert_eq!(r, 0);
+        let to = rx.local_addr().unwrap();
+        let mut out = SendBatch::new(16, SLOT);
+        queue(&mut out, to, 0, 10, 80);
+        assert_eq!(out.flush(tx.as_fd()), (10, 0));
+        assert!(!out.segmenting(), "refused once, segmentation stays off");
+        queue(&mut out, to, 10, 5, 80);
+        assert_eq!(out.plan(0), 5, "one datagram per message from now on");
+        assert_eq!(out.flush(tx.as_fd()), (5, 0));
+        let got = read_all(&rx, 15);
+        assert_eq!(got.iter().map(|d| d[0]).collect::<Vec<_>>(), (0..15).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn a_destination_that_fails_alone_does_not_turn_segmentation_off() {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Port 0 is refused whatever the send (EINVAL).
+        let bad: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let mut out = SendBatch::new(16, SLOT);
+        queue(&mut out, bad, 0, 4, 80);
+        queue(&mut out, rx.local_addr().unwrap(), 4, 4, 80);
+        assert_eq!(out.flush(tx.as_fd()), (4, 4));
+        assert!(out.segmenting());
+        assert_eq!(read_all(&rx, 4).len(), 4);
+    }
+
+    #[test]
+    fn an_unsegmented_batch_sends_one_datagram_per_message() {
+        let mut out = SendBatch::unsegmented(8, SLOT);
+        queue(&mut out, "127.0.0.1:9".parse().unwrap(), 0, 8, 64);
+        assert_eq!(out.plan(0), 8);
     }
 }

@@ -154,7 +154,18 @@ impl Lab {
         netns::ip(&["link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
         netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
         netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        Self::segment_in_software(&ns, "eth0")?;
         Ok(ns)
+    }
+
+    /// A host's interface hands the wire one datagram per frame, as a NIC without UDP
+    /// segmentation offload does: a veth would pass a segmented send (UDP_SEGMENT) to
+    /// the next namespace whole, so the receiver, the NAT or the generator would do the
+    /// sender's segmenting, and a relay's rate would count work its host never did.
+    fn segment_in_software(ns: &str, dev: &str) -> Result<()> {
+        netns::exec(ns, &["ethtool", "-K", dev, "tx-udp-segmentation", "off"]).map(drop).map_err(|e| {
+            LabError(format!("{e} (ethtool, Debian package `ethtool`, turns UDP segmentation offload off on the lab's interfaces; scripts/test.sh installs it)"))
+        })
     }
 
     fn addr(ns: &str, cidr: &str, dev: &str) -> Result<()> {
@@ -223,6 +234,7 @@ impl Lab {
             netns::ip(&["link", "add", &port, "netns", &nat, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
             netns::ip(&["-n", &nat, "link", "set", &port, "master", "lan", "up"])?;
             netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            Self::segment_in_software(&ns, "eth0")?;
             let lan = Ipv4Addr::new(10, i as u8, 0, 2 + j as u8);
             Self::addr(&ns, &format!("{lan}/24"), "eth0")?;
             netns::ip(&["-n", &ns, "route", "add", "default", "via", &format!("10.{i}.0.1")])?;
