@@ -204,13 +204,6 @@ impl SendBatch {
         }
     }
 
-    /// A batch that sends one datagram per message, never segmenting: for senders that
-    /// stand for many hosts (the bench's emulated clients), whose packets must reach
-    /// the wire as separate frames whatever the interfaces offload.
-    pub fn unsegmented(n: usize, slot: usize) -> SendBatch {
-        SendBatch { gso: Gso::Off, ..SendBatch::new(n, slot) }
-    }
-
     /// Whether every slot is taken: flush before queueing more.
     pub fn is_full(&self) -> bool {
         self.queued == self.a.hdrs.len()
@@ -529,12 +522,5 @@ mod tests {
         assert_eq!(out.flush(tx.as_fd()), (4, 4));
         assert!(out.segmenting());
         assert_eq!(read_all(&rx, 4).len(), 4);
-    }
-
-    #[test]
-    fn an_unsegmented_batch_sends_one_datagram_per_message() {
-        let mut out = SendBatch::unsegmented(8, SLOT);
-        queue(&mut out, "127.0.0.1:9".parse().unwrap(), 0, 8, 64);
-        assert_eq!(out.plan(0), 8);
     }
 }
