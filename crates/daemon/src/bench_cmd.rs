@@ -36,8 +36,8 @@ const UNDER_FLOOD: (&str, usize) = ("Teredo→IPv6 under flood", 64);
 /// One implementation's figures for one round.
 #[derive(Debug, Default, Clone)]
 struct Figures {
-    /// (direction, size) → packets per second under 0.1 % loss.
-    rate: BTreeMap<(&'static str, usize), f64>,
+    /// (direction, size) → packets per second under 0.1 % loss, one per search.
+    rate: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// (direction, size) → latencies in µs.
     latency: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// (direction, size) → the kernel path's latencies in µs, probed in this relay's lab
@@ -45,17 +45,17 @@ struct Figures {
     beside: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// Spoofed bubbles per second the flood achieved.
     flood: f64,
-    /// The (direction, size) whose rate the generator held: its search's lowest failing
-    /// rate failed only because the sender fell short, the path losing nothing.
-    held: std::collections::BTreeSet<(&'static str, usize)>,
+    /// (direction, size) → how many of its searches the generator held: their lowest
+    /// failing rate failed only because the sender fell short, the path losing nothing.
+    held: BTreeMap<(&'static str, usize), usize>,
 }
 
 impl Figures {
     /// Files a rate search's result under `key`.
     fn file_rate(&mut self, key: (&'static str, usize), found: Found) {
-        self.rate.insert(key, found.rate as f64);
+        self.rate.entry(key).or_default().push(found.rate as f64);
         if found.held_by_sender {
-            self.held.insert(key);
+            *self.held.entry(key).or_default() += 1;
         }
     }
 }
@@ -106,17 +106,19 @@ fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
     size - 48
 }
 
-/// A figure over rounds: the mean of all but the highest and the lowest (of two or
-/// fewer, of all). Not their median: a path's rounds fall at two levels a lab apart
-/// (85 and 108 k packets/s, the kernel path's 9 and 11 µs), and with nine rounds the
-/// median jumps from one level to the other when one round does, while this moves by a
-/// ninth of the gap; dropping the two ends still keeps one stalled round from counting.
-/// Two runs of the same binary put 5 of 36 ratios beyond ±15 % with medians; resampling
-/// their rounds predicts 2.1 ratios beyond per pair of runs with medians, 0.7 with this.
+/// A figure over rounds or searches: the mean of all but the highest and the lowest
+/// ninth, at least one each (of two or fewer, of all). Not their median: a path's
+/// rounds fall at two levels a lab apart (85 and 108 k packets/s, the kernel path's 9
+/// and 11 µs), and with nine rounds the median jumps from one level to the other when
+/// one round does, while this moves by a ninth of the gap; dropping the ends still
+/// keeps a stalled round from counting. Two runs of the same binary put 5 of 36 ratios
+/// beyond ±15 % with medians; resampling their rounds predicts 2.1 ratios beyond per
+/// pair of runs with medians, 0.7 with this.
 fn middle_mean(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    let middle = if v.len() > 2 { &v[1..v.len() - 1] } else { &v[..] };
+    let cut = (v.len() / 9).max(1);
+    let middle = if v.len() > 2 { &v[cut..v.len() - cut] } else { &v[..] };
     middle.iter().sum::<f64>() / middle.len() as f64
 }
 
@@ -142,12 +144,25 @@ fn lab_err(e: impl std::fmt::Display) -> Failure {
     Failure::runtime(format!("bench: {e}"))
 }
 
-/// Trial length for rate searches, and probes per latency measurement.
+/// Trial length for rate searches, and probes per route in each lab (36 000 a run).
+/// A path's capacity wanders by about a tenth from one search to the next, whatever
+/// the trials' length (eight searches each of 300, 200 and 100 ms trials spread 7-13 %
+/// alike), so more searches rather than longer trials narrow a figure: 150 ms trials
+/// make two searches a round cost what one of 300 ms did.
 fn trial_sizes(quick: bool) -> (Duration, usize) {
     if quick {
         (Duration::from_millis(100), 100)
     } else {
-        (Duration::from_millis(300), 10_000)
+        (Duration::from_millis(150), 4_000)
+    }
+}
+
+/// Rate searches of each route in each lab, in turn over the routes.
+fn searches(quick: bool) -> usize {
+    if quick {
+        1
+    } else {
+        2
     }
 }
 
@@ -187,10 +202,10 @@ fn measure_routes(
     say: &mut dyn FnMut(&str),
 ) -> Result<(), Failure> {
     let (dur, lat_n) = trial_sizes(quick);
-    let blocks = routes.len();
+    let blocks = routes.len() * searches(quick);
     for i in 0..blocks {
         prepare(Phase::Rate).map_err(Failure::runtime)?;
-        let p = &mut routes[i];
+        let p = &mut routes[i % routes.len()];
         let found = max_rate(p.tx, p.sink, dur, quick, hints.get(&p.key).copied(), &mut *p.load);
         f.file_rate(p.key, found);
         prepare(Phase::Latency).map_err(Failure::runtime)?;
@@ -204,7 +219,7 @@ fn measure_routes(
                 f.beside.entry(p.key).or_default().extend(k);
             }
         }
-        let (dir, size) = routes[i].key;
+        let (dir, size) = routes[i % routes.len()].key;
         say(&format!("  {label} {dir} {size:>4} B: {:>9} pkt/s{}", found.rate, held_mark(found)));
     }
     // This round's latency medians, so a run's log shows how far rounds differ.
@@ -256,32 +271,34 @@ fn decap_load(
     }
 }
 
-/// Searches a rate with `search` (given the earlier rounds' hint) while spoofed bubbles
-/// from never-seen Teredo addresses pour from the generator to `relay`, and files it and
-/// the flood's rate in `f`.
+/// Searches a rate `n` times with `search` (from the earlier rounds' hint) while spoofed
+/// bubbles from never-seen Teredo addresses pour from the generator to `relay`, and
+/// files them and the flood's rate in `f`.
 fn under_flood(
     label: &str,
     gen: &str,
     relay: SocketAddrV4,
     f: &mut Figures,
     say: &mut dyn FnMut(&str),
-    search: &mut dyn FnMut(Option<u64>) -> Found,
-    hint: Option<u64>,
+    search: &mut dyn FnMut() -> Found,
+    n: usize,
 ) -> Result<(), Failure> {
     let flood_socks = (0..FLOOD_SOCKETS)
         .map(|_| socket_in(gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::runtime)?;
     let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
-    let found = search(hint);
+    let found: Vec<Found> = (0..n).map(|_| search()).collect();
     f.flood = flood.stop();
-    f.file_rate(UNDER_FLOOD, found);
+    for &one in &found {
+        f.file_rate(UNDER_FLOOD, one);
+    }
+    let rates: Vec<String> = found.iter().map(|one| format!("{:>9} pkt/s{}", one.rate, held_mark(*one))).collect();
     say(&format!(
-        "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {:>9} pkt/s{}",
+        "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {}",
         UNDER_FLOOD.1,
         f.flood,
-        found.rate,
-        held_mark(found)
+        rates.join(",")
     ));
     Ok(())
 }
@@ -386,10 +403,11 @@ fn measure_relay(
         relay,
         &mut f,
         say,
-        &mut |hint| {
+        &mut || {
+            let hint = hints.get(&UNDER_FLOOD).copied();
             max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs.clone(), UNDER_FLOOD.1, relay))
         },
-        hints.get(&UNDER_FLOOD).copied(),
+        searches(quick),
     )?;
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();
@@ -519,8 +537,10 @@ fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Resu
         relay,
         &mut f,
         say,
-        &mut |hint| max_rate(std::slice::from_ref(&out), &sink_h6, dur, quick, hint, &mut native),
-        hints.get(&UNDER_FLOOD).copied(),
+        &mut || {
+            max_rate(std::slice::from_ref(&out), &sink_h6, dur, quick, hints.get(&UNDER_FLOOD).copied(), &mut native)
+        },
+        searches(quick),
     )?;
     drop((sink_h6, sink_gen));
     lab.teardown();
@@ -688,15 +708,15 @@ fn file_relay(runs: &mut BTreeMap<&'static str, Vec<Figures>>, label: &'static s
     runs.entry(label).or_default().push(f);
 }
 
-/// A path's rate over the rounds ([`middle_mean`]).
+/// A path's rate over every search of every round ([`middle_mean`]).
 fn rate_of(runs: &[Figures], key: (&'static str, usize)) -> f64 {
-    middle_mean(&runs.iter().filter_map(|f| f.rate.get(&key).copied()).collect::<Vec<_>>())
+    middle_mean(&runs.iter().filter_map(|f| f.rate.get(&key)).flatten().copied().collect::<Vec<_>>())
 }
 
-/// In how many of the rounds that searched `key`'s rate the generator held it, of how many.
-fn held_rounds(runs: &[Figures], key: (&'static str, usize)) -> (usize, usize) {
-    let searched: Vec<&Figures> = runs.iter().filter(|f| f.rate.contains_key(&key)).collect();
-    (searched.iter().filter(|f| f.held.contains(&key)).count(), searched.len())
+/// In how many of the searches of `key`'s rate the generator held it, of how many.
+fn held_searches(runs: &[Figures], key: (&'static str, usize)) -> (usize, usize) {
+    let searched = runs.iter().filter_map(|f| f.rate.get(&key)).map(Vec::len).sum();
+    (runs.iter().filter_map(|f| f.held.get(&key)).sum(), searched)
 }
 
 /// Each lab's median latency on `key`, the labs that measured it.
@@ -857,14 +877,15 @@ fn report(
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
-        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial; the first round searches from 40 000 packets/s, later ones bisect 0.6–1.4 times the earlier rounds' figure); a figure is the mean of its rounds without the highest and the lowest (rounds fall at two levels a lab apart, and a median of nine jumped between them); every relay ran with the same buffers: UDP sockets of {} MiB (shipworm asks for that itself; Miredo's, which keeps the system default, were given it) and TUN queues of {TUN_QUEUE} packets; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial; the first round searches from 40 000 packets/s, later ones bisect 0.6–1.4 times the earlier rounds' figure); each lab searches each rate {} times, in turn over the routes, and a figure is the mean of all its searches without the highest and the lowest ninth (a path's capacity wanders by about a tenth from one search to the next, so more searches, not longer trials, narrow it); every relay ran with the same buffers: UDP sockets of {} MiB (shipworm asks for that itself; Miredo's, which keeps the system default, were given it) and TUN queues of {TUN_QUEUE} packets; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
         machine(),
         if quick { "quick (short trials: figures are rough)" } else { "full" },
         took.as_secs_f64(),
         if runs.contains_key("miredo") { "" } else { " (not installed: skipped)" },
         trial_sizes(quick).0.as_millis(),
+        searches(quick),
         (2 * DAEMON_BYTES) >> 20,
-        2 * SIZES.len()
+        2 * SIZES.len() * searches(quick)
     );
     let _ = writeln!(r, "## Relay packet rate (packets/s delivered with < 0.1 % loss)\n");
     let _ =
@@ -888,8 +909,8 @@ fn report(
     for (name, v) in runs {
         for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
             for size in SIZES {
-                if let (n @ 1.., all) = held_rounds(v, (dir, size)) {
-                    held.push(format!("{name} {dir} {size} B in {n} of {all} rounds"));
+                if let (n @ 1.., all) = held_searches(v, (dir, size)) {
+                    held.push(format!("{name} {dir} {size} B in {n} of {all} searches"));
                 }
             }
         }
@@ -906,7 +927,7 @@ fn report(
     };
     let _ = writeln!(
         r,
-        "### Established peers under a flood of new peers\n\nTeredo→IPv6, {}-byte packets from {CLIENTS} established clients, while spoofed bubbles from never-seen Teredo addresses (embedded mapping = the socket they leave by) arrive from {FLOOD_SOCKETS} sockets at the rate shown. The kernel row is native traffic through the relay host's kernel under the same flood, the reference as above (the bubbles end at a socket nobody reads on the relay host). Sending the flood costs the traffic core too, so under it the generator reaches less: \"held by the generator\" counts the rounds whose search stopped because the sender fell short with nothing lost, where the rate under flood is the generator's and not the relay's.\n\n| implementation | flood (bubbles/s) | rate under flood | held by the generator | rate without | under / without |\n|---|---|---|---|---|---|",
+        "### Established peers under a flood of new peers\n\nTeredo→IPv6, {}-byte packets from {CLIENTS} established clients, while spoofed bubbles from never-seen Teredo addresses (embedded mapping = the socket they leave by) arrive from {FLOOD_SOCKETS} sockets at the rate shown. The kernel row is native traffic through the relay host's kernel under the same flood, the reference as above (the bubbles end at a socket nobody reads on the relay host). Sending the flood costs the traffic core too, so under it the generator reaches less: \"held by the generator\" counts the searches that stopped because the sender fell short with nothing lost, where the rate under flood is the generator's and not the relay's.\n\n| implementation | flood (bubbles/s) | rate under flood | held by the generator | rate without | under / without |\n|---|---|---|---|---|---|",
         UNDER_FLOOD.1
     );
     for name in ["shipworm", "miredo", "kernel"] {
@@ -915,10 +936,10 @@ fn report(
         }
         let (with, without) = (get(name, UNDER_FLOOD), get(name, ("Teredo→IPv6", UNDER_FLOOD.1)));
         let kept = with / without;
-        let (held, all) = runs.get(name).map_or((0, 0), |v| held_rounds(v, UNDER_FLOOD));
+        let (held, all) = runs.get(name).map_or((0, 0), |v| held_searches(v, UNDER_FLOOD));
         let _ = writeln!(
             r,
-            "| {name} | {:.0} | {with:.0} | {held} of {all} rounds | {without:.0} | {kept:.2} |",
+            "| {name} | {:.0} | {with:.0} | {held} of {all} searches | {without:.0} | {kept:.2} |",
             flood(name)
         );
         ratios.push((format!("flood {name} under/without"), kept));
@@ -1002,7 +1023,7 @@ fn write_report(dir: &Path, report: &str, runs: &BTreeMap<&'static str, Vec<Figu
     {
         let root = SVGBackend::new(&svg, (900, 500)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| Failure::runtime(e.to_string()))?;
-        let top = runs.values().flatten().flat_map(|f| f.rate.values().copied()).fold(1.0, f64::max) * 1.1;
+        let top = runs.values().flatten().flat_map(|f| f.rate.values().flatten().copied()).fold(1.0, f64::max) * 1.1;
         let mut c = ChartBuilder::on(&root)
             .caption("highest rate with < 0.1 % loss", ("sans-serif", 20))
             .margin(15)
@@ -1105,7 +1126,7 @@ mod tests {
         let key = ("Teredo→IPv6", 64);
         let fig = |rate: f64, lat: &[f64]| {
             let mut f = Figures::default();
-            f.rate.insert(key, rate);
+            f.rate.insert(key, vec![rate]);
             f.latency.insert(key, lat.to_vec());
             f
         };
@@ -1185,14 +1206,14 @@ mod tests {
     fn the_flood_ratio_is_each_implementations_rate_under_flood_over_its_rate_without() {
         let fig = |with: f64, without: f64| {
             let mut f = Figures::default();
-            f.rate.insert(UNDER_FLOOD, with);
-            f.rate.insert(("Teredo→IPv6", UNDER_FLOOD.1), without);
+            f.rate.insert(UNDER_FLOOD, vec![with]);
+            f.rate.insert(("Teredo→IPv6", UNDER_FLOOD.1), vec![without]);
             f.flood = 20_000.0;
             f
         };
         let mut runs = BTreeMap::new();
         let mut held = fig(95.0, 110.0);
-        held.held.insert(UNDER_FLOOD);
+        held.held.insert(UNDER_FLOOD, 1);
         runs.insert("shipworm", vec![fig(90.0, 100.0), held, fig(40.0, 105.0)]);
         runs.insert("miredo", vec![fig(50.0, 100.0), fig(60.0, 100.0), fig(70.0, 100.0)]);
         // The kernel's figures also hold the relay labs' kernel-path latencies, which
@@ -1208,8 +1229,8 @@ mod tests {
         assert!((r["rate under flood shipworm/Miredo"] - 1.5).abs() < 1e-12);
         assert!((r["rate under flood shipworm/kernel"] - 0.9).abs() < 1e-12);
         let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
-        assert!(text.contains("| shipworm | 20000 | 90 | 1 of 3 rounds | 105 | 0.86 |"), "{text}");
-        assert!(text.contains("| kernel | 20000 | 100 | 0 of 2 rounds | 120 | 0.83 |"), "{text}");
+        assert!(text.contains("| shipworm | 20000 | 90 | 1 of 3 searches | 105 | 0.86 |"), "{text}");
+        assert!(text.contains("| kernel | 20000 | 100 | 0 of 2 searches | 120 | 0.83 |"), "{text}");
     }
 
     #[test]
@@ -1217,17 +1238,20 @@ mod tests {
         let key = ("IPv6→Teredo", 512);
         let fig = |held: bool| {
             let mut f = Figures::default();
-            f.rate.insert(key, 80_000.0);
+            f.rate.insert(key, vec![80_000.0]);
             if held {
-                f.held.insert(key);
+                f.held.insert(key, 1);
             }
             f
         };
         let mut runs = BTreeMap::new();
-        runs.insert("shipworm", vec![fig(true), fig(false), fig(true)]);
+        // A round searches each rate twice: both searches count, held or not.
+        let mut twice = fig(true);
+        twice.file_rate(key, Found { rate: 80_000, held_by_sender: true });
+        runs.insert("shipworm", vec![twice, fig(false), fig(true)]);
         runs.insert("miredo", vec![fig(false), fig(false), fig(false)]);
         let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
-        assert!(text.contains("nothing lost: the figure is the generator's, and the path may carry more): shipworm IPv6→Teredo 512 B in 2 of 3 rounds."), "{text}");
+        assert!(text.contains("nothing lost: the figure is the generator's, and the path may carry more): shipworm IPv6→Teredo 512 B in 3 of 4 searches."), "{text}");
         runs.insert("shipworm", vec![fig(false)]);
         let (text, _) = report(&runs, &[], &[], false, Duration::ZERO);
         assert!(text.contains("may carry more): none."), "{text}");
@@ -1238,11 +1262,11 @@ mod tests {
         let key = ("Teredo→IPv6", 64);
         let mut runs = BTreeMap::new();
         let mut kernel = Figures::default();
-        kernel.rate.insert(key, 120_000.0);
+        kernel.rate.insert(key, vec![120_000.0]);
         kernel.latency.insert(key, vec![9.0, 9.1, 9.2]);
         runs.entry("kernel").or_insert_with(Vec::new).push(kernel);
         let mut relay = Figures::default();
-        relay.rate.insert(key, 100_000.0);
+        relay.rate.insert(key, vec![100_000.0]);
         relay.latency.insert(key, vec![14.0, 14.1, 14.2]);
         relay.beside.insert(key, vec![11.0, 11.1, 11.2]);
         file_relay(&mut runs, "shipworm", relay);
@@ -1273,6 +1297,15 @@ mod tests {
         let mut stalled = before;
         stalled[3] = 20.0;
         assert!((middle_mean(&stalled) - b).abs() < 1e-9);
+        // Eighteen searches (two a round): two stalled ones, both left out.
+        let mut searches: Vec<f64> = before.iter().chain(&before).copied().collect();
+        let (s, stalled_twice) = (middle_mean(&searches), {
+            searches[1] = 20.0;
+            searches[3] = 25.0;
+            middle_mean(&searches)
+        });
+        assert!((s - (108.0 * 8.0 + 87.0 * 6.0) / 14.0).abs() < 1e-9, "{s}");
+        assert!((stalled_twice - s).abs() < 1e-9, "{stalled_twice}");
         // Two rounds or fewer: their mean; none: no figure.
         assert_eq!(middle_mean(&[4.0, 6.0]), 5.0);
         assert!(middle_mean(&[]).is_nan());

@@ -95,7 +95,7 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
 }
 
 /// How long the sink waits after reading, for more to queue (its sockets hold 16 MiB,
-/// and a packet counts when it arrives within [`IN_TIME`] of the trial's end): about
+/// and a packet counts when it arrives within [`IN_TIME_SHARE`] of the trial after its end): about
 /// a hundred packets at the rates measured, a few calls' worth. At 200 µs, reading
 /// the emulated clients' sockets took a call for every 20 or so packets.
 const SINK_NAP: Duration = Duration::from_millis(1);
@@ -270,13 +270,14 @@ impl Drop for FineTimerSlack {
     }
 }
 
-/// How long after the last send of a trial its packets may still arrive and count.
-/// A relay behind its load holds the excess in its buffers and delivers it later:
-/// counted, a 300 ms trial would credit it with its buffers' worth over 0.3 s more
-/// packets per second than it keeps up with (8 MiB of buffers hold more than the
-/// whole rate). What is still queued 10 ms after the end counts as lost: a relay may
-/// run at most 10/300 over what it sustains.
-const IN_TIME: Duration = Duration::from_millis(10);
+/// How long after the last send of a trial its packets may still arrive and count, as
+/// a share of the trial: a thirtieth (5 ms of 150). A relay behind its load holds the
+/// excess in its buffers and delivers it later: counted, a 150 ms trial would credit it
+/// with its buffers' worth over 0.15 s more packets per second than it keeps up with
+/// (8 MiB of buffers hold more than the whole rate). What is still queued a thirtieth
+/// of the trial after its end counts as lost: a relay may run at most 1/30 over what it
+/// sustains, whatever the trial's length.
+const IN_TIME_SHARE: u32 = 30;
 
 /// What arrived at `sink` once the path has drained: the count, read after it has
 /// stood still for 30 ms (at most 1 s after the last send). Late arrivals would
@@ -309,7 +310,7 @@ struct Trial {
 }
 
 /// The highest rate carried with less than 0.1 % loss, counting only what arrived in
-/// time ([`IN_TIME`]). Without a `hint`, a search that
+/// time ([`IN_TIME_SHARE`]). Without a `hint`, a search that
 /// doubles from 40 000 packets/s then bisects ([`STEPS`]; 2 in quick mode). With one (the
 /// median of this route's earlier rounds), it bisects a bracket of 0.6–1.4 times the
 /// hint, its bottom tried first, in as many steps and to the same fineness, in about
@@ -337,7 +338,7 @@ pub fn max_rate(
             None => settled(sink),
         };
         let sent = paced(socks, rate, dur, build);
-        std::thread::sleep(IN_TIME);
+        std::thread::sleep(dur / IN_TIME_SHARE);
         let got = sink.count() - before;
         start_count = Some(settled(sink));
         let loss = if sent == 0 { 1.0 } else { 1.0 - got as f64 / sent as f64 };
