@@ -146,9 +146,10 @@ fn lab_err(e: impl std::fmt::Display) -> Failure {
 
 /// Trial length for rate searches, and probes per route in each lab (36 000 a run).
 /// A path's capacity wanders by about a tenth from one search to the next, whatever
-/// the trials' length (eight searches each of 300, 200 and 100 ms trials spread 7-13 %
-/// alike), so more searches rather than longer trials narrow a figure: 150 ms trials
-/// make two searches a round cost what one of 300 ms did.
+/// the trials' length (eight searches each of 300, 200 and 100 ms trials spread 7-14 %
+/// alike), so more searches rather than longer trials narrow a figure: with 150 ms
+/// trials, two searches a round made a run 13.1-13.6 min, against 12.5 with one of
+/// 300 ms.
 fn trial_sizes(quick: bool) -> (Duration, usize) {
     if quick {
         (Duration::from_millis(100), 100)
