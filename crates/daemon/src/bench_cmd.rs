@@ -89,7 +89,7 @@ struct EndToEnd {
     ping_ms: f64,
     /// TCP Mbit/s, every transfer client → native and back.
     tcp: (Vec<f64>, Vec<f64>),
-    /// UDP packets/s under 0.1 % loss, client → native and back, one search per round.
+    /// UDP packets/s under 0.1 % loss, client → native and back, every search of every round.
     udp: (Vec<f64>, Vec<f64>),
 }
 
@@ -155,6 +155,15 @@ fn trial_sizes(quick: bool) -> (Duration, usize) {
         (Duration::from_millis(100), 100)
     } else {
         (Duration::from_millis(150), 4_000)
+    }
+}
+
+/// "once", "twice", "3 times": how often something was done, for the report.
+fn times(n: usize) -> String {
+    match n {
+        1 => "once".into(),
+        2 => "twice".into(),
+        n => format!("{n} times"),
     }
 }
 
@@ -416,7 +425,7 @@ fn measure_relay(
 }
 
 /// End-to-end rounds: each builds a fresh lab per implementation, alternately, for two
-/// TCP transfers and one UDP rate search each way, the relay and the client with equal
+/// TCP transfers and two UDP rate searches each way, the relay and the client with equal
 /// buffers (Miredo's client on its defaults spread 39-80 k packets/s native→client
 /// over ten rounds). One lab's figures stuck together and
 /// moved by a fifth to a third from run to run, even as the median of five transfers.
@@ -458,25 +467,34 @@ fn e2e_tcp(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<([f64; 2], [f64;
 }
 
 /// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
-/// for 512-byte IPv6 packets, each search starting from `hints` (the median of this
-/// chain's earlier rounds, as the relays' searches do). The lab is the one a scenario
-/// left running.
-fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) -> Result<(f64, f64), Failure> {
+/// for 512-byte IPv6 packets, [`searches`] of each way, in turn, each starting from
+/// `hints` (the median of this chain's earlier rounds, as the relays' searches do). The
+/// lab is the one a scenario left running.
+fn e2e_udp(lab: &Lab, client: Ipv6Addr, hints: [Option<u64>; 2], quick: bool) -> Result<(Vec<f64>, Vec<f64>), Failure> {
     let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let (dur, _) = trial_sizes(quick);
-    let mut rates = [0.0; 2];
-    for (k, (from_ns, to_ns, to)) in [(&cns, &h6, HOST6_V6), (&h6, &cns, client)].into_iter().enumerate() {
-        let tx = socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-        let sink = Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?]);
-        let mut build = |seq: u64, buf: &mut [u8]| (udp_payload(buf, 512, seq), v6(to, 9010), 0);
-        // The client renews its peer entries first (they lapse 30 s after its last
-        // packet, and native→client traffic alone would not renew them).
-        let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-        let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
-        std::thread::sleep(Duration::from_millis(50));
-        rates[k] = max_rate(std::slice::from_ref(&tx), &sink, dur, quick, hints[k], &mut build).rate as f64;
+    let ways = [(&cns, &h6, HOST6_V6), (&h6, &cns, client)];
+    let mut tx = Vec::new();
+    let mut sinks = Vec::new();
+    for (from_ns, to_ns, _) in ways {
+        tx.push(socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?);
+        sinks.push(Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?]));
     }
-    Ok((rates[0], rates[1]))
+    let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let mut rates: [Vec<f64>; 2] = Default::default();
+    for _ in 0..searches(quick) {
+        for (k, &(_, _, to)) in ways.iter().enumerate() {
+            let mut build = |seq: u64, buf: &mut [u8]| (udp_payload(buf, 512, seq), v6(to, 9010), 0);
+            // The client renews its peer entries first (they lapse 30 s after its last
+            // packet, and native→client traffic alone would not renew them).
+            let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
+            std::thread::sleep(Duration::from_millis(50));
+            let found = max_rate(std::slice::from_ref(&tx[k]), &sinks[k], dur, quick, hints[k], &mut build);
+            rates[k].push(found.rate as f64);
+        }
+    }
+    let [up, down] = rates;
+    Ok((up, down))
 }
 
 /// The same traffic forwarded by the relay host's kernel, no tunnel, and its
@@ -675,10 +693,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
             e.qualify_secs.push(o.qualify_secs);
             e.tcp.0.extend(out);
             e.tcp.1.extend(back);
-            e.udp.0.push(up);
-            e.udp.1.push(down);
+            let rates = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+            let (up_s, down_s) = (rates(&up), rates(&down));
+            e.udp.0.extend(up);
+            e.udp.1.extend(down);
             say(&format!(
-                "  {name} ({}/{rounds_e2e}): TCP client→native {:.0}, {:.0} Mbit/s, native→client {:.0}, {:.0} Mbit/s; UDP client→native {up:.0} pkt/s, native→client {down:.0} pkt/s",
+                "  {name} ({}/{rounds_e2e}): TCP client→native {:.0}, {:.0} Mbit/s, native→client {:.0}, {:.0} Mbit/s; UDP client→native {up_s} pkt/s, native→client {down_s} pkt/s",
                 round + 1,
                 out[0],
                 out[1],
@@ -878,13 +898,13 @@ fn report(
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
-        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial; the first round searches from 40 000 packets/s, later ones bisect 0.6–1.4 times the earlier rounds' figure); each lab searches each rate {} times, in turn over the routes, and a figure is the mean of all its searches without the highest and the lowest ninth (a path's capacity wanders by about a tenth from one search to the next, so more searches, not longer trials, narrow it); every relay ran with the same buffers: UDP sockets of {} MiB (shipworm asks for that itself; Miredo's, which keeps the system default, were given it) and TUN queues of {TUN_QUEUE} packets; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
+        "Machine: {}. Mode: {}. Run time {:.0} s. shipworm, Miredo{} and the kernel were measured alternately in the same run, in the same namespace lab; rates are the most packets per second a {} ms trial delivered with < 0.1 % loss (the rate actually sent, which a starved sender may leave short of the rate asked; a rate that fails gets a second trial; the first round searches from 40 000 packets/s, later ones bisect 0.6–1.4 times the earlier rounds' figure); each lab searches each rate {}, in turn over the routes, and a figure is the mean of all its searches without the highest and the lowest ninth (a path's capacity wanders by about a tenth from one search to the next, so more searches, not longer trials, narrow it); every relay ran with the same buffers: UDP sockets of {} MiB (shipworm asks for that itself; Miredo's, which keeps the system default, were given it) and TUN queues of {TUN_QUEUE} packets; latencies are one packet at a time, in {} blocks spread over each measurement; ratios are the quotients of the figures shown.\n",
         machine(),
         if quick { "quick (short trials: figures are rough)" } else { "full" },
         took.as_secs_f64(),
         if runs.contains_key("miredo") { "" } else { " (not installed: skipped)" },
         trial_sizes(quick).0.as_millis(),
-        searches(quick),
+        times(searches(quick)),
         (2 * DAEMON_BYTES) >> 20,
         2 * SIZES.len() * searches(quick)
     );
@@ -1010,7 +1030,7 @@ fn report(
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
     let rounds = e2e_rounds(quick);
-    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, one search per round, their mean without the highest and the lowest (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000);
+    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
     (r, compared)
 }
 
@@ -1383,5 +1403,32 @@ mod tests {
         assert_eq!(read_compared(&dir.join("r.tsv")).unwrap().derived.len(), 1);
         assert!(read_compared(&dir.join("none.tsv")).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn end_to_end_udp_figures_count_every_search_of_every_round_without_the_ends() {
+        // Six rounds of two searches each way; one stalled search and one lucky one
+        // are left out, the other ten all count (not one search a round).
+        let chain = |name: &'static str, up: Vec<f64>, down: Vec<f64>| EndToEnd {
+            name,
+            qualify_secs: vec![0.06],
+            ping_ms: 0.3,
+            tcp: (vec![400.0; 12], vec![500.0; 12]),
+            udp: (up, down),
+        };
+        let mut sw_up = vec![90_000.0; 5];
+        sw_up.extend([60_000.0; 5]);
+        sw_up.extend([10_000.0, 200_000.0]);
+        let sw = chain("shipworm", sw_up, vec![100_000.0; 12]);
+        let mi = chain("miredo", vec![50_000.0; 12], vec![50_000.0; 12]);
+        let (text, compared) = report(&BTreeMap::new(), &[], &[sw, mi], false, Duration::ZERO);
+        assert!(
+            text.contains("| shipworm | 60 ms | 0.30 ms | 400 Mbit/s | 500 Mbit/s | 75000 pkt/s | 100000 pkt/s |"),
+            "{text}"
+        );
+        assert!(text.contains("searched twice each way per round"), "{text}");
+        let r: BTreeMap<_, _> = compared.ratios.iter().cloned().collect();
+        assert!((r["e2e UDP client→native shipworm/Miredo"] - 1.5).abs() < 1e-12);
+        assert!((r["e2e UDP native→client shipworm/Miredo"] - 2.0).abs() < 1e-12);
     }
 }
