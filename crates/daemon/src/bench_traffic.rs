@@ -95,7 +95,7 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
 }
 
 /// How long the sink waits after reading, for more to queue (its sockets hold 16 MiB,
-/// and a packet counts when it arrives soon enough after the trial, [`IN_TIME_SHARE`]): about
+/// and a packet still counts within a share of the trial after it, [`IN_TIME_SHARE`]): about
 /// a hundred packets at the rates measured, a few calls' worth. At 200 µs, reading
 /// the emulated clients' sockets took a call for every 20 or so packets.
 const SINK_NAP: Duration = Duration::from_millis(1);

@@ -227,8 +227,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Rounds (each measures every implementation once); a figure is the mean of its
-    /// rounds without the highest and the lowest.
+    /// Rounds (each measures every implementation, searching each rate twice); a figure
+    /// is the mean of all its searches without the highest and the lowest ninth.
     #[arg(long, default_value_t = 9)]
     pub rounds: usize,
 
