@@ -16,9 +16,17 @@
 //! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
 //! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
 //! ignored on send (always bubble, as RFC 5991 advises). Local discovery is not
-//! implemented. Packets from unverified sources are dropped, not queued.
+//! implemented.
+//!
+//! A native host may speak first (RFC 4380 §5.2.3 case 6): its packet arrives through
+//! a relay the client has never heard of. It is held (see [`crate::first_contact`])
+//! while the direct IPv6 connectivity test (§5.2.9) runs through the server; the echo
+//! reply comes back through the relay that serves that host, which then becomes the
+//! peer's mapping, and the held packets are delivered if they came from it. That costs
+//! the first packet one round trip through the server and the relay.
 
 use crate::drop_reason::{DropCounters, DropReason};
+use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
 use crate::secure;
@@ -78,6 +86,8 @@ pub struct ClientConfig {
     pub home_check: Duration,
     /// Secure qualification: sign RSs and accept only RAs signed with this secret.
     pub credentials: Option<secure::Credentials>,
+    /// What native hosts speaking first may hold while their test runs.
+    pub first_contact: FirstContactLimits,
 }
 
 impl ClientConfig {
@@ -91,6 +101,7 @@ impl ClientConfig {
             hash_keys: (0, 0),
             home_check: Duration::from_secs(300),
             credentials: None,
+            first_contact: FirstContactLimits::default(),
         }
     }
 }
@@ -196,6 +207,8 @@ pub struct ClientStatus {
     pub mtu: u32,
     /// Peers in the table.
     pub peers: usize,
+    /// Native hosts that spoke first, waiting for their connectivity test.
+    pub first_contacts: usize,
 }
 
 /// Counters.
@@ -215,6 +228,10 @@ pub struct ClientStats {
     pub bubbles: u64,
     /// Connectivity-test echoes sent.
     pub echoes: u64,
+    /// Connectivity tests started because a native host spoke first.
+    pub first_contacts: u64,
+    /// Packets delivered after their first contact's test.
+    pub first_contact_delivered: u64,
     /// Drops by reason.
     pub drops: DropCounters,
 }
@@ -233,6 +250,7 @@ pub struct Client<R: Random> {
     home: Option<([u8; 8], Duration)>,
     peers: PeerTable,
     pending: VecDeque<Ipv6Addr>,
+    held: FirstContacts,
     random_bits: Option<(SocketAddrV4, u16)>,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
@@ -250,6 +268,7 @@ impl<R: Random> Client<R> {
         assert!(!cfg.servers.is_empty(), "a client needs a server");
         Client {
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
+            held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             cfg,
             rng,
             phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
@@ -303,6 +322,7 @@ impl<R: Random> Client<R> {
             nat: self.nat,
             mtu,
             peers: self.peers.len(),
+            first_contacts: self.held.len(),
         }
     }
 
@@ -466,6 +486,8 @@ impl<R: Random> Client<R> {
             // Peers were learned under the old mapping: start afresh.
             self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
             self.pending.clear();
+            let lost = self.held.clear();
+            self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
             self.stats.addresses += 1;
         }
         self.phase = Phase::Up { server, ra, address };
@@ -743,18 +765,24 @@ impl<R: Random> Client<R> {
             // Forged RAs and the like never reach the host stack.
             return self.dropped(DropReason::SourceMismatch);
         }
+        // 2. The echo reply of our connectivity test, from wherever it comes: the relay
+        // it came through serves the peer from now on (also when the peer was trusted
+        // through another relay: that is how a relay change is followed). The reply is
+        // ours, not the host's.
+        if let Some(p) = self.peers.get_mut(&src) {
+            if p.nonce.is_some_and(|n| is_echo_reply_with(ip, &n)) {
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+                self.release_held(&src, from, tx);
+                return self.flush(&src, from, tx);
+            }
+        }
         let embedded = TeredoAddr::decode(&src);
         let accepted = match self.peers.get_mut(&src) {
             // 1. A trusted peer from its mapping.
             Some(p) if p.trusted && p.mapped == from => {
-                p.last_rx = now;
-                p.bubbles = 0;
-                true
-            }
-            // 2. The echo reply of our connectivity test.
-            Some(p) if p.nonce.is_some() && is_echo_reply_with(ip, p.nonce.as_ref().expect("checked")) => {
-                p.trusted = true;
-                p.mapped = from;
                 p.last_rx = now;
                 p.bubbles = 0;
                 true
@@ -784,14 +812,72 @@ impl<R: Random> Client<R> {
                 false
             }
         };
-        if !accepted {
-            return self.dropped(DropReason::SourceMismatch);
-        }
-        self.flush(&src, from, tx);
-        if pkt.is_bubble() {
+        if accepted {
+            self.flush(&src, from, tx);
+            if !pkt.is_bubble() {
+                self.deliver(ip.packet(), tx);
+            }
             return;
         }
-        self.deliver(ip.packet(), tx);
+        // 6. A native source through an endpoint not (yet) its own: hold and test.
+        if embedded.is_none() && !pkt.is_bubble() {
+            return self.first_contact(now, from, src, ip.packet(), tx);
+        }
+        self.dropped(DropReason::SourceMismatch)
+    }
+
+    /// A native host spoke first, through `from`: hold its packet and run the direct
+    /// IPv6 connectivity test to it (RFC 4380 §5.2.3 case 6, §5.2.9), within the shared
+    /// first-contact budget.
+    fn first_contact(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        src: Ipv6Addr,
+        packet: &[u8],
+        tx: &mut impl Transmit,
+    ) {
+        if !self.held.has_room_for(&src) {
+            return self.dropped(DropReason::FirstContactBudget);
+        }
+        if self.peers.get(&src).is_none() {
+            let unknown = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+            if self.peers.insert(Peer::new(src, unknown, now), now).is_err() {
+                return self.dropped(DropReason::TableFull);
+            }
+        }
+        if let Err(r) = self.held.hold(src, from, packet, now) {
+            return self.dropped(r);
+        }
+        let p = self.peers.get_mut(&src).expect("present");
+        if !p.waiting {
+            p.waiting = true;
+            self.pending.push_back(src);
+            self.stats.first_contacts += 1;
+        }
+        self.poke(now, src, tx);
+    }
+
+    /// The test for `src` passed through `proven`: deliver what it held, if it came
+    /// from there too.
+    fn release_held(&mut self, src: &Ipv6Addr, proven: SocketAddrV4, tx: &mut impl Transmit) {
+        match self.held.release(src, proven) {
+            Some(Release::Deliver(mut d)) => {
+                while let Some(packet) = d.next_packet() {
+                    tx.tun(packet);
+                    self.stats.delivered += 1;
+                    self.stats.first_contact_delivered += 1;
+                }
+            }
+            Some(Release::Drop(n)) => self.stats.drops.count_n(DropReason::SourceMismatch, n),
+            None => {}
+        }
+    }
+
+    /// Drop what `src` held: its test failed or was overtaken.
+    fn discard_held(&mut self, src: &Ipv6Addr) {
+        let n = self.held.discard(src);
+        self.stats.drops.count_n(DropReason::ConnectivityTestFailed, n);
     }
 
     /// A packet from the host stack.
@@ -856,6 +942,11 @@ impl<R: Random> Client<R> {
         };
         // The first try goes at once (a new entry's "30 s ago" may predate time zero).
         if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY) || p.bubbles >= PEER_TRIES {
+            return;
+        }
+        // Echo requests share one budget: a flood of forged first contacts must not
+        // turn the client into a source of echoes. A refused one is tried next tick.
+        if TeredoAddr::decode(&dst).is_none() && !self.held.allow_test(now) {
             return;
         }
         p.last_tx = now;
@@ -938,9 +1029,19 @@ impl<R: Random> Client<R> {
                 break;
             };
             let Some(p) = self.peers.get(&dst) else {
+                self.discard_held(&dst);
                 continue;
             };
             if !p.waiting {
+                // Settled another way (its trusted relay spoke): what another relay
+                // brought stays unproven.
+                self.discard_held(&dst);
+                continue;
+            }
+            if p.queue.is_empty() && TeredoAddr::decode(&dst).is_none() && !self.held.contains(&dst) {
+                // A first contact whose held packets expired: nothing left to test for
+                // (keeps forged sources from spending the echo budget).
+                self.give_up(now, dst, tx);
                 continue;
             }
             if p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY {
@@ -953,6 +1054,9 @@ impl<R: Random> Client<R> {
             }
         }
         self.peers.sweep(now, 256);
+        // A test ends within PEER_TRIES retries; anything older lost its peer entry.
+        let stale = self.held.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
+        self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);
     }
 
     fn maintain(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
@@ -994,6 +1098,7 @@ impl<R: Random> Client<R> {
     }
 
     fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        self.discard_held(&dst);
         let Some(mut p) = self.peers.remove(&dst) else {
             return;
         };

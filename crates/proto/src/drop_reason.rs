@@ -62,11 +62,16 @@ pub enum DropReason {
     NoPeerEntry,
     /// An IPv6 destination outside what this relay serves.
     NotServed,
+    /// A first contact from a native source over the client's shared budget (sources
+    /// waiting for their connectivity test, or the bytes they hold together).
+    FirstContactBudget,
+    /// Held for a connectivity test that got no answer (or proved another relay).
+    ConnectivityTestFailed,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 27] = [
+    pub const ALL: [DropReason; 29] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -94,6 +99,8 @@ impl DropReason {
         DropReason::QueueFull,
         DropReason::NoPeerEntry,
         DropReason::NotServed,
+        DropReason::FirstContactBudget,
+        DropReason::ConnectivityTestFailed,
     ];
 
     /// A stable name for metrics and logs.
@@ -126,6 +133,8 @@ impl DropReason {
             DropReason::QueueFull => "queue_full",
             DropReason::NoPeerEntry => "no_peer_entry",
             DropReason::NotServed => "destination_not_served",
+            DropReason::FirstContactBudget => "first_contact_budget",
+            DropReason::ConnectivityTestFailed => "connectivity_test_failed",
         }
     }
 }
@@ -157,6 +166,11 @@ impl DropCounters {
     #[inline]
     pub fn count(&mut self, reason: DropReason) {
         self.counts[reason as usize] += 1;
+    }
+    /// Count `n` drops at once (a queue given up).
+    #[inline]
+    pub fn count_n(&mut self, reason: DropReason, n: usize) {
+        self.counts[reason as usize] += n as u64;
     }
     /// Drops so far for `reason`.
     pub fn get(&self, reason: DropReason) -> u64 {

@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod drop_reason;
+pub mod first_contact;
 pub mod icmp_error;
 pub mod peer_table;
 pub mod relay;

@@ -469,7 +469,10 @@ fn case34_35_connectivity_test_through_the_server() {
     // …the right one makes the relay trusted and releases the queued packet to it.
     c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(nonce), &mut w);
     assert_eq!(w.udp, vec![(sa("203.0.113.9:5555"), data)]);
-    assert_eq!(w.tun.len(), 1, "the echo reply itself reaches the host");
+    // The reply with the wrong nonce came from a relay the client did not know: held
+    // as a first contact, and delivered now that the relay is proven. The matching
+    // reply is the client's own, not the host's.
+    assert_eq!(w.tun, vec![reply(&[0u8; 8])]);
 }
 
 #[test]
@@ -695,4 +698,245 @@ fn first_connectivity_test_goes_at_once_right_after_start() {
     assert_eq!(w.udp.len(), 1, "the echo request leaves at once");
     c.on_tun(ms(250), &ipv6(&me.to_string(), "2001:0:4136:e378:0:f227:39cc:9bf8", 17, &[0; 8]), &mut w);
     assert_eq!(w.udp.len(), 3, "and the first bubbles too");
+}
+
+/// Cold first contacts from native hosts (RFC 4380 §5.2.3 case 6, §5.2.9): held, tested
+/// through the server, delivered once the echo reply names the relay.
+mod native_speaks_first {
+    use super::*;
+    use shipworm_proto::DropReason;
+
+    const HOST: &str = "2001:db8:1::100";
+    const RELAY: &str = "192.0.2.10:3544";
+    const RELAY2: &str = "203.0.113.20:3544";
+
+    /// The echo request of a connectivity test among `w.udp`: (ident, seq, nonce).
+    fn echo_request(w: &Rec, me: Ipv6Addr, to: &str) -> Option<(u16, u16, Vec<u8>)> {
+        w.udp.iter().find_map(|(dst, b)| {
+            let ip = Ipv6Packet::new_checked(&b[..]).ok()?;
+            if *dst != SocketAddrV4::new(P, 3544) || ip.dst_addr() != a(to) || ip.next_header() != 58 {
+                return None;
+            }
+            let icmp = Icmpv6Packet::new_checked(ip.payload()).ok()?;
+            match Icmpv6Repr::parse(&me, &a(to), &icmp).ok()? {
+                Icmpv6Repr::EchoRequest { ident, seq_no, data } => Some((ident, seq_no, data.to_vec())),
+                _ => None,
+            }
+        })
+    }
+
+    fn echo_reply(from: &str, me: Ipv6Addr, (ident, seq_no, nonce): &(u16, u16, Vec<u8>)) -> Vec<u8> {
+        let r = Icmpv6Repr::EchoReply { ident: *ident, seq_no: *seq_no, data: nonce };
+        let mut b = vec![0u8; 40 + r.buffer_len()];
+        Ipv6Repr { src_addr: a(from), dst_addr: me, next_header: 58, payload_len: r.buffer_len(), hop_limit: 60 }
+            .emit(&mut b)
+            .unwrap();
+        r.emit(&a(from), &me, &mut b[40..]).unwrap();
+        b
+    }
+
+    /// A SIP-like UDP datagram from `host` to the client.
+    fn datagram(host: &str, me: Ipv6Addr, tag: u8) -> Vec<u8> {
+        ipv6(host, &me.to_string(), 17, &[tag; 64])
+    }
+
+    /// Time passes for `c` until `until`, with the server answering its refreshes
+    /// (same mapping), so it stays qualified.
+    fn idle(c: &mut Client<Rng>, from: Duration, until: Duration) {
+        let mut t = from;
+        while t < until {
+            t += ms(500);
+            let mut w = Rec::default();
+            c.on_timer(t, &mut w);
+            for (to, rs) in w.udp {
+                if to == SocketAddrV4::new(P, 3544) {
+                    if let Some((from, ra)) = answer(P, Local::Primary, M, &rs) {
+                        c.on_udp(t, Via::Service, from, &ra, &mut Rec::default());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn held_then_tested_through_the_server_then_delivered_in_order() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        let (first, second) = (datagram(HOST, me, 1), datagram(HOST, me, 2));
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &first, &mut w);
+        assert!(w.tun.is_empty(), "not delivered before the test");
+        let echo = echo_request(&w, me, HOST).expect("an echo request to the host, through our server");
+        assert!(echo.2.len() >= 8, "a 64-bit nonce at least");
+        assert_eq!(w.udp.len(), 1, "one echo, nothing else");
+        assert_eq!(c.status().first_contacts, 1);
+        // A retransmission arrives before the answer: held too, no second echo at once.
+        c.on_udp(secs(2) + ms(300), Via::Service, sa(RELAY), &second, &mut w);
+        assert_eq!(w.udp.len(), 1);
+        // The host answers meanwhile: the answer waits for the test too.
+        let answer = ipv6(&me.to_string(), HOST, 17, &[9; 32]);
+        c.on_tun(secs(2) + ms(400), &answer, &mut w);
+        assert_eq!(w.udp.len(), 1, "nothing goes to an unproven relay");
+        // The reply comes through the relay: both datagrams reach the host, in order,
+        // and the answer leaves for the relay. The reply itself stays with the client.
+        w = Rec::default();
+        c.on_udp(secs(2) + ms(500), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun, vec![first, second]);
+        assert_eq!(w.udp, vec![(sa(RELAY), answer)]);
+        assert_eq!((c.stats().first_contacts, c.stats().first_contact_delivered), (1, 2));
+        assert_eq!(c.status().first_contacts, 0);
+        // From now on, straight through both ways.
+        w = Rec::default();
+        let third = datagram(HOST, me, 3);
+        c.on_udp(secs(3), Via::Service, sa(RELAY), &third, &mut w);
+        assert_eq!(w.tun, vec![third]);
+        c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp.len(), 1);
+        assert_eq!(w.udp[0].0, sa(RELAY));
+    }
+
+    #[test]
+    fn a_test_that_gets_no_answer_tries_four_times_then_drops_and_counts() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+        let mut echoes_at = vec![];
+        if echo_request(&w, me, HOST).is_some() {
+            echoes_at.push(2000);
+        }
+        for t in (2100..12_000).step_by(100) {
+            let mut w = Rec::default();
+            c.on_timer(ms(t), &mut w);
+            if echo_request(&w, me, HOST).is_some() {
+                echoes_at.push(t);
+            }
+        }
+        assert_eq!(echoes_at, vec![2000, 4000, 6000, 8000], "RFC 4380: 2 s apart, 3 repeats");
+        assert!(w.tun.is_empty());
+        assert_eq!(c.status().first_contacts, 0, "given up");
+        assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1);
+        // A late reply finds no test: it is not a key to anything.
+        let mut w = Rec::default();
+        c.on_udp(secs(13), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+        assert!(w.tun.is_empty(), "a new first contact is held again");
+        assert!(echo_request(&w, me, HOST).is_some(), "and tested afresh");
+    }
+
+    #[test]
+    fn held_packets_from_another_relay_than_the_proven_one_are_dropped() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY2), &datagram(HOST, me, 1), &mut w);
+        let echo = echo_request(&w, me, HOST).unwrap();
+        // Same source, another endpoint, while waiting: not mixed in.
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+        assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 1);
+        w = Rec::default();
+        c.on_udp(secs(3), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        assert!(w.tun.is_empty(), "what RELAY2 brought is unproven");
+        assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 2);
+        c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp[0].0, sa(RELAY), "the proven relay carries the traffic");
+    }
+
+    #[test]
+    fn speaking_first_again_after_expiry_works_cold() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+        let echo = echo_request(&w, me, HOST).unwrap();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun.len(), 1);
+        // Idle past the 30 s validity: the entry is stale, the same relay still serves.
+        let t = secs(70);
+        idle(&mut c, secs(2), t);
+        w = Rec::default();
+        c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+        assert_eq!(w.tun.len(), 1, "its relay is still known: delivered at once");
+        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp.last().unwrap().0, sa(RELAY), "and answered directly");
+        // Idle past the peer's lifetime (swept), then through another relay.
+        let t = secs(470);
+        idle(&mut c, secs(70), t);
+        assert_eq!(c.address(), Some(me), "still qualified");
+        assert_eq!(c.status().peers, 0, "swept");
+        w = Rec::default();
+        let again = datagram(HOST, me, 3);
+        c.on_udp(t, Via::Service, sa(RELAY2), &again, &mut w);
+        assert!(w.tun.is_empty());
+        let echo = echo_request(&w, me, HOST).expect("tested again");
+        c.on_udp(t + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun, vec![again]);
+    }
+
+    #[test]
+    fn a_trusted_host_moving_to_another_relay_is_tested_and_followed() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+        let echo = echo_request(&w, me, HOST).unwrap();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        // The host's route changes: its packets come through RELAY2.
+        w = Rec::default();
+        let moved = datagram(HOST, me, 2);
+        c.on_udp(secs(5), Via::Service, sa(RELAY2), &moved, &mut w);
+        assert!(w.tun.is_empty());
+        let echo = echo_request(&w, me, HOST).expect("tested");
+        // Until the answer, the host's traffic still goes to the relay it had.
+        c.on_tun(secs(5), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp.last().unwrap().0, sa(RELAY));
+        c.on_udp(secs(5) + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun, vec![moved]);
+        c.on_tun(secs(6), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp.last().unwrap().0, sa(RELAY2));
+    }
+
+    #[test]
+    fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
+        let (mut c, me) = qualified();
+        let limits = shipworm_proto::first_contact::FirstContactLimits::default();
+        let mut echoes = 0;
+        let mut peak = 0;
+        // 20 000 forged native sources in 2 s, two packets each, through one endpoint.
+        for i in 0..20_000u32 {
+            let t = secs(2) + Duration::from_micros(u64::from(i) * 100);
+            let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (i >> 16) as u16, i as u16).to_string();
+            let mut w = Rec::default();
+            for tag in 0..2 {
+                c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, tag), &mut w);
+            }
+            if i % 1000 == 0 {
+                c.on_timer(t, &mut w);
+            }
+            echoes += w.udp.len();
+            assert!(w.tun.is_empty(), "nothing forged reaches the host");
+            peak = peak.max(c.status().first_contacts);
+        }
+        assert!(peak <= limits.sources, "{peak} sources waiting, cap {}", limits.sources);
+        // Over 2 s the echo budget allows its burst and two seconds' refill.
+        assert!(echoes <= 3 * limits.tests_per_sec as usize, "{echoes} echoes");
+        let d = &c.stats().drops;
+        assert!(d.get(DropReason::FirstContactBudget) > 30_000, "over-budget packets are counted");
+        // The flood's tests expire; a real host then gets through at once.
+        let mut t = secs(4);
+        for _ in 0..120 {
+            t += ms(100);
+            c.on_timer(t, &mut Rec::default());
+        }
+        assert_eq!(c.status().first_contacts, 0);
+        let mut w = Rec::default();
+        let real = datagram(HOST, me, 7);
+        c.on_udp(t, Via::Service, sa(RELAY), &real, &mut w);
+        let echo = echo_request(&w, me, HOST).expect("tested");
+        c.on_udp(t, Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun, vec![real]);
+    }
+
+    #[test]
+    fn a_teredo_source_with_another_mapping_is_still_refused() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+        c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
+        assert!(w.tun.is_empty() && w.udp.is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
+    }
 }

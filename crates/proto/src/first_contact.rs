@@ -1,0 +1,253 @@
+//! Packets a client received from native IPv6 sources it cannot trust yet (RFC 4380
+//! §5.2.3 case 6): held until the direct IPv6 connectivity test (§5.2.9) says which
+//! relay really serves that source, then delivered in order, or dropped and counted.
+//!
+//! A native host that speaks first reaches the client through whatever relay is
+//! nearest to it; the client has never heard of that relay, and anyone able to send a
+//! datagram through the client's NAT could claim any native source. So the packet
+//! waits while an echo request goes to the source through the server; the echo reply
+//! comes back through the relay that serves the source, and only packets that arrived
+//! from that same relay are delivered.
+//!
+//! Every first contact can be forged, so everything here is bounded as a whole, not
+//! only per source: how many sources wait at once, how many bytes they hold together,
+//! and how many echo requests leave per second. A flood of spoofed first contacts
+//! costs the client at most those budgets; packets over them are dropped and counted.
+
+use crate::drop_reason::DropReason;
+use crate::icmp_error::RateLimit;
+use crate::peer_table::{KeyedHash, PacketQueue};
+use std::collections::HashMap;
+use std::net::{Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+/// The budgets shared by every waiting source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstContactLimits {
+    /// Native sources waiting for their test at once.
+    pub sources: usize,
+    /// Bytes of packets held for all of them together.
+    pub bytes: usize,
+    /// Bytes held for one source.
+    pub bytes_per_source: usize,
+    /// Echo requests of connectivity tests per second, all peers together (bursts up
+    /// to as many).
+    pub tests_per_sec: u32,
+}
+
+impl Default for FirstContactLimits {
+    fn default() -> Self {
+        FirstContactLimits { sources: 256, bytes: 256 * 1024, bytes_per_source: 4096, tests_per_sec: 50 }
+    }
+}
+
+/// Packets from one native source, all from one IPv4 endpoint.
+#[derive(Debug)]
+struct Waiting {
+    from: SocketAddrV4,
+    since: Duration,
+    queue: PacketQueue,
+}
+
+/// What became of a source's held packets.
+#[derive(Debug)]
+pub enum Release {
+    /// They came from the endpoint the test proved: deliver them, in order.
+    Deliver(crate::peer_table::QueueDrain),
+    /// They came from elsewhere: this many are dropped.
+    Drop(usize),
+}
+
+/// The held packets of every native source under test.
+#[derive(Debug)]
+pub struct FirstContacts {
+    limits: FirstContactLimits,
+    waiting: HashMap<Ipv6Addr, Waiting, KeyedHash>,
+    bytes: usize,
+    tests: RateLimit,
+}
+
+impl FirstContacts {
+    /// Empty, within `limits`; `keys` key the table's hash (sources are chosen by
+    /// whoever sends).
+    pub fn new(limits: FirstContactLimits, keys: KeyedHash) -> Self {
+        FirstContacts {
+            limits,
+            waiting: HashMap::with_hasher(keys),
+            bytes: 0,
+            tests: RateLimit::new(limits.tests_per_sec.max(1)),
+        }
+    }
+
+    /// Sources waiting.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Whether none waits.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Bytes held for all sources.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether `src` has packets held.
+    pub fn contains(&self, src: &Ipv6Addr) -> bool {
+        self.waiting.contains_key(src)
+    }
+
+    /// Whether a new source could be held now (the table of waiting sources has room).
+    pub fn has_room_for(&self, src: &Ipv6Addr) -> bool {
+        self.waiting.contains_key(src) || self.waiting.len() < self.limits.sources
+    }
+
+    /// Hold `packet` from `src`, received from `from`. A source's packets must all
+    /// come from one endpoint: the first decides.
+    pub fn hold(&mut self, src: Ipv6Addr, from: SocketAddrV4, packet: &[u8], now: Duration) -> Result<(), DropReason> {
+        if self.bytes + packet.len() > self.limits.bytes {
+            return Err(DropReason::FirstContactBudget);
+        }
+        match self.waiting.get(&src) {
+            Some(w) if w.from != from => return Err(DropReason::SourceMismatch),
+            None if self.waiting.len() >= self.limits.sources => return Err(DropReason::FirstContactBudget),
+            _ => {}
+        }
+        let w = self.waiting.entry(src).or_insert(Waiting { from, since: now, queue: PacketQueue::default() });
+        if !w.queue.push(packet, self.limits.bytes_per_source) {
+            if w.queue.is_empty() {
+                self.waiting.remove(&src);
+            }
+            return Err(DropReason::QueueFull);
+        }
+        self.bytes += packet.len();
+        Ok(())
+    }
+
+    /// The test for `src` succeeded with its reply from `proven`: release its packets.
+    pub fn release(&mut self, src: &Ipv6Addr, proven: SocketAddrV4) -> Option<Release> {
+        let mut w = self.waiting.remove(src)?;
+        self.bytes -= w.queue.bytes();
+        Some(if w.from == proven { Release::Deliver(w.queue.drain()) } else { Release::Drop(w.queue.len()) })
+    }
+
+    /// Give up on `src`: its packets are dropped; returns how many.
+    pub fn discard(&mut self, src: &Ipv6Addr) -> usize {
+        match self.waiting.remove(src) {
+            Some(w) => {
+                self.bytes -= w.queue.bytes();
+                w.queue.len()
+            }
+            None => 0,
+        }
+    }
+
+    /// Drop what waited longer than `max_age` (a test ends well before: this only
+    /// catches sources whose peer entry went away without a verdict). Returns the
+    /// packets dropped.
+    pub fn expire(&mut self, now: Duration, max_age: Duration) -> usize {
+        let mut dropped = 0;
+        let bytes = &mut self.bytes;
+        self.waiting.retain(|_, w| {
+            let keep = now.saturating_sub(w.since) < max_age;
+            if !keep {
+                *bytes -= w.queue.bytes();
+                dropped += w.queue.len();
+            }
+            keep
+        });
+        dropped
+    }
+
+    /// Forget everything (the address changed): returns the packets dropped.
+    pub fn clear(&mut self) -> usize {
+        let n = self.waiting.values().map(|w| w.queue.len()).sum();
+        self.waiting.clear();
+        self.bytes = 0;
+        n
+    }
+
+    /// Take one echo request's worth of the test budget, if there is one.
+    pub fn allow_test(&mut self, now: Duration) -> bool {
+        self.tests.allow(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 10), 3544);
+    const R2: SocketAddrV4 = SocketAddrV4::new(std::net::Ipv4Addr::new(192, 0, 2, 11), 3544);
+
+    fn src(i: u32) -> Ipv6Addr {
+        Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, (i >> 16) as u16, i as u16)
+    }
+
+    fn limits() -> FirstContactLimits {
+        FirstContactLimits { sources: 4, bytes: 1000, bytes_per_source: 300, tests_per_sec: 5 }
+    }
+
+    #[test]
+    fn held_packets_are_released_in_order_only_to_the_proven_endpoint() {
+        let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
+        let t = Duration::ZERO;
+        f.hold(src(1), R, &[1; 10], t).unwrap();
+        f.hold(src(1), R, &[2; 10], t).unwrap();
+        assert_eq!(f.hold(src(1), R2, &[3; 10], t), Err(DropReason::SourceMismatch), "one endpoint per source");
+        f.hold(src(2), R, &[4; 10], t).unwrap();
+        assert_eq!(f.bytes(), 30);
+        let Some(Release::Deliver(mut d)) = f.release(&src(1), R) else { panic!("deliver") };
+        assert_eq!(d.next_packet(), Some(&[1u8; 10][..]));
+        assert_eq!(d.next_packet(), Some(&[2u8; 10][..]));
+        assert!(d.next_packet().is_none());
+        assert!(matches!(f.release(&src(2), R2), Some(Release::Drop(1))), "proven elsewhere: dropped");
+        assert_eq!((f.len(), f.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn every_budget_holds_against_a_flood() {
+        let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
+        let t = Duration::ZERO;
+        let mut refused = 0;
+        for i in 0..10_000 {
+            if f.hold(src(i), R, &[0; 200], t).is_err() {
+                refused += 1;
+            }
+            assert!(f.len() <= 4 && f.bytes() <= 1000);
+        }
+        assert_eq!(refused, 10_000 - 4);
+        // One source cannot take more than its share.
+        let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
+        assert!(f.hold(src(1), R, &[0; 200], t).is_ok());
+        assert_eq!(f.hold(src(1), R, &[0; 200], t), Err(DropReason::QueueFull));
+        // Nor all of them more than the total.
+        let mut f = FirstContacts::new(FirstContactLimits { bytes: 450, ..limits() }, KeyedHash::new(1, 2));
+        assert!(f.hold(src(1), R, &[0; 200], t).is_ok());
+        assert!(f.hold(src(2), R, &[0; 200], t).is_ok());
+        assert_eq!(f.hold(src(3), R, &[0; 200], t), Err(DropReason::FirstContactBudget));
+        assert!(!f.contains(&src(3)));
+        // Tests: a burst of the rate, then the rate.
+        let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
+        let allowed = (0..100).filter(|_| f.allow_test(Duration::from_secs(10))).count();
+        assert_eq!(allowed, 5);
+        let later = (0..100).filter(|_| f.allow_test(Duration::from_secs(11))).count();
+        assert_eq!(later, 5);
+    }
+
+    #[test]
+    fn expiry_and_discard_return_the_bytes() {
+        let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
+        f.hold(src(1), R, &[0; 100], Duration::from_secs(1)).unwrap();
+        f.hold(src(2), R, &[0; 100], Duration::from_secs(5)).unwrap();
+        assert_eq!(f.expire(Duration::from_secs(12), Duration::from_secs(10)), 1);
+        assert_eq!((f.len(), f.bytes()), (1, 100));
+        assert_eq!(f.discard(&src(2)), 1);
+        assert_eq!((f.len(), f.bytes()), (0, 0));
+        f.hold(src(3), R, &[0; 100], Duration::from_secs(5)).unwrap();
+        assert_eq!(f.clear(), 1);
+        assert_eq!(f.bytes(), 0);
+    }
+}
