@@ -9,7 +9,7 @@ use crate::bench_traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, 
 use crate::cli::BenchArgs;
 use crate::socket_buffers::DAEMON_BYTES;
 use crate::Failure;
-use shipworm_lab::scenario::{self, Scenario};
+use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::traffic::tcp_transfer;
 use shipworm_lab::{Impl, Lab, LabSpec, NatKind, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
@@ -675,6 +675,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Failure> {
                 // The round-trip figure comes from the first round; later ones only check.
                 pings: if round == 0 { 20 } else { 3 },
                 keep_on_failure: false,
+                first: Side::Client,
             };
             let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
             // The same buffers for both chains, as for the relays measured alone.

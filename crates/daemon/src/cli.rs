@@ -215,6 +215,11 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 10_000_000)]
     pub bytes: usize,
 
+    /// Who sends the very first packet: `native` (the native host calls the client) or
+    /// `client`.
+    #[arg(long, value_name = "SIDE", default_value = "native", value_parser = ["native", "client"])]
+    pub first: String,
+
     /// Remove what earlier runs left (after --keep, or a crash), then exit.
     #[arg(long)]
     pub cleanup: bool,

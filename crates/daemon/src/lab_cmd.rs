@@ -3,7 +3,7 @@
 
 use crate::cli::LabArgs;
 use crate::Failure;
-use shipworm_lab::scenario::{self, Scenario};
+use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{netns, Impl, NatKind};
 use shipworm_wire::teredo_addr::TeredoAddr;
 
@@ -39,6 +39,7 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
         transfer_bytes: args.bytes,
         pings: 5,
         keep_on_failure: args.keep,
+        first: if args.first == "client" { Side::Client } else { Side::Native },
     };
     let mut n = 0;
     let mut say = |line: &str| {

@@ -4,7 +4,7 @@
 //! when a case does otherwise, including a case that starts passing (so expectations
 //! are updated when a role lands). Needs root; `scripts/test.sh` provides it.
 
-use shipworm_lab::scenario::{self, Scenario};
+use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{Impl, NatKind};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -57,27 +57,33 @@ fn main() {
     let me = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shipworm"));
     let impls = [Impl::Shipworm(me.clone()), Impl::Miredo];
     let mut cases: Vec<Case> = Vec::new();
-    for nat in NatKind::ALL {
-        for server in &impls {
-            for relay in &impls {
-                for client in &impls {
-                    let s = Scenario {
-                        nat,
-                        server: server.clone(),
-                        relay: relay.clone(),
-                        client: client.clone(),
-                        transfer_bytes: BYTES,
-                        pings: 5,
-                        keep_on_failure: false,
-                    };
-                    cases.push(Case {
-                        name: format!("{nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
+    // Each pairing twice: the native host speaking first, and the client. Each lab is
+    // new, so the first packet of the case is the first the relay and client see.
+    for first in [Side::Native, Side::Client] {
+        for nat in NatKind::ALL {
+            for server in &impls {
+                for relay in &impls {
+                    for client in &impls {
+                        let s = Scenario {
+                            nat,
+                            server: server.clone(),
+                            relay: relay.clone(),
+                            client: client.clone(),
+                            transfer_bytes: BYTES,
+                            pings: 5,
+                            keep_on_failure: false,
+                            first,
+                        };
+                        cases.push(Case {
+                        name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
                         expect: expectation(nat, client),
                         run: Box::new(move || {
                             let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
                             Ok(format!(
-                                "qualified {:.2} s; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+                                "qualified {:.2} s; first contact {:.1} ms, second {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
                                 o.qualify_secs,
+                                o.first_ms,
+                                o.second_ms,
                                 o.ping_out,
                                 o.ping_in,
                                 o.tcp_out.mbit_per_s(),
@@ -85,6 +91,7 @@ fn main() {
                             ))
                         }),
                     });
+                    }
                 }
             }
         }

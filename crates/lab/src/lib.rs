@@ -43,6 +43,9 @@ pub const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 pub const RELAY_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x10);
 /// The native IPv6 host.
 pub const HOST6_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x100);
+/// A second address of the native host: a correspondent the client has never met,
+/// for a cold first contact after the first one warmed the relay.
+pub const HOST6_B_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x101);
 /// The benchmark's traffic generator (emulated Teredo clients use its ports).
 pub const GEN_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 50);
 /// The generator's address for the native reference path.
@@ -195,6 +198,7 @@ impl Lab {
 
         let h6 = self.host("h6", 3)?;
         Self::addr(&h6, &format!("{HOST6_V6}/64"), "eth0")?;
+        Self::addr(&h6, &format!("{HOST6_B_V6}/64"), "eth0")?;
         netns::ip(&["-n", &h6, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
         // Warm the native segment (neighbour caches, router state) so that first contacts
         // measured later show Teredo, not the lab waking up.

@@ -1,11 +1,13 @@
 //! One end-to-end run, step by step: build the lab, start server and relay, qualify a
-//! client behind a NAT, then ping6 and TCP both ways with the native host. Used by
+//! client behind a NAT, then a cold first contact (a single echo request, the first
+//! packet between the two, which must be answered), then ping6 and TCP both ways with
+//! the native host. Used by
 //! `shipworm lab` (which prints the steps) and by the end-to-end suite (which asserts
 //! the outcome).
 
 use crate::error::{err, LabError, Result};
 use crate::traffic::{self, PingResult, Transfer};
-use crate::{Impl, Lab, LabSpec, NatKind, HOST6_V6};
+use crate::{Impl, Lab, LabSpec, NatKind, HOST6_B_V6, HOST6_V6};
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
@@ -26,6 +28,28 @@ pub struct Scenario {
     pub pings: u32,
     /// Leave the lab running even when a step fails (for a look inside).
     pub keep_on_failure: bool,
+    /// Who speaks first.
+    pub first: Side,
+}
+
+/// One end of a first contact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The native IPv6 host calls the client first (the relay has never seen the
+    /// client, the client has never seen the relay).
+    Native,
+    /// The client calls the native host first (its connectivity test, the relay's
+    /// bubble exchange).
+    Client,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Native => "native first",
+            Side::Client => "client first",
+        })
+    }
 }
 
 /// What the run measured.
@@ -35,6 +59,11 @@ pub struct Outcome {
     pub address: Ipv6Addr,
     /// Seconds from client start to a configured address.
     pub qualify_secs: f64,
+    /// The cold first contact's round trip, in ms (the side that spoke first as in
+    /// the scenario).
+    pub first_ms: f64,
+    /// The second cold contact, the other way, to an address the client never met.
+    pub second_ms: f64,
     /// Client → native host.
     pub ping_out: PingResult,
     /// Native host → client.
@@ -71,13 +100,28 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
     say(&format!("client qualified ({}) in {qualify_secs:.2} s: {address}", s.client));
     let ns = lab.clients[0].ns.clone();
     let h6 = lab.ns("h6");
-    // One echo first: it carries the client's connectivity test (and the relay's bubble
-    // exchange), so the measured pings show the path rather than that set-up.
-    let warm = traffic::ping(&ns, HOST6_V6, 1, 5).map_err(|e| step(5, "first ping6 client → native host", e))?;
-    match warm.rtts_ms.first() {
-        Some(ms) => say(&format!("first ping6 client → {HOST6_V6}: {ms:.1} ms (connectivity test via the server)")),
-        None => say(&format!("first ping6 client → {HOST6_V6}: no answer within 5 s")),
-    }
+    // The first packet between the client and the native host is the one that matters:
+    // a single echo request, answered or not (ping never retries). Then the other way,
+    // to the native host's second address, which the client has never met (cold for the
+    // client, the relay already warm).
+    let (first_ms, second_ms) = match s.first {
+        Side::Native => {
+            let a = first_contact(&h6, address, "native host → client", say)
+                .map_err(|e| step(5, "first contact native host → client", e))?;
+            let b = first_contact(&ns, HOST6_B_V6, "client → native host's second address", say)
+                .map_err(|e| step(5, "first contact client → native host's second address", e))?;
+            (a, b)
+        }
+        Side::Client => {
+            let a = first_contact(&ns, HOST6_V6, "client → native host", say)
+                .map_err(|e| step(5, "first contact client → native host", e))?;
+            let b = traffic::ping_from(&h6, HOST6_B_V6, address, 1, 5)
+                .and_then(|p| p.rtts_ms.first().copied().ok_or_else(|| LabError("no answer within 5 s".into())))
+                .map_err(|e| step(5, "first contact from the native host's second address → client", e))?;
+            say(&format!("first contact native host's second address → client: answered in {b:.1} ms"));
+            (a, b)
+        }
+    };
     let ping_out = traffic::ping(&ns, HOST6_V6, s.pings, 2).map_err(|e| step(5, "ping6 client → native host", e))?;
     check_ping(&ping_out).map_err(|e| step(5, "ping6 client → native host", e))?;
     say(&format!("ping6 client → {HOST6_V6}: {ping_out}"));
@@ -93,7 +137,17 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
         .and_then(check_transfer)
         .map_err(|e| step(8, "TCP native host → client", e))?;
     say(&format!("TCP native host → client: {} bytes intact, {:.1} Mbit/s", tcp_in.bytes, tcp_in.mbit_per_s()));
-    Ok(Outcome { address, qualify_secs, ping_out, ping_in, tcp_out, tcp_in })
+    Ok(Outcome { address, qualify_secs, first_ms, second_ms, ping_out, ping_in, tcp_out, tcp_in })
+}
+
+/// A single echo request from `ns` to `dst` as the first packet between them: answered
+/// within 5 s, or the step fails. Returns the round trip in ms.
+fn first_contact(ns: &str, dst: Ipv6Addr, what: &str, say: &mut dyn FnMut(&str)) -> Result<f64> {
+    let p = traffic::ping(ns, dst, 1, 5)?;
+    let ms =
+        p.rtts_ms.first().copied().ok_or_else(|| LabError("the first echo request got no answer within 5 s".into()))?;
+    say(&format!("first contact {what}: answered in {ms:.1} ms"));
+    Ok(ms)
 }
 
 fn check_ping(p: &PingResult) -> Result<()> {

@@ -47,11 +47,22 @@ impl std::fmt::Display for PingResult {
 /// `count` pings from namespace `ns` to `dst`, 0.2 s apart, waiting `wait_secs` for
 /// each reply.
 pub fn ping(ns: &str, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
+    ping_args(ns, &[], dst, count, wait_secs)
+}
+
+/// [`ping`] from source address `src` of namespace `ns`.
+pub fn ping_from(ns: &str, src: Ipv6Addr, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
+    ping_args(ns, &["-I".to_string(), src.to_string()], dst, count, wait_secs)
+}
+
+fn ping_args(ns: &str, extra: &[String], dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
     let c = count.to_string();
     let w = wait_secs.to_string();
     let d = dst.to_string();
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w, &d])
+        .args(["netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w])
+        .args(extra)
+        .arg(&d)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| LabError(format!("ping: {e}")))?;
