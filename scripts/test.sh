@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 say "checking tools"
-# build-essential: libFuzzer's C++; the rest: the namespace lab and its Miredo peers.
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool
+# build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
+# the SIP user agent (sip-tester: SIPp) that calls a client first.
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester
 ensure_rust
 
 say "cargo fmt --check"

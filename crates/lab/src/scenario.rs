@@ -167,34 +167,49 @@ fn check_transfer(t: Transfer) -> Result<Transfer> {
     }
 }
 
-/// Two clients behind two NATs, one server, no relay: they must reach each other
-/// directly (bubbles through the server, then straight across the NATs).
+/// What a client-to-client run measured.
+#[derive(Debug, Clone)]
+pub struct PeerToPeer {
+    /// The cold first contact A → B (a single echo, the first packet between them), ms.
+    pub first_ms: f64,
+    /// Pings A → B after it.
+    pub ping: PingResult,
+    /// TCP B → A.
+    pub tcp: Transfer,
+}
+
+/// Two clients behind two NATs, one server, no relay: client A (behind `nats[0]`,
+/// played by `clients[0]`) calls client B first, with a single echo that must be
+/// answered; then pings and TCP the other way. They must reach each other directly
+/// (bubbles through the server, then straight across the NATs).
 pub fn run_peer_to_peer(
     nats: [NatKind; 2],
     server: &Impl,
-    client: &Impl,
+    clients: [&Impl; 2],
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
-) -> Result<(Lab, PingResult, Transfer)> {
+) -> Result<(Lab, PeerToPeer)> {
     let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     let mut lab =
         Lab::build(&LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)])).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
     let mut addrs = Vec::new();
-    for c in 0..2 {
-        lab.start_client(c, client).map_err(|e| step(4, "start the clients", e))?;
+    for (c, imp) in clients.iter().enumerate() {
+        lab.start_client(c, imp).map_err(|e| step(4, "start the clients", e))?;
         addrs.push(lab.wait_qualified(c, Duration::from_secs(20)).map_err(|e| step(4, "qualify the clients", e))?);
     }
     say(&format!("clients qualified: {} ({}) and {} ({})", addrs[0], nats[0], addrs[1], nats[1]));
     let (a, b) = (lab.clients[0].ns.clone(), lab.clients[1].ns.clone());
-    let ping = traffic::ping(&a, addrs[1], 5, 2).map_err(|e| step(5, "ping6 client A → client B", e))?;
-    check_ping(&ping).map_err(|e| step(5, "ping6 client A → client B", e))?;
+    let first_ms = first_contact(&a, addrs[1], "client A → client B", say)
+        .map_err(|e| step(5, "first contact client A → client B", e))?;
+    let ping = traffic::ping(&a, addrs[1], 5, 2).map_err(|e| step(6, "ping6 client A → client B", e))?;
+    check_ping(&ping).map_err(|e| step(6, "ping6 client A → client B", e))?;
     say(&format!("ping6 A → B: {ping}"));
     let tcp = traffic::tcp_transfer(&b, &a, addrs[0], transfer_bytes, Duration::from_secs(30))
         .and_then(check_transfer)
         .map_err(|e| step(7, "TCP client B → client A", e))?;
     say(&format!("TCP B → A: {} bytes intact, {:.1} Mbit/s", tcp.bytes, tcp.mbit_per_s()));
-    Ok((lab, ping, tcp))
+    Ok((lab, PeerToPeer { first_ms, ping, tcp }))
 }
 
 /// What a handoff did.
@@ -323,4 +338,63 @@ pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str))
 fn shipworm_addr_server(a: &Ipv6Addr) -> Option<std::net::Ipv4Addr> {
     let o = a.octets();
     (o[..4] == [0x20, 0x01, 0, 0]).then(|| std::net::Ipv4Addr::new(o[4], o[5], o[6], o[7]))
+}
+
+/// What the SIP run measured: each call's duration (INVITE to BYE answered).
+#[derive(Debug, Clone)]
+pub struct SipCalls {
+    /// The client's address, and the call to it.
+    pub first: (Ipv6Addr, traffic::SipCall),
+    /// After the handoff: the new address, and the call to it.
+    pub after_handoff: Option<(Ipv6Addr, traffic::SipCall)>,
+}
+
+/// A correspondent calls a Teredo client: the native host places a SIP call (Debian's
+/// SIPp) to the client's Teredo address, the INVITE being the first packet between
+/// them; with `handoff`, the client then moves behind a NAT of that kind and the host
+/// calls its new address, cold again.
+pub fn run_sip(
+    nat: NatKind,
+    server: &Impl,
+    relay: &Impl,
+    client: &Impl,
+    handoff: Option<NatKind>,
+    say: &mut dyn FnMut(&str),
+) -> Result<(Lab, SipCalls)> {
+    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
+    let mut nats = vec![(nat, 1)];
+    if let Some(k) = handoff {
+        nats.push((k, 0));
+    }
+    let mut lab = Lab::build(&LabSpec::nats(nats)).map_err(|e| step(1, "build the lab", e))?;
+    if handoff.is_some() {
+        lab.add_spare_link(0, 2).map_err(|e| step(1, "add the second network", e))?;
+    }
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
+    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let (ns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let call = traffic::sip_call(&h6, HOST6_V6, &ns, address, Duration::from_secs(15))
+        .map_err(|e| step(5, "SIP call native host → client", e))?;
+    say(&format!("SIP call {HOST6_V6} → {address}: completed on its first INVITE, {:.2} s", call.secs));
+    let mut calls = SipCalls { first: (address, call), after_handoff: None };
+    if handoff.is_some() {
+        lab.move_client(0, 2).map_err(|e| step(6, "move the client", e))?;
+        let moved = Instant::now();
+        let new = loop {
+            match crate::peers::teredo_address(&ns) {
+                Some(a) if a != address => break a,
+                _ if moved.elapsed() > Duration::from_secs(15) => {
+                    return Err(step(6, "configure the new address", LabError(lab.log_tail("client0", 15))))
+                }
+                _ => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        let call = traffic::sip_call(&h6, HOST6_V6, &ns, new, Duration::from_secs(15))
+            .map_err(|e| step(7, "SIP call native host → client's new address", e))?;
+        say(&format!("after the handoff, SIP call → {new}: completed on its first INVITE, {:.2} s", call.secs));
+        calls.after_handoff = Some((new, call));
+    }
+    Ok((lab, calls))
 }

@@ -239,3 +239,79 @@ pub fn ping_stream(ns: &str, dst: Ipv6Addr, interval: Duration, total: Duration)
     }
     Ok(echoes)
 }
+
+/// What a SIP call achieved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SipCall {
+    /// From the INVITE to the end of the call (BYE answered), in seconds.
+    pub secs: f64,
+}
+
+/// One SIP call over UDP with Debian's SIPp: a user agent server on `uas_addr`:5060 in
+/// namespace `uas_ns`, called by a user agent client in `uac_ns` from `uac_addr`
+/// (INVITE, 180/200, ACK, BYE). The caller may not retransmit its INVITE: the first
+/// one must be answered (within SIP's T1, 500 ms), or the call fails. Bounded by
+/// `timeout`; both agents are stopped on return.
+pub fn sip_call(
+    uac_ns: &str,
+    uac_addr: Ipv6Addr,
+    uas_ns: &str,
+    uas_addr: Ipv6Addr,
+    timeout: Duration,
+) -> Result<SipCall> {
+    let dir = std::env::temp_dir().join(format!("shipworm-sip-{}-{}", std::process::id(), uas_addr.segments()[7]));
+    std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+    let log = |name: &str| -> Result<std::fs::File> {
+        std::fs::File::create(dir.join(name)).map_err(|e| LabError(format!("{name}: {e}")))
+    };
+    let secs = format!("{}s", timeout.as_secs().max(1));
+    let (uas_ip, uac_ip) = (uas_addr.to_string(), uac_addr.to_string());
+    let mut uas = Command::new("ip")
+        .args(["netns", "exec", uas_ns, "sipp", "-sn", "uas", "-i", &uas_ip, "-p", "5060", "-m", "1", "-nostdin"])
+        .args(["-timeout", &secs])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log("uas.out")?)
+        .stderr(log("uas.err")?)
+        .spawn()
+        .map_err(|e| LabError(format!("cannot start sipp (Debian package sip-tester): {e}")))?;
+    netns::register_pid(uas.id());
+    let result = (|| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while netns::exec(uas_ns, &["ss", "-Hlun", "sport = :5060"])?.trim().is_empty() {
+            if Instant::now() > deadline {
+                return err(format!("the SIP agent did not listen on 5060: {}", read(&dir, "uas.err")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let target = format!("[{uas_ip}]:5060");
+        let start = Instant::now();
+        let out = Command::new("ip")
+            .args(["netns", "exec", uac_ns, "sipp", "-sn", "uac", "-i", &uac_ip, "-p", "5070", "-m", "1", "-nostdin"])
+            .args(["-timeout", &secs, "-timeout_error", "-max_invite_retrans", "0", "-d", "200", &target])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| LabError(format!("sipp: {e}")))?;
+        let took = start.elapsed().as_secs_f64();
+        if !out.status.success() {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let tail: Vec<&str> = text.lines().rev().take(12).collect();
+            return err(format!(
+                "the call failed ({}): {}",
+                out.status,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ));
+        }
+        Ok(SipCall { secs: took })
+    })();
+    let _ = uas.kill();
+    let _ = uas.wait();
+    netns::unregister_pid(uas.id());
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn read(dir: &std::path::Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_default().lines().take(5).collect::<Vec<_>>().join(" | ")
+}
