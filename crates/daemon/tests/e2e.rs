@@ -195,6 +195,24 @@ fn main() {
             }
         }
     }
+    // And a TCP connection, the native host's SYN first (no retransmission allowed).
+    for server in &impls {
+        for relay in &impls {
+            for client in &impls {
+                let (server, relay, client) = (server.clone(), relay.clone(), client.clone());
+                cases.push(Case {
+                    name: format!("TCP connection native → client server={server} relay={relay} client={client}"),
+                    expect: Expect::Pass,
+                    run: Box::new(move || {
+                        let (_lab, t) =
+                            scenario::run_tcp_first(NatKind::PortRestricted, &server, &relay, &client, P2P_BYTES)
+                                .map_err(|e| e.to_string())?;
+                        Ok(format!("first SYN answered; {} bytes intact, {:.0} Mbit/s", t.bytes, t.mbit_per_s()))
+                    }),
+                });
+            }
+        }
+    }
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {

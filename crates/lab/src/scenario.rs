@@ -398,3 +398,36 @@ pub fn run_sip(
     }
     Ok((lab, calls))
 }
+
+/// A correspondent opens a TCP connection to a Teredo client: its SYN is the first
+/// packet between them, and must not need retransmitting (the native host's kernel
+/// counts retransmitted SYNs; one fails the step). Then `bytes` go
+/// over it, checked end to end. Returns the transfer.
+pub fn run_tcp_first(
+    nat: NatKind,
+    server: &Impl,
+    relay: &Impl,
+    client: &Impl,
+    bytes: usize,
+) -> Result<(Lab, Transfer)> {
+    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
+    let mut lab = Lab::build(&LabSpec::nats(vec![(nat, 1)])).map_err(|e| step(1, "build the lab", e))?;
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
+    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let (ns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let before = traffic::syn_retransmissions(&h6).map_err(|e| step(5, "read the host's TCP counters", e))?;
+    let t = traffic::tcp_transfer(&h6, &ns, address, bytes, Duration::from_secs(15))
+        .and_then(check_transfer)
+        .map_err(|e| step(5, "TCP connection native host → client", e))?;
+    let resent = traffic::syn_retransmissions(&h6).map_err(|e| step(5, "read the host's TCP counters", e))? - before;
+    if resent > 0 {
+        return Err(step(
+            5,
+            "TCP connection native host → client",
+            LabError(format!("the SYN was retransmitted {resent} time(s): the first was not answered")),
+        ));
+    }
+    Ok((lab, t))
+}

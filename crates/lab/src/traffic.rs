@@ -315,3 +315,19 @@ pub fn sip_call(
 fn read(dir: &std::path::Path, name: &str) -> String {
     std::fs::read_to_string(dir.join(name)).unwrap_or_default().lines().take(5).collect::<Vec<_>>().join(" | ")
 }
+
+/// SYNs (and SYN-ACKs) retransmitted by namespace `ns` so far (`TCPSynRetrans` of
+/// its /proc/net/netstat).
+pub fn syn_retransmissions(ns: &str) -> Result<u64> {
+    let table = netns::exec(ns, &["cat", "/proc/net/netstat"])?;
+    let mut ext = table.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (ext.next(), ext.next()) else {
+        return err("no TcpExt lines in /proc/net/netstat");
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "TCPSynRetrans")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| LabError("no TCPSynRetrans in /proc/net/netstat".into()))
+}
