@@ -837,17 +837,16 @@ impl<R: Random> Client<R> {
         packet: &[u8],
         tx: &mut impl Transmit,
     ) {
-        if !self.held.has_room_for(&src) {
-            return self.dropped(DropReason::FirstContactBudget);
+        // Held first: over budget, nothing else is spent (not even a peer entry).
+        if let Err(r) = self.held.hold(src, from, packet, now) {
+            return self.dropped(r);
         }
         if self.peers.get(&src).is_none() {
             let unknown = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
             if self.peers.insert(Peer::new(src, unknown, now), now).is_err() {
+                self.held.discard(&src);
                 return self.dropped(DropReason::TableFull);
             }
-        }
-        if let Err(r) = self.held.hold(src, from, packet, now) {
-            return self.dropped(r);
         }
         let p = self.peers.get_mut(&src).expect("present");
         if !p.waiting {

@@ -99,11 +99,6 @@ impl FirstContacts {
         self.waiting.contains_key(src)
     }
 
-    /// Whether a new source could be held now (the table of waiting sources has room).
-    pub fn has_room_for(&self, src: &Ipv6Addr) -> bool {
-        self.waiting.contains_key(src) || self.waiting.len() < self.limits.sources
-    }
-
     /// Hold `packet` from `src`, received from `from`. A source's packets must all
     /// come from one endpoint: the first decides.
     pub fn hold(&mut self, src: Ipv6Addr, from: SocketAddrV4, packet: &[u8], now: Duration) -> Result<(), DropReason> {

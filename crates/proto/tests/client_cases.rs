@@ -910,6 +910,7 @@ mod native_speaks_first {
             echoes += w.udp.len();
             assert!(w.tun.is_empty(), "nothing forged reaches the host");
             peak = peak.max(c.status().first_contacts);
+            assert!(c.status().peers <= limits.sources + 1, "forged sources over budget take no peer entry");
         }
         assert!(peak <= limits.sources, "{peak} sources waiting, cap {}", limits.sources);
         // Over 2 s the echo budget allows its burst and two seconds' refill.
