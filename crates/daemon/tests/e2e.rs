@@ -419,6 +419,21 @@ fn main() {
             }),
         });
     }
+    // Expiry: the native host speaks first, both sides go quiet past the peers'
+    // validity, and it speaks first again. Pushed last, so these long waits start first.
+    for relay in &impls {
+        let (me, relay) = (Impl::Shipworm(me.clone()), relay.clone());
+        cases.push(Case {
+            name: format!("native first again after 35 s idle relay={relay} client=shipworm"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, (a, b)) =
+                    scenario::run_native_first_after_idle(&me, &relay, &me, std::time::Duration::from_secs(35))
+                        .map_err(|e| e.to_string())?;
+                Ok(format!("answered cold in {a:.1} ms, and again after the idle time in {b:.1} ms"))
+            }),
+        });
+    }
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
 

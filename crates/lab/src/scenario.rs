@@ -431,3 +431,28 @@ pub fn run_tcp_first(
     }
     Ok((lab, t))
 }
+
+/// The native host calls the client first, both go quiet for `idle` (past the peers'
+/// 30 s validity, at the client and at the relay), and the host calls first again:
+/// each call is a single echo that must be answered. Returns both round trips, ms.
+pub fn run_native_first_after_idle(
+    server: &Impl,
+    relay: &Impl,
+    client: &Impl,
+    idle: Duration,
+) -> Result<(Lab, (f64, f64))> {
+    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
+    let mut lab =
+        Lab::build(&LabSpec::nats(vec![(NatKind::PortRestricted, 1)])).map_err(|e| step(1, "build the lab", e))?;
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
+    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let h6 = lab.ns("h6");
+    let first = first_contact(&h6, address, "native host → client", &mut |_| {})
+        .map_err(|e| step(5, "first contact native host → client", e))?;
+    std::thread::sleep(idle);
+    let again = first_contact(&h6, address, "native host → client after the idle time", &mut |_| {})
+        .map_err(|e| step(6, "native host → client again after the idle time", e))?;
+    Ok((lab, (first, again)))
+}
