@@ -1,11 +1,13 @@
 //! `shipworm client`: the Teredo client daemon. A TUN interface whose address follows
 //! the client state machine (through rtnetlink), the service socket and a probe socket
 //! for NAT detection, a netlink watch for network changes, a status socket; root is
-//! dropped down to CAP_NET_ADMIN once everything is open.
+//! dropped down to CAP_NET_ADMIN once everything is open. Servers given by name get a
+//! state machine once a name resolved (`server_names`); until then the daemon waits.
 
 use crate::miredo_config::MiredoConf;
 use crate::netlink::{Netlink, NetworkWatch};
 use crate::privileges;
+use crate::server_names::{replace_now, ServerNames};
 use crate::signals::Signals;
 use crate::status::StatusListener;
 use crate::tun::Tun;
@@ -17,7 +19,7 @@ use shipworm_proto::transmit::{Random, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io::Read;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::net::{Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -151,7 +153,27 @@ impl Interface {
     }
 }
 
-fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
+fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &str) -> String {
+    let Some(c) = client else {
+        // Nothing resolved yet: no state machine to ask, the same shape all the same.
+        let waiting: Vec<&str> = names.failing().iter().map(|(n, _)| n.as_str()).collect();
+        return serde_json::json!({
+            "role": "client",
+            "interface": iface,
+            "state": "resolving",
+            "waiting_for": waiting,
+            "server_names": names.json(),
+            "address": null,
+            "decoded": null,
+            "server": null,
+            "mapped": null,
+            "nat": "unknown",
+            "mtu": 1280,
+            "peers": 0,
+            "counters": {},
+        })
+        .to_string();
+    };
     let s = c.status();
     let st = c.stats();
     let decoded = s.address.and_then(|a| TeredoAddr::decode(&a)).map(|t| {
@@ -163,6 +185,7 @@ fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
         "role": "client",
         "interface": iface,
         "state": s.state,
+        "server_names": names.json(),
         "address": s.address.map(|a| a.to_string()),
         "decoded": decoded,
         "server": s.server.map(|a| a.to_string()),
@@ -170,6 +193,7 @@ fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
         "nat": s.nat.as_str(),
         "mtu": s.mtu,
         "peers": s.peers,
+        "first_contacts_waiting": s.first_contacts,
         "counters": {
             "solicitations": st.solicitations,
             "advertisements": st.advertisements,
@@ -178,22 +202,42 @@ fn status_json(c: &Client<OsRandom>, iface: &str) -> String {
             "delivered": st.delivered,
             "bubbles": st.bubbles,
             "echoes": st.echoes,
+            "first_contacts": st.first_contacts,
+            "first_contact_delivered": st.first_contact_delivered,
             "drops": drops,
         },
     })
     .to_string()
 }
 
+/// A client state machine for `servers`, with the settings of `template` (the hash
+/// keys among them, drawn once per run) and randomness from `urandom`.
+fn new_client(
+    template: &ClientConfig,
+    servers: Vec<ServerAddrs>,
+    urandom: &std::fs::File,
+) -> Result<Client<OsRandom>, Failure> {
+    // A duplicate of the descriptor opened while root: needs no privilege.
+    let rng = OsRandom(urandom.try_clone().map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?);
+    let mut cfg = template.clone();
+    cfg.servers = servers;
+    Ok(Client::new(cfg, rng))
+}
+
+fn list(servers: &[ServerAddrs]) -> String {
+    let l: Vec<String> = servers.iter().map(|s| s.primary.to_string()).collect();
+    l.join(", ")
+}
+
 /// Run the client until SIGTERM/SIGINT.
-pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>) -> Result<(), Failure> {
+pub fn run(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
-    let primary = conf.server.ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
-    let mut servers =
-        vec![ServerAddrs { primary, secondary: conf.server2.unwrap_or(ServerAddrs::new(primary).secondary) }];
-    servers.extend(extra_servers.iter().map(|&p| ServerAddrs::new(p)));
+    let primary = conf.server.clone().ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
 
+    // Nothing here needs the network to be up: the sockets bind to BindAddress
+    // (0.0.0.0 unless configured), and server names are looked up later.
     let tun = Tun::create(&conf.interface).map_err(Failure::runtime)?;
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
@@ -204,27 +248,34 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
     let control_path = control.map(Path::to_path_buf).unwrap_or_else(|| crate::status::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
-    let mut rng =
-        OsRandom(std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?);
+    let urandom = std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root_keep_net_admin(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
         .map_err(Failure::runtime)?;
 
+    // After the drop: the resolver thread starts here and must not hold root (nor the
+    // capabilities the main thread gave up, which are per thread).
+    let started = Instant::now();
+    let mut names = ServerNames::new(primary, conf.server2.clone(), conf.fallback_servers.clone(), started);
+
     let mut keys = [0u8; 16];
-    rng.fill(&mut keys);
-    let mut cfg = ClientConfig::new(servers);
-    cfg.hash_keys =
+    OsRandom(urandom.try_clone().map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?).fill(&mut keys);
+    let mut template = ClientConfig::new(Vec::new());
+    template.hash_keys =
         (u64::from_le_bytes(keys[..8].try_into().expect("8")), u64::from_le_bytes(keys[8..].try_into().expect("8")));
-    cfg.queue_bytes = conf.queue_bytes;
-    cfg.refresh = Duration::from_secs(conf.refresh_interval);
-    cfg.credentials = conf.credentials.clone();
-    let mut client = Client::new(cfg, rng);
+    template.queue_bytes = conf.queue_bytes;
+    template.refresh = Duration::from_secs(conf.refresh_interval);
+    template.credentials = conf.credentials.clone();
+    // The state machine needs a server: none until a name resolved.
+    let mut servers = names.servers();
+    let mut client = if servers.is_empty() { None } else { Some(new_client(&template, servers.clone(), &urandom)?) };
+    let mut last_state = "offline";
     let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
     tracing::info!(
-        "Teredo client on {} (UDP {}), server {primary}{}; status: {}",
+        "Teredo client on {} (UDP {}), server {}; status: {}",
         tun.name(),
         local.map_or_else(|| "?".into(), |a| a.to_string()),
-        if extra_servers.is_empty() { String::new() } else { format!(", then {extra_servers:?}") },
+        names.describe(),
         control_path.display()
     );
     let mut iface = Interface {
@@ -237,7 +288,6 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
         metric: conf.route_metric,
         hook: conf.hook_script.clone(),
     };
-    let started = Instant::now();
     let mut rx = RecvBatch::new(BATCH, SLOT);
     let mut out = Out { sock: &sock, probe: &probe, tun: &tun, batch: SendBatch::new(BATCH, SLOT) };
     let mut buf = vec![0u8; SLOT];
@@ -260,14 +310,21 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
         if watch.changed() {
             tracing::info!("network changed: qualifying again");
             iface.changed_at = Some(Instant::now());
-            client.on_network_change(now, &mut out);
+            if let Some(c) = client.as_mut() {
+                c.on_network_change(now, &mut out);
+            }
+            // From the new network a name may point elsewhere, or resolve at last.
+            names.resolve_all(Instant::now());
         }
+        // Read everything even without a state machine, or poll would not wait.
         for (via, s) in [(Via::Service, &sock), (Via::Probe, &probe)] {
             loop {
                 let n = rx.recv(s.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
-                for i in 0..n {
-                    let (from, data) = rx.get(i);
-                    client.on_udp(now, via, from, data, &mut out);
+                if let Some(c) = client.as_mut() {
+                    for i in 0..n {
+                        let (from, data) = rx.get(i);
+                        c.on_udp(now, via, from, data, &mut out);
+                    }
                 }
                 if n < BATCH {
                     break;
@@ -276,28 +333,67 @@ pub fn run(conf: &MiredoConf, extra_servers: &[Ipv4Addr], control: Option<&Path>
         }
         for _ in 0..BATCH {
             match tun.recv(&mut buf) {
-                Ok(Some(n)) => client.on_tun(now, &buf[..n], &mut out),
+                Ok(Some(n)) => {
+                    if let Some(c) = client.as_mut() {
+                        c.on_tun(now, &buf[..n], &mut out);
+                    }
+                }
                 Ok(None) => break,
                 Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
             }
         }
         if Instant::now() >= next_tick {
-            client.on_timer(started.elapsed(), &mut out);
-            next_tick = Instant::now() + TICK;
+            if let Some(c) = client.as_mut() {
+                c.on_timer(started.elapsed(), &mut out);
+            }
+            names.tick(Instant::now());
+            let state = client.as_ref().map(|c| c.status());
+            if let Some(st) = &state {
+                if st.state == "offline" && last_state != "offline" {
+                    // Qualification failed with every server: look the names up again
+                    // before the next try.
+                    names.resolve_all(Instant::now());
+                }
+                last_state = st.state;
+            }
+            let want = names.servers();
+            let qualified_with = state.filter(|st| st.state == "qualified").and_then(|st| st.server);
+            if replace_now(&servers, &want, qualified_with) {
+                if iface.address.is_some() {
+                    // The address came from the old state machine's qualification.
+                    if let Err(e) = iface.apply(ClientEvent::Down("the Teredo servers' addresses changed")) {
+                        tracing::error!("configuring {}: {e}", iface.name);
+                    }
+                }
+                tracing::info!("Teredo servers: {}", list(&want));
+                client = Some(new_client(&template, want.clone(), &urandom)?);
+                servers = want;
+                last_state = "offline";
+                // Qualify at once, not a tick later.
+                next_tick = Instant::now();
+            } else {
+                next_tick = Instant::now() + TICK;
+            }
         }
         if !out.batch.is_empty() {
             out.batch.flush(sock.as_fd());
         }
-        while let Some(ev) = client.poll_event() {
-            if let Err(e) = iface.apply(ev) {
-                tracing::error!("configuring {}: {e}", iface.name);
+        if let Some(c) = client.as_mut() {
+            while let Some(ev) = c.poll_event() {
+                if matches!(ev, ClientEvent::Down(_)) {
+                    // Lost the server: maybe its name points elsewhere now.
+                    names.resolve_all(Instant::now());
+                }
+                if let Err(e) = iface.apply(ev) {
+                    tracing::error!("configuring {}: {e}", iface.name);
+                }
             }
         }
         if signals.take_report_request() {
-            tracing::info!("status: {}", status_json(&client, &iface.name));
+            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name));
         }
-        status.serve(|| status_json(&client, &iface.name));
+        status.serve(|| status_json(client.as_ref(), &names, &iface.name));
     }
-    tracing::info!("stopping: {}", status_json(&client, &iface.name));
+    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name));
     Ok(())
 }

@@ -140,6 +140,68 @@ pub fn ipv4(value: &str) -> Result<Ipv4Addr, String> {
         .ok_or_else(|| "has no IPv4 address".into())
 }
 
+/// Where a client finds a Teredo server: an IPv4 literal, or a host name resolved by
+/// the daemon (in the background, and again when the network changes). Checking a file
+/// never resolves: a name that does not resolve yet is not a configuration error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Host {
+    /// An IPv4 address, used as is.
+    Addr(Ipv4Addr),
+    /// A host name (RFC 1123 syntax, checked), as written.
+    Name(String),
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::Addr(a) => a.fmt(f),
+            Host::Name(n) => f.write_str(n),
+        }
+    }
+}
+
+/// A Teredo server: an IPv4 literal passing `check` (global unicast), or a host name.
+pub fn server_host(value: &str, check: impl Fn(Ipv4Addr) -> Result<Ipv4Addr, String>) -> Result<Host, String> {
+    match value.parse::<IpAddr>() {
+        Ok(IpAddr::V4(a)) => check(a).map(Host::Addr),
+        // Teredo runs over IPv4: a server is reached there or not at all.
+        Ok(IpAddr::V6(_)) => Err("not an IPv4 address".into()),
+        Err(_) => host_name(value).map(|()| Host::Name(value.to_string())),
+    }
+}
+
+/// Whether `name` can ever be a host name (RFC 1123 §2.1): labels of 1 to 63 letters,
+/// digits and hyphens, neither first nor last a hyphen, 253 characters in all, and a
+/// last label that is not all digits (so `1.2.3` or `300.1.1.1` is a mistyped address,
+/// not a name). One trailing dot (a fully qualified name) is allowed.
+pub fn host_name(name: &str) -> Result<(), String> {
+    let bare = name.strip_suffix('.').unwrap_or(name);
+    if bare.is_empty() {
+        return Err("not an IPv4 address or a host name".into());
+    }
+    if bare.len() > 253 {
+        return Err(format!("a host name has at most 253 characters, this one {}", bare.len()));
+    }
+    for label in bare.split('.') {
+        if label.is_empty() {
+            return Err("empty label in host name (two dots in a row, or a leading dot)".into());
+        }
+        if label.len() > 63 {
+            return Err(format!("label {label:.20}… is {} characters long; at most 63", label.len()));
+        }
+        if let Some(c) = label.chars().find(|c| !c.is_ascii_alphanumeric() && *c != '-') {
+            return Err(format!("{c:?} in label {label:?}: a host name has only letters, digits, hyphens and dots"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return Err(format!("label {label:?} starts or ends with a hyphen"));
+        }
+    }
+    if bare.rsplit('.').next().is_some_and(|top| top.bytes().all(|b| b.is_ascii_digit())) {
+        return Err("not an IPv4 address, and not a host name (its last label is all digits)".into());
+    }
+    Ok(())
+}
+
 /// A Teredo prefix as Miredo writes it (`2001:0::`, optionally with `/32`).
 pub fn teredo_prefix(value: &str) -> Result<u32, String> {
     let (addr, len) = match value.split_once('/') {
@@ -241,6 +303,49 @@ mod tests {
         assert!(ipv4("2001:db8::1").is_err());
         assert_eq!(ipv4("192.0.2.1").unwrap(), Ipv4Addr::new(192, 0, 2, 1));
         assert_eq!(syslog_facility("LOCAL3").unwrap(), "local3");
+    }
+
+    #[test]
+    fn server_hosts() {
+        let any = |a: Ipv4Addr| Ok(a);
+        assert_eq!(server_host("192.0.2.1", any).unwrap(), Host::Addr(Ipv4Addr::new(192, 0, 2, 1)));
+        assert_eq!(server_host("teredo.example.net", any).unwrap(), Host::Name("teredo.example.net".into()));
+        assert_eq!(server_host("Teredo-1.example.NET.", any).unwrap(), Host::Name("Teredo-1.example.NET.".into()));
+        assert_eq!(server_host("localhost", any).unwrap(), Host::Name("localhost".into()));
+        assert_eq!(server_host("123.example", any).unwrap(), Host::Name("123.example".into()));
+        assert!(server_host("2001:db8::1", any).unwrap_err().contains("not an IPv4 address"));
+        let refuse = |_| Err("private".to_string());
+        assert_eq!(server_host("10.0.0.1", refuse).unwrap_err(), "private");
+        // The checker applies to literals only: a name is judged once it resolves.
+        assert!(server_host("teredo.example.net", refuse).is_ok());
+    }
+
+    #[test]
+    fn host_names_that_can_never_resolve() {
+        for (name, why) in [
+            ("1.2.3", "all digits"),
+            ("300.1.1.1", "all digits"),
+            ("example.123", "all digits"),
+            ("bad_name.example", "'_' in label"),
+            ("-lead.example", "hyphen"),
+            ("trail-.example", "hyphen"),
+            ("a..b", "empty label"),
+            (".example", "empty label"),
+            ("a.b..", "empty label"),
+            (".", "not an IPv4 address or a host name"),
+            ("teredo example", "' ' in label"),
+        ] {
+            let e = host_name(name).unwrap_err();
+            assert!(e.contains(why), "{name}: {e}");
+        }
+        let long_label = "a".repeat(64);
+        assert!(host_name(&format!("{long_label}.example")).unwrap_err().contains("at most 63"));
+        assert!(host_name(&format!("{}.example", "a".repeat(63))).is_ok());
+        let long_name = ["a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61)].join(".");
+        assert_eq!(long_name.len(), 253);
+        assert!(host_name(&long_name).is_ok());
+        assert!(host_name(&format!("{long_name}.")).is_ok(), "the root dot does not count");
+        assert!(host_name(&format!("x{long_name}")).unwrap_err().contains("at most 253"));
         assert!(syslog_facility("local9").is_err());
     }
 }

@@ -19,6 +19,7 @@ mod privileges;
 mod relay_cmd;
 mod server_cmd;
 mod server_config;
+mod server_names;
 mod signals;
 mod socket_buffers;
 mod status;
@@ -147,7 +148,7 @@ fn run_client(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.user.clone();
     }
     write_pidfile(args.pidfile.as_deref())?;
-    let r = client_cmd::run(&conf, &conf.fallback_servers.clone(), args.control.as_deref());
+    let r = client_cmd::run(&conf, args.control.as_deref());
     if let Some(p) = &args.pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -167,6 +168,11 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
     };
     println!("role       {} on {}", get("role"), get("interface"));
     println!("state      {}", get("state"));
+    if let Some(names) = v.get("server_names").and_then(|n| n.as_array()) {
+        for n in names.iter().filter(|n| n["error"].is_string()) {
+            println!("  waiting  {} ({})", n["name"].as_str().unwrap_or("-"), n["error"].as_str().unwrap_or("-"));
+        }
+    }
     println!("address    {}", get("address"));
     if let Some(d) = v.get("decoded").filter(|d| !d.is_null()) {
         println!("  server   {}", d["server"].as_str().unwrap_or("-"));
@@ -176,6 +182,10 @@ fn show_status(args: &cli::StatusArgs) -> Result<(), Failure> {
     println!("server     {}", get("server"));
     println!("MTU        {}", get("mtu"));
     println!("peers      {}", get("peers"));
+    println!(
+        "held       {} native host(s) that spoke first, under their connectivity test",
+        get("first_contacts_waiting")
+    );
     println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
     Ok(())
 }
@@ -210,8 +220,19 @@ fn check_config(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             println!("{}: valid {:?} configuration", args.file.display(), c.role);
             println!("  interface  {} (MTU {})", c.interface, c.mtu);
             println!("  UDP        {}:{}", c.bind_address, c.bind_port);
-            if let Some(s) = c.server {
-                println!("  server     {s}");
+            // Names are checked for syntax only: the client resolves them when it runs.
+            let name_note = |h: &config::Host| match h {
+                config::Host::Addr(_) => "",
+                config::Host::Name(_) => " (a name, resolved by the running client)",
+            };
+            if let Some(s) = &c.server {
+                println!("  server     {s}{}", name_note(s));
+            }
+            if let Some(s) = &c.server2 {
+                println!("  secondary  {s}{}", name_note(s));
+            }
+            for s in &c.fallback_servers {
+                println!("  fallback   {s}{}", name_note(s));
             }
             println!("  runs as    {}", c.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
         }

@@ -2,7 +2,7 @@
 //! directives in the same style. `RelayType` picks the role; directives of the other
 //! role are accepted and ignored with a warning, as Miredo does.
 
-use crate::config::{self, ConfigError, ConfigFile};
+use crate::config::{self, ConfigError, ConfigFile, Host};
 use shipworm_wire::ipv4_scope::non_global_reason;
 use shipworm_wire::teredo_addr;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -61,12 +61,12 @@ pub struct MiredoConf {
     pub bind_port: u16,
     /// Teredo prefix (relays).
     pub prefix: u32,
-    /// Teredo server (clients).
-    pub server: Option<Ipv4Addr>,
+    /// Teredo server (clients): an address, or a name the client resolves itself.
+    pub server: Option<Host>,
     /// Secondary server address (clients; default server + 1).
-    pub server2: Option<Ipv4Addr>,
+    pub server2: Option<Host>,
     /// Servers to fail over to, in order (clients; `FallbackServerAddress`, repeatable).
-    pub fallback_servers: Vec<Ipv4Addr>,
+    pub fallback_servers: Vec<Host>,
     /// Maintenance refresh interval in seconds (clients; RFC 6081 §5.1.1, default 30).
     pub refresh_interval: u64,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
@@ -225,12 +225,12 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     if let Some(d) = f.take("ServerAddress")? {
         if role_only(&d, false) {
-            c.server = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+            c.server = Some(f.value(&d, |v| config::server_host(v, global))?);
         }
     }
     if let Some(d) = f.take("ServerAddress2")? {
         if role_only(&d, false) {
-            c.server2 = Some(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+            c.server2 = Some(f.value(&d, |v| config::server_host(v, global))?);
         }
     }
     if let Some(d) = f.take("RefreshInterval")? {
@@ -268,11 +268,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     for d in f.take_all("FallbackServerAddress") {
         if role_only(&d, false) {
-            c.fallback_servers.push(f.value(&d, |v| config::ipv4(v).and_then(global))?);
+            c.fallback_servers.push(f.value(&d, |v| config::server_host(v, global))?);
         }
     }
     if let Some(s) = server_arg {
-        c.server = Some(config::ipv4(s).and_then(global).map_err(|why| f.file_error(format!("server {s}: {why}")))?);
+        c.server = Some(config::server_host(s, global).map_err(|why| f.file_error(format!("server {s}: {why}")))?);
     }
     if role == RelayType::Client && c.server.is_none() {
         return Err(f.file_error("ServerAddress is required in client mode (the Teredo server to qualify with)"));
@@ -287,7 +287,10 @@ mod tests {
     use super::*;
 
     fn load_text(text: &str) -> Result<MiredoConf, String> {
-        let p = std::env::temp_dir().join(format!("shipworm-miredo-{}-{}.conf", std::process::id(), text.len()));
+        // A file per call: tests run in parallel, and texts of one length would collide.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("shipworm-miredo-{}-{k}.conf", std::process::id()));
         std::fs::write(&p, text).unwrap();
         let r = load(&p, None).map_err(|e| e.reason);
         let _ = std::fs::remove_file(&p);
@@ -304,7 +307,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (c.role, c.interface.as_str(), c.server),
-            (RelayType::Client, "teredo", Some(Ipv4Addr::new(192, 0, 2, 1)))
+            (RelayType::Client, "teredo", Some(Host::Addr(Ipv4Addr::new(192, 0, 2, 1))))
         );
     }
 
@@ -333,5 +336,43 @@ mod tests {
         assert!(load_text("RelayType relay\nFoo bar\n").unwrap_err().contains("unknown directive Foo"));
         assert!(load_text("ServerAddress 10.0.0.1\n").unwrap_err().contains("private"));
         assert!(load_text("RelayType relay\nInterfaceName a/b\n").unwrap_err().contains("interface name"));
+    }
+
+    #[test]
+    fn servers_may_be_names() {
+        let c = load_text(
+            "ServerAddress teredo.example.net\nServerAddress2 teredo2.example.net\n\
+             FallbackServerAddress 192.0.2.5\nFallbackServerAddress teredo.example.org.\n",
+        )
+        .unwrap();
+        assert_eq!(c.server, Some(Host::Name("teredo.example.net".into())));
+        assert_eq!(c.server2, Some(Host::Name("teredo2.example.net".into())));
+        assert_eq!(
+            c.fallback_servers,
+            [Host::Addr(Ipv4Addr::new(192, 0, 2, 5)), Host::Name("teredo.example.org.".into())]
+        );
+        // A name that never resolves is a matter for the daemon, not for the file.
+        assert!(load_text("ServerAddress does-not-exist.invalid\n").is_ok());
+    }
+
+    #[test]
+    fn impossible_names_say_where_and_why() {
+        let p = std::env::temp_dir().join(format!("shipworm-miredo-names-{}.conf", std::process::id()));
+        std::fs::write(&p, "InterfaceName teredo\nServerAddress teredo_server.example\n").unwrap();
+        let e = load(&p, None).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&p);
+        assert_eq!(
+            e,
+            format!(
+                "{}:2: ServerAddress teredo_server.example: '_' in label \"teredo_server\": a host name has only letters, digits, hyphens and dots",
+                p.display()
+            )
+        );
+        assert!(load_text("ServerAddress 1.2.3\n").unwrap_err().contains("ServerAddress 1.2.3: not an IPv4 address"));
+        assert!(load_text("ServerAddress 192.0.2.1\nServerAddress2 -x.example\n").unwrap_err().contains("hyphen"));
+        assert!(load_text("ServerAddress 192.0.2.1\nFallbackServerAddress 10.0.0.1\n")
+            .unwrap_err()
+            .contains("private"));
+        assert!(load_text("ServerAddress 2001:db8::1\n").unwrap_err().contains("not an IPv4 address"));
     }
 }

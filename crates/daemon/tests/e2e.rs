@@ -68,6 +68,19 @@ fn peer_expectation(nats: [NatKind; 2], clients: [&Impl; 2]) -> Expect {
     }
 }
 
+/// Every (server, relay, client) choice among `impls`.
+fn pairings(impls: &[Impl]) -> Vec<(Impl, Impl, Impl)> {
+    let mut v = Vec::new();
+    for s in impls {
+        for r in impls {
+            for c in impls {
+                v.push((s.clone(), r.clone(), c.clone()));
+            }
+        }
+    }
+    v
+}
+
 fn step_of(err: &str) -> Option<u32> {
     err.strip_prefix("step ")?.split_whitespace().next()?.parse().ok()
 }
@@ -178,40 +191,28 @@ fn main() {
     // A correspondent calls first with a real application: a SIP call (Debian's SIPp)
     // from the native host to the client's Teredo address, whose first INVITE must
     // be answered (no retransmission allowed), for every server/relay/client pairing.
-    for server in &impls {
-        for relay in &impls {
-            for client in &impls {
-                let (server, relay, client) = (server.clone(), relay.clone(), client.clone());
-                cases.push(Case {
-                    name: format!("SIP call native → client server={server} relay={relay} client={client}"),
-                    expect: Expect::Pass,
-                    run: Box::new(move || {
-                        let (_lab, c) =
-                            scenario::run_sip(NatKind::PortRestricted, &server, &relay, &client, None, &mut |_| {})
-                                .map_err(|e| e.to_string())?;
-                        Ok(format!("first INVITE answered; call completed in {:.2} s", c.first.1.secs))
-                    }),
-                });
-            }
-        }
+    for (server, relay, client) in pairings(&impls) {
+        cases.push(Case {
+            name: format!("SIP call native → client server={server} relay={relay} client={client}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, c) = scenario::run_sip(NatKind::PortRestricted, &server, &relay, &client, None, &mut |_| {})
+                    .map_err(|e| e.to_string())?;
+                Ok(format!("first INVITE answered; call completed in {:.2} s", c.first.1.secs))
+            }),
+        });
     }
     // And a TCP connection, the native host's SYN first (no retransmission allowed).
-    for server in &impls {
-        for relay in &impls {
-            for client in &impls {
-                let (server, relay, client) = (server.clone(), relay.clone(), client.clone());
-                cases.push(Case {
-                    name: format!("TCP connection native → client server={server} relay={relay} client={client}"),
-                    expect: Expect::Pass,
-                    run: Box::new(move || {
-                        let (_lab, t) =
-                            scenario::run_tcp_first(NatKind::PortRestricted, &server, &relay, &client, P2P_BYTES)
-                                .map_err(|e| e.to_string())?;
-                        Ok(format!("first SYN answered; {} bytes intact, {:.0} Mbit/s", t.bytes, t.mbit_per_s()))
-                    }),
-                });
-            }
-        }
+    for (server, relay, client) in pairings(&impls) {
+        cases.push(Case {
+            name: format!("TCP connection native → client server={server} relay={relay} client={client}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, t) = scenario::run_tcp_first(NatKind::PortRestricted, &server, &relay, &client, P2P_BYTES)
+                    .map_err(|e| e.to_string())?;
+                Ok(format!("first SYN answered; {} bytes intact, {:.0} Mbit/s", t.bytes, t.mbit_per_s()))
+            }),
+        });
     }
     {
         let me = Impl::Shipworm(me.clone());
@@ -431,6 +432,41 @@ fn main() {
                     scenario::run_native_first_after_idle(&me, &relay, &me, std::time::Duration::from_secs(35))
                         .map_err(|e| e.to_string())?;
                 Ok(format!("answered cold in {a:.1} ms, and again after the idle time in {b:.1} ms"))
+            }),
+        });
+    }
+    // A server name that resolves only after the client started (issue #21): the client
+    // waits, resolving, and qualifies once the name appears in its hosts file.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "server name resolves late".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                use shipworm_lab::names::SERVER_NAME;
+                use std::time::Duration;
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| format!("step 1 (build the lab) failed: {e}"))?;
+                lab.start_server(&me).map_err(|e| format!("step 2 (start the server) failed: {e}"))?;
+                lab.start_client_named(0, &me, SERVER_NAME)
+                    .map_err(|e| format!("step 3 (start the client) failed: {e}"))?;
+                std::thread::sleep(Duration::from_secs(3));
+                lab.check_alive("client0").map_err(|e| format!("step 4 (wait for the name) failed: {e}"))?;
+                let st = lab.client_status(0).ok_or("step 4 (wait for the name) failed: no status from the client")?;
+                if st["state"] != "resolving" || !st["waiting_for"].to_string().contains(SERVER_NAME) {
+                    return Err(format!("step 4 (wait for the name) failed: status {st}"));
+                }
+                lab.add_host(0, shipworm_lab::SERVER_V4, SERVER_NAME)
+                    .map_err(|e| format!("step 5 (add the name) failed: {e}"))?;
+                let added = Instant::now();
+                let a = lab
+                    .wait_qualified(0, Duration::from_secs(10))
+                    .map_err(|e| format!("step 6 (qualify once it resolves) failed: {e}"))?;
+                Ok(format!(
+                    "resolving for 3 s, then qualified {:.1} s after the name was added: {a}",
+                    added.elapsed().as_secs_f64()
+                ))
             }),
         });
     }

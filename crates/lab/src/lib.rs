@@ -16,6 +16,7 @@
 //! dropped, on panic, and on Ctrl-C.
 
 pub mod error;
+pub mod names;
 pub mod nat;
 pub mod nat_probe;
 pub mod netns;

@@ -68,7 +68,14 @@ pub fn add(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Remove namespace `name` (quietly if already gone), killing what still runs in it.
+/// The directory whose files `ip netns exec NAME` bind-mounts over those of /etc
+/// (`hosts`, `resolv.conf`, …) for what it starts.
+pub fn etc_dir(name: &str) -> std::path::PathBuf {
+    std::path::Path::new("/etc/netns").join(name)
+}
+
+/// Remove namespace `name` (quietly if already gone), killing what still runs in it,
+/// and its files in /etc/netns if it has any.
 pub fn del(name: &str) {
     if let Ok(pids) = ip(&["netns", "pids", name]) {
         for pid in pids.split_whitespace().filter_map(|p| p.parse::<i32>().ok()) {
@@ -76,6 +83,9 @@ pub fn del(name: &str) {
         }
     }
     let _ = Command::new("ip").args(["netns", "del", name]).stderr(Stdio::null()).status();
+    // `ip netns del` leaves them; every way out of a run (return, panic, signal, the
+    // next run's sweep of stale namespaces) comes through here.
+    let _ = std::fs::remove_dir_all(etc_dir(name));
     NAMESPACES.lock().unwrap().retain(|n| n != name);
 }
 

@@ -98,7 +98,7 @@ impl Lab {
     }
 
     /// Fail with the daemon's last log lines if it has exited.
-    fn check_alive(&mut self, name: &str) -> Result<()> {
+    pub fn check_alive(&mut self, name: &str) -> Result<()> {
         let Some(p) = self.peers.iter_mut().find(|p| p.name == name) else {
             return Ok(());
         };
@@ -215,11 +215,17 @@ impl Lab {
 
     /// Start a client with extra configuration lines (shipworm's own directives).
     pub fn start_client_with(&mut self, client: usize, imp: &Impl, extra: &str) -> Result<()> {
+        self.start_client_to(client, imp, &SERVER_V4.to_string(), extra)
+    }
+
+    /// Start a client whose `ServerAddress` is `server` (an address or a name), with
+    /// extra configuration lines.
+    pub fn start_client_to(&mut self, client: usize, imp: &Impl, server: &str, extra: &str) -> Result<()> {
         let ns = self.clients[client].ns.clone();
         let name = format!("client{client}");
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {SERVER_V4}\n{extra}"),
+            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {server}\n{extra}"),
         )?;
         match imp {
             Impl::Shipworm(bin) => {

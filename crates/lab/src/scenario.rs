@@ -87,7 +87,6 @@ pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
 }
 
 fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<Outcome> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     say(&format!("lab built: {} namespaces ({} NAT)", lab.namespaces().len(), s.nat));
     lab.start_server(&s.server).map_err(|e| step(2, "start the server", e))?;
     say(&format!("server up ({}) on {}:3544 and {}:3544", s.server, crate::SERVER_V4, crate::SERVER2_V4));
@@ -140,6 +139,44 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
     Ok(Outcome { address, qualify_secs, first_ms, second_ms, ping_out, ping_in, tcp_out, tcp_in })
 }
 
+/// "step N (what) failed: why": how every scenario names the step that failed.
+fn step(n: u32, what: &str, e: LabError) -> LabError {
+    LabError(format!("step {n} ({what}) failed: {e}"))
+}
+
+/// A lab with `nats` (the first with one client, the others none: networks to move
+/// to), server, relay and that client started, and the client qualified: steps 1-4 of
+/// every single-client scenario. Returns the lab and the client's address.
+fn start_chain(nats: &[NatKind], server: &Impl, relay: &Impl, client: &Impl) -> Result<(Lab, Ipv6Addr)> {
+    let spec = nats.iter().enumerate().map(|(i, &k)| (k, usize::from(i == 0))).collect();
+    let mut lab = Lab::build(&LabSpec::nats(spec)).map_err(|e| step(1, "build the lab", e))?;
+    for i in 1..nats.len() {
+        lab.add_spare_link(0, i + 1).map_err(|e| step(1, "add a network to move to", e))?;
+    }
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
+    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    Ok((lab, address))
+}
+
+/// Step 6 of a handoff: move client 0 behind the second NAT and wait (15 s at most)
+/// for an address other than `old` on its interface.
+fn move_and_wait(lab: &mut Lab, old: Ipv6Addr) -> Result<Ipv6Addr> {
+    lab.move_client(0, 2).map_err(|e| step(6, "move the client", e))?;
+    let ns = lab.clients[0].ns.clone();
+    let moved = Instant::now();
+    loop {
+        match crate::peers::teredo_address(&ns) {
+            Some(a) if a != old => return Ok(a),
+            _ if moved.elapsed() > Duration::from_secs(15) => {
+                return Err(step(6, "configure the new address", LabError(lab.log_tail("client0", 15))))
+            }
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
 /// A single echo request from `ns` to `dst` as the first packet between them: answered
 /// within 5 s, or the step fails. Returns the round trip in ms.
 fn first_contact(ns: &str, dst: Ipv6Addr, what: &str, say: &mut dyn FnMut(&str)) -> Result<f64> {
@@ -189,7 +226,6 @@ pub fn run_peer_to_peer(
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     let mut lab =
         Lab::build(&LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)])).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
@@ -232,14 +268,7 @@ pub struct Handoff {
 /// host every 20 ms, is moved behind another NAT (new IPv4 address and route). The
 /// new Teredo address must replace the old one and the pings must come back.
 pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str)) -> Result<(Lab, Handoff)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let mut lab =
-        Lab::build(&LabSpec::nats(vec![(nats[0], 1), (nats[1], 0)])).map_err(|e| step(1, "build the lab", e))?;
-    lab.add_spare_link(0, 2).map_err(|e| step(1, "add the second network", e))?;
-    lab.start_server(client).map_err(|e| step(2, "start the server", e))?;
-    lab.start_relay(client).map_err(|e| step(3, "start the relay", e))?;
-    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
-    let old = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let (mut lab, old) = start_chain(&nats, client, client, client)?;
     // Warm the relay path so the measurement shows the handoff, not the first contact.
     let ns = lab.clients[0].ns.clone();
     traffic::ping(&ns, HOST6_V6, 1, 5).map_err(|e| step(5, "first ping", e))?;
@@ -251,16 +280,7 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
     std::thread::sleep(Duration::from_secs(2));
     let moved = Instant::now();
     let moved_at = Duration::from_secs(2);
-    lab.move_client(0, 2).map_err(|e| step(6, "move the client", e))?;
-    let new = loop {
-        match crate::peers::teredo_address(&ns) {
-            Some(a) if a != old => break a,
-            _ if moved.elapsed() > Duration::from_secs(15) => {
-                return Err(step(6, "configure the new address", LabError(lab.log_tail("client0", 15))))
-            }
-            _ => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
+    let new = move_and_wait(&mut lab, old)?;
     let address_after = moved.elapsed();
     let echoes = stream.join().map_err(|_| LabError("ping thread panicked".into()))??;
     let still_old =
@@ -292,7 +312,6 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
 /// The client's server dies: a shipworm client configured with a fallback server must
 /// qualify with it. Returns the time from the kill to the new address.
 pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str)) -> Result<(Lab, Duration)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
     let spec = LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true, generator: false };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(client).map_err(|e| step(2, "start the servers", e))?;
@@ -361,36 +380,15 @@ pub fn run_sip(
     handoff: Option<NatKind>,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, SipCalls)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let mut nats = vec![(nat, 1)];
-    if let Some(k) = handoff {
-        nats.push((k, 0));
-    }
-    let mut lab = Lab::build(&LabSpec::nats(nats)).map_err(|e| step(1, "build the lab", e))?;
-    if handoff.is_some() {
-        lab.add_spare_link(0, 2).map_err(|e| step(1, "add the second network", e))?;
-    }
-    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
-    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
-    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
-    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let nats: Vec<NatKind> = std::iter::once(nat).chain(handoff).collect();
+    let (mut lab, address) = start_chain(&nats, server, relay, client)?;
     let (ns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let call = traffic::sip_call(&h6, HOST6_V6, &ns, address, Duration::from_secs(15))
         .map_err(|e| step(5, "SIP call native host → client", e))?;
     say(&format!("SIP call {HOST6_V6} → {address}: completed on its first INVITE, {:.2} s", call.secs));
     let mut calls = SipCalls { first: (address, call), after_handoff: None };
     if handoff.is_some() {
-        lab.move_client(0, 2).map_err(|e| step(6, "move the client", e))?;
-        let moved = Instant::now();
-        let new = loop {
-            match crate::peers::teredo_address(&ns) {
-                Some(a) if a != address => break a,
-                _ if moved.elapsed() > Duration::from_secs(15) => {
-                    return Err(step(6, "configure the new address", LabError(lab.log_tail("client0", 15))))
-                }
-                _ => std::thread::sleep(Duration::from_millis(5)),
-            }
-        };
+        let new = move_and_wait(&mut lab, address)?;
         let call = traffic::sip_call(&h6, HOST6_V6, &ns, new, Duration::from_secs(15))
             .map_err(|e| step(7, "SIP call native host → client's new address", e))?;
         say(&format!("after the handoff, SIP call → {new}: completed on its first INVITE, {:.2} s", call.secs));
@@ -410,12 +408,7 @@ pub fn run_tcp_first(
     client: &Impl,
     bytes: usize,
 ) -> Result<(Lab, Transfer)> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let mut lab = Lab::build(&LabSpec::nats(vec![(nat, 1)])).map_err(|e| step(1, "build the lab", e))?;
-    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
-    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
-    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
-    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let (lab, address) = start_chain(&[nat], server, relay, client)?;
     let (ns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
     let before = traffic::syn_retransmissions(&h6).map_err(|e| step(5, "read the host's TCP counters", e))?;
     let t = traffic::tcp_transfer(&h6, &ns, address, bytes, Duration::from_secs(15))
@@ -441,13 +434,7 @@ pub fn run_native_first_after_idle(
     client: &Impl,
     idle: Duration,
 ) -> Result<(Lab, (f64, f64))> {
-    let step = |n: u32, what: &str, e: LabError| LabError(format!("step {n} ({what}) failed: {e}"));
-    let mut lab =
-        Lab::build(&LabSpec::nats(vec![(NatKind::PortRestricted, 1)])).map_err(|e| step(1, "build the lab", e))?;
-    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
-    lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
-    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
-    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let (lab, address) = start_chain(&[NatKind::PortRestricted], server, relay, client)?;
     let h6 = lab.ns("h6");
     let first = first_contact(&h6, address, "native host → client", &mut |_| {})
         .map_err(|e| step(5, "first contact native host → client", e))?;

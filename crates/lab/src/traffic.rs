@@ -259,7 +259,11 @@ pub fn sip_call(
     uas_addr: Ipv6Addr,
     timeout: Duration,
 ) -> Result<SipCall> {
-    let dir = std::env::temp_dir().join(format!("shipworm-sip-{}-{}", std::process::id(), uas_addr.segments()[7]));
+    // A folder per call: SIPp writes its files into its working directory, and calls
+    // run in parallel (every lab's client shares the NAT's address, so not its name).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("shipworm-sip-{}-{k}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
     let log = |name: &str| -> Result<std::fs::File> {
         std::fs::File::create(dir.join(name)).map_err(|e| LabError(format!("{name}: {e}")))
