@@ -23,7 +23,7 @@ scripts/fuzz-smoke.sh
 say "benchmark, quick mode (keeps it working; numbers are not judged)"
 cargo build --release --locked -q
 bench_out=$(mktemp -d)
-target/release/shipworm bench --quick --out "$bench_out" | tail -n 3
+target/release/shipworm-bench --quick --out "$bench_out" | tail -n 3
 test -s "$bench_out/report.md" || die "the benchmark wrote no report"
 rm -rf "$bench_out"
 

@@ -47,10 +47,6 @@ pub enum Command {
     /// native IPv6 host), run Teredo in it, and check ping6 and TCP both ways. Root.
     Lab(LabArgs),
 
-    /// Measure shipworm's relay against Miredo's and the kernel's forwarding, in the
-    /// lab, and write a report (markdown and PNG plots). Root.
-    Bench(BenchArgs),
-
     /// Check a configuration file without starting anything: prints what it means, or
     /// one line naming the file, line and reason (exit status 2).
     CheckConfig(CheckConfigArgs),
@@ -223,21 +219,4 @@ pub struct LabArgs {
     /// Remove what earlier runs left (after --keep, or a crash), then exit.
     #[arg(long)]
     pub cleanup: bool,
-}
-
-/// Arguments of `shipworm bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// Short trials and few packets: keeps the benchmark working (used by the tests).
-    #[arg(long)]
-    pub quick: bool,
-
-    /// Rounds (each measures every implementation, searching each rate twice); a figure
-    /// is the mean of all its searches without the highest and the lowest ninth.
-    #[arg(long, default_value_t = 9)]
-    pub rounds: usize,
-
-    /// Where the report and plots go.
-    #[arg(long, value_name = "DIR", default_value = "results/latest")]
-    pub out: std::path::PathBuf,
 }

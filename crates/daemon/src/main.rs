@@ -3,11 +3,9 @@
 //! configuration, privileges. The protocol itself lives in `shipworm-proto`, the
 //! packet formats in `shipworm-wire`.
 
+use shipworm::{socket_buffers, udp_batch};
+
 mod address_cmd;
-mod bench_buffers;
-mod bench_cmd;
-mod bench_cpus;
-mod bench_traffic;
 mod cli;
 mod client_cmd;
 mod config;
@@ -21,10 +19,8 @@ mod server_cmd;
 mod server_config;
 mod server_names;
 mod signals;
-mod socket_buffers;
 mod status;
 mod tun;
-mod udp_batch;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -86,7 +82,6 @@ fn main() -> ExitCode {
         cli::Command::Status(args) => show_status(&args),
         cli::Command::CheckConfig(args) => check_config(&args),
         cli::Command::Lab(args) => lab_cmd::run(&args),
-        cli::Command::Bench(args) => bench_cmd::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,52 @@
+//! `shipworm-bench`: shipworm's relay, Miredo's relay and the kernel's own forwarding,
+//! measured alternately in the same run on the same lab, reported as figures over the
+//! rounds and ratios in a markdown report with PNG plots. Numbers are never asserted:
+//! `--quick` (in the test command) only keeps the benchmark working. A tool beside the
+//! product: the `shipworm` binary it measures is found next to this one.
+
+mod buffers;
+mod cpus;
+mod error;
+mod measure;
+mod plots;
+mod report;
+mod run;
+mod stats;
+mod traffic;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Measure shipworm's relay against Miredo's and the kernel's forwarding, in the
+/// namespace lab, and write a report (markdown and PNG plots). Root.
+#[derive(Debug, Parser)]
+#[command(name = "shipworm-bench", version)]
+pub struct BenchArgs {
+    /// Short trials and few packets: keeps the benchmark working (used by the tests).
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Rounds (each measures every implementation, searching each rate twice); a figure
+    /// is the mean of all its searches without the highest and the lowest ninth.
+    #[arg(long, default_value_t = 9)]
+    pub rounds: usize,
+
+    /// Where the report and plots go.
+    #[arg(long, value_name = "DIR", default_value = "results/latest")]
+    pub out: std::path::PathBuf,
+
+    /// The `shipworm` binary to measure (default: the one beside this program).
+    #[arg(long, value_name = "PATH")]
+    pub shipworm: Option<std::path::PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = BenchArgs::parse();
+    match run::run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("shipworm-bench: {}", f.message);
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,591 @@
+//! What the benchmark measures in each lab: the relays' and the kernel path's rates
+//! and latencies, the end-to-end chains through a NAT, the peer table.
+
+use crate::buffers::{equalize, TUN_QUEUE};
+use crate::cpus::{self, RELAY_CPU};
+use crate::error::Failure;
+use crate::report::*;
+use crate::stats::*;
+use crate::traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Found, Probe, Sink};
+use shipworm::socket_buffers::DAEMON_BYTES;
+use shipworm_lab::traffic::tcp_transfer;
+use shipworm_lab::{Impl, Lab, LabSpec, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
+use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
+use socket2::Socket;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
+/// shipworm's relay configuration in the bench: one worker, as it picks for itself on
+/// the one core the relay host has (see `cpus`).
+pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\n";
+pub(crate) const CLIENTS: usize = 32;
+pub(crate) const RELAY_PORT: u16 = 3545;
+/// Spoofed new-peer bubbles per second while established peers' rate is measured.
+pub(crate) const FLOOD_RATE: u64 = 20_000;
+/// Sockets the flood leaves by (SO_REUSEPORT spreads them over the relay's workers).
+pub(crate) const FLOOD_SOCKETS: usize = 8;
+/// The flood's packet size and direction in the rate table.
+pub(crate) const UNDER_FLOOD: (&str, usize) = ("Teredo→IPv6 under flood", 64);
+
+/// One implementation's figures for one round.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Figures {
+    /// (direction, size) → packets per second under 0.1 % loss, one per search.
+    pub(crate) rate: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// (direction, size) → latencies in µs.
+    pub(crate) latency: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// (direction, size) → the kernel path's latencies in µs, probed in this relay's lab
+    /// in turns with the relay's own (none for the kernel itself).
+    pub(crate) beside: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// Spoofed bubbles per second the flood achieved.
+    pub(crate) flood: f64,
+    /// (direction, size) → how many of its searches the generator held: their lowest
+    /// failing rate failed only because the sender fell short, the path losing nothing.
+    pub(crate) held: BTreeMap<(&'static str, usize), usize>,
+}
+
+impl Figures {
+    /// Files a rate search's result under `key`.
+    pub(crate) fn file_rate(&mut self, key: (&'static str, usize), found: Found) {
+        self.rate.entry(key).or_default().push(found.rate as f64);
+        if found.held_by_sender {
+            *self.held.entry(key).or_default() += 1;
+        }
+    }
+}
+
+/// How a log line marks a rate the generator held.
+pub(crate) fn held_mark(found: Found) -> &'static str {
+    if found.held_by_sender {
+        " (the generator's: it fell short, nothing was lost)"
+    } else {
+        ""
+    }
+}
+
+/// (direction, size) → the rate of the earlier rounds ([`rate_of`]), where the rate
+/// searches of this round start from.
+pub(crate) type Hints = BTreeMap<(&'static str, usize), u64>;
+
+/// The hints for the next round from an implementation's rounds so far.
+pub(crate) fn hints(runs: &[Figures]) -> Hints {
+    let keys: std::collections::BTreeSet<_> = runs.iter().flat_map(|f| f.rate.keys().copied()).collect();
+    keys.into_iter().map(|k| (k, rate_of(runs, k) as u64)).collect()
+}
+
+/// One implementation's client and relay chain through a NAT, over every end-to-end
+/// round (a fresh lab each: one lab's transfers and searches moved together).
+pub(crate) struct EndToEnd {
+    pub(crate) name: &'static str,
+    /// Seconds from client start to an address, one per round.
+    pub(crate) qualify_secs: Vec<f64>,
+    /// Median steady ping6 round trip of the first round (the one with 20 echoes), ms.
+    pub(crate) ping_ms: f64,
+    /// TCP Mbit/s, every transfer client → native and back.
+    pub(crate) tcp: (Vec<f64>, Vec<f64>),
+    /// UDP packets/s under 0.1 % loss, client → native and back, every search of every round.
+    pub(crate) udp: (Vec<f64>, Vec<f64>),
+}
+
+/// A figure's two directions over the rounds ([`middle_mean`]).
+pub(crate) fn both_ways((out, back): &(Vec<f64>, Vec<f64>)) -> (f64, f64) {
+    (middle_mean(out), middle_mean(back))
+}
+
+/// The UDP payload of a native packet of IPv6 size `size` (≥ 56) carrying `seq`, built
+/// in `buf`; its length (the kernel adds the 48 bytes of IPv6 and UDP headers).
+pub(crate) fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
+    buf[..8].copy_from_slice(&seq.to_be_bytes());
+    buf[8..size - 48].fill(0x5a);
+    size - 48
+}
+
+pub(crate) fn lab_err(e: impl std::fmt::Display) -> Failure {
+    Failure::runtime(format!("bench: {e}"))
+}
+
+/// Trial length for rate searches, and probes per route in each lab (36 000 a run).
+/// A path's capacity wanders by about a tenth from one search to the next, whatever
+/// the trials' length (eight searches each of 300, 200 and 100 ms trials spread 7-14 %
+/// alike), so more searches rather than longer trials narrow a figure: with 150 ms
+/// trials, two searches a round made a run 13.1-13.6 min, against 12.5 with one of
+/// 300 ms.
+pub(crate) fn trial_sizes(quick: bool) -> (Duration, usize) {
+    if quick {
+        (Duration::from_millis(100), 100)
+    } else {
+        (Duration::from_millis(150), 4_000)
+    }
+}
+
+/// "once", "twice", "3 times": how often something was done, for the report.
+pub(crate) fn times(n: usize) -> String {
+    match n {
+        1 => "once".into(),
+        2 => "twice".into(),
+        n => format!("{n} times"),
+    }
+}
+
+/// Rate searches of each route in each lab, in turn over the routes.
+pub(crate) fn searches(quick: bool) -> usize {
+    if quick {
+        1
+    } else {
+        2
+    }
+}
+
+/// One direction and size through the thing measured: the sockets its load leaves by,
+/// the sink that counts arrivals, what the load carries, the path its latency probes
+/// take, and the same direction's native path through the same relay host, probed in
+/// turns with it.
+pub(crate) struct Route<'a> {
+    pub(crate) key: (&'static str, usize),
+    pub(crate) tx: &'a [Socket],
+    pub(crate) sink: &'a Sink,
+    pub(crate) load: Box<Build<'a>>,
+    pub(crate) probe: Probe<'a>,
+    pub(crate) beside: Option<Probe<'a>>,
+}
+
+/// What a lab measures next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Rate,
+    Latency,
+}
+
+/// Every route's rate, searched in turn; after each search a block of latency probes on
+/// every route, so a route's probes are spread over the whole measurement rather than
+/// taken in one burst: the machine's state (which core, a neighbour's load) shifts a
+/// burst's median by a microsecond or two, as much as the relay under test adds.
+/// `prepare` runs before each search and block (the relays' peers stay fresh, the
+/// relay host's receive work goes where the phase wants it: [`cpus::steer`]).
+pub(crate) fn measure_routes(
+    label: &str,
+    routes: &mut [Route<'_>],
+    quick: bool,
+    hints: &Hints,
+    prepare: &dyn Fn(Phase) -> Result<(), String>,
+    f: &mut Figures,
+    say: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    let (dur, lat_n) = trial_sizes(quick);
+    let blocks = routes.len() * searches(quick);
+    for i in 0..blocks {
+        prepare(Phase::Rate).map_err(Failure::runtime)?;
+        let p = &mut routes[i % routes.len()];
+        let found = max_rate(p.tx, p.sink, dur, quick, hints.get(&p.key).copied(), &mut *p.load);
+        f.file_rate(p.key, found);
+        prepare(Phase::Latency).map_err(Failure::runtime)?;
+        for p in routes.iter_mut() {
+            // Block i's share of lat_n, so the shares add up to lat_n exactly.
+            let n = lat_n * (i + 1) / blocks - lat_n * i / blocks;
+            let mut probes: Vec<&mut Probe<'_>> = std::iter::once(&mut p.probe).chain(p.beside.as_mut()).collect();
+            let mut got = latencies(&mut probes, n).into_iter();
+            f.latency.entry(p.key).or_default().extend(got.next().unwrap_or_default());
+            if let Some(k) = got.next() {
+                f.beside.entry(p.key).or_default().extend(k);
+            }
+        }
+        let (dir, size) = routes[i % routes.len()].key;
+        say(&format!("  {label} {dir} {size:>4} B: {:>9} pkt/s{}", found.rate, held_mark(found)));
+    }
+    // This round's latency medians, so a run's log shows how far rounds differ.
+    let medians: Vec<String> = routes
+        .iter()
+        .map(|p| format!("{} {} B {:.1}", p.key.0, p.key.1, median(f.latency.get(&p.key).map_or(&[][..], |v| &v[..]))))
+        .collect();
+    say(&format!("  {label} latency medians (µs): {}", medians.join(", ")));
+    if !f.beside.is_empty() {
+        let beside: Vec<String> = routes
+            .iter()
+            .map(|p| {
+                format!("{} {} B {:.1}", p.key.0, p.key.1, median(f.beside.get(&p.key).map_or(&[][..], |v| &v[..])))
+            })
+            .collect();
+        say(&format!("  {label}'s lab, kernel path (µs): {}", beside.join(", ")));
+    }
+    Ok(())
+}
+
+/// Probes of IPv6 size `size` on the native path to `to`, through the relay host's
+/// kernel, arriving on `rx` (which `sink` shares).
+pub(crate) fn native_probe<'a>(
+    tx: &'a [Socket],
+    rx: &'a Socket,
+    sink: &'a Sink,
+    to: SocketAddr,
+    size: usize,
+) -> Probe<'a> {
+    let build = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
+    Probe { tx, rx, seq_at: 0, sink, build: Box::new(build) }
+}
+
+/// Packets in a row for one emulated client, both ways: decapsulation load leaves by
+/// one client's socket a sendmmsg batch at a time, and encapsulation load arrives at
+/// one client's socket in runs the sink reads in a few calls (a packet per client in
+/// turn left it a packet or two per socket and call).
+pub(crate) const RUN: u64 = 64;
+
+/// The emulated client load packet `seq` is for.
+pub(crate) fn client_of(seq: u64) -> usize {
+    ((seq / RUN) % CLIENTS as u64) as usize
+}
+
+/// Decapsulation load of `size`-byte packets from the emulated clients `addrs` to the
+/// native sink, in runs of [`RUN`] per client.
+pub(crate) fn decap_load(
+    addrs: Vec<Ipv6Addr>,
+    size: usize,
+    relay: SocketAddrV4,
+) -> impl FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) {
+    move |seq, buf| {
+        let i = client_of(seq);
+        (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
+    }
+}
+
+/// Searches a rate `n` times with `search` (from the earlier rounds' hint) while spoofed
+/// bubbles from never-seen Teredo addresses pour from the generator to `relay`, and
+/// files them and the flood's rate in `f`.
+pub(crate) fn under_flood(
+    label: &str,
+    gen: &str,
+    relay: SocketAddrV4,
+    f: &mut Figures,
+    say: &mut dyn FnMut(&str),
+    search: &mut dyn FnMut() -> Found,
+    n: usize,
+) -> Result<(), Failure> {
+    let flood_socks = (0..FLOOD_SOCKETS)
+        .map(|_| socket_in(gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::runtime)?;
+    let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
+    let found: Vec<Found> = (0..n).map(|_| search()).collect();
+    f.flood = flood.stop();
+    for &one in &found {
+        f.file_rate(UNDER_FLOOD, one);
+    }
+    let rates: Vec<String> = found.iter().map(|one| format!("{:>9} pkt/s{}", one.rate, held_mark(*one))).collect();
+    say(&format!(
+        "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {}",
+        UNDER_FLOOD.1,
+        f.flood,
+        rates.join(",")
+    ));
+    Ok(())
+}
+
+/// Measure the Teredo relay `imp` (shipworm or Miredo), with `extra` configuration lines.
+pub(crate) fn measure_relay(
+    label: &str,
+    imp: &Impl,
+    extra: &str,
+    me: &Impl,
+    quick: bool,
+    hints: &Hints,
+    say: &mut dyn FnMut(&str),
+) -> Result<Figures, Failure> {
+    let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
+    lab.start_server(me).map_err(lab_err)?;
+    lab.start_relay_with(imp, extra).map_err(lab_err)?;
+    let given = equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+    let mib: Vec<String> = given.iter().map(|&b| format!("{:.0}", b as f64 / f64::from(1 << 20))).collect();
+    let threads = cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
+    say(&format!(
+        "  {label}: UDP receive buffers {} MiB, TUN queues {TUN_QUEUE} packets, {threads} threads on CPU {RELAY_CPU}",
+        mib.join(" + ")
+    ));
+    let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
+    let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
+    let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
+    // The relay learns every emulated client: native packets make it bubble them, their
+    // bubbles make them trusted.
+    let native = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    for a in &emu.addrs {
+        let _ = native.send_to(&[0u8; 16], &v6(*a, 9002).into());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    emu.bubble(relay, SINK_NATIVE_V6);
+    std::thread::sleep(Duration::from_millis(200));
+    let (dur, _) = trial_sizes(quick);
+    let mut f = Figures::default();
+    let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
+    let sink6 = Sink::start(vec![rx6.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
+    let emu_socks: Vec<Socket> = emu.socks.iter().map(|s| s.try_clone().expect("dup")).collect();
+    let sink_emu = Sink::start(emu_socks);
+    let addrs = emu.addrs.clone();
+    // The native path through the same relay host, both ways: the kernel's latency in
+    // this lab too (a lab's kernel path sits at one of two levels, 9 or 11 µs, so
+    // every lab of a round adds to the kernel's figure).
+    let gen_out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
+    let sink_gen = Sink::start(vec![rx_gen.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
+    let (first, natives, gen_outs) = (addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
+    let mut routes = Vec::new();
+    for size in SIZES {
+        routes.push(Route {
+            key: ("Teredo→IPv6", size),
+            tx: &emu.socks,
+            sink: &sink6,
+            load: Box::new(decap_load(addrs.clone(), size, relay)),
+            // Probes: one flow, from the first client.
+            probe: Probe {
+                tx: &emu.socks,
+                rx: &rx6,
+                seq_at: 0,
+                sink: &sink6,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| {
+                    (ipv6_udp(buf, size, first, SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), 0)
+                }),
+            },
+            beside: Some(native_probe(gen_outs, &rx6, &sink6, v6(SINK_NATIVE_V6, 9000), size)),
+        });
+        let a = addrs.clone();
+        routes.push(Route {
+            key: ("IPv6→Teredo", size),
+            tx: natives,
+            sink: &sink_emu,
+            load: Box::new(move |seq: u64, buf: &mut [u8]| {
+                (udp_payload(buf, size, seq), v6(a[client_of(seq)], 9002), 0)
+            }),
+            // Probes all go to the first client, whose socket the prober reads.
+            probe: Probe {
+                tx: natives,
+                rx: &emu.socks[0],
+                seq_at: 48,
+                sink: &sink_emu,
+                build: Box::new(move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), v6(first, 9002), 0)),
+            },
+            beside: Some(native_probe(natives, &rx_gen, &sink_gen, v6(GEN_NATIVE_V6, 9001), size)),
+        });
+    }
+    // The emulated clients keep their entries fresh.
+    let rly = lab.ns("rly");
+    let prepare = |phase: Phase| {
+        emu.bubble(relay, SINK_NATIVE_V6);
+        cpus::steer(&rly, phase == Phase::Rate)
+    };
+    measure_routes(label, &mut routes, quick, hints, &prepare, &mut f, say)?;
+    drop(routes);
+    // Established peers while spoofed new peers pour in.
+    prepare(Phase::Rate).map_err(Failure::runtime)?;
+    under_flood(
+        label,
+        &gen,
+        relay,
+        &mut f,
+        say,
+        &mut || {
+            let hint = hints.get(&UNDER_FLOOD).copied();
+            max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs.clone(), UNDER_FLOOD.1, relay))
+        },
+        searches(quick),
+    )?;
+    drop((sink6, sink_emu, sink_gen));
+    lab.teardown();
+    Ok(f)
+}
+
+/// End-to-end rounds: each builds a fresh lab per implementation, alternately, for two
+/// TCP transfers and two UDP rate searches each way, the relay and the client with equal
+/// buffers (Miredo's client on its defaults spread 39-80 k packets/s native→client
+/// over ten rounds). One lab's figures stuck together and
+/// moved by a fifth to a third from run to run, even as the median of five transfers.
+pub(crate) fn e2e_rounds(quick: bool) -> usize {
+    if quick {
+        1
+    } else {
+        6
+    }
+}
+
+/// Bytes in each end-to-end TCP transfer.
+pub(crate) fn e2e_bytes(quick: bool) -> usize {
+    if quick {
+        2_000_000
+    } else {
+        20_000_000
+    }
+}
+
+/// TCP through a client and relay chain, both ways: two transfers of `bytes` each way
+/// to and from the client at `client` (after the buffers were made equal; the
+/// scenario's own transfer came before), each checked
+/// intact, in Mbit/s.
+pub(crate) fn e2e_tcp(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<([f64; 2], [f64; 2]), Failure> {
+    let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let once = |from: &str, to: &str, addr: Ipv6Addr| -> Result<f64, Failure> {
+        let t = tcp_transfer(from, to, addr, bytes, Duration::from_secs(30)).map_err(lab_err)?;
+        if !t.intact {
+            return Err(Failure::runtime(format!(
+                "bench: TCP {from} → {to}: the bytes that arrived differ from those sent"
+            )));
+        }
+        Ok(t.mbit_per_s())
+    };
+    let out = [once(&cns, &h6, HOST6_V6)?, once(&cns, &h6, HOST6_V6)?];
+    let back = [once(&h6, &cns, client)?, once(&h6, &cns, client)?];
+    Ok((out, back))
+}
+
+/// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
+/// for 512-byte IPv6 packets, [`searches`] of each way, in turn, each starting from
+/// `hints` (the median of this chain's earlier rounds, as the relays' searches do). The
+/// lab is the one a scenario left running.
+pub(crate) fn e2e_udp(
+    lab: &Lab,
+    client: Ipv6Addr,
+    hints: [Option<u64>; 2],
+    quick: bool,
+) -> Result<(Vec<f64>, Vec<f64>), Failure> {
+    let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let (dur, _) = trial_sizes(quick);
+    let ways = [(&cns, &h6, HOST6_V6), (&h6, &cns, client)];
+    let mut tx = Vec::new();
+    let mut sinks = Vec::new();
+    for (from_ns, to_ns, _) in ways {
+        tx.push(socket_in(from_ns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?);
+        sinks.push(Sink::start(vec![socket_in(to_ns, v6(Ipv6Addr::UNSPECIFIED, 9010)).map_err(Failure::runtime)?]));
+    }
+    let keep_alive = socket_in(&cns, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let mut rates: [Vec<f64>; 2] = Default::default();
+    for _ in 0..searches(quick) {
+        for (k, &(_, _, to)) in ways.iter().enumerate() {
+            let mut build = |seq: u64, buf: &mut [u8]| (udp_payload(buf, 512, seq), v6(to, 9010), 0);
+            // The client renews its peer entries first (they lapse 30 s after its last
+            // packet, and native→client traffic alone would not renew them).
+            let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
+            std::thread::sleep(Duration::from_millis(50));
+            let found = max_rate(std::slice::from_ref(&tx[k]), &sinks[k], dur, quick, hints[k], &mut build);
+            rates[k].push(found.rate as f64);
+        }
+    }
+    let [up, down] = rates;
+    Ok((up, down))
+}
+
+/// The same traffic forwarded by the relay host's kernel, no tunnel, and its
+/// decapsulation-size rate under the relays' flood.
+pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
+    let mut lab = Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true }).map_err(lab_err)?;
+    let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
+    let mut f = Figures::default();
+    let out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let back = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let rx_h6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
+    let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
+    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(e.to_string()));
+    let sink_h6 = Sink::start(vec![dup(&rx_h6)?]);
+    let sink_gen = Sink::start(vec![dup(&rx_gen)?]);
+    let mut routes = Vec::new();
+    for size in SIZES {
+        for (dir, sock, sink, rx, to) in [
+            ("Teredo→IPv6", &out, &sink_h6, &rx_h6, v6(SINK_NATIVE_V6, 9000)),
+            ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
+        ] {
+            let native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
+            let tx = std::slice::from_ref(sock);
+            routes.push(Route {
+                key: (dir, size),
+                tx,
+                sink,
+                // Load and probes alike: native packets to the sink.
+                load: Box::new(native),
+                probe: native_probe(tx, rx, sink, to, size),
+                beside: None,
+            });
+        }
+    }
+    let rly = lab.ns("rly");
+    measure_routes("kernel", &mut routes, quick, hints, &|phase| cpus::steer(&rly, phase == Phase::Rate), &mut f, say)?;
+    drop(routes);
+    // The reference under the same flood: sending it costs the traffic core as much
+    // here as beside a relay. The bubbles end at a socket on the relay host nobody
+    // reads, which drops them once its small buffer is full (no ICMP errors back).
+    cpus::steer(&rly, true).map_err(Failure::runtime)?;
+    let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
+    let hole = socket_in(&rly, SocketAddr::V4(relay)).map_err(Failure::runtime)?;
+    hole.set_recv_buffer_size(4096).map_err(|e| Failure::runtime(e.to_string()))?;
+    let (dur, _) = trial_sizes(quick);
+    let to = v6(SINK_NATIVE_V6, 9000);
+    let mut native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, UNDER_FLOOD.1, seq), to, 0);
+    under_flood(
+        "kernel",
+        &gen,
+        relay,
+        &mut f,
+        say,
+        &mut || {
+            max_rate(std::slice::from_ref(&out), &sink_h6, dur, quick, hints.get(&UNDER_FLOOD).copied(), &mut native)
+        },
+        searches(quick),
+    )?;
+    drop((sink_h6, sink_gen));
+    lab.teardown();
+    Ok(f)
+}
+
+/// Peer table: insertions and look-ups per second, and memory, at `n` peers.
+pub(crate) fn peer_table(n: usize) -> (f64, f64, f64) {
+    let rss = || -> f64 {
+        std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<f64>().ok()))
+            .unwrap_or(0.0)
+            * 4096.0
+    };
+    let before = rss();
+    let now = Duration::from_secs(1000);
+    let mut t = PeerTable::new(n, Duration::from_secs(300), KeyedHash::new(1, 2));
+    let addr = |i: usize| Ipv6Addr::new(0x2001, 0, 0x0102, 0x0304, 0, (i >> 32) as u16, (i >> 16) as u16, i as u16);
+    let m = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 1);
+    let t0 = Instant::now();
+    for i in 0..n {
+        let _ = t.insert(Peer::new(addr(i), m, now), now);
+    }
+    let ins = n as f64 / t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut found = 0;
+    for i in 0..n {
+        found += usize::from(t.get(&addr(i.wrapping_mul(7919) % n)).is_some());
+    }
+    let look = n as f64 / t1.elapsed().as_secs_f64();
+    assert_eq!(found, n);
+    (ins, look, (rss() - before).max(0.0))
+}
+
+/// CPUs online (not those this process may use: the bench holds itself to one).
+pub(crate) fn online_cpus() -> libc::c_long {
+    // SAFETY: sysconf takes and returns plain integers.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }
+}
+
+pub(crate) fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{} × {cpu}, Linux {}", online_cpus(), kernel.trim())
+}
+
+/// Files a relay lab's figures under `label`, and the kernel path's latencies probed in
+/// the same lab under the kernel's, as a lab of its own without rates: the kernel path's
+/// level is a lab's (9 or 11 µs), so three labs a round make a steadier figure than one.
+pub(crate) fn file_relay(runs: &mut BTreeMap<&'static str, Vec<Figures>>, label: &'static str, mut f: Figures) {
+    let beside = std::mem::take(&mut f.beside);
+    if !beside.is_empty() {
+        runs.entry("kernel").or_default().push(Figures { latency: beside, ..Figures::default() });
+    }
+    runs.entry(label).or_default().push(f);
+}

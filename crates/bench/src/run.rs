@@ -1,0 +1,137 @@
+//! One run of the benchmark: rounds over the implementations, the peer table, the
+//! end-to-end chains, then the report.
+
+use crate::buffers::equalize;
+use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
+use crate::error::Failure;
+use crate::measure::*;
+use crate::plots::write_report;
+use crate::report::*;
+use crate::stats::*;
+use shipworm::socket_buffers::DAEMON_BYTES;
+use shipworm_lab::scenario::{self, Scenario, Side};
+use shipworm_lab::{Impl, NatKind};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// Run the benchmark.
+pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
+    let me = Impl::Shipworm(shipworm_binary(args)?);
+    let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    let started = Instant::now();
+    let mut say = |l: &str| println!("{l}");
+    if cpus::available() {
+        cpus::pin_traffic().map_err(Failure::runtime)?;
+        say(&format!("traffic on CPU {TRAFFIC_CPU}, each relay host on CPU {RELAY_CPU}"));
+    } else {
+        say("one core: traffic and relay share it");
+    }
+    let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
+    for round in 1..=rounds {
+        say(&format!("round {round}/{rounds} (at {:.0} s)", started.elapsed().as_secs_f64()));
+        // Each implementation's searches start from its earlier rounds' rate.
+        let hints_of =
+            |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
+        let h = hints_of(&runs, "shipworm");
+        let s = measure_relay("shipworm", &me, SHIPWORM_EXTRA, &me, args.quick, &h, &mut say)?;
+        file_relay(&mut runs, "shipworm", s);
+        if miredo {
+            let h = hints_of(&runs, "miredo");
+            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
+            file_relay(&mut runs, "miredo", m);
+        }
+        let k = measure_kernel(args.quick, &hints_of(&runs, "kernel"), &mut say)?;
+        runs.entry("kernel").or_default().push(k);
+    }
+    say(&format!("peer table (at {:.0} s)", started.elapsed().as_secs_f64()));
+    let sizes: Vec<usize> = if args.quick { vec![100_000] } else { vec![1_000_000, 10_000_000] };
+    let tables: Vec<(usize, (f64, f64, f64))> = sizes.iter().map(|&n| (n, peer_table(n))).collect();
+    say(&format!("end to end through a NAT (at {:.0} s)", started.elapsed().as_secs_f64()));
+    let bytes = e2e_bytes(args.quick);
+    let mut chains: Vec<(&'static str, Impl)> = vec![("shipworm", me.clone())];
+    if miredo {
+        chains.push(("miredo", Impl::Miredo));
+    }
+    let mut e2e: Vec<EndToEnd> = chains
+        .iter()
+        .map(|(name, _)| EndToEnd {
+            name,
+            qualify_secs: vec![],
+            ping_ms: f64::NAN,
+            tcp: Default::default(),
+            udp: Default::default(),
+        })
+        .collect();
+    let rounds_e2e = e2e_rounds(args.quick);
+    for round in 0..rounds_e2e {
+        for ((name, imp), e) in chains.iter().zip(&mut e2e) {
+            let s = Scenario {
+                nat: NatKind::PortRestricted,
+                server: me.clone(),
+                relay: imp.clone(),
+                client: imp.clone(),
+                transfer_bytes: bytes,
+                // The round-trip figure comes from the first round; later ones only check.
+                pings: if round == 0 { 20 } else { 3 },
+                keep_on_failure: false,
+                first: Side::Client,
+            };
+            let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
+            // The same buffers for both chains, as for the relays measured alone.
+            equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+            equalize(&lab.clients[0].ns, None, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+            // The relay's and the client's hosts share the core the relays had alone above.
+            cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
+            cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
+            let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
+            let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
+            let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], args.quick)?;
+            drop(lab);
+            if round == 0 {
+                e.ping_ms = o.ping_out.steady_median_ms().unwrap_or(f64::NAN);
+            }
+            e.qualify_secs.push(o.qualify_secs);
+            e.tcp.0.extend(out);
+            e.tcp.1.extend(back);
+            let rates = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+            let (up_s, down_s) = (rates(&up), rates(&down));
+            e.udp.0.extend(up);
+            e.udp.1.extend(down);
+            say(&format!(
+                "  {name} ({}/{rounds_e2e}): TCP client→native {:.0}, {:.0} Mbit/s, native→client {:.0}, {:.0} Mbit/s; UDP client→native {up_s} pkt/s, native→client {down_s} pkt/s",
+                round + 1,
+                out[0],
+                out[1],
+                back[0],
+                back[1]
+            ));
+        }
+    }
+    let ratios_file = args.out.join("ratios.tsv");
+    let previous = read_compared(&ratios_file);
+    let (mut report, compared) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    report.push_str(&repeatability(previous.as_ref(), &compared));
+    write_report(&args.out, &report, &runs)?;
+    std::fs::write(&ratios_file, compared.to_tsv())
+        .map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
+    println!("\nreport: {}", args.out.join("report.md").display());
+    Ok(())
+}
+
+/// The `shipworm` binary measured: `--shipworm`, or the one built beside this program.
+fn shipworm_binary(args: &crate::BenchArgs) -> Result<std::path::PathBuf, Failure> {
+    let path = match &args.shipworm {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| Failure::runtime(format!("cannot find this program's path: {e}")))?
+            .with_file_name("shipworm"),
+    };
+    if !path.is_file() {
+        return Err(Failure::runtime(format!(
+            "no shipworm binary at {}: build it (cargo build --release) or name it with --shipworm PATH",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
