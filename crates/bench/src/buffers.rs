@@ -6,7 +6,7 @@
 //! the same path spread by up to 0.9 of their median. Equal buffers make the rates
 //! compare the work per packet.
 
-use shipworm::socket_buffers;
+use shipworm::io::socket_buffers;
 use shipworm_lab::netns;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 

@@ -7,7 +7,7 @@ use crate::error::Failure;
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Found, Probe, Sink};
-use shipworm::socket_buffers::DAEMON_BYTES;
+use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
 use shipworm_lab::{Impl, Lab, LabSpec, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};

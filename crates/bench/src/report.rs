@@ -5,7 +5,7 @@ use crate::buffers::TUN_QUEUE;
 use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
 use crate::measure::*;
 use crate::stats::*;
-use shipworm::socket_buffers::DAEMON_BYTES;
+use shipworm::io::socket_buffers::DAEMON_BYTES;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;

@@ -8,7 +8,7 @@ use crate::measure::*;
 use crate::plots::write_report;
 use crate::report::*;
 use crate::stats::*;
-use shipworm::socket_buffers::DAEMON_BYTES;
+use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{Impl, NatKind};
 use std::collections::BTreeMap;

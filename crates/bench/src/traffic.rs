@@ -3,7 +3,7 @@
 //! sender and sinks that count, paced batched senders (sendmmsg), a rate search for
 //! the highest rate under 0.1 % loss, and one-at-a-time latency probes.
 
-use shipworm::udp_batch::{RecvBatch, SendBatch};
+use shipworm::io::udp_batch::{RecvBatch, SendBatch};
 use shipworm_lab::netns;
 use shipworm_wire::checksum;
 use shipworm_wire::ipv6::Ipv6Repr;
@@ -24,7 +24,7 @@ pub fn socket_in(ns: &str, bind: SocketAddr) -> Result<Socket, String> {
         let domain = if bind.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).map_err(|e| e.to_string())?;
         // Large buffers past rmem_max, so the generator and sinks do not drop bursts themselves.
-        shipworm::socket_buffers::enlarge(s.as_fd(), 16 << 20);
+        shipworm::io::socket_buffers::enlarge(s.as_fd(), 16 << 20);
         s.bind(&bind.into()).map_err(|e| format!("bind {bind} in {ns}: {e}"))?;
         s.set_nonblocking(true).map_err(|e| e.to_string())?;
         Ok(s)

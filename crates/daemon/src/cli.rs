@@ -68,13 +68,9 @@ pub struct ServerArgs {
     #[arg(long, value_name = "IPV4")]
     pub bind2: Option<String>,
 
-    /// The user to run as once the sockets are open (default: nobody).
-    #[arg(short = 'u', long, value_name = "USER")]
-    pub user: Option<String>,
-
-    /// Stay in the foreground (always the case; accepted for Miredo compatibility).
-    #[arg(short = 'f', long)]
-    pub foreground: bool,
+    /// What every daemon accepts.
+    #[command(flatten)]
+    pub daemon: DaemonFlags,
 }
 
 /// Arguments of `shipworm relay`, Miredo's options included.
@@ -84,17 +80,9 @@ pub struct RelayArgs {
     #[arg(short = 'c', long = "config", value_name = "FILE", default_value = "/etc/miredo/miredo.conf")]
     pub config: std::path::PathBuf,
 
-    /// The user to run as once set up (default: nobody).
-    #[arg(short = 'u', long, value_name = "USER")]
-    pub user: Option<String>,
-
-    /// Write the process id to this file.
-    #[arg(short = 'p', long, value_name = "FILE")]
-    pub pidfile: Option<std::path::PathBuf>,
-
-    /// Stay in the foreground (always the case; accepted for Miredo compatibility).
-    #[arg(short = 'f', long)]
-    pub foreground: bool,
+    /// What every daemon accepts.
+    #[command(flatten)]
+    pub daemon: DaemonFlags,
 }
 
 /// Arguments of `shipworm client`, Miredo's options included.
@@ -108,17 +96,25 @@ pub struct ClientArgs {
     #[arg(value_name = "SERVER_NAME")]
     pub server: Option<String>,
 
-    /// The user to run as once set up (default: nobody).
-    #[arg(short = 'u', long, value_name = "USER")]
-    pub user: Option<String>,
-
-    /// Write the process id to this file.
-    #[arg(short = 'p', long, value_name = "FILE")]
-    pub pidfile: Option<std::path::PathBuf>,
+    /// What every daemon accepts.
+    #[command(flatten)]
+    pub daemon: DaemonFlags,
 
     /// The status socket (default: /run/shipworm/IFACE.sock).
     #[arg(long, value_name = "PATH")]
     pub control: Option<std::path::PathBuf>,
+}
+
+/// The options every daemon (server, relay, client) accepts, Miredo's included.
+#[derive(Debug, Args)]
+pub struct DaemonFlags {
+    /// The user to run as once set up (default: nobody).
+    #[arg(short = 'u', long, value_name = "USER")]
+    pub user: Option<String>,
+
+    /// Write the process id to this file (removed on a clean stop).
+    #[arg(short = 'p', long, value_name = "FILE")]
+    pub pidfile: Option<std::path::PathBuf>,
 
     /// Stay in the foreground (always the case; accepted for Miredo compatibility).
     #[arg(short = 'f', long)]

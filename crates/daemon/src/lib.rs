@@ -1,6 +1,5 @@
-//! The parts of the `shipworm` daemon that tools beside it reuse: the UDP batch I/O and
-//! socket buffer sizing (the benchmark's traffic generator sends and receives with the
-//! same calls as the relay it measures). The binary is `src/main.rs`.
+//! The I/O floor of the `shipworm` daemon as a library: the binary (`src/main.rs`)
+//! builds its roles on it, and the benchmark's traffic generator sends and receives
+//! with the same calls as the relay it measures.
 
-pub mod socket_buffers;
-pub mod udp_batch;
+pub mod io;

@@ -155,17 +155,29 @@ impl Lab {
         let ns = self.ns(short);
         let conf =
             self.write_conf(&format!("{name}.conf"), &format!("# lab server\nServerBindAddress {addr}\n{extra}"))?;
+        let pid = self.dir().join(format!("{name}.pid"));
+        let pid_arg = pid.display().to_string();
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                self.spawn(name, &ns, &[&bin, "server", "-c", &conf])?
+                self.spawn(name, &ns, &[&bin, "server", "-c", &conf, "-p", &pid_arg])?
             }
-            Impl::Miredo => {
-                let pid = self.dir().join(format!("{name}.pid")).display().to_string();
-                self.spawn(name, &ns, &["miredo-server", "-f", "-p", &pid, "-c", &conf])?
-            }
+            Impl::Miredo => self.spawn(name, &ns, &["miredo-server", "-f", "-p", &pid_arg, "-c", &conf])?,
         };
-        self.wait_udp(name, &ns, 3544, Duration::from_secs(10))
+        self.wait_udp(name, &ns, 3544, Duration::from_secs(10))?;
+        self.check_pidfile(name, &pid)
+    }
+
+    /// Every daemon takes Miredo's `-p FILE`: the file must hold the daemon's pid once it
+    /// serves (`ip netns exec` execs the daemon, so the child's pid is the daemon's).
+    fn check_pidfile(&self, name: &str, path: &Path) -> Result<()> {
+        let want = self.peers.iter().find(|p| p.name == name).and_then(|p| p.child.as_ref()).map(Child::id);
+        let got = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u32>().ok());
+        if got.is_some() && got == want {
+            Ok(())
+        } else {
+            err(format!("{name} did not write its pid {want:?} to {}: found {got:?}", path.display()))
+        }
     }
 
     /// Start the relay on 192.0.2.10, routing 2001::/32 for the native side.
@@ -182,18 +194,20 @@ impl Lab {
                 "# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n{extra}"
             ),
         )?;
+        let pid = self.dir().join("relay.pid");
+        let pid_arg = pid.display().to_string();
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf])?;
+                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg])?;
             }
             Impl::Miredo => {
-                let pid = self.dir().join("relay.pid").display().to_string();
-                self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid, "-c", &conf])?;
+                self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid_arg, "-c", &conf])?;
             }
         }
         self.wait_udp("relay", &ns, 3545, Duration::from_secs(10))?;
-        self.wait_route("relay", &ns, "2001::/32", Duration::from_secs(10))
+        self.wait_route("relay", &ns, "2001::/32", Duration::from_secs(10))?;
+        self.check_pidfile("relay", &pid)
     }
 
     fn wait_route(&mut self, name: &str, ns: &str, prefix: &str, within: Duration) -> Result<()> {

@@ -6,13 +6,16 @@
 //! the answer), and workers share only the sharded peer table. Batched receive and send,
 //! timers every 250 ms (worker 0); root is dropped once everything is set up.
 
-use crate::miredo_config::{MiredoConf, RelayType};
-use crate::netlink::Netlink;
-use crate::privileges;
-use crate::signals::Signals;
-use crate::tun::Tun;
-use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
-use crate::Failure;
+use crate::cli;
+use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::netlink::Netlink;
+use crate::io::tun::Tun;
+use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::logging;
+use crate::runtime::pidfile::PidFile;
+use crate::runtime::privileges;
+use crate::runtime::signals::Signals;
+use crate::runtime::Failure;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
@@ -68,7 +71,7 @@ fn random_keys() -> (u64, u64) {
 fn bind_udp(addr: SocketAddrV4, shared_port: bool) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
+    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
     if shared_port {
         s.set_reuse_port(true).map_err(|e| Failure::runtime(format!("SO_REUSEPORT: {e}")))?;
@@ -119,7 +122,25 @@ impl Crew<'_> {
 }
 
 /// Run the relay until SIGTERM/SIGINT.
-pub fn run(conf: &MiredoConf) -> Result<(), Failure> {
+/// `shipworm relay`: load the file (refusing a client's), then serve.
+pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let mut conf = crate::config::miredo::load(&args.config, None).map_err(|e| Failure::usage(e.to_string()))?;
+    if conf.role == RelayType::Client {
+        return Err(Failure::usage(format!(
+            "{}: RelayType is client: this file configures a Teredo client, not a relay",
+            args.config.display()
+        )));
+    }
+    if args.daemon.user.is_some() {
+        conf.user = args.daemon.user.clone();
+    }
+    let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
+    serve(&conf)
+}
+
+/// Relay until SIGTERM/SIGINT.
+fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }

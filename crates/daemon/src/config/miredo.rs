@@ -2,7 +2,7 @@
 //! directives in the same style. `RelayType` picks the role; directives of the other
 //! role are accepted and ignored with a warning, as Miredo does.
 
-use crate::config::{self, ConfigError, ConfigFile, Host};
+use crate::config::directives::{self as config, ConfigError, ConfigFile, Host};
 use shipworm_wire::ipv4_scope::non_global_reason;
 use shipworm_wire::teredo_addr;
 use std::net::{Ipv4Addr, Ipv6Addr};

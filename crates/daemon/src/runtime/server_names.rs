@@ -13,7 +13,7 @@
 //! credentials); glibc reads /etc/hosts, /etc/resolv.conf and nsswitch.conf again as
 //! needed on each lookup, all world-readable, so nothing here depends on root.
 
-use crate::config::Host;
+use crate::config::directives::Host;
 use shipworm_proto::client::ServerAddrs;
 use shipworm_wire::ipv4_scope::non_global_reason;
 use std::collections::HashMap;

@@ -2,11 +2,14 @@
 //! secondary address, port 3544), a raw IPv6 socket for the connectivity-test echoes it
 //! relays natively, batched I/O, then root is dropped.
 
-use crate::privileges;
-use crate::server_config::ServerSettings;
-use crate::signals::Signals;
-use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
-use crate::Failure;
+use crate::cli;
+use crate::config::server::{ServerOverrides, ServerSettings};
+use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::logging;
+use crate::runtime::pidfile::PidFile;
+use crate::runtime::privileges;
+use crate::runtime::signals::Signals;
+use crate::runtime::Failure;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use shipworm_proto::server::{Local, Server, ServerAction};
 use shipworm_wire::teredo_addr::TEREDO_PORT;
@@ -20,7 +23,7 @@ const BATCH: usize = 32;
 fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
+    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
     s.bind(&addr.into()).map_err(|e| {
         let hint = match e.raw_os_error() {
@@ -53,7 +56,17 @@ fn open_raw_ipv6() -> Result<Socket, Failure> {
 }
 
 /// Run the server until SIGTERM/SIGINT.
-pub fn run(settings: &ServerSettings) -> Result<(), Failure> {
+/// `shipworm server`: load the file (command-line addresses and user win), then serve.
+pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let over = ServerOverrides { bind: args.bind.clone(), bind2: args.bind2.clone(), user: args.daemon.user.clone() };
+    let settings = crate::config::server::load(Some(&args.config), &over).map_err(|e| Failure::usage(e.to_string()))?;
+    let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
+    serve(&settings)
+}
+
+/// Serve until SIGTERM/SIGINT.
+fn serve(settings: &ServerSettings) -> Result<(), Failure> {
     let cfg = &settings.proto;
     let primary = bind_udp(SocketAddrV4::new(cfg.primary, TEREDO_PORT), "primary")?;
     let secondary = bind_udp(SocketAddrV4::new(cfg.secondary, TEREDO_PORT), "secondary")?;

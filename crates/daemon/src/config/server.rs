@@ -1,7 +1,7 @@
 //! `shipworm server` settings: Miredo's `miredo-server.conf` directives, plus the new
 //! ones in the same style, with command-line overrides.
 
-use crate::config::{self, ConfigError, ConfigFile};
+use crate::config::directives::{self as config, ConfigError, ConfigFile};
 use shipworm_proto::server::{ServerConfig, DEFAULT_MAX_FORWARDED_ICMPV6};
 use shipworm_wire::ipv4_scope::non_global_reason;
 use std::net::Ipv4Addr;

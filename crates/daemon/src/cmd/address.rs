@@ -1,7 +1,7 @@
 //! `shipworm address`: decode a Teredo address into its parts, or encode one.
 
 use crate::cli::AddressArgs;
-use crate::Failure;
+use crate::runtime::Failure;
 use serde::Serialize;
 use shipworm_wire::ipv4_scope::non_global_reason;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX, PREFIX_EXPERIMENTAL};

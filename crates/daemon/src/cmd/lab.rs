@@ -2,7 +2,7 @@
 //! by step that a client behind a NAT gets working IPv6.
 
 use crate::cli::LabArgs;
-use crate::Failure;
+use crate::runtime::Failure;
 use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{netns, Impl, NatKind};
 use shipworm_wire::teredo_addr::TeredoAddr;

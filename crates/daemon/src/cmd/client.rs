@@ -4,15 +4,18 @@
 //! dropped down to CAP_NET_ADMIN once everything is open. Servers given by name get a
 //! state machine once a name resolved (`server_names`); until then the daemon waits.
 
-use crate::miredo_config::MiredoConf;
-use crate::netlink::{Netlink, NetworkWatch};
-use crate::privileges;
-use crate::server_names::{replace_now, ServerNames};
-use crate::signals::Signals;
-use crate::status::StatusListener;
-use crate::tun::Tun;
-use crate::udp_batch::{RecvBatch, SendBatch, SLOT};
-use crate::Failure;
+use crate::cli;
+use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::netlink::{Netlink, NetworkWatch};
+use crate::io::tun::Tun;
+use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::logging;
+use crate::runtime::pidfile::PidFile;
+use crate::runtime::privileges;
+use crate::runtime::server_names::{replace_now, ServerNames};
+use crate::runtime::signals::Signals;
+use crate::runtime::status_socket::StatusListener;
+use crate::runtime::Failure;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via, LINK_LOCAL};
 use shipworm_proto::transmit::{Random, Transmit};
@@ -58,7 +61,7 @@ impl Transmit for Out<'_> {
 fn udp_socket(addr: SocketAddrV4, what: &str) -> Result<Socket, Failure> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::socket_buffers::enlarge(s.as_fd(), crate::socket_buffers::DAEMON_BYTES);
+    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
     s.bind(&addr.into()).map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
     Ok(s)
@@ -229,8 +232,27 @@ fn list(servers: &[ServerAddrs]) -> String {
     l.join(", ")
 }
 
+/// `shipworm client`: load the file (refusing a relay's), then run.
+pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let mut conf =
+        crate::config::miredo::load(&args.config, args.server.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    if conf.role != RelayType::Client {
+        return Err(Failure::usage(format!(
+            "{}: RelayType is {:?}: this file configures a relay; run shipworm relay",
+            args.config.display(),
+            conf.role
+        )));
+    }
+    if args.daemon.user.is_some() {
+        conf.user = args.daemon.user.clone();
+    }
+    let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
+    serve(&conf, args.control.as_deref())
+}
+
 /// Run the client until SIGTERM/SIGINT.
-pub fn run(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
+fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
@@ -246,7 +268,8 @@ pub fn run(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let sock = udp_socket(SocketAddrV4::new(conf.bind_address, conf.bind_port), "service")?;
     let probe = udp_socket(SocketAddrV4::new(conf.bind_address, 0), "probe")?;
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
-    let control_path = control.map(Path::to_path_buf).unwrap_or_else(|| crate::status::default_path(tun.name()));
+    let control_path =
+        control.map(Path::to_path_buf).unwrap_or_else(|| crate::runtime::status_socket::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
     let urandom = std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;

@@ -1,7 +1,7 @@
 //! `shipworm status`: a running daemon answers on a local socket with one JSON
 //! document; this module holds both ends.
 
-use crate::Failure;
+use crate::runtime::Failure;
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
