@@ -3,9 +3,9 @@
 use crate::cli::AddressArgs;
 use crate::runtime::Failure;
 use serde::Serialize;
+use shipworm_proto::transmit::Random;
 use shipworm_wire::ipv4_scope::non_global_reason;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX, PREFIX_EXPERIMENTAL};
-use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 /// Everything a user may want to know about one Teredo address.
@@ -144,9 +144,7 @@ fn decode(text: &str, prefix: Option<&str>) -> Result<TeredoAddr, Failure> {
 fn parse_random_bits(text: &str) -> Result<u16, Failure> {
     if text == "random" {
         let mut b = [0u8; 2];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut b))
-            .map_err(|e| Failure { message: format!("cannot read /dev/urandom: {e}"), status: 1 })?;
+        crate::runtime::random::OsRandom::open()?.fill(&mut b);
         return Ok(u16::from_be_bytes(b) & 0x0fff);
     }
     let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {

@@ -9,19 +9,21 @@ use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::{Netlink, NetworkWatch};
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::bind;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
+use crate::runtime::random::OsRandom;
 use crate::runtime::server_names::{replace_now, ServerNames};
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::StatusListener;
+use crate::runtime::wait;
 use crate::runtime::Failure;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via, LINK_LOCAL};
-use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_proto::transmit::Transmit;
 use shipworm_wire::teredo_addr::TeredoAddr;
-use socket2::{Domain, Protocol, Socket, Type};
-use std::io::Read;
+use socket2::Socket;
 use std::net::{Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -29,15 +31,6 @@ use std::time::{Duration, Instant};
 
 const BATCH: usize = 32;
 const TICK: Duration = Duration::from_millis(100);
-
-/// Randomness from the kernel, through a file opened before privileges go.
-pub struct OsRandom(std::fs::File);
-
-impl Random for OsRandom {
-    fn fill(&mut self, buf: &mut [u8]) {
-        self.0.read_exact(buf).expect("/dev/urandom never runs dry");
-    }
-}
 
 struct Out<'a> {
     sock: &'a Socket,
@@ -56,15 +49,6 @@ impl Transmit for Out<'_> {
     fn probe(&mut self, to: SocketAddrV4, payload: &[u8]) {
         let _ = self.probe.send_to(payload, &to.into());
     }
-}
-
-fn udp_socket(addr: SocketAddrV4, what: &str) -> Result<Socket, Failure> {
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-        .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
-    s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
-    s.bind(&addr.into()).map_err(|e| Failure::runtime(format!("cannot bind the {what} socket to {addr}: {e}")))?;
-    Ok(s)
 }
 
 /// The interface as configured, kept in step with the state machine's events.
@@ -218,10 +202,9 @@ fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &s
 fn new_client(
     template: &ClientConfig,
     servers: Vec<ServerAddrs>,
-    urandom: &std::fs::File,
+    urandom: &OsRandom,
 ) -> Result<Client<OsRandom>, Failure> {
-    // A duplicate of the descriptor opened while root: needs no privilege.
-    let rng = OsRandom(urandom.try_clone().map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?);
+    let rng = urandom.try_clone()?;
     let mut cfg = template.clone();
     cfg.servers = servers;
     Ok(Client::new(cfg, rng))
@@ -265,13 +248,13 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
     nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
     nl.add_address(index, LINK_LOCAL, 64).map_err(Failure::runtime)?;
-    let sock = udp_socket(SocketAddrV4::new(conf.bind_address, conf.bind_port), "service")?;
-    let probe = udp_socket(SocketAddrV4::new(conf.bind_address, 0), "probe")?;
+    let sock = bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), false, "service", &bind::MIREDO_CONF)?;
+    let probe = bind::udp(SocketAddrV4::new(conf.bind_address, 0), false, "probe", &bind::MIREDO_CONF)?;
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
     let control_path =
         control.map(Path::to_path_buf).unwrap_or_else(|| crate::runtime::status_socket::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
-    let urandom = std::fs::File::open("/dev/urandom").map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?;
+    let mut urandom = OsRandom::open()?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root_keep_net_admin(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
         .map_err(Failure::runtime)?;
@@ -281,11 +264,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let started = Instant::now();
     let mut names = ServerNames::new(primary, conf.server2.clone(), conf.fallback_servers.clone(), started);
 
-    let mut keys = [0u8; 16];
-    OsRandom(urandom.try_clone().map_err(|e| Failure::runtime(format!("/dev/urandom: {e}")))?).fill(&mut keys);
     let mut template = ClientConfig::new(Vec::new());
-    template.hash_keys =
-        (u64::from_le_bytes(keys[..8].try_into().expect("8")), u64::from_le_bytes(keys[8..].try_into().expect("8")));
+    template.hash_keys = urandom.hash_keys();
     template.queue_bytes = conf.queue_bytes;
     template.refresh = Duration::from_secs(conf.refresh_interval);
     template.credentials = conf.credentials.clone();
@@ -325,10 +305,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
         ];
-        match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
-        }
+        wait::readable(&mut fds, wait)?;
         let now = started.elapsed();
         if watch.changed() {
             tracing::info!("network changed: qualifying again");

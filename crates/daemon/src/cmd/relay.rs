@@ -11,16 +11,18 @@ use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::bind;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
+use crate::runtime::random::OsRandom;
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use crate::runtime::{report, wait};
+use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
-use socket2::{Domain, Protocol, Socket, Type};
-use std::io::Read;
+use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,36 +57,6 @@ impl Transmit for Out<'_> {
             self.tun_errors += 1;
         }
     }
-}
-
-fn random_keys() -> (u64, u64) {
-    let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_err() {
-        // Still unpredictable enough to an outsider: time and pid.
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()) << 32;
-        b[..8].copy_from_slice(&t.to_le_bytes());
-    }
-    (u64::from_le_bytes(b[..8].try_into().unwrap()), u64::from_le_bytes(b[8..].try_into().unwrap()))
-}
-
-fn bind_udp(addr: SocketAddrV4, shared_port: bool) -> Result<Socket, Failure> {
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-        .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
-    s.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
-    if shared_port {
-        s.set_reuse_port(true).map_err(|e| Failure::runtime(format!("SO_REUSEPORT: {e}")))?;
-    }
-    s.bind(&addr.into()).map_err(|e| {
-        let hint = match e.raw_os_error() {
-            Some(libc::EADDRNOTAVAIL) => format!("; {} is not an address of this host (BindAddress)", addr.ip()),
-            Some(libc::EADDRINUSE) => "; another program (miredo?) uses that port (BindPort)".into(),
-            _ => String::new(),
-        };
-        Failure::runtime(format!("cannot bind {addr}: {e}{hint}"))
-    })?;
-    Ok(s)
 }
 
 /// One worker's own I/O.
@@ -167,7 +139,8 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         _ => Served::AnyGlobal,
     };
     // The first socket picks the port (BindPort 0: any); the others share it.
-    let first = bind_udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1)?;
+    let first =
+        bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1, "service", &bind::MIREDO_CONF)?;
     let local = first
         .local_addr()
         .ok()
@@ -176,9 +149,10 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     let port = local.port();
     let mut socks = vec![first];
     for _ in 1..workers {
-        socks.push(bind_udp(SocketAddrV4::new(conf.bind_address, port), true)?);
+        socks.push(bind::udp(SocketAddrV4::new(conf.bind_address, port), true, "service", &bind::MIREDO_CONF)?);
     }
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
 
@@ -189,7 +163,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         capacity: conf.peer_capacity,
         queue_bytes: conf.queue_bytes,
         icmp_source: conf.relay_address.or_else(|| own.first().copied()),
-        hash_keys: random_keys(),
+        hash_keys,
         ..RelayConfig::default()
     };
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
@@ -287,10 +261,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
         if Instant::now() >= busy_until {
             let wait = next_tick.saturating_duration_since(Instant::now());
             let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::try_from(wait.as_millis() as i32 + 1).unwrap_or(PollTimeout::MAX)) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
-            }
+            wait::readable(&mut fds, wait)?;
         } else {
             // Still runnable, so no wake-up is due, but a thread that needs this core
             // (the host's own work, another worker) gets it.
@@ -342,17 +313,14 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
 
 fn report(crew: &Crew<'_>, what: &str) {
     let s = crew.totals();
-    let drops: Vec<String> = s.drops.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
     tracing::info!(
-        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {} dropped{}{}",
+        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}",
         crew.relay.peer_count(),
         s.to_teredo,
         s.to_native,
         s.bubbles,
         s.unreachable_peers,
         s.icmp_errors,
-        s.drops.total(),
-        if drops.is_empty() { "" } else { ": " },
-        drops.join(" ")
+        report::dropped(&s.drops)
     );
 }

@@ -5,12 +5,14 @@
 use crate::cli;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::bind;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use crate::runtime::{report, wait};
+use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::server::{Local, Server, ServerAction};
 use shipworm_wire::teredo_addr::TEREDO_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -19,26 +21,6 @@ use std::os::fd::AsFd;
 
 /// Datagrams per system call.
 const BATCH: usize = 32;
-
-fn bind_udp(addr: SocketAddrV4, role: &str) -> Result<Socket, Failure> {
-    let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
-        .map_err(|e| Failure::runtime(format!("cannot create a UDP socket: {e}")))?;
-    crate::io::socket_buffers::enlarge(s.as_fd(), crate::io::socket_buffers::DAEMON_BYTES);
-    s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
-    s.bind(&addr.into()).map_err(|e| {
-        let hint = match e.raw_os_error() {
-            Some(libc::EADDRNOTAVAIL) => format!(
-                "; assign {} to an interface of this host{}",
-                addr.ip(),
-                if role == "secondary" { " or set ServerBindAddress2" } else { "" }
-            ),
-            Some(libc::EADDRINUSE) => "; another Teredo server (miredo-server?) is running".into(),
-            _ => String::new(),
-        };
-        Failure::runtime(format!("cannot bind the {role} address {addr}: {e}{hint}"))
-    })?;
-    Ok(s)
-}
 
 fn open_raw_ipv6() -> Result<Socket, Failure> {
     // IPPROTO_RAW over IPv6 sends whole packets, header included: the echo keeps the
@@ -68,8 +50,19 @@ pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
 /// Serve until SIGTERM/SIGINT.
 fn serve(settings: &ServerSettings) -> Result<(), Failure> {
     let cfg = &settings.proto;
-    let primary = bind_udp(SocketAddrV4::new(cfg.primary, TEREDO_PORT), "primary")?;
-    let secondary = bind_udp(SocketAddrV4::new(cfg.secondary, TEREDO_PORT), "secondary")?;
+    let in_use = "another Teredo server (miredo-server?) is running";
+    let primary = bind::udp(
+        SocketAddrV4::new(cfg.primary, TEREDO_PORT),
+        false,
+        "primary",
+        &bind::Directives { address: "ServerBindAddress", in_use },
+    )?;
+    let secondary = bind::udp(
+        SocketAddrV4::new(cfg.secondary, TEREDO_PORT),
+        false,
+        "secondary",
+        &bind::Directives { address: "ServerBindAddress2, by default the primary + 1", in_use },
+    )?;
     let raw = open_raw_ipv6()?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
@@ -94,11 +87,8 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
         }
         let mut fds =
             [PollFd::new(primary.as_fd(), PollFlags::POLLIN), PollFd::new(secondary.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(500u16)) {
-            Ok(0) => continue,
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(Failure::runtime(format!("poll: {e}"))),
+        if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
+            continue;
         }
         for (local, sock) in sockets {
             // Drain this socket a batch at a time.
@@ -145,14 +135,11 @@ fn send_native(raw: &Socket, packet: &[u8]) {
 
 fn report(server: &Server, what: &str) {
     let s = server.stats();
-    let drops: Vec<String> = s.drops.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
     tracing::info!(
-        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {} dropped{}{}",
+        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {}",
         s.advertisements,
         s.forwarded_udp,
         s.forwarded_native,
-        s.drops.total(),
-        if drops.is_empty() { "" } else { ": " },
-        drops.join(" ")
+        report::dropped(&s.drops)
     );
 }

@@ -6,3 +6,4 @@ pub mod netlink;
 pub mod socket_buffers;
 pub mod tun;
 pub mod udp_batch;
+pub mod udp_socket;

@@ -2,12 +2,16 @@
 //! logging, dropping privileges, signals, the pid file, the status socket and the
 //! background resolution of server names.
 
+pub mod bind;
 pub mod error;
 pub mod logging;
 pub mod pidfile;
 pub mod privileges;
+pub mod random;
+pub mod report;
 pub mod server_names;
 pub mod signals;
 pub mod status_socket;
+pub mod wait;
 
 pub use error::Failure;
