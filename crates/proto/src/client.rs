@@ -369,7 +369,7 @@ impl<R: Random> Client<R> {
         // The cone test, from the probe port: answered from the secondary address.
         let cone = self.nonce();
         let n = self.rs(RS_SOURCE_CONE, cone);
-        tx.probe(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
+        tx.udp_second(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
         self.cone_nonce = Some((cone, server));
         self.cone_seen = false;
         self.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };

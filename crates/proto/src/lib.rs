@@ -2,9 +2,16 @@
 //!
 //! The middle floor: Teredo's protocol logic as sans-IO state machines. Bytes and the
 //! time come in as arguments (`on_udp`, `on_tun`/`on_native`, `on_timer`), and what to
-//! do comes back as a value naming a caller-provided buffer; nothing here opens a
-//! socket, reads a clock or touches the OS. That keeps every rule testable with byte
-//! vectors and virtual time, and leaves batching, threads and privileges to the daemon.
+//! send goes out through the caller's [`transmit::Transmit`] — one output style for the
+//! server, the relay and the client, since one input may ask for several outputs (a
+//! relay's flushed queue, a client's two bubbles). Nothing here opens a socket, reads a
+//! clock or touches the OS. That keeps every rule testable with byte vectors and
+//! virtual time, and leaves batching, threads and privileges to the daemon.
+//!
+//! One exception, on purpose: the relay's peer table is shared between worker threads
+//! (`relay::SharedRelay`), and its locks live here, per shard, because which entries a
+//! packet may touch, and in what order, is protocol logic (a bubble's answer and the
+//! queue it releases must see one entry); the daemon only decides how many workers run.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -13,6 +13,7 @@
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::secure;
+use crate::transmit::Transmit;
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
@@ -81,11 +82,10 @@ impl Local {
     }
 }
 
-/// What to do with a datagram or packet.
+/// What a datagram or packet led to, built in the server's scratch buffer before it
+/// goes out through [`Transmit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerAction {
-    /// Nothing: the packet was dropped, and counted.
-    Drop(DropReason),
+enum ServerAction {
     /// Send `out[..len]` as a UDP payload from `from`:3544 to `to`.
     Udp {
         /// Which local address sends it.
@@ -122,6 +122,9 @@ pub struct Server {
     config: ServerConfig,
     link_local: Ipv6Addr,
     stats: ServerStats,
+    /// Where answers are built: room for any UDP payload plus an origin indication, so
+    /// no input is refused for the buffer's sake.
+    scratch: Vec<u8>,
 }
 
 /// How a datagram passed the admission checks of RFC 4380 §5.3.1.
@@ -137,7 +140,7 @@ impl Server {
     /// A server with this configuration.
     pub fn new(config: ServerConfig) -> Self {
         let link_local = server_link_local(config.primary);
-        Server { config, link_local, stats: ServerStats::default() }
+        Server { config, link_local, stats: ServerStats::default(), scratch: vec![0u8; 65536 + 64] }
     }
 
     /// The configuration.
@@ -172,16 +175,25 @@ impl Server {
         TeredoAddr::decode_with_prefix(addr, self.config.prefix).is_some_and(|t| t.server == self.config.primary)
     }
 
-    fn drop(&mut self, reason: DropReason) -> ServerAction {
+    fn drop(&mut self, reason: DropReason) {
         self.stats.drops.count(reason);
-        ServerAction::Drop(reason)
     }
 
-    /// A datagram arrived on `local`:3544 from `from`. The answer, if any, is written
-    /// into `out` (give it at least 64 KiB to never refuse a forward for size).
-    pub fn on_udp(&mut self, local: Local, from: SocketAddrV4, datagram: &[u8], out: &mut [u8]) -> ServerAction {
-        match self.handle_udp(local, from, datagram, out) {
-            Ok(action) => action,
+    /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
+    /// goes out through `tx` (from the secondary address with `udp_second`); anything
+    /// else is dropped and counted.
+    pub fn on_udp(&mut self, local: Local, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
+        let mut out = std::mem::take(&mut self.scratch);
+        let action = self.handle_udp(local, from, datagram, &mut out);
+        self.emit(action, &out, tx);
+        self.scratch = out;
+    }
+
+    fn emit(&mut self, action: Result<ServerAction, DropReason>, out: &[u8], tx: &mut impl Transmit) {
+        match action {
+            Ok(ServerAction::Udp { from: Local::Primary, to, len }) => tx.udp(to, &out[..len]),
+            Ok(ServerAction::Udp { from: Local::Secondary, to, len }) => tx.udp_second(to, &out[..len]),
+            Ok(ServerAction::Native { len }) => tx.tun(&out[..len]),
             Err(reason) => self.drop(reason),
         }
     }
@@ -381,11 +393,11 @@ impl Server {
     /// it routes the server's Teredo prefix): echo replies for one of our clients go
     /// back over UDP to its mapping. No origin indication: there is no outer source to
     /// report.
-    pub fn on_native(&mut self, packet: &[u8], out: &mut [u8]) -> ServerAction {
-        match self.handle_native(packet, out) {
-            Ok(action) => action,
-            Err(reason) => self.drop(reason),
-        }
+    pub fn on_native(&mut self, packet: &[u8], tx: &mut impl Transmit) {
+        let mut out = std::mem::take(&mut self.scratch);
+        let action = self.handle_native(packet, &mut out);
+        self.emit(action, &out, tx);
+        self.scratch = out;
     }
 
     fn handle_native(&mut self, packet: &[u8], out: &mut [u8]) -> Result<ServerAction, DropReason> {

@@ -1,17 +1,22 @@
-//! Where a state machine's output goes. The daemon implements it over its sockets and
-//! TUN (batching as it likes); tests record into vectors.
+//! Where a state machine's output goes: the one output style of every role (server,
+//! relay, client). A state machine calls it while it handles an input, as many times
+//! as that input asks (a relay's flushed queue, a client's two bubbles); the daemon
+//! implements it over its sockets and TUN, batching as it likes, and tests record
+//! into vectors.
 
 use std::net::SocketAddrV4;
 
-/// Output of the relay and client state machines.
+/// Output of the server, relay and client state machines.
 pub trait Transmit {
-    /// Send a UDP datagram whose payload is `payload` to `to`, from the service port.
+    /// Send a UDP datagram whose payload is `payload` to `to`, from the service socket
+    /// (the server's primary address).
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]);
-    /// Write an IPv6 packet to the TUN side (the host stack, or the native network).
+    /// Write an IPv6 packet to the IPv6 side: the host stack (client), the native
+    /// network (relay, and the server's connectivity-test echoes).
     fn tun(&mut self, packet: &[u8]);
-    /// Send from the client's second, probe-only socket (NAT kind detection). Only the
-    /// client uses it.
-    fn probe(&mut self, to: SocketAddrV4, payload: &[u8]) {
+    /// Send from the node's second socket: the client's probe-only port (NAT kind
+    /// detection), the server's secondary address (the cone test). The relay has none.
+    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
         let _ = (to, payload);
     }
 }

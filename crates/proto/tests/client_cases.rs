@@ -3,7 +3,7 @@
 //! when a case needs a malformed one).
 
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
-use shipworm_proto::server::{Local, Server, ServerAction, ServerConfig};
+use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::{Random, Transmit};
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
@@ -43,7 +43,7 @@ impl Transmit for Rec {
     fn tun(&mut self, p: &[u8]) {
         self.tun.push(p.to_vec());
     }
-    fn probe(&mut self, to: SocketAddrV4, p: &[u8]) {
+    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
         self.probe.push((to, p.to_vec()));
     }
 }
@@ -69,13 +69,13 @@ fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
 /// What server `primary` answers to `rs` arriving on `local` from `from`.
 fn answer(primary: Ipv4Addr, local: Local, from: &str, rs: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
     let mut s = Server::new(ServerConfig::new(primary));
-    let mut out = vec![0u8; 2048];
-    match s.on_udp(local, sa(from), rs, &mut out) {
-        ServerAction::Udp { from: via, len, .. } => {
-            Some((SocketAddrV4::new(s.address(via), 3544), out[..len].to_vec()))
-        }
-        _ => None,
-    }
+    let mut w = Rec::default();
+    s.on_udp(local, sa(from), rs, &mut w);
+    let via = |l| SocketAddrV4::new(s.address(l), 3544);
+    w.udp
+        .pop()
+        .map(|(_, b)| (via(Local::Primary), b))
+        .or_else(|| w.probe.pop().map(|(_, b)| (via(Local::Secondary), b)))
 }
 
 /// Run qualification against server P with the NAT mapping the service port to
@@ -636,11 +636,9 @@ mod secure_qualification {
         let mut w = Rec::default();
         client.on_timer(secs(1), &mut w);
         let (_, rs) = w.udp.pop()?;
-        let mut out = vec![0u8; 2048];
-        match server.on_udp(Local::Primary, sa(M), &rs, &mut out) {
-            ServerAction::Udp { len, .. } => Some(out[..len].to_vec()),
-            _ => None,
-        }
+        let mut answer = Rec::default();
+        server.on_udp(Local::Primary, sa(M), &rs, &mut answer);
+        answer.udp.pop().map(|(_, ra)| ra)
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl Transmit for Out<'_> {
     fn tun(&mut self, packet: &[u8]) {
         let _ = self.tun.send(packet);
     }
-    fn probe(&mut self, to: SocketAddrV4, payload: &[u8]) {
+    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
         let _ = self.probe.send_to(payload, &to.into());
     }
 }

@@ -13,10 +13,12 @@ use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
 use crate::runtime::{report, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::server::{Local, Server, ServerAction};
+use shipworm_proto::server::{Local, Server};
+use shipworm_proto::transmit::Transmit;
+use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::TEREDO_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{Ipv6Addr, SocketAddrV4, SocketAddrV6};
+use std::net::{SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd;
 
 /// Datagrams per system call.
@@ -77,8 +79,12 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
         p = TEREDO_PORT
     );
     let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut tx = [SendBatch::new(BATCH, SLOT), SendBatch::new(BATCH, SLOT)];
-    let mut out = vec![0u8; SLOT];
+    let mut out = Out {
+        primary: &primary,
+        secondary: &secondary,
+        raw: &raw,
+        batches: [SendBatch::new(BATCH, SLOT), SendBatch::new(BATCH, SLOT)],
+    };
     let sockets = [(Local::Primary, &primary), (Local::Secondary, &secondary)];
 
     while !signals.stop_requested() {
@@ -96,24 +102,9 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
                 let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
                 for i in 0..n {
                     let (from, data) = rx.get(i);
-                    match server.on_udp(local, from, data, &mut out) {
-                        ServerAction::Drop(_) => {}
-                        ServerAction::Udp { from: via, to, len } => {
-                            let batch = &mut tx[via as usize];
-                            batch.slot_mut()[..len].copy_from_slice(&out[..len]);
-                            batch.commit(len, to);
-                            if batch.is_full() {
-                                batch.flush(sockets[via as usize].1.as_fd());
-                            }
-                        }
-                        ServerAction::Native { len } => send_native(&raw, &out[..len]),
-                    }
+                    server.on_udp(local, from, data, &mut out);
                 }
-                for (b, (_, s)) in tx.iter_mut().zip(sockets) {
-                    if !b.is_empty() {
-                        b.flush(s.as_fd());
-                    }
-                }
+                out.flush();
                 if n < BATCH {
                     break;
                 }
@@ -124,12 +115,45 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The server's output: answers and forwards from either address in a send batch
+/// each (flushed when full and after each batch received), echoes to native IPv6
+/// through the raw socket.
+struct Out<'a> {
+    primary: &'a Socket,
+    secondary: &'a Socket,
+    raw: &'a Socket,
+    batches: [SendBatch; 2],
+}
+
+impl Out<'_> {
+    fn flush(&mut self) {
+        for (b, s) in self.batches.iter_mut().zip([self.primary, self.secondary]) {
+            if !b.is_empty() {
+                b.flush(s.as_fd());
+            }
+        }
+    }
+}
+
+impl Transmit for Out<'_> {
+    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        self.batches[0].push(self.primary.as_fd(), to, payload);
+    }
+    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        self.batches[1].push(self.secondary.as_fd(), to, payload);
+    }
+    fn tun(&mut self, packet: &[u8]) {
+        send_native(self.raw, packet);
+    }
+}
+
 fn send_native(raw: &Socket, packet: &[u8]) {
-    let mut d = [0u8; 16];
-    d.copy_from_slice(&packet[24..40]);
-    let dst = SockAddr::from(SocketAddrV6::new(Ipv6Addr::from(d), 0, 0, 0));
+    // The server built this packet; a view is still the one way to read a header.
+    let Ok(ip) = Ipv6Packet::new_checked(packet) else { return };
+    let d = ip.dst_addr();
+    let dst = SockAddr::from(SocketAddrV6::new(d, 0, 0, 0));
     if let Err(e) = raw.send_to(packet, &dst) {
-        tracing::debug!("native send to {}: {e}", Ipv6Addr::from(d));
+        tracing::debug!("native send to {d}: {e}");
     }
 }
 
