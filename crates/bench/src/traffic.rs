@@ -121,9 +121,11 @@ impl Sink {
         let (c, st, pa, pd) = (Arc::clone(&count), Arc::clone(&stop), Arc::clone(&pause), Arc::clone(&paused));
         let thread = std::thread::spawn(move || {
             const BATCH: usize = 64;
-            let mut rx = RecvBatch::new(BATCH, 2048);
+            let mut rxs: Vec<RecvBatch> = socks.into_iter().map(|s| RecvBatch::new(s, BATCH, 2048)).collect();
+            let polled: Vec<std::os::fd::OwnedFd> =
+                rxs.iter().filter_map(|r| r.as_fd().try_clone_to_owned().ok()).collect();
             let mut fds: Vec<nix::poll::PollFd> =
-                socks.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+                polled.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
             let mut reads = 0u64;
             while !st.load(Ordering::Relaxed) {
                 if pa.load(Ordering::Acquire) {
@@ -137,11 +139,11 @@ impl Sink {
                 // short: the emulated clients' 32 sockets, each read every time, cost
                 // the traffic core so many empty calls that the sender fell short.
                 let mut got = 0;
-                for (s, fd) in socks.iter().zip(&fds) {
+                for (rx, fd) in rxs.iter_mut().zip(&fds) {
                     if !fd.revents().is_some_and(|r| r.contains(nix::poll::PollFlags::POLLIN)) {
                         continue;
                     }
-                    while let Ok(n) = rx.recv(s.as_fd()) {
+                    while let Ok(n) = rx.recv() {
                         reads += 1;
                         got += n;
                         if n < BATCH {
@@ -212,7 +214,12 @@ pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + '
 pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) -> u64 {
     let _slack = FineTimerSlack::set();
     let batch_n = ((rate / 4_000) as usize).clamp(8, 64);
-    let mut batches: Vec<SendBatch> = socks.iter().map(|_| SendBatch::new(batch_n, 2048)).collect();
+    // A batch per socket, each with its own descriptor of it (the caller keeps the
+    // sockets for the next trial).
+    let mut batches: Vec<SendBatch> = socks
+        .iter()
+        .map(|s| SendBatch::new(s.try_clone().expect("duplicate a generator socket"), batch_n, 2048))
+        .collect();
     let interval = Duration::from_secs_f64(batch_n as f64 / rate as f64);
     let start = Instant::now();
     let mut next = start;
@@ -231,13 +238,13 @@ pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) 
             b.slot_mut()[..len].copy_from_slice(&buf[..len]);
             b.commit_any(len, to);
             if b.is_full() {
-                sent += b.flush(socks[sock].as_fd()).0 as u64;
+                sent += b.flush().0 as u64;
             }
             seq += 1;
         }
-        for (b, s) in batches.iter_mut().zip(socks) {
+        for b in &mut batches {
             if !b.is_empty() {
-                sent += b.flush(s.as_fd()).0 as u64;
+                sent += b.flush().0 as u64;
             }
         }
         next += interval;
@@ -804,12 +811,12 @@ mod tests {
         let sink = Sink::start(vec![rx]);
         std::thread::sleep(Duration::from_millis(200));
         let (before, arrived) = (frames(), sink.count());
-        let mut out = SendBatch::new(32, 2048);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 32, 2048);
         for i in 0..20u8 {
             out.slot_mut()[..200].fill(i);
             out.commit_any(200, to);
         }
-        assert_eq!(out.flush(tx.as_fd()), (20, 0));
+        assert_eq!(out.flush(), (20, 0));
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(sink.count() - arrived, 20);
         // Whole, the row would cross the wire as one frame, and the relay host would

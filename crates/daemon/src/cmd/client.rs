@@ -17,8 +17,8 @@ use crate::runtime::random::OsRandom;
 use crate::runtime::server_names::{replace_now, ServerNames};
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::StatusListener;
-use crate::runtime::wait;
 use crate::runtime::Failure;
+use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via, LINK_LOCAL};
 use shipworm_proto::transmit::Transmit;
@@ -30,24 +30,34 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const BATCH: usize = 32;
+/// UDP batches read from one socket per round at most (see `runtime::drain`).
+const UDP_BATCHES_PER_ROUND: usize = 8;
 const TICK: Duration = Duration::from_millis(100);
 
+/// The client's output: the service socket's send batch (flushed when full and after
+/// each round), the probe socket for the NAT test (a datagram now and then), the TUN.
 struct Out<'a> {
-    sock: &'a Socket,
+    batch: SendBatch,
     probe: &'a Socket,
     tun: &'a Tun,
-    batch: SendBatch,
+    /// Datagrams the probe socket could not send, and packets the TUN refused.
+    probe_errors: u64,
+    tun_errors: u64,
 }
 
 impl Transmit for Out<'_> {
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batch.push(self.sock.as_fd(), to, payload);
+        self.batch.push(to, payload);
     }
     fn tun(&mut self, packet: &[u8]) {
-        let _ = self.tun.send(packet);
+        if self.tun.send(packet).is_err() {
+            self.tun_errors += 1;
+        }
     }
     fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        let _ = self.probe.send_to(payload, &to.into());
+        if self.probe.send_to(payload, &to.into()).is_err() {
+            self.probe_errors += 1;
+        }
     }
 }
 
@@ -140,7 +150,11 @@ impl Interface {
     }
 }
 
-fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &str) -> String {
+fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &str, out: &Out<'_>) -> String {
+    let io_errors = serde_json::json!({
+        "udp_send_failures": out.batch.failed() + out.probe_errors,
+        "tun_write_failures": out.tun_errors,
+    });
     let Some(c) = client else {
         // Nothing resolved yet: no state machine to ask, the same shape all the same.
         let waiting: Vec<&str> = names.failing().iter().map(|(n, _)| n.as_str()).collect();
@@ -158,6 +172,7 @@ fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &s
             "mtu": 1280,
             "peers": 0,
             "counters": {},
+            "io_errors": io_errors,
         })
         .to_string();
     };
@@ -193,6 +208,7 @@ fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &s
             "first_contact_delivered": st.first_contact_delivered,
             "drops": drops,
         },
+        "io_errors": io_errors,
     })
     .to_string()
 }
@@ -291,16 +307,19 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         metric: conf.route_metric,
         hook: conf.hook_script.clone(),
     };
-    let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut out = Out { sock: &sock, probe: &probe, tun: &tun, batch: SendBatch::new(BATCH, SLOT) };
+    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
+    let mut rx_service = RecvBatch::new(dup(&sock)?, BATCH, SLOT);
+    let mut rx_probe = RecvBatch::new(dup(&probe)?, BATCH, SLOT);
+    let mut out =
+        Out { batch: SendBatch::new(sock, BATCH, SLOT), probe: &probe, tun: &tun, probe_errors: 0, tun_errors: 0 };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = started;
 
     while !signals.stop_requested() {
         let wait = next_tick.saturating_duration_since(Instant::now());
         let mut fds = [
-            PollFd::new(sock.as_fd(), PollFlags::POLLIN),
-            PollFd::new(probe.as_fd(), PollFlags::POLLIN),
+            PollFd::new(rx_service.as_fd(), PollFlags::POLLIN),
+            PollFd::new(rx_probe.as_fd(), PollFlags::POLLIN),
             PollFd::new(tun.as_fd(), PollFlags::POLLIN),
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
@@ -316,32 +335,20 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             // From the new network a name may point elsewhere, or resolve at last.
             names.resolve_all(Instant::now());
         }
-        // Read everything even without a state machine, or poll would not wait.
-        for (via, s) in [(Via::Service, &sock), (Via::Probe, &probe)] {
-            loop {
-                let n = rx.recv(s.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
+        // Read even without a state machine (the data is dropped), or poll would not
+        // wait.
+        for (via, rx) in [(Via::Service, &mut rx_service), (Via::Probe, &mut rx_probe)] {
+            drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| {
                 if let Some(c) = client.as_mut() {
-                    for i in 0..n {
-                        let (from, data) = rx.get(i);
-                        c.on_udp(now, via, from, data, &mut out);
-                    }
+                    c.on_udp(now, via, from, data, &mut out);
                 }
-                if n < BATCH {
-                    break;
-                }
-            }
+            })?;
         }
-        for _ in 0..BATCH {
-            match tun.recv(&mut buf) {
-                Ok(Some(n)) => {
-                    if let Some(c) = client.as_mut() {
-                        c.on_tun(now, &buf[..n], &mut out);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
+        drain::tun(&tun, &mut buf, BATCH, |packet| {
+            if let Some(c) = client.as_mut() {
+                c.on_tun(now, packet, &mut out);
             }
-        }
+        })?;
         if Instant::now() >= next_tick {
             if let Some(c) = client.as_mut() {
                 c.on_timer(started.elapsed(), &mut out);
@@ -376,7 +383,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             }
         }
         if !out.batch.is_empty() {
-            out.batch.flush(sock.as_fd());
+            out.batch.flush();
         }
         if let Some(c) = client.as_mut() {
             while let Some(ev) = c.poll_event() {
@@ -390,10 +397,10 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             }
         }
         if signals.take_report_request() {
-            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name));
+            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out));
         }
-        status.serve(|| status_json(client.as_ref(), &names, &iface.name));
+        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out));
     }
-    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name));
+    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out));
     Ok(())
 }

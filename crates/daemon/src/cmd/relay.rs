@@ -16,9 +16,10 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
+use crate::runtime::report::{self, IoErrors};
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
-use crate::runtime::{report, wait};
+use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
@@ -42,15 +43,20 @@ const SHARDS_PER_WORKER: usize = 64;
 /// The relay's output: UDP into a send batch (flushed when full and after each
 /// round), IPv6 packets straight to the TUN.
 struct Out<'a> {
-    sock: &'a Socket,
     tun: &'a Tun,
     batch: SendBatch,
     tun_errors: u64,
 }
 
+impl Out<'_> {
+    fn io_errors(&self) -> IoErrors {
+        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_errors }
+    }
+}
+
 impl Transmit for Out<'_> {
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batch.push(self.sock.as_fd(), to, payload);
+        self.batch.push(to, payload);
     }
     fn tun(&mut self, packet: &[u8]) {
         if self.tun.send(packet).is_err() {
@@ -73,7 +79,7 @@ struct Crew<'a> {
     halt: &'a AtomicBool,
     started: Instant,
     /// Each worker's counters, published every tick and on exit.
-    published: &'a [Mutex<RelayStats>],
+    published: &'a [Mutex<(RelayStats, IoErrors)>],
     /// How long a worker keeps polling without sleeping after its last packet.
     busy_poll: Duration,
 }
@@ -84,16 +90,17 @@ impl Crew<'_> {
     }
 
     /// Counters over all workers, as last published.
-    fn totals(&self) -> RelayStats {
-        let mut sum = RelayStats::default();
+    fn totals(&self) -> (RelayStats, IoErrors) {
+        let (mut sum, mut io) = (RelayStats::default(), IoErrors::default());
         for p in self.published {
-            sum.add(&p.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+            let p = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sum.add(&p.0);
+            io.add(&p.1);
         }
-        sum
+        (sum, io)
     }
 }
 
-/// Run the relay until SIGTERM/SIGINT.
 /// `shipworm relay`: load the file (refusing a client's), then serve.
 pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
     logging::init("info");
@@ -184,7 +191,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
     let halt = AtomicBool::new(false);
-    let published: Vec<Mutex<RelayStats>> = (0..workers).map(|_| Mutex::new(RelayStats::default())).collect();
+    let published: Vec<Mutex<(RelayStats, IoErrors)>> = (0..workers).map(|_| Mutex::default()).collect();
     let crew = Crew {
         relay: &relay,
         signals: &signals,
@@ -240,8 +247,9 @@ fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
 fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     let WorkerIo { sock, tun } = io;
     let mut state = crew.relay.worker();
-    let mut rx = RecvBatch::new(BATCH, SLOT);
-    let mut out = Out { sock, tun, batch: SendBatch::new(BATCH, SLOT), tun_errors: 0 };
+    let dup = || sock.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate the UDP socket: {e}")));
+    let mut rx = RecvBatch::new(dup()?, BATCH, SLOT);
+    let mut out = Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_errors: 0 };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = crew.started + TICK;
     // Adaptive busy polling: right after traffic, look again at once rather than sleep
@@ -249,72 +257,57 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     // yielding the core between looks, and sleep once `busy_poll` has passed with
     // nothing to do.
     let mut busy_until = Instant::now();
-    let publish = |state: &shipworm_proto::relay::RelayWorker| {
-        *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) = state.stats().clone();
+    let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>| {
+        *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (state.stats().clone(), out.io_errors());
     };
 
     while crew.running() {
         if id == 0 && crew.signals.take_report_request() {
-            publish(&state);
+            publish(&state, &out);
             report(crew, "counters");
         }
         if Instant::now() >= busy_until {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
+            let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
             wait::readable(&mut fds, wait)?;
         } else {
             // Still runnable, so no wake-up is due, but a thread that needs this core
             // (the host's own work, another worker) gets it.
             std::thread::yield_now();
         }
-        let mut handled = 0;
-        // UDP side, a batch at a time, a bounded number of batches.
-        for _ in 0..UDP_BATCHES_PER_ROUND {
-            let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
-            handled += n;
-            let now = crew.started.elapsed();
-            for i in 0..n {
-                let (from, data) = rx.get(i);
-                crew.relay.on_udp(&mut state, now, from, data, &mut out);
-            }
-            if n < BATCH {
-                break;
-            }
-        }
-        // TUN side: up to a batch of packets per round, so neither side starves.
+        // UDP side a bounded number of batches, then TUN side up to a batch of
+        // packets, so neither side starves.
         let now = crew.started.elapsed();
-        for _ in 0..BATCH {
-            match tun.recv(&mut buf) {
-                Ok(Some(n)) => {
-                    handled += 1;
-                    crew.relay.on_tun(&mut state, now, &buf[..n], &mut out);
-                }
-                Ok(None) => break,
-                Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
-            }
-        }
+        let mut handled = drain::udp(&mut rx, UDP_BATCHES_PER_ROUND, |from, data| {
+            crew.relay.on_udp(&mut state, now, from, data, &mut out);
+        })?;
+        let now = crew.started.elapsed();
+        handled += drain::tun(tun, &mut buf, BATCH, |packet| {
+            crew.relay.on_tun(&mut state, now, packet, &mut out);
+        })?;
         if Instant::now() >= next_tick {
             if id == 0 {
                 crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
             }
-            publish(&state);
+            publish(&state, &out);
             next_tick += TICK;
         }
         if !out.batch.is_empty() {
-            out.batch.flush(sock.as_fd());
+            out.batch.flush();
         }
         if handled > 0 {
             busy_until = Instant::now() + crew.busy_poll;
         }
     }
-    publish(&state);
+    publish(&state, &out);
     Ok(())
 }
 
 fn report(crew: &Crew<'_>, what: &str) {
-    let s = crew.totals();
+    let (s, io) = crew.totals();
     tracing::info!(
-        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}",
+        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}; {io}",
         crew.relay.peer_count(),
         s.to_teredo,
         s.to_native,

@@ -9,9 +9,10 @@ use crate::runtime::bind;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
+use crate::runtime::report::{self, IoErrors};
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
-use crate::runtime::{report, wait};
+use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::server::{Local, Server};
 use shipworm_proto::transmit::Transmit;
@@ -23,6 +24,8 @@ use std::os::fd::AsFd;
 
 /// Datagrams per system call.
 const BATCH: usize = 32;
+/// Batches read from one address per round at most (see `runtime::drain`).
+const UDP_BATCHES_PER_ROUND: usize = 8;
 
 fn open_raw_ipv6() -> Result<Socket, Failure> {
     // IPPROTO_RAW over IPv6 sends whole packets, header included: the echo keeps the
@@ -39,7 +42,6 @@ fn open_raw_ipv6() -> Result<Socket, Failure> {
     Ok(s)
 }
 
-/// Run the server until SIGTERM/SIGINT.
 /// `shipworm server`: load the file (command-line addresses and user win), then serve.
 pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
     logging::init("info");
@@ -78,40 +80,32 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
         cfg.mtu,
         p = TEREDO_PORT
     );
-    let mut rx = RecvBatch::new(BATCH, SLOT);
+    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
+    let mut rx = [
+        (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
+        (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
+    ];
     let mut out = Out {
-        primary: &primary,
-        secondary: &secondary,
         raw: &raw,
-        batches: [SendBatch::new(BATCH, SLOT), SendBatch::new(BATCH, SLOT)],
+        batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
+        native_errors: 0,
     };
-    let sockets = [(Local::Primary, &primary), (Local::Secondary, &secondary)];
 
     while !signals.stop_requested() {
         if signals.take_report_request() {
-            report(&server, "counters");
+            report(&server, &out, "counters");
         }
         let mut fds =
-            [PollFd::new(primary.as_fd(), PollFlags::POLLIN), PollFd::new(secondary.as_fd(), PollFlags::POLLIN)];
+            [PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN), PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN)];
         if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
             continue;
         }
-        for (local, sock) in sockets {
-            // Drain this socket a batch at a time.
-            loop {
-                let n = rx.recv(sock.as_fd()).map_err(|e| Failure::runtime(format!("receive: {e}")))?;
-                for i in 0..n {
-                    let (from, data) = rx.get(i);
-                    server.on_udp(local, from, data, &mut out);
-                }
-                out.flush();
-                if n < BATCH {
-                    break;
-                }
-            }
+        for (local, batch) in &mut rx {
+            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| server.on_udp(*local, from, data, &mut out))?;
+            out.flush();
         }
     }
-    report(&server, "stopping");
+    report(&server, &out, "stopping");
     Ok(())
 }
 
@@ -119,51 +113,64 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
 /// each (flushed when full and after each batch received), echoes to native IPv6
 /// through the raw socket.
 struct Out<'a> {
-    primary: &'a Socket,
-    secondary: &'a Socket,
     raw: &'a Socket,
+    /// The primary address's batch, then the secondary's.
     batches: [SendBatch; 2],
+    /// Echoes the raw socket could not send.
+    native_errors: u64,
 }
 
 impl Out<'_> {
     fn flush(&mut self) {
-        for (b, s) in self.batches.iter_mut().zip([self.primary, self.secondary]) {
+        for b in &mut self.batches {
             if !b.is_empty() {
-                b.flush(s.as_fd());
+                b.flush();
             }
         }
+    }
+
+    fn io_errors(&self) -> IoErrors {
+        IoErrors { udp_send: self.batches.iter().map(SendBatch::failed).sum(), tun_write: self.native_errors }
     }
 }
 
 impl Transmit for Out<'_> {
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batches[0].push(self.primary.as_fd(), to, payload);
+        self.batches[0].push(to, payload);
     }
     fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batches[1].push(self.secondary.as_fd(), to, payload);
+        self.batches[1].push(to, payload);
     }
     fn tun(&mut self, packet: &[u8]) {
-        send_native(self.raw, packet);
+        if !send_native(self.raw, packet) {
+            self.native_errors += 1;
+        }
     }
 }
 
-fn send_native(raw: &Socket, packet: &[u8]) {
+/// Send `packet` to its destination through the raw socket; whether it went.
+fn send_native(raw: &Socket, packet: &[u8]) -> bool {
     // The server built this packet; a view is still the one way to read a header.
-    let Ok(ip) = Ipv6Packet::new_checked(packet) else { return };
+    let Ok(ip) = Ipv6Packet::new_checked(packet) else { return false };
     let d = ip.dst_addr();
     let dst = SockAddr::from(SocketAddrV6::new(d, 0, 0, 0));
-    if let Err(e) = raw.send_to(packet, &dst) {
-        tracing::debug!("native send to {d}: {e}");
+    match raw.send_to(packet, &dst) {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!("native send to {d}: {e}");
+            false
+        }
     }
 }
 
-fn report(server: &Server, what: &str) {
+fn report(server: &Server, out: &Out<'_>, what: &str) {
     let s = server.stats();
     tracing::info!(
-        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {}",
+        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {}; {}",
         s.advertisements,
         s.forwarded_udp,
         s.forwarded_native,
-        report::dropped(&s.drops)
+        report::dropped(&s.drops),
+        out.io_errors()
     );
 }

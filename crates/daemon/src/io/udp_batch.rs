@@ -1,9 +1,11 @@
-//! Batched UDP/IPv4 I/O: many datagrams per system call with recvmmsg(2) and
-//! sendmmsg(2), into buffers allocated once. The packet path allocates nothing.
+//! Batched UDP I/O: many datagrams per system call with recvmmsg(2) and sendmmsg(2),
+//! into buffers allocated once. The packet path allocates nothing. Each batch owns its
+//! socket (a duplicate descriptor where one socket both receives and sends), so a
+//! caller cannot hand it the wrong one, and counts what the kernel refused.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 /// Room for one Teredo datagram: a 1280-byte link MTU plus headers and trailers fits
 /// with plenty to spare; a peer's larger MTU up to this still does.
@@ -78,21 +80,35 @@ impl Arrays {
     }
 }
 
-/// Receives up to `n` datagrams per call.
+/// Receives up to `n` datagrams per call from its socket.
 pub struct RecvBatch {
+    fd: OwnedFd,
     a: Arrays,
     filled: usize,
 }
 
+impl AsFd for RecvBatch {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl RecvBatch {
-    /// A batch of `n` slots of `slot` bytes; larger datagrams are reported empty.
-    pub fn new(n: usize, slot: usize) -> RecvBatch {
-        RecvBatch { a: Arrays::new(n, slot), filled: 0 }
+    /// A batch of `n` slots of `slot` bytes reading `socket`; larger datagrams are
+    /// reported empty.
+    pub fn new(socket: impl Into<OwnedFd>, n: usize, slot: usize) -> RecvBatch {
+        RecvBatch { fd: socket.into(), a: Arrays::new(n, slot), filled: 0 }
+    }
+
+    /// Datagrams one call can return.
+    pub fn capacity(&self) -> usize {
+        self.a.hdrs.len()
     }
 
     /// Receive what is waiting, without blocking; returns how many datagrams (0 when
     /// nothing is waiting).
-    pub fn recv(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+    pub fn recv(&mut self) -> io::Result<usize> {
+        let fd = self.fd.as_fd();
         let n = self.a.hdrs.len();
         for i in 0..n {
             self.a.iovs[i].iov_len = self.a.slot;
@@ -174,6 +190,7 @@ enum Gso {
 /// once for the row, and the receiver still gets one datagram each. A kernel or route
 /// that refuses segmentation turns it off for the batch, with a warning.
 pub struct SendBatch {
+    fd: OwnedFd,
     a: Arrays,
     queued: usize,
     /// The messages of one sendmmsg call: rows of slots.
@@ -184,16 +201,25 @@ pub struct SendBatch {
     gso: Gso,
     /// Slots before this one go one datagram a send (a refused row, in this flush).
     alone_until: usize,
+    /// Datagrams the kernel refused since the batch was made.
+    failed: u64,
+}
+
+impl AsFd for SendBatch {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 impl SendBatch {
-    /// A batch of `n` slots of `slot` bytes that segments rows.
-    pub fn new(n: usize, slot: usize) -> SendBatch {
+    /// A batch of `n` slots of `slot` bytes sending on `socket`, segmenting rows.
+    pub fn new(socket: impl Into<OwnedFd>, n: usize, slot: usize) -> SendBatch {
         // SAFETY: plain old data, zero is valid.
         let msgs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
         // SAFETY: as above.
         let cmsgs = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
         SendBatch {
+            fd: socket.into(),
             a: Arrays::new(n, slot),
             queued: 0,
             msgs,
@@ -201,6 +227,7 @@ impl SendBatch {
             cmsgs,
             gso: Gso::On,
             alone_until: 0,
+            failed: 0,
         }
     }
 
@@ -223,10 +250,10 @@ impl SendBatch {
     }
 
     /// Copy `payload` into the next slot and queue it to `to`, sending what is queued
-    /// on `fd` first if every slot is taken.
-    pub fn push(&mut self, fd: BorrowedFd<'_>, to: SocketAddrV4, payload: &[u8]) {
+    /// first if every slot is taken.
+    pub fn push(&mut self, to: SocketAddrV4, payload: &[u8]) {
         if self.is_full() {
-            self.flush(fd);
+            self.flush();
         }
         let slot = self.slot_mut();
         let n = payload.len().min(slot.len());
@@ -313,15 +340,22 @@ impl SendBatch {
         m
     }
 
+    /// Datagrams the kernel refused (no route, a full buffer…) since the batch was made.
+    pub fn failed(&self) -> u64 {
+        self.failed
+    }
+
     /// Send everything queued. Datagrams the kernel refuses (e.g. no route) are
-    /// skipped and counted as failed; returns (sent, failed) in datagrams.
-    pub fn flush(&mut self, fd: BorrowedFd<'_>) -> (usize, usize) {
+    /// skipped and counted as failed ([`failed`](Self::failed)); returns (sent,
+    /// failed) in datagrams, for this flush.
+    pub fn flush(&mut self) -> (usize, usize) {
+        let fd = self.fd.as_raw_fd();
         let (mut at, mut sent, mut failed) = (0, 0, 0);
         self.alone_until = 0;
         while at < self.queued {
             let m = self.plan(at);
             // SAFETY: the first `m` messages point into arrays owned by `self`.
-            let r = unsafe { libc::sendmmsg(fd.as_raw_fd(), self.msgs.as_mut_ptr(), m as u32, 0) };
+            let r = unsafe { libc::sendmmsg(fd, self.msgs.as_mut_ptr(), m as u32, 0) };
             if r > 0 {
                 if self.gso == Gso::Doubted {
                     // The refused row's first datagram went alone: segmentation was at fault.
@@ -356,6 +390,7 @@ impl SendBatch {
             failed += self.segs[0];
         }
         self.queued = 0;
+        self.failed += failed as u64;
         (sent, failed)
     }
 
@@ -370,7 +405,6 @@ impl SendBatch {
 mod tests {
     use super::*;
     use std::net::UdpSocket;
-    use std::os::fd::AsFd;
 
     #[test]
     fn batch_round_trip_on_loopback() {
@@ -380,17 +414,17 @@ mod tests {
             std::net::SocketAddr::V4(a) => a,
             _ => unreachable!(),
         };
-        let mut out = SendBatch::new(8, 2048);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 8, 2048);
         for i in 0..5u8 {
             let s = out.slot_mut();
             s[..3].copy_from_slice(&[i, i, i]);
             out.commit(3 + usize::from(i), to);
         }
-        assert_eq!(out.flush(tx.as_fd()), (5, 0));
-        let mut inb = RecvBatch::new(8, SLOT);
+        assert_eq!(out.flush(), (5, 0));
+        let mut inb = RecvBatch::new(rx.try_clone().unwrap(), 8, SLOT);
         let mut got = Vec::new();
         for _ in 0..100 {
-            let n = inb.recv(rx.as_fd()).unwrap();
+            let n = inb.recv().unwrap();
             for i in 0..n {
                 let (from, d) = inb.get(i);
                 assert_eq!(from.port(), tx.local_addr().unwrap().port());
@@ -405,14 +439,14 @@ mod tests {
         // The same over IPv6.
         let rx6 = UdpSocket::bind("[::1]:0").unwrap();
         let tx6 = UdpSocket::bind("[::1]:0").unwrap();
-        let mut out = SendBatch::new(4, 2048);
+        let mut out = SendBatch::new(tx6.try_clone().unwrap(), 4, 2048);
         out.slot_mut()[..2].copy_from_slice(b"v6");
         out.commit_any(2, rx6.local_addr().unwrap());
-        assert_eq!(out.flush(tx6.as_fd()), (1, 0));
-        let mut inb = RecvBatch::new(4, SLOT);
+        assert_eq!(out.flush(), (1, 0));
+        let mut inb = RecvBatch::new(rx6.try_clone().unwrap(), 4, SLOT);
         let mut n = 0;
         for _ in 0..100 {
-            n = inb.recv(rx6.as_fd()).unwrap();
+            n = inb.recv().unwrap();
             if n > 0 {
                 break;
             }
@@ -428,10 +462,10 @@ mod tests {
 
     /// Reads until `want` datagrams came from `rx` (or two seconds passed).
     fn read_all(rx: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
-        let mut inb = RecvBatch::new(64, SLOT);
+        let mut inb = RecvBatch::new(rx.try_clone().unwrap(), 64, SLOT);
         let mut got = Vec::new();
         for _ in 0..400 {
-            let n = inb.recv(rx.as_fd()).unwrap();
+            let n = inb.recv().unwrap();
             got.extend((0..n).map(|i| inb.get_any(i).1.to_vec()));
             if got.len() >= want {
                 break;
@@ -454,7 +488,7 @@ mod tests {
         let (rx, other) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let (to, elsewhere) = (rx.local_addr().unwrap(), other.local_addr().unwrap());
-        let mut out = SendBatch::new(64, SLOT);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 64, SLOT);
         // A row of 20 equal datagrams ending in a shorter one, one elsewhere, then a
         // row of 3 that a longer datagram breaks.
         queue(&mut out, to, 0, 20, 100);
@@ -464,7 +498,7 @@ mod tests {
         queue(&mut out, to, 25, 1, 61);
         assert_eq!(out.plan(0), 4, "rows: 21 (20 + the shorter), 1 elsewhere, 3, then the longer alone");
         assert_eq!(&out.segs[..4], &[21, 1, 3, 1]);
-        assert_eq!(out.flush(tx.as_fd()), (26, 0));
+        assert_eq!(out.flush(), (26, 0));
         assert!(out.segmenting(), "loopback takes segmented sends");
         let got = read_all(&rx, 25);
         let lens: Vec<(u8, usize)> = got.iter().map(|d| (d[0], d.len())).collect();
@@ -476,7 +510,7 @@ mod tests {
         // Datagrams too long to segment go alone.
         queue(&mut out, to, 30, 2, GSO_MAX_SEGMENT + 1);
         assert_eq!(out.plan(0), 2);
-        assert_eq!(out.flush(tx.as_fd()), (2, 0));
+        assert_eq!(out.flush(), (2, 0));
         assert_eq!(read_all(&rx, 2).len(), 2);
     }
 
@@ -499,13 +533,13 @@ mod tests {
         };
         assert_eq!(r, 0);
         let to = rx.local_addr().unwrap();
-        let mut out = SendBatch::new(16, SLOT);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 16, SLOT);
         queue(&mut out, to, 0, 10, 80);
-        assert_eq!(out.flush(tx.as_fd()), (10, 0));
+        assert_eq!(out.flush(), (10, 0));
         assert!(!out.segmenting(), "refused once, segmentation stays off");
         queue(&mut out, to, 10, 5, 80);
         assert_eq!(out.plan(0), 5, "one datagram per message from now on");
-        assert_eq!(out.flush(tx.as_fd()), (5, 0));
+        assert_eq!(out.flush(), (5, 0));
         let got = read_all(&rx, 15);
         assert_eq!(got.iter().map(|d| d[0]).collect::<Vec<_>>(), (0..15).collect::<Vec<u8>>());
     }
@@ -516,10 +550,11 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         // Port 0 is refused whatever the send (EINVAL).
         let bad: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut out = SendBatch::new(16, SLOT);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 16, SLOT);
         queue(&mut out, bad, 0, 4, 80);
         queue(&mut out, rx.local_addr().unwrap(), 4, 4, 80);
-        assert_eq!(out.flush(tx.as_fd()), (4, 4));
+        assert_eq!(out.flush(), (4, 4));
+        assert_eq!(out.failed(), 4, "refused datagrams are counted for the daemon's report");
         assert!(out.segmenting());
         assert_eq!(read_all(&rx, 4).len(), 4);
     }

@@ -3,6 +3,7 @@
 //! background resolution of server names.
 
 pub mod bind;
+pub mod drain;
 pub mod error;
 pub mod logging;
 pub mod pidfile;

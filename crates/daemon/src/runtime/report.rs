@@ -2,6 +2,30 @@
 
 use shipworm_proto::DropCounters;
 
+/// What the kernel refused to send: datagrams (no route, a full buffer…) and packets
+/// written to the TUN (a full queue). Counted, never logged one by one.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoErrors {
+    /// UDP datagrams the kernel refused.
+    pub udp_send: u64,
+    /// IPv6 packets the TUN refused.
+    pub tun_write: u64,
+}
+
+impl IoErrors {
+    /// Add another worker's.
+    pub fn add(&mut self, o: &IoErrors) {
+        self.udp_send += o.udp_send;
+        self.tun_write += o.tun_write;
+    }
+}
+
+impl std::fmt::Display for IoErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} UDP sends and {} TUN writes refused by the kernel", self.udp_send, self.tun_write)
+    }
+}
+
 /// "N dropped", and ": reason=n …" for each reason that counted.
 pub fn dropped(d: &DropCounters) -> String {
     let reasons: Vec<String> = d.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
