@@ -1,10 +1,8 @@
 //! The relay under test gets the same buffers whichever program it is. Miredo keeps
-//! the system's default UDP receive buffer (208 KiB: about 90 full-size packets, 1.5 ms
-//! at 60 000 packets/s) and a TUN queue of 500; with them, every packet it lost in a
-//! rate trial was a buffer overflow (UdpRcvbufErrors and the TUN's TX drops in its
-//! namespace), and its rate became a draw on millisecond scheduling stalls: rounds of
-//! the same path spread by up to 0.9 of their median. Equal buffers make the rates
-//! compare the work per packet.
+//! the system's default UDP receive buffer (a millisecond or two of traffic at the
+//! rates measured) and a TUN queue of 500; with them its losses are buffer overflows
+//! (UdpRcvbufErrors, the TUN's TX drops), and its rate a draw on millisecond
+//! scheduling stalls. Equal buffers make the rates compare the work per packet.
 
 use shipworm::io::socket_buffers;
 use shipworm_lab::netns;

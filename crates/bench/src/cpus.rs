@@ -5,8 +5,8 @@
 //! the next, and the kernel reference forwarded on the generator's core: every path
 //! was generator-bound and the rates said little about the work per packet. Pinned,
 //! each relay has one core, and the kernel's own forwarding gets the same core through
-//! RPS. (It did not narrow the spread of the rounds: two runs spread by 0.1–0.3 of
-//! their median either way, the kernel path's included; that noise is the host's.)
+//! RPS. (Pinning does not narrow the spread of the rounds, the kernel path's
+//! included: that noise is the host's.)
 
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
@@ -80,9 +80,9 @@ pub fn pin_host(ns: &str) -> Result<usize, String> {
 /// (RPS), or leave it to the core that sent the packet. On for rate searches: without
 /// it the kernel forwards on the generator's core, sharing it with the generator and
 /// the sinks. Off for latency probes: handing a packet to another core takes an
-/// interrupt between cores, which on this VM cost about 20 µs a packet (the kernel
-/// path measured 30 µs one packet at a time with it, 11 without) and would swamp what
-/// the relays differ by; a woken relay thread costs far less (an idle core polls).
+/// interrupt between cores, which on a VM costs more than the relays differ by (the
+/// README gives the figures); a woken relay thread costs far less (an idle core
+/// polls).
 pub fn steer(ns: &str, on: bool) -> Result<(), String> {
     if !available() {
         return Ok(());

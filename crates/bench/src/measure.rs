@@ -106,12 +106,10 @@ pub(crate) fn lab_err(e: impl std::fmt::Display) -> Failure {
     Failure::runtime(format!("bench: {e}"))
 }
 
-/// Trial length for rate searches, and probes per route in each lab (36 000 a run).
-/// A path's capacity wanders by about a tenth from one search to the next, whatever
-/// the trials' length (eight searches each of 300, 200 and 100 ms trials spread 7-14 %
-/// alike), so more searches rather than longer trials narrow a figure: with 150 ms
-/// trials, two searches a round made a run 13.1-13.6 min, against 12.5 with one of
-/// 300 ms.
+/// Trial length for rate searches, and probes per route in each lab. A path's
+/// capacity wanders from one search to the next whatever the trials' length, so more
+/// searches rather than longer trials narrow a figure (the README's benchmark section
+/// has the measurements).
 pub(crate) fn trial_sizes(quick: bool) -> (Duration, usize) {
     if quick {
         (Duration::from_millis(100), 100)

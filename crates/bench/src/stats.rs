@@ -3,12 +3,10 @@
 
 /// A figure over rounds or searches: the mean of all but the highest and the lowest
 /// ninth, at least one each (of two or fewer, of all). Not their median: a path's
-/// rounds fall at two levels a lab apart (85 and 108 k packets/s, the kernel path's 9
-/// and 11 µs), and with nine rounds the median jumps from one level to the other when
-/// one round does, while this moves by a ninth of the gap; dropping the ends still
-/// keeps a stalled round from counting. Two runs of the same binary put 5 of 36 ratios
-/// beyond ±15 % with medians; resampling their rounds predicts 2.1 ratios beyond per
-/// pair of runs with medians, 0.7 with this.
+/// rounds fall at two levels a lab apart, and a median jumps from one level to the
+/// other when one round does, while this moves by a ninth of the gap; dropping the
+/// ends still keeps a stalled round from counting. (The README's benchmark section
+/// gives the levels and how often each choice repeated.)
 pub(crate) fn middle_mean(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
@@ -46,10 +44,9 @@ pub(crate) fn mean_and_error(v: &[f64]) -> (f64, f64) {
 /// The latency shipworm adds over the kernel path, as a share of what Miredo adds, from
 /// the labs' medians of each (shipworm, Miredo, kernel), with its standard error.
 ///
-/// A quotient of differences, (14 − 10) / (27 − 10), magnifies the labs' noise about
-/// fourfold: with nine labs each, its 90 % interval spans ±7–19 %, so two runs may
-/// differ by more than 15 % where every latency ratio stays within 7 %. The error says
-/// how far it is pinned down; it is carried to first order from each mean's.
+/// A quotient of differences magnifies the labs' noise several times over, so two runs
+/// may differ by more than a plain latency ratio ever does; the error says how far it
+/// is pinned down, carried to first order from each mean's.
 pub(crate) fn added(s: &[f64], m: &[f64], k: &[f64]) -> (f64, f64) {
     let ((s, es), (m, em), (k, ek)) = (mean_and_error(s), mean_and_error(m), mean_and_error(k));
     let d = m - k;

@@ -96,8 +96,9 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
 
 /// How long the sink waits after reading, for more to queue (its sockets hold 16 MiB,
 /// and a packet still counts within a share of the trial after it, [`IN_TIME_SHARE`]): about
-/// a hundred packets at the rates measured, a few calls' worth. At 200 µs, reading
-/// the emulated clients' sockets took a call for every 20 or so packets.
+/// a hundred packets at the rates measured, a few calls' worth: a shorter nap reads a
+/// few packets a call, and the sink's calls then cost the traffic core more than the
+/// sending.
 const SINK_NAP: Duration = Duration::from_millis(1);
 
 /// Counts what arrives on some sockets, in a thread, until stopped. Paused, it leaves
@@ -204,10 +205,9 @@ pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + '
 /// batched; returns how many were sent. A batch holds about 250 µs of traffic (8–64
 /// packets: bursts a relay's default socket buffer takes), and the sender sleeps
 /// between batches rather than spinning, so it leaves the cores it shares with the
-/// relay and the sink to them. A batch that is late goes at once: the sender catches up.
-/// (Dropping the backlog of a sender left without a core instead, so as not to burst,
-/// made four rounds of the same path spread 0.21–0.26 of their median, against
-/// 0.13–0.14 this way: two runs each.) A run to one destination leaves as one
+/// relay and the sink to them. A batch that is late goes at once: the sender catches
+/// up (dropping a late backlog instead made the rounds of a path spread wider). A run
+/// to one destination leaves as one
 /// segmented send, which the sending host's interface cuts into frames (the lab
 /// turns UDP segmentation offload off), so the relay host receives a frame per packet
 /// as from separate hosts, and the generator's cost per packet falls.
@@ -363,9 +363,9 @@ pub fn max_rate(
 }
 
 /// Bisection steps of a full search: to 1/16 of the bracket, 5 % of a hinted search's
-/// rate. Rounds of the same path spread by 10–20 % of their median (the host's noise,
-/// two runs of r18), so a fifth step's 2.5 % was lost in it; its trials (about a
-/// tenth of a run) now measure the kernel path under the flood every round.
+/// rate. Rounds of the same path spread wider than that (the host's noise), so a fifth
+/// step would be lost in it; its trials' time measures the kernel path under the flood
+/// instead.
 const STEPS: usize = 4;
 
 /// Rates the search doubles up to, at most.
