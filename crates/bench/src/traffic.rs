@@ -5,10 +5,10 @@
 
 use shipworm::io::udp_batch::{RecvBatch, SendBatch};
 use shipworm_lab::netns;
-use shipworm_wire::checksum;
 use shipworm_wire::ipv6::Ipv6Repr;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
 use shipworm_wire::teredo_packet::emit_bubble;
+use shipworm_wire::udp::UdpRepr;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd;
@@ -79,18 +79,10 @@ pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port:
         .emit(buf)
         .expect("fits");
     let u = &mut buf[40..size];
-    u[..2].copy_from_slice(&40000u16.to_be_bytes());
-    u[2..4].copy_from_slice(&port.to_be_bytes());
-    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    u[6..8].fill(0);
+    // The payload first: the UDP checksum covers it.
     u[8..16].copy_from_slice(&seq.to_be_bytes());
     u[16..].fill(0x5a);
-    let acc = checksum::ipv6_pseudo_header(&src, &dst, 17, udp_len as u32) + checksum::sum(u);
-    let c = match checksum::finish(acc) {
-        0 => 0xffff,
-        c => c,
-    };
-    u[6..8].copy_from_slice(&c.to_be_bytes());
+    UdpRepr { src_port: 40000, dst_port: port, payload_len: udp_len - 8 }.emit(&src, &dst, u).expect("fits");
     size
 }
 

@@ -59,12 +59,13 @@ pub fn verify(secret: &[u8], auth: &AuthHeader<&[u8]>, datagram: &[u8]) -> bool 
 /// header (with a zeroed authentication value of [`MAC_LEN`] bytes) comes first.
 pub fn sign(secret: &[u8], datagram: &mut [u8]) {
     let Ok(h) = AuthHeader::new_checked(&datagram[..]) else { return };
-    let (id, hl, nonce, conf) = (h.id_len(), h.header_len(), h.nonce(), h.confirmation());
     if h.au_len() != MAC_LEN {
         return;
     }
+    let (hl, nonce, conf) = (h.header_len(), h.nonce(), h.confirmation());
     let tag = mac(secret, &nonce, conf, &datagram[hl..]);
-    datagram[4 + id..4 + id + MAC_LEN].copy_from_slice(&tag);
+    // Checked just above, and the lengths the view read are unchanged.
+    AuthHeader::new_unchecked(&mut datagram[..]).auth_value_mut().copy_from_slice(&tag);
 }
 
 #[cfg(test)]

@@ -47,6 +47,44 @@ pub fn ipv4_pseudo_header(src: &Ipv4Addr, dst: &Ipv4Addr, protocol: u8, length: 
     sum(&src.octets()) + sum(&dst.octets()) + u64::from(protocol) + u64::from(length)
 }
 
+/// An IP address family whose pseudo-header an upper-layer checksum covers. UDP runs
+/// over both: IPv4 outside the tunnel, IPv6 inside it.
+pub trait PseudoHeader: sealed::Sealed {
+    /// Whether UDP may go without a checksum (a zero field) over this family. RFC 768
+    /// lets IPv4 senders skip it; over IPv6 it is mandatory and receivers discard a
+    /// zero checksum (RFC 2460 §8.1, RFC 8200 §8.1).
+    const UDP_CHECKSUM_OPTIONAL: bool;
+
+    /// The unfolded sum of the pseudo-header for an upper-layer packet of `length`
+    /// bytes between `src` and `dst`.
+    fn pseudo_header(src: &Self, dst: &Self, protocol: u8, length: u16) -> u64;
+}
+
+impl PseudoHeader for Ipv4Addr {
+    const UDP_CHECKSUM_OPTIONAL: bool = true;
+
+    #[inline]
+    fn pseudo_header(src: &Self, dst: &Self, protocol: u8, length: u16) -> u64 {
+        ipv4_pseudo_header(src, dst, protocol, length)
+    }
+}
+
+impl PseudoHeader for Ipv6Addr {
+    const UDP_CHECKSUM_OPTIONAL: bool = false;
+
+    #[inline]
+    fn pseudo_header(src: &Self, dst: &Self, protocol: u8, length: u16) -> u64 {
+        ipv6_pseudo_header(src, dst, protocol, u32::from(length))
+    }
+}
+
+// Only the two IP families have pseudo-headers; the trait is not for others to implement.
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for core::net::Ipv4Addr {}
+    impl Sealed for core::net::Ipv6Addr {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

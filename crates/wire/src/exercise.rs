@@ -143,7 +143,7 @@ pub fn ipv4_udp(data: &[u8]) {
     let mut hdr = [0u8; 20 + 64];
     let payload_len = repr.payload_len.min(64);
     let small = Ipv4Repr { payload_len, ..repr };
-    small.emit(&mut Ipv4Packet::new_unchecked(&mut hdr[..20 + payload_len])).expect("header emits");
+    assert_eq!(small.emit(&mut hdr[..20 + payload_len]).expect("header emits"), 20);
     let back = Ipv4Packet::new_checked(&hdr[..20 + payload_len]).expect("emitted header checks");
     assert_eq!(Ipv4Repr::parse(&back), Ok(small));
     if repr.protocol != ip_protocol::UDP {
@@ -153,10 +153,19 @@ pub fn ipv4_udp(data: &[u8]) {
         return;
     };
     black_box((udp.src_port(), udp.dst_port(), udp.payload()));
-    if let Ok(u) = UdpRepr::parse(&udp, &repr.src_addr, &repr.dst_addr) {
-        teredo_payload(udp.payload());
-        black_box(u);
+    let Ok(u) = UdpRepr::parse(&udp, &repr.src_addr, &repr.dst_addr) else {
+        return;
+    };
+    let len = usize::from(udp.len());
+    assert_eq!(u.buffer_len() + u.payload_len, len);
+    // A zero checksum means none was sent; emit always computes one.
+    if udp.checksum() != 0 && len <= SCRATCH {
+        let mut out = [0u8; SCRATCH];
+        out[..len].copy_from_slice(&ip.payload()[..len]);
+        u.emit(&repr.src_addr, &repr.dst_addr, &mut out[..len]).expect("parsed datagram emits");
+        assert_eq!(&out[..len], &ip.payload()[..len], "UDP does not round-trip");
     }
+    teredo_payload(udp.payload());
 }
 
 /// A Teredo address: decoding any 16 bytes and encoding back is the identity.

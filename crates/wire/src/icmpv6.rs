@@ -4,7 +4,7 @@
 
 use crate::checksum;
 use crate::ndisc_option::{self, option_type, NdOptions, PrefixInfo};
-use crate::{be16, be32, ip_protocol, Error, Result};
+use crate::{ip_protocol, read_u16, read_u32, write_u16, write_u32, Error, Result};
 use core::net::Ipv6Addr;
 
 /// Message type codes.
@@ -45,23 +45,27 @@ pub mod unreachable {
 }
 
 mod field {
+    use crate::field::*;
+
     pub const TYPE: usize = 0;
     pub const CODE: usize = 1;
-    pub const CHECKSUM: usize = 2;
-    pub const ECHO_IDENT: usize = 4;
-    pub const ECHO_SEQ: usize = 6;
-    pub const WORD1: usize = 4;
-    pub const RA_HOP_LIMIT: usize = 4;
+    pub const CHECKSUM: Field = 2..4;
+    /// The second word: echo identifier and sequence number, the MTU of a packet too
+    /// big, the pointer of a parameter problem, reserved in the other errors and the RS.
+    pub const WORD1: Field = 4..8;
+    pub const ECHO_IDENT: Field = 4..6;
+    pub const ECHO_SEQ_NO: Field = 6..8;
+    pub const RA_CUR_HOP_LIMIT: usize = 4;
     pub const RA_FLAGS: usize = 5;
-    pub const RA_LIFETIME: usize = 6;
-    pub const RA_REACHABLE: usize = 8;
-    pub const RA_RETRANS: usize = 12;
+    pub const RA_ROUTER_LIFETIME: Field = 6..8;
+    pub const RA_REACHABLE_TIME: Field = 8..12;
+    pub const RA_RETRANS_TIME: Field = 12..16;
 }
 
 /// Header length of every message but the RA.
-pub const HEADER_LEN: usize = 8;
+pub const HEADER_LEN: usize = field::WORD1.end;
 /// Header length of a router advertisement (options follow).
-pub const RA_HEADER_LEN: usize = 16;
+pub const RA_HEADER_LEN: usize = field::RA_RETRANS_TIME.end;
 
 /// A view over an ICMPv6 message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +89,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     /// Validate that the buffer holds the fixed header of its message type.
     pub fn check_len(&self) -> Result<()> {
         let len = self.buffer.as_ref().len();
-        if len < 4 || len < self.header_len() {
+        if len < field::CHECKSUM.end || len < self.header_len() {
             return Err(Error::Truncated);
         }
         Ok(())
@@ -109,7 +113,7 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
                 | message::ECHO_REPLY
                 | message::ROUTER_SOLICIT),
             ) => HEADER_LEN,
-            _ => 4,
+            _ => field::CHECKSUM.end,
         }
     }
     /// Message type.
@@ -122,23 +126,23 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     }
     /// Checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM)
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
     /// Echo identifier (echo messages).
     pub fn echo_ident(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::ECHO_IDENT)
+        read_u16(&self.buffer.as_ref()[field::ECHO_IDENT])
     }
     /// Echo sequence number (echo messages).
     pub fn echo_seq_no(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::ECHO_SEQ)
+        read_u16(&self.buffer.as_ref()[field::ECHO_SEQ_NO])
     }
     /// The second 32-bit word: MTU (packet too big) or pointer (parameter problem).
     pub fn word1(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::WORD1)
+        read_u32(&self.buffer.as_ref()[field::WORD1])
     }
     /// RA current hop limit.
     pub fn ra_cur_hop_limit(&self) -> u8 {
-        self.buffer.as_ref()[field::RA_HOP_LIMIT]
+        self.buffer.as_ref()[field::RA_CUR_HOP_LIMIT]
     }
     /// RA flags byte (M, O and reserved bits).
     pub fn ra_flags(&self) -> u8 {
@@ -146,15 +150,15 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     }
     /// RA router lifetime in seconds.
     pub fn ra_router_lifetime(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::RA_LIFETIME)
+        read_u16(&self.buffer.as_ref()[field::RA_ROUTER_LIFETIME])
     }
     /// RA reachable time in milliseconds.
     pub fn ra_reachable_time(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::RA_REACHABLE)
+        read_u32(&self.buffer.as_ref()[field::RA_REACHABLE_TIME])
     }
     /// RA retransmission timer in milliseconds.
     pub fn ra_retrans_time(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::RA_RETRANS)
+        read_u32(&self.buffer.as_ref()[field::RA_RETRANS_TIME])
     }
     /// What follows the fixed header: echo data, the invoking packet of an error, or
     /// ND options.
@@ -173,13 +177,62 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv6Packet<T> {
+    /// Set the message type.
+    pub fn set_msg_type(&mut self, v: u8) {
+        self.buffer.as_mut()[field::TYPE] = v;
+    }
+    /// Set the message code.
+    pub fn set_msg_code(&mut self, v: u8) {
+        self.buffer.as_mut()[field::CODE] = v;
+    }
+    /// Set the checksum field.
+    pub fn set_checksum(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
+    }
+    /// Set the echo identifier (echo messages).
+    pub fn set_echo_ident(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::ECHO_IDENT], v);
+    }
+    /// Set the echo sequence number (echo messages).
+    pub fn set_echo_seq_no(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::ECHO_SEQ_NO], v);
+    }
+    /// Set the second 32-bit word: MTU, pointer, or zero where it is reserved.
+    pub fn set_word1(&mut self, v: u32) {
+        write_u32(&mut self.buffer.as_mut()[field::WORD1], v);
+    }
+    /// Set the RA current hop limit.
+    pub fn set_ra_cur_hop_limit(&mut self, v: u8) {
+        self.buffer.as_mut()[field::RA_CUR_HOP_LIMIT] = v;
+    }
+    /// Set the RA flags byte.
+    pub fn set_ra_flags(&mut self, v: u8) {
+        self.buffer.as_mut()[field::RA_FLAGS] = v;
+    }
+    /// Set the RA router lifetime in seconds.
+    pub fn set_ra_router_lifetime(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::RA_ROUTER_LIFETIME], v);
+    }
+    /// Set the RA reachable time in milliseconds.
+    pub fn set_ra_reachable_time(&mut self, v: u32) {
+        write_u32(&mut self.buffer.as_mut()[field::RA_REACHABLE_TIME], v);
+    }
+    /// Set the RA retransmission timer in milliseconds.
+    pub fn set_ra_retrans_time(&mut self, v: u32) {
+        write_u32(&mut self.buffer.as_mut()[field::RA_RETRANS_TIME], v);
+    }
+    /// Mutable payload: what follows the fixed header of the message type set.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let start = self.header_len();
+        &mut self.buffer.as_mut()[start..]
+    }
     /// Compute and store the checksum over the pseudo-header and the whole message.
     pub fn fill_checksum(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
-        let b = self.buffer.as_mut();
-        b[field::CHECKSUM..field::CHECKSUM + 2].fill(0);
+        self.set_checksum(0);
+        let b = self.buffer.as_ref();
         let len = b.len() as u32;
         let acc = checksum::ipv6_pseudo_header(src, dst, ip_protocol::ICMPV6, len) + checksum::sum(b);
-        b[field::CHECKSUM..field::CHECKSUM + 2].copy_from_slice(&checksum::finish(acc).to_be_bytes());
+        self.set_checksum(checksum::finish(acc));
     }
 }
 
@@ -235,7 +288,7 @@ pub enum Icmpv6Repr<'a> {
     },
     /// Destination unreachable.
     DstUnreachable {
-        /// Code (see [`unreachable`]).
+        /// Code (see [`unreachable`](mod@unreachable)).
         code: u8,
         /// As much of the invoking packet as fits.
         invoking: &'a [u8],
@@ -343,55 +396,67 @@ impl<'a> Icmpv6Repr<'a> {
         }
     }
 
+    /// The message type and code.
+    fn type_and_code(&self) -> (u8, u8) {
+        match *self {
+            Icmpv6Repr::EchoRequest { .. } => (message::ECHO_REQUEST, 0),
+            Icmpv6Repr::EchoReply { .. } => (message::ECHO_REPLY, 0),
+            Icmpv6Repr::DstUnreachable { code, .. } => (message::DST_UNREACHABLE, code),
+            Icmpv6Repr::PacketTooBig { .. } => (message::PACKET_TOO_BIG, 0),
+            Icmpv6Repr::TimeExceeded { code, .. } => (message::TIME_EXCEEDED, code),
+            Icmpv6Repr::ParamProblem { code, .. } => (message::PARAM_PROBLEM, code),
+            Icmpv6Repr::RouterSolicit => (message::ROUTER_SOLICIT, 0),
+            Icmpv6Repr::RouterAdvert(_) => (message::ROUTER_ADVERT, 0),
+        }
+    }
+
     /// Write the message into the first [`buffer_len`](Self::buffer_len) bytes of
     /// `buf`, checksum included. Returns the length written.
     pub fn emit(&self, src: &Ipv6Addr, dst: &Ipv6Addr, buf: &mut [u8]) -> Result<usize> {
         let len = self.buffer_len();
-        let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
-        b.fill(0);
-        let (t, code, word1, body): (u8, u8, [u8; 4], &[u8]) = match *self {
-            Icmpv6Repr::EchoRequest { ident, seq_no, data } => {
-                (message::ECHO_REQUEST, 0, echo_word(ident, seq_no), data)
+        let mut packet = Icmpv6Packet::new_unchecked(buf.get_mut(..len).ok_or(Error::BufferTooSmall)?);
+        // The type goes first: it decides where the payload starts.
+        let (msg_type, code) = self.type_and_code();
+        packet.set_msg_type(msg_type);
+        packet.set_msg_code(code);
+        match *self {
+            Icmpv6Repr::EchoRequest { ident, seq_no, data } | Icmpv6Repr::EchoReply { ident, seq_no, data } => {
+                packet.set_echo_ident(ident);
+                packet.set_echo_seq_no(seq_no);
+                packet.payload_mut().copy_from_slice(data);
             }
-            Icmpv6Repr::EchoReply { ident, seq_no, data } => (message::ECHO_REPLY, 0, echo_word(ident, seq_no), data),
-            Icmpv6Repr::DstUnreachable { code, invoking } => (message::DST_UNREACHABLE, code, [0; 4], invoking),
-            Icmpv6Repr::PacketTooBig { mtu, invoking } => (message::PACKET_TOO_BIG, 0, mtu.to_be_bytes(), invoking),
-            Icmpv6Repr::TimeExceeded { code, invoking } => (message::TIME_EXCEEDED, code, [0; 4], invoking),
-            Icmpv6Repr::ParamProblem { code, pointer, invoking } => {
-                (message::PARAM_PROBLEM, code, pointer.to_be_bytes(), invoking)
+            Icmpv6Repr::PacketTooBig { mtu, invoking } => {
+                packet.set_word1(mtu);
+                packet.payload_mut().copy_from_slice(invoking);
             }
-            Icmpv6Repr::RouterSolicit => (message::ROUTER_SOLICIT, 0, [0; 4], &[]),
+            Icmpv6Repr::ParamProblem { pointer, invoking, .. } => {
+                packet.set_word1(pointer);
+                packet.payload_mut().copy_from_slice(invoking);
+            }
+            Icmpv6Repr::DstUnreachable { invoking, .. } | Icmpv6Repr::TimeExceeded { invoking, .. } => {
+                packet.set_word1(0);
+                packet.payload_mut().copy_from_slice(invoking);
+            }
+            Icmpv6Repr::RouterSolicit => packet.set_word1(0),
             Icmpv6Repr::RouterAdvert(ra) => {
-                b[0] = message::ROUTER_ADVERT;
-                b[field::RA_HOP_LIMIT] = ra.cur_hop_limit;
-                b[field::RA_FLAGS] = ra.flags;
-                b[field::RA_LIFETIME..field::RA_LIFETIME + 2].copy_from_slice(&ra.router_lifetime.to_be_bytes());
-                b[field::RA_REACHABLE..field::RA_REACHABLE + 4].copy_from_slice(&ra.reachable_time.to_be_bytes());
-                b[field::RA_RETRANS..field::RA_RETRANS + 4].copy_from_slice(&ra.retrans_time.to_be_bytes());
-                let mut at = RA_HEADER_LEN;
+                packet.set_ra_cur_hop_limit(ra.cur_hop_limit);
+                packet.set_ra_flags(ra.flags);
+                packet.set_ra_router_lifetime(ra.router_lifetime);
+                packet.set_ra_reachable_time(ra.reachable_time);
+                packet.set_ra_retrans_time(ra.retrans_time);
+                let options = packet.payload_mut();
+                let mut at = 0;
                 if let Some(pi) = ra.prefix_info {
-                    pi.emit(&mut b[at..])?;
-                    at += ndisc_option::PREFIX_INFO_LEN;
+                    at += pi.emit(&mut options[at..])?;
                 }
                 if let Some(mtu) = ra.mtu {
-                    ndisc_option::emit_mtu(mtu, &mut b[at..])?;
+                    ndisc_option::emit_mtu(mtu, &mut options[at..])?;
                 }
-                Icmpv6Packet::new_unchecked(&mut *b).fill_checksum(src, dst);
-                return Ok(len);
             }
-        };
-        b[field::TYPE] = t;
-        b[field::CODE] = code;
-        b[field::WORD1..field::WORD1 + 4].copy_from_slice(&word1);
-        b[HEADER_LEN..].copy_from_slice(body);
-        Icmpv6Packet::new_unchecked(&mut *b).fill_checksum(src, dst);
+        }
+        packet.fill_checksum(src, dst);
         Ok(len)
     }
-}
-
-fn echo_word(ident: u16, seq_no: u16) -> [u8; 4] {
-    let (i, s) = (ident.to_be_bytes(), seq_no.to_be_bytes());
-    [i[0], i[1], s[0], s[1]]
 }
 
 #[cfg(test)]
@@ -445,6 +510,41 @@ mod tests {
             repr.emit(&s, &d, &mut b).unwrap();
             let p = Icmpv6Packet::new_checked(&b[..]).unwrap();
             assert_eq!(Icmpv6Repr::parse(&s, &d, &p).unwrap(), repr);
+        }
+    }
+
+    #[test]
+    fn emit_writes_every_byte() {
+        // Scratch buffers are reused: nothing left in them may leak into a message.
+        let (s, d) = (a("fe80::1"), a("fe80::2"));
+        let ra = RouterAdvertRepr {
+            cur_hop_limit: 0,
+            flags: 0,
+            router_lifetime: 0,
+            reachable_time: 0,
+            retrans_time: 2000,
+            prefix_info: Some(PrefixInfo {
+                prefix_len: 64,
+                on_link: false,
+                autonomous: true,
+                valid_lifetime: 1,
+                preferred_lifetime: 1,
+                prefix: a("2001:0:4136:e378::"),
+            }),
+            prefix_info_count: 1,
+            mtu: Some(1280),
+        };
+        let inv = [0x60u8; 12];
+        for repr in [
+            Icmpv6Repr::RouterAdvert(ra),
+            Icmpv6Repr::RouterSolicit,
+            Icmpv6Repr::EchoReply { ident: 1, seq_no: 2, data: &inv },
+            Icmpv6Repr::TimeExceeded { code: 0, invoking: &inv },
+        ] {
+            let (mut clean, mut dirty) = ([0u8; 64], [0xffu8; 64]);
+            let n = repr.emit(&s, &d, &mut clean).unwrap();
+            assert_eq!(repr.emit(&s, &d, &mut dirty).unwrap(), n);
+            assert_eq!(clean[..n], dirty[..n], "{repr:?}");
         }
     }
 

@@ -2,24 +2,31 @@
 //! kernel's UDP sockets, but the benchmark generator and the tests build it by hand.
 
 use crate::checksum;
-use crate::{be16, Error, Result};
+use crate::{read_ipv4, read_u16, write_u16, Error, Result};
 use core::net::Ipv4Addr;
 
 mod field {
+    use crate::field::*;
+
     pub const VER_IHL: usize = 0;
     pub const TOS: usize = 1;
-    pub const LENGTH: usize = 2;
-    pub const IDENT: usize = 4;
-    pub const FLAGS_FRAG: usize = 6;
+    pub const LENGTH: Field = 2..4;
+    pub const IDENT: Field = 4..6;
+    pub const FLAGS_FRAG: Field = 6..8;
     pub const TTL: usize = 8;
     pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: usize = 10;
-    pub const SRC: usize = 12;
-    pub const DST: usize = 16;
+    pub const CHECKSUM: Field = 10..12;
+    pub const SRC_ADDR: Field = 12..16;
+    pub const DST_ADDR: Field = 16..20;
 }
 
 /// Length of an IPv4 header without options.
-pub const HEADER_LEN: usize = 20;
+pub const HEADER_LEN: usize = field::DST_ADDR.end;
+
+/// The flag bits of the flags and fragment-offset field: reserved, DF, MF.
+const FLAGS_MASK: u16 = 0xe000;
+const DONT_FRAG: u16 = 0x4000;
+const MORE_FRAGS: u16 = 0x2000;
 
 /// A view over an IPv4 packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +54,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         if b.len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[field::VER_IHL] >> 4 != 4 {
+        if self.version() != 4 {
             return Err(Error::BadVersion);
         }
         let ihl = self.header_len();
@@ -80,23 +87,26 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
     /// Total length (header and payload).
     pub fn total_len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::LENGTH)
+        read_u16(&self.buffer.as_ref()[field::LENGTH])
     }
     /// Identification.
     pub fn ident(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::IDENT)
+        read_u16(&self.buffer.as_ref()[field::IDENT])
     }
     /// Don't-fragment flag.
     pub fn dont_frag(&self) -> bool {
-        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & 0x4000 != 0
+        self.flags_frag() & DONT_FRAG != 0
     }
     /// More-fragments flag.
     pub fn more_frags(&self) -> bool {
-        be16(self.buffer.as_ref(), field::FLAGS_FRAG) & 0x2000 != 0
+        self.flags_frag() & MORE_FRAGS != 0
     }
     /// Fragment offset in bytes.
     pub fn frag_offset(&self) -> u16 {
-        (be16(self.buffer.as_ref(), field::FLAGS_FRAG) & 0x1fff) << 3
+        (self.flags_frag() & !FLAGS_MASK) << 3
+    }
+    fn flags_frag(&self) -> u16 {
+        read_u16(&self.buffer.as_ref()[field::FLAGS_FRAG])
     }
     /// Time to live.
     pub fn ttl(&self) -> u8 {
@@ -108,17 +118,15 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
     /// Header checksum field.
     pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM)
+        read_u16(&self.buffer.as_ref()[field::CHECKSUM])
     }
     /// Source address.
     pub fn src_addr(&self) -> Ipv4Addr {
-        let b = self.buffer.as_ref();
-        Ipv4Addr::new(b[field::SRC], b[field::SRC + 1], b[field::SRC + 2], b[field::SRC + 3])
+        read_ipv4(&self.buffer.as_ref()[field::SRC_ADDR])
     }
     /// Destination address.
     pub fn dst_addr(&self) -> Ipv4Addr {
-        let b = self.buffer.as_ref();
-        Ipv4Addr::new(b[field::DST], b[field::DST + 1], b[field::DST + 2], b[field::DST + 3])
+        read_ipv4(&self.buffer.as_ref()[field::DST_ADDR])
     }
     /// Whether the header checksum verifies.
     pub fn verify_checksum(&self) -> bool {
@@ -132,15 +140,75 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
-    fn set_be16(&mut self, at: usize, v: u16) {
-        self.buffer.as_mut()[at..at + 2].copy_from_slice(&v.to_be_bytes());
+    /// Set the version.
+    pub fn set_version(&mut self, v: u8) {
+        let b = &mut self.buffer.as_mut()[field::VER_IHL];
+        *b = (*b & 0x0f) | (v << 4);
+    }
+    /// Set the header length in bytes (a multiple of 4).
+    pub fn set_header_len(&mut self, len: usize) {
+        let b = &mut self.buffer.as_mut()[field::VER_IHL];
+        *b = (*b & 0xf0) | ((len / 4) as u8 & 0x0f);
+    }
+    /// Set the DSCP and ECN byte.
+    pub fn set_tos(&mut self, v: u8) {
+        self.buffer.as_mut()[field::TOS] = v;
+    }
+    /// Set the total length.
+    pub fn set_total_len(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::LENGTH], v);
+    }
+    /// Set the identification.
+    pub fn set_ident(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::IDENT], v);
+    }
+    fn set_flags_frag(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::FLAGS_FRAG], v);
+    }
+    /// Clear the three flag bits (the reserved bit included), keeping the offset.
+    pub fn clear_flags(&mut self) {
+        self.set_flags_frag(self.flags_frag() & !FLAGS_MASK);
+    }
+    /// Set the don't-fragment flag.
+    pub fn set_dont_frag(&mut self, on: bool) {
+        let v = self.flags_frag() & !DONT_FRAG;
+        self.set_flags_frag(if on { v | DONT_FRAG } else { v });
+    }
+    /// Set the more-fragments flag.
+    pub fn set_more_frags(&mut self, on: bool) {
+        let v = self.flags_frag() & !MORE_FRAGS;
+        self.set_flags_frag(if on { v | MORE_FRAGS } else { v });
+    }
+    /// Set the fragment offset in bytes (a multiple of 8).
+    pub fn set_frag_offset(&mut self, offset: u16) {
+        self.set_flags_frag((self.flags_frag() & FLAGS_MASK) | (offset >> 3));
+    }
+    /// Set the time to live.
+    pub fn set_ttl(&mut self, v: u8) {
+        self.buffer.as_mut()[field::TTL] = v;
+    }
+    /// Set the upper-layer protocol.
+    pub fn set_protocol(&mut self, v: u8) {
+        self.buffer.as_mut()[field::PROTOCOL] = v;
+    }
+    /// Set the header checksum field.
+    pub fn set_checksum(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::CHECKSUM], v);
+    }
+    /// Set the source address.
+    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+        self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&a.octets());
+    }
+    /// Set the destination address.
+    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+        self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&a.octets());
     }
     /// Recompute and store the header checksum.
     pub fn fill_checksum(&mut self) {
-        self.set_be16(field::CHECKSUM, 0);
+        self.set_checksum(0);
         let len = self.header_len();
         let c = checksum::finish(checksum::sum(&self.buffer.as_ref()[..len]));
-        self.set_be16(field::CHECKSUM, c);
+        self.set_checksum(c);
     }
     /// Mutable payload, bounded by the total length.
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -188,26 +256,26 @@ impl Ipv4Repr {
         HEADER_LEN
     }
 
-    /// Write the header (no options, DF clear as RFC 4380 §5.1.2 advises) into a
-    /// buffer of at least `HEADER_LEN + payload_len` bytes.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv4Packet<T>) -> Result<()> {
+    /// Write the header (no options, DF clear as RFC 4380 §5.1.2 advises) at the start
+    /// of `buf`, which must hold the payload too since the total length claims it.
+    /// Returns the header length, where the payload goes.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let total = HEADER_LEN + self.payload_len;
         let total16 = u16::try_from(total).map_err(|_| Error::BadLength)?;
-        let b = packet.buffer.as_mut();
-        if b.len() < total {
-            return Err(Error::BufferTooSmall);
-        }
-        b[field::VER_IHL] = 0x45;
-        b[field::TOS] = 0;
-        b[field::LENGTH..field::LENGTH + 2].copy_from_slice(&total16.to_be_bytes());
-        b[field::IDENT..field::IDENT + 2].fill(0);
-        b[field::FLAGS_FRAG..field::FLAGS_FRAG + 2].fill(0);
-        b[field::TTL] = self.ttl;
-        b[field::PROTOCOL] = self.protocol;
-        b[field::SRC..field::SRC + 4].copy_from_slice(&self.src_addr.octets());
-        b[field::DST..field::DST + 4].copy_from_slice(&self.dst_addr.octets());
+        let mut packet = Ipv4Packet::new_unchecked(buf.get_mut(..total).ok_or(Error::BufferTooSmall)?);
+        packet.set_version(4);
+        packet.set_header_len(HEADER_LEN);
+        packet.set_tos(0);
+        packet.set_total_len(total16);
+        packet.set_ident(0);
+        packet.clear_flags();
+        packet.set_frag_offset(0);
+        packet.set_ttl(self.ttl);
+        packet.set_protocol(self.protocol);
+        packet.set_src_addr(self.src_addr);
+        packet.set_dst_addr(self.dst_addr);
         packet.fill_checksum();
-        Ok(())
+        Ok(HEADER_LEN)
     }
 }
 
@@ -231,14 +299,30 @@ mod tests {
             ttl: 64,
         };
         let mut buf = [0u8; 28];
-        let mut p = Ipv4Packet::new_unchecked(&mut buf[..]);
-        repr.emit(&mut p).unwrap();
+        assert_eq!(repr.emit(&mut buf).unwrap(), 20);
         assert_eq!(&buf[..10], &HEADER[..10]);
         assert_eq!(&buf[12..20], &HEADER[12..20]);
         let p = Ipv4Packet::new_checked(&buf[..]).unwrap();
         assert!(p.verify_checksum());
         assert_eq!(Ipv4Repr::parse(&p).unwrap(), repr);
         assert_eq!(p.payload().len(), 8);
+    }
+
+    #[test]
+    fn emit_writes_every_header_byte() {
+        // Scratch buffers are reused: nothing left in them may leak into a header.
+        let repr = Ipv4Repr {
+            src_addr: Ipv4Addr::new(192, 0, 2, 1),
+            dst_addr: Ipv4Addr::new(198, 51, 100, 7),
+            protocol: crate::ip_protocol::UDP,
+            payload_len: 8,
+            ttl: 64,
+        };
+        let (mut clean, mut dirty) = ([0u8; 28], [0xffu8; 28]);
+        repr.emit(&mut clean).unwrap();
+        repr.emit(&mut dirty).unwrap();
+        assert_eq!(clean[..20], dirty[..20]);
+        assert_eq!(repr.emit(&mut [0u8; 27]).unwrap_err(), Error::BufferTooSmall);
     }
 
     #[test]

@@ -4,20 +4,25 @@
 //! exposed as [`Ipv6Packet::trailer`], which is where RFC 6081 trailers live when the
 //! buffer is a Teredo UDP payload.
 
-use crate::{be16, ipv6_at, Error, Result};
+use crate::{read_ipv6, read_u16, read_u32, write_u16, write_u32, Error, Result};
 use core::net::Ipv6Addr;
 
 mod field {
-    pub const VER_TC_FLOW: usize = 0;
-    pub const PAYLOAD_LEN: usize = 4;
+    use crate::field::*;
+
+    /// Version (4 bits), traffic class (8), flow label (20).
+    pub const VER_TC_FLOW: Field = 0..4;
+    pub const PAYLOAD_LEN: Field = 4..6;
     pub const NEXT_HEADER: usize = 6;
     pub const HOP_LIMIT: usize = 7;
-    pub const SRC: usize = 8;
-    pub const DST: usize = 24;
+    pub const SRC_ADDR: Field = 8..24;
+    pub const DST_ADDR: Field = 24..40;
 }
 
 /// Length of the fixed IPv6 header.
-pub const HEADER_LEN: usize = 40;
+pub const HEADER_LEN: usize = field::DST_ADDR.end;
+
+const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
 
 /// The IPv6 minimum link MTU, Teredo's default (RFC 4380 §5.1.2).
 pub const MIN_MTU: usize = 1280;
@@ -48,7 +53,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         if b.len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
-        if b[field::VER_TC_FLOW] >> 4 != 6 {
+        if self.version() != 6 {
             return Err(Error::BadVersion);
         }
         if b.len() < self.total_len() {
@@ -65,23 +70,24 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     pub fn as_bytes(&self) -> &[u8] {
         self.buffer.as_ref()
     }
+    fn ver_tc_flow(&self) -> u32 {
+        read_u32(&self.buffer.as_ref()[field::VER_TC_FLOW])
+    }
     /// Version field (6 once checked).
     pub fn version(&self) -> u8 {
-        self.buffer.as_ref()[field::VER_TC_FLOW] >> 4
+        (self.ver_tc_flow() >> 28) as u8
     }
     /// Traffic class.
     pub fn traffic_class(&self) -> u8 {
-        let b = self.buffer.as_ref();
-        (b[0] << 4) | (b[1] >> 4)
+        (self.ver_tc_flow() >> 20) as u8
     }
     /// Flow label.
     pub fn flow_label(&self) -> u32 {
-        let b = self.buffer.as_ref();
-        (u32::from(b[1] & 0x0f) << 16) | u32::from(be16(b, 2))
+        self.ver_tc_flow() & FLOW_LABEL_MASK
     }
     /// Payload length (extension headers included).
     pub fn payload_len(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::PAYLOAD_LEN)
+        read_u16(&self.buffer.as_ref()[field::PAYLOAD_LEN])
     }
     /// Header plus payload: the length of the packet proper.
     pub fn total_len(&self) -> usize {
@@ -97,11 +103,11 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
     /// Source address.
     pub fn src_addr(&self) -> Ipv6Addr {
-        ipv6_at(self.buffer.as_ref(), field::SRC)
+        read_ipv6(&self.buffer.as_ref()[field::SRC_ADDR])
     }
     /// Destination address.
     pub fn dst_addr(&self) -> Ipv6Addr {
-        ipv6_at(self.buffer.as_ref(), field::DST)
+        read_ipv6(&self.buffer.as_ref()[field::DST_ADDR])
     }
     /// The packet proper: header and payload, trailer excluded.
     pub fn packet(&self) -> &[u8] {
@@ -123,9 +129,40 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    fn set_ver_tc_flow(&mut self, v: u32) {
+        write_u32(&mut self.buffer.as_mut()[field::VER_TC_FLOW], v);
+    }
+    /// Set the version.
+    pub fn set_version(&mut self, v: u8) {
+        self.set_ver_tc_flow((self.ver_tc_flow() & 0x0fff_ffff) | (u32::from(v & 0x0f) << 28));
+    }
+    /// Set the traffic class.
+    pub fn set_traffic_class(&mut self, v: u8) {
+        self.set_ver_tc_flow((self.ver_tc_flow() & 0xf00f_ffff) | (u32::from(v) << 20));
+    }
+    /// Set the flow label (its low 20 bits).
+    pub fn set_flow_label(&mut self, v: u32) {
+        self.set_ver_tc_flow((self.ver_tc_flow() & !FLOW_LABEL_MASK) | (v & FLOW_LABEL_MASK));
+    }
+    /// Set the payload length.
+    pub fn set_payload_len(&mut self, v: u16) {
+        write_u16(&mut self.buffer.as_mut()[field::PAYLOAD_LEN], v);
+    }
+    /// Set the next header.
+    pub fn set_next_header(&mut self, v: u8) {
+        self.buffer.as_mut()[field::NEXT_HEADER] = v;
+    }
     /// Set the hop limit (routers decrement it when forwarding).
     pub fn set_hop_limit(&mut self, v: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = v;
+    }
+    /// Set the source address.
+    pub fn set_src_addr(&mut self, a: &Ipv6Addr) {
+        self.buffer.as_mut()[field::SRC_ADDR].copy_from_slice(&a.octets());
+    }
+    /// Set the destination address.
+    pub fn set_dst_addr(&mut self, a: &Ipv6Addr) {
+        self.buffer.as_mut()[field::DST_ADDR].copy_from_slice(&a.octets());
     }
     /// Mutable payload, bounded by Payload Length.
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -166,17 +203,21 @@ impl Ipv6Repr {
         HEADER_LEN
     }
 
-    /// Write the header (traffic class and flow label zero) into the first 40 bytes.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+    /// Write the header (traffic class and flow label zero) into the first 40 bytes of
+    /// `buf`. The payload is the caller's to place, before or after. Returns the header
+    /// length, where the payload goes.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let plen = u16::try_from(self.payload_len).map_err(|_| Error::BadLength)?;
-        let b = buf.get_mut(..HEADER_LEN).ok_or(Error::BufferTooSmall)?;
-        b[..4].copy_from_slice(&[0x60, 0, 0, 0]);
-        b[field::PAYLOAD_LEN..field::PAYLOAD_LEN + 2].copy_from_slice(&plen.to_be_bytes());
-        b[field::NEXT_HEADER] = self.next_header;
-        b[field::HOP_LIMIT] = self.hop_limit;
-        b[field::SRC..field::SRC + 16].copy_from_slice(&self.src_addr.octets());
-        b[field::DST..field::DST + 16].copy_from_slice(&self.dst_addr.octets());
-        Ok(())
+        let mut packet = Ipv6Packet::new_unchecked(buf.get_mut(..HEADER_LEN).ok_or(Error::BufferTooSmall)?);
+        packet.set_version(6);
+        packet.set_traffic_class(0);
+        packet.set_flow_label(0);
+        packet.set_payload_len(plen);
+        packet.set_next_header(self.next_header);
+        packet.set_hop_limit(self.hop_limit);
+        packet.set_src_addr(&self.src_addr);
+        packet.set_dst_addr(&self.dst_addr);
+        Ok(HEADER_LEN)
     }
 }
 
@@ -223,6 +264,20 @@ mod tests {
         let mut out = [0u8; 40];
         repr.emit(&mut out).unwrap();
         assert_eq!(out, BUBBLE);
+    }
+
+    #[test]
+    fn version_class_and_label_share_a_word() {
+        let mut b = BUBBLE;
+        let mut p = Ipv6Packet::new_unchecked(&mut b[..]);
+        p.set_traffic_class(0xab);
+        p.set_flow_label(0xcdef1);
+        assert_eq!((p.version(), p.traffic_class(), p.flow_label()), (6, 0xab, 0xcdef1));
+        assert_eq!(&b[..4], &[0x6a, 0xbc, 0xde, 0xf1]);
+        // Emit overwrites all three, whatever the buffer held.
+        let repr = Ipv6Repr::parse(&Ipv6Packet::new_checked(&BUBBLE[..]).unwrap());
+        assert_eq!(repr.emit(&mut b).unwrap(), HEADER_LEN);
+        assert_eq!(b, BUBBLE);
     }
 
     #[test]

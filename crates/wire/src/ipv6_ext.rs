@@ -7,7 +7,32 @@
 
 use crate::ip_protocol as proto;
 use crate::ipv6::{Ipv6Packet, HEADER_LEN};
-use crate::{be16, be32, Error, Result};
+use crate::{read_u16, read_u32, Error, Result};
+
+mod field {
+    use crate::field::*;
+
+    // Every extension header.
+    pub const NEXT_HEADER: usize = 0;
+    /// In 8-octet units not counting the first (4-octet units not counting the first
+    /// two for the authentication header); reserved in the fragment header.
+    pub const LENGTH: usize = 1;
+
+    // Routing header (RFC 8200 §4.4).
+    pub const ROUTING_TYPE: usize = 2;
+    pub const SEGMENTS_LEFT: usize = 3;
+
+    // Fragment header (RFC 8200 §4.5), whose length is fixed.
+    /// Fragment offset (13 bits, in 8-octet units), two reserved bits, M.
+    pub const FRAG_OFFSET_M: Field = 2..4;
+    pub const FRAG_IDENT: Field = 4..8;
+}
+
+/// Length of a fragment header.
+const FRAGMENT_LEN: usize = field::FRAG_IDENT.end;
+/// The fragment offset bits of the fragment header's offset field, already in bytes.
+const FRAG_OFFSET_MASK: u16 = 0xfff8;
+const FRAG_MORE: u16 = 0x0001;
 
 /// Most extension headers the walk accepts before refusing the chain.
 pub const MAX_EXT_HEADERS: usize = 8;
@@ -26,7 +51,7 @@ pub struct ExtHeader<'a> {
 impl ExtHeader<'_> {
     /// The next-header byte of this extension header.
     pub fn next_header(&self) -> u8 {
-        self.bytes[0]
+        self.bytes[field::NEXT_HEADER]
     }
 }
 
@@ -145,19 +170,17 @@ impl<'a> ExtHeaders<'a> {
             return Err(Error::BadChain);
         }
         let rest = self.packet.get(self.offset..).unwrap_or(&[]);
-        if rest.len() < 2 {
-            return Err(Error::Truncated);
-        }
+        let units = usize::from(*rest.get(field::LENGTH).ok_or(Error::Truncated)?);
         let len = match kind {
-            proto::FRAGMENT => 8,
-            proto::AH => (usize::from(rest[1]) + 2) * 4,
-            _ => (usize::from(rest[1]) + 1) * 8,
+            proto::FRAGMENT => FRAGMENT_LEN,
+            proto::AH => (units + 2) * 4,
+            _ => (units + 1) * 8,
         };
         let bytes = rest.get(..len).ok_or(Error::Truncated)?;
         let header = ExtHeader { kind, offset: self.offset, bytes };
-        self.next = bytes[0];
+        self.next = bytes[field::NEXT_HEADER];
         self.offset += len;
-        if kind == proto::FRAGMENT && be16(bytes, 2) & 0xfff8 != 0 {
+        if kind == proto::FRAGMENT && read_u16(&bytes[field::FRAG_OFFSET_M]) & FRAG_OFFSET_MASK != 0 {
             // A later fragment carries no upper-layer header: stop here.
             self.stopped_at_fragment = true;
         }
@@ -197,10 +220,19 @@ pub fn walk<T: AsRef<[u8]> + ?Sized>(packet: &Ipv6Packet<&T>) -> Result<ChainEnd
         count += 1;
         match h.kind {
             proto::FRAGMENT => {
-                let v = be16(h.bytes, 2);
-                fragment = Some(FragmentInfo { offset: v & 0xfff8, more: v & 1 != 0, ident: be32(h.bytes, 4) });
+                let v = read_u16(&h.bytes[field::FRAG_OFFSET_M]);
+                fragment = Some(FragmentInfo {
+                    offset: v & FRAG_OFFSET_MASK,
+                    more: v & FRAG_MORE != 0,
+                    ident: read_u32(&h.bytes[field::FRAG_IDENT]),
+                });
             }
-            proto::ROUTING => routing = Some(RoutingInfo { routing_type: h.bytes[2], segments_left: h.bytes[3] }),
+            proto::ROUTING => {
+                routing = Some(RoutingInfo {
+                    routing_type: h.bytes[field::ROUTING_TYPE],
+                    segments_left: h.bytes[field::SEGMENTS_LEFT],
+                })
+            }
             _ => {}
         }
     }

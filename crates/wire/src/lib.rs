@@ -8,7 +8,33 @@
 //! * `FooPacket<T: AsRef<[u8]>>` (or `FooHeader`) is a view over any buffer. Untrusted
 //!   input goes through `new_checked`, which validates lengths once; after that no
 //!   accessor can panic. Setters exist only where `T: AsMut<[u8]>`.
-//! * `FooRepr` is a plain value with `parse(&view)`, `buffer_len()` and `emit(&mut view)`.
+//! * `FooRepr` is a plain value with `parse(&view)`, `buffer_len()` and `emit`.
+//! * Each file's private `mod field` names where every field lies, as a byte index for
+//!   one-byte fields and a [`Range`](core::ops::Range) for wider ones; getters and setters
+//!   read and write through those names and nowhere else, so the layout is written down
+//!   once per protocol.
+//!
+//! ## One emit shape
+//!
+//! Every emitter, `FooRepr::emit` and the few free `emit_*` functions alike, has the shape
+//!
+//! ```text
+//! fn emit(&self, /* what the checksum needs: src, dst */, buf: &mut [u8]) -> Result<usize>
+//! ```
+//!
+//! It writes at the start of `buf`, through the view's setters (through the field
+//! table for the TLV options, which have no view), and returns how many bytes it wrote
+//! (`buffer_len()`); a `buf` too short gives [`Error::BufferTooSmall`], a length its
+//! field cannot hold [`Error::BadLength`]. Teredo builds several headers back to back
+//! in one scratch buffer (authentication, origin indication, IPv6, ICMPv6), so the
+//! returned length is where the next one goes: `at += repr.emit(&mut buf[at..])?`.
+//! smoltcp's `emit(&mut Packet)` would make every caller wrap each sub-slice in a view
+//! first.
+//!
+//! A header that carries a payload (IPv4, IPv6, UDP) writes the header alone and
+//! returns its length, which is where the payload starts. When the header claims the
+//! payload's length (IPv4) or its checksum covers the payload (UDP), `buf` must hold
+//! the payload too, and for UDP the caller places it before calling `emit`.
 //!
 //! The crate is `no_std` and never allocates: headers are read where they lie in the
 //! caller's buffer, including the IPv6 extension-header chain (the KAME `m_pulldown`
@@ -23,6 +49,10 @@ extern crate std;
 
 pub mod checksum;
 mod error;
+// The fuzz harnesses are shared by the property tests and `fuzz/`, and are no API for
+// anyone else: a feature keeps them out of ordinary builds.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
 pub mod exercise;
 pub mod icmpv6;
 pub mod ipv4;
@@ -63,22 +93,54 @@ pub mod ip_protocol {
     pub const DEST_OPTS: u8 = 60;
 }
 
-/// Read a big-endian u16 at `at`; the caller has checked the bounds.
-#[inline]
-pub(crate) fn be16(buf: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([buf[at], buf[at + 1]])
+/// The types each file's `mod field` is written in, as in smoltcp's wire module.
+pub(crate) mod field {
+    /// A fixed-width field.
+    pub type Field = core::ops::Range<usize>;
+    /// Everything from an offset to the end of the buffer.
+    pub type Rest = core::ops::RangeFrom<usize>;
 }
 
-/// Read a big-endian u32 at `at`; the caller has checked the bounds.
+// Readers and writers of the fields `mod field` names. The slice is exactly the field:
+// the width is checked in debug builds, where a wrong range in a field table would
+// otherwise read the first bytes of a wider field unnoticed.
+
+/// A big-endian u16 field.
 #[inline]
-pub(crate) fn be32(buf: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+pub(crate) fn read_u16(field: &[u8]) -> u16 {
+    debug_assert_eq!(field.len(), 2);
+    u16::from_be_bytes([field[0], field[1]])
 }
 
-/// Read 16 bytes at `at` as an IPv6 address; the caller has checked the bounds.
+/// A big-endian u32 field.
 #[inline]
-pub(crate) fn ipv6_at(buf: &[u8], at: usize) -> core::net::Ipv6Addr {
+pub(crate) fn read_u32(field: &[u8]) -> u32 {
+    debug_assert_eq!(field.len(), 4);
+    u32::from_be_bytes([field[0], field[1], field[2], field[3]])
+}
+
+/// An IPv4 address field.
+#[inline]
+pub(crate) fn read_ipv4(field: &[u8]) -> core::net::Ipv4Addr {
+    core::net::Ipv4Addr::from(read_u32(field))
+}
+
+/// An IPv6 address field.
+#[inline]
+pub(crate) fn read_ipv6(field: &[u8]) -> core::net::Ipv6Addr {
     let mut b = [0u8; 16];
-    b.copy_from_slice(&buf[at..at + 16]);
+    b.copy_from_slice(field);
     core::net::Ipv6Addr::from(b)
+}
+
+/// Write a big-endian u16 field.
+#[inline]
+pub(crate) fn write_u16(field: &mut [u8], v: u16) {
+    field.copy_from_slice(&v.to_be_bytes());
+}
+
+/// Write a big-endian u32 field.
+#[inline]
+pub(crate) fn write_u32(field: &mut [u8], v: u32) {
+    field.copy_from_slice(&v.to_be_bytes());
 }

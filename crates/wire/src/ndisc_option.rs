@@ -3,8 +3,34 @@
 //! units and includes the type and length bytes; a length of 0 invalidates the whole
 //! message.
 
-use crate::{be32, ipv6_at, Error, Result};
+use crate::{read_ipv6, read_u32, write_u32, Error, Result};
 use core::net::Ipv6Addr;
+
+mod field {
+    use crate::field::*;
+
+    // Every option.
+    pub const TYPE: usize = 0;
+    /// In units of 8 octets, type and length bytes included.
+    pub const LENGTH: usize = 1;
+
+    // Prefix information (RFC 4861 §4.6.2).
+    pub const PREFIX_LEN: usize = 2;
+    pub const PREFIX_FLAGS: usize = 3;
+    pub const VALID_LIFETIME: Field = 4..8;
+    pub const PREFERRED_LIFETIME: Field = 8..12;
+    pub const PREFIX_RESERVED: Field = 12..16;
+    pub const PREFIX: Field = 16..32;
+
+    // MTU (RFC 4861 §4.6.4).
+    pub const MTU_RESERVED: Field = 2..4;
+    pub const MTU: Field = 4..8;
+}
+
+/// The on-link (L) flag of a prefix-information option.
+const FLAG_ON_LINK: u8 = 0x80;
+/// The autonomous address-configuration (A) flag of a prefix-information option.
+const FLAG_AUTONOMOUS: u8 = 0x40;
 
 /// Option type codes.
 pub mod option_type {
@@ -21,9 +47,9 @@ pub mod option_type {
 }
 
 /// Length of a prefix-information option.
-pub const PREFIX_INFO_LEN: usize = 32;
+pub const PREFIX_INFO_LEN: usize = field::PREFIX.end;
 /// Length of an MTU option.
-pub const MTU_LEN: usize = 8;
+pub const MTU_LEN: usize = field::MTU.end;
 
 /// One option as it lies in the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,16 +88,16 @@ impl<'a> Iterator for NdOptions<'a> {
         }
         let r = self.rest;
         self.rest = &[];
-        if r.len() < 2 {
+        let Some(&units) = r.get(field::LENGTH) else {
             return Some(Err(Error::BadOption));
-        }
-        let len = usize::from(r[1]) * 8;
+        };
+        let len = usize::from(units) * 8;
         if len == 0 || len > r.len() {
             return Some(Err(Error::BadOption));
         }
         let (opt, rest) = r.split_at(len);
         self.rest = rest;
-        Some(Ok(NdOption { kind: opt[0], bytes: opt }))
+        Some(Ok(NdOption { kind: opt[field::TYPE], bytes: opt }))
     }
 }
 
@@ -100,27 +126,28 @@ impl PrefixInfo {
         }
         let b = opt.bytes;
         Ok(PrefixInfo {
-            prefix_len: b[2],
-            on_link: b[3] & 0x80 != 0,
-            autonomous: b[3] & 0x40 != 0,
-            valid_lifetime: be32(b, 4),
-            preferred_lifetime: be32(b, 8),
-            prefix: ipv6_at(b, 16),
+            prefix_len: b[field::PREFIX_LEN],
+            on_link: b[field::PREFIX_FLAGS] & FLAG_ON_LINK != 0,
+            autonomous: b[field::PREFIX_FLAGS] & FLAG_AUTONOMOUS != 0,
+            valid_lifetime: read_u32(&b[field::VALID_LIFETIME]),
+            preferred_lifetime: read_u32(&b[field::PREFERRED_LIFETIME]),
+            prefix: read_ipv6(&b[field::PREFIX]),
         })
     }
 
-    /// Write the option into the first 32 bytes of `buf`.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+    /// Write the option into the first 32 bytes of `buf`; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let b = buf.get_mut(..PREFIX_INFO_LEN).ok_or(Error::BufferTooSmall)?;
-        b[0] = option_type::PREFIX_INFO;
-        b[1] = (PREFIX_INFO_LEN / 8) as u8;
-        b[2] = self.prefix_len;
-        b[3] = (u8::from(self.on_link) << 7) | (u8::from(self.autonomous) << 6);
-        b[4..8].copy_from_slice(&self.valid_lifetime.to_be_bytes());
-        b[8..12].copy_from_slice(&self.preferred_lifetime.to_be_bytes());
-        b[12..16].fill(0);
-        b[16..32].copy_from_slice(&self.prefix.octets());
-        Ok(())
+        b[field::TYPE] = option_type::PREFIX_INFO;
+        b[field::LENGTH] = (PREFIX_INFO_LEN / 8) as u8;
+        b[field::PREFIX_LEN] = self.prefix_len;
+        b[field::PREFIX_FLAGS] =
+            (u8::from(self.on_link) * FLAG_ON_LINK) | (u8::from(self.autonomous) * FLAG_AUTONOMOUS);
+        write_u32(&mut b[field::VALID_LIFETIME], self.valid_lifetime);
+        write_u32(&mut b[field::PREFERRED_LIFETIME], self.preferred_lifetime);
+        b[field::PREFIX_RESERVED].fill(0);
+        b[field::PREFIX].copy_from_slice(&self.prefix.octets());
+        Ok(PREFIX_INFO_LEN)
     }
 }
 
@@ -129,15 +156,17 @@ pub fn parse_mtu(opt: &NdOption<'_>) -> Result<u32> {
     if opt.kind != option_type::MTU || opt.bytes.len() != MTU_LEN {
         return Err(Error::BadOption);
     }
-    Ok(be32(opt.bytes, 4))
+    Ok(read_u32(&opt.bytes[field::MTU]))
 }
 
-/// Write an MTU option into the first 8 bytes of `buf`.
-pub fn emit_mtu(mtu: u32, buf: &mut [u8]) -> Result<()> {
+/// Write an MTU option into the first 8 bytes of `buf`; returns its length.
+pub fn emit_mtu(mtu: u32, buf: &mut [u8]) -> Result<usize> {
     let b = buf.get_mut(..MTU_LEN).ok_or(Error::BufferTooSmall)?;
-    b[..4].copy_from_slice(&[option_type::MTU, 1, 0, 0]);
-    b[4..8].copy_from_slice(&mtu.to_be_bytes());
-    Ok(())
+    b[field::TYPE] = option_type::MTU;
+    b[field::LENGTH] = (MTU_LEN / 8) as u8;
+    b[field::MTU_RESERVED].fill(0);
+    write_u32(&mut b[field::MTU], mtu);
+    Ok(MTU_LEN)
 }
 
 #[cfg(test)]

@@ -6,8 +6,19 @@
 //! Flags, bit 0 first: `C R A A A A U G A A A A A A A A` — C cone (deprecated by
 //! RFC 5991), R reserved, U and G zero (modified EUI-64), A twelve random bits.
 
+use crate::{read_ipv4, read_u16, read_u32, write_u16, write_u32};
 use core::fmt;
 use core::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+
+mod field {
+    use crate::field::*;
+
+    pub const PREFIX: Field = 0..4;
+    pub const SERVER: Field = 4..8;
+    pub const FLAGS: Field = 8..10;
+    pub const PORT: Field = 10..12;
+    pub const CLIENT_ADDR: Field = 12..16;
+}
 
 /// The Teredo UDP port servers listen on.
 pub const TEREDO_PORT: u16 = 3544;
@@ -121,8 +132,7 @@ pub struct TeredoAddr {
 impl TeredoAddr {
     /// Decode `addr` if it starts with `prefix`.
     pub fn decode_with_prefix(addr: &Ipv6Addr, prefix: u32) -> Option<TeredoAddr> {
-        let o = addr.octets();
-        if u32::from_be_bytes([o[0], o[1], o[2], o[3]]) != prefix {
+        if read_u32(&addr.octets()[field::PREFIX]) != prefix {
             return None;
         }
         Some(Self::decode_any(addr))
@@ -137,12 +147,12 @@ impl TeredoAddr {
     /// Teredo link-local identifiers).
     pub fn decode_any(addr: &Ipv6Addr) -> TeredoAddr {
         let o = addr.octets();
-        let port = !u16::from_be_bytes([o[10], o[11]]);
-        let ip = Ipv4Addr::new(!o[12], !o[13], !o[14], !o[15]);
+        let port = obfuscate_port(read_u16(&o[field::PORT]));
+        let ip = obfuscate_ipv4(read_ipv4(&o[field::CLIENT_ADDR]));
         TeredoAddr {
-            prefix: u32::from_be_bytes([o[0], o[1], o[2], o[3]]),
-            server: Ipv4Addr::new(o[4], o[5], o[6], o[7]),
-            flags: Flags(u16::from_be_bytes([o[8], o[9]])),
+            prefix: read_u32(&o[field::PREFIX]),
+            server: read_ipv4(&o[field::SERVER]),
+            flags: Flags(read_u16(&o[field::FLAGS])),
             mapped: SocketAddrV4::new(ip, port),
         }
     }
@@ -150,19 +160,19 @@ impl TeredoAddr {
     /// Encode into an IPv6 address.
     pub fn to_ipv6(&self) -> Ipv6Addr {
         let mut o = [0u8; 16];
-        o[..4].copy_from_slice(&self.prefix.to_be_bytes());
-        o[4..8].copy_from_slice(&self.server.octets());
-        o[8..10].copy_from_slice(&self.flags.0.to_be_bytes());
-        o[10..12].copy_from_slice(&obfuscate_port(self.mapped.port()).to_be_bytes());
-        o[12..16].copy_from_slice(&obfuscate_ipv4(*self.mapped.ip()).octets());
+        write_u32(&mut o[field::PREFIX], self.prefix);
+        o[field::SERVER].copy_from_slice(&self.server.octets());
+        write_u16(&mut o[field::FLAGS], self.flags.0);
+        write_u16(&mut o[field::PORT], obfuscate_port(self.mapped.port()));
+        o[field::CLIENT_ADDR].copy_from_slice(&obfuscate_ipv4(*self.mapped.ip()).octets());
         Ipv6Addr::from(o)
     }
 
     /// The prefix a server with this address advertises: `prefix:server::/64`.
     pub fn client_prefix(prefix: u32, server: Ipv4Addr) -> Ipv6Addr {
         let mut o = [0u8; 16];
-        o[..4].copy_from_slice(&prefix.to_be_bytes());
-        o[4..8].copy_from_slice(&server.octets());
+        write_u32(&mut o[field::PREFIX], prefix);
+        o[field::SERVER].copy_from_slice(&server.octets());
         Ipv6Addr::from(o)
     }
 }

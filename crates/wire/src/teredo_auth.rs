@@ -8,8 +8,36 @@
 
 use crate::{Error, Result};
 
+mod field {
+    #![allow(non_snake_case)]
+    use crate::field::*;
+
+    pub const INDICATOR: Field = 0..2;
+    pub const ID_LEN: usize = 2;
+    pub const AU_LEN: usize = 3;
+
+    // The rest lies after the client identifier and the authentication value, whose
+    // lengths the header gives.
+    pub const fn CLIENT_ID(id_len: usize) -> Field {
+        AU_LEN + 1..AU_LEN + 1 + id_len
+    }
+    pub const fn AUTH_VALUE(id_len: usize, au_len: usize) -> Field {
+        let at = CLIENT_ID(id_len).end;
+        at..at + au_len
+    }
+    pub const fn NONCE(id_len: usize, au_len: usize) -> Field {
+        let at = AUTH_VALUE(id_len, au_len).end;
+        at..at + super::NONCE_LEN
+    }
+    pub const fn CONFIRMATION(id_len: usize, au_len: usize) -> usize {
+        NONCE(id_len, au_len).end
+    }
+}
+
+/// The first two bytes of an authentication header.
+pub const INDICATOR: [u8; 2] = [0, 1];
 /// Length of the header with empty client id and auth value.
-pub const MIN_LEN: usize = 13;
+pub const MIN_LEN: usize = field::CONFIRMATION(0, 0) + 1;
 /// Length of the nonce.
 pub const NONCE_LEN: usize = 8;
 
@@ -35,10 +63,7 @@ impl<T: AsRef<[u8]>> AuthHeader<T> {
     /// Check the indicator and that the variable parts fit in the buffer.
     pub fn check_len(&self) -> Result<()> {
         let b = self.buffer.as_ref();
-        if b.len() < 2 {
-            return Err(Error::Truncated);
-        }
-        if b[..2] != [0, 1] {
+        if b.get(field::INDICATOR).ok_or(Error::Truncated)? != INDICATOR {
             return Err(Error::BadIndicator);
         }
         if b.len() < MIN_LEN || b.len() < self.header_len() {
@@ -49,35 +74,68 @@ impl<T: AsRef<[u8]>> AuthHeader<T> {
 
     /// Client identifier length.
     pub fn id_len(&self) -> usize {
-        usize::from(self.buffer.as_ref()[2])
+        usize::from(self.buffer.as_ref()[field::ID_LEN])
     }
     /// Authentication value length.
     pub fn au_len(&self) -> usize {
-        usize::from(self.buffer.as_ref()[3])
+        usize::from(self.buffer.as_ref()[field::AU_LEN])
     }
     /// Total length of the header.
     pub fn header_len(&self) -> usize {
-        MIN_LEN + self.id_len() + self.au_len()
+        field::CONFIRMATION(self.id_len(), self.au_len()) + 1
     }
     /// Client identifier.
     pub fn client_id(&self) -> &[u8] {
-        &self.buffer.as_ref()[4..4 + self.id_len()]
+        &self.buffer.as_ref()[field::CLIENT_ID(self.id_len())]
     }
     /// Authentication value (the MAC).
     pub fn auth_value(&self) -> &[u8] {
-        let at = 4 + self.id_len();
-        &self.buffer.as_ref()[at..at + self.au_len()]
+        &self.buffer.as_ref()[field::AUTH_VALUE(self.id_len(), self.au_len())]
     }
     /// The nonce.
     pub fn nonce(&self) -> [u8; NONCE_LEN] {
-        let at = 4 + self.id_len() + self.au_len();
         let mut n = [0u8; NONCE_LEN];
-        n.copy_from_slice(&self.buffer.as_ref()[at..at + NONCE_LEN]);
+        n.copy_from_slice(&self.buffer.as_ref()[field::NONCE(self.id_len(), self.au_len())]);
         n
     }
     /// The confirmation byte (non-zero from a server: the client's key is stale).
     pub fn confirmation(&self) -> u8 {
-        self.buffer.as_ref()[self.header_len() - 1]
+        self.buffer.as_ref()[field::CONFIRMATION(self.id_len(), self.au_len())]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> AuthHeader<T> {
+    /// Write the indicator.
+    pub fn set_indicator(&mut self) {
+        self.buffer.as_mut()[field::INDICATOR].copy_from_slice(&INDICATOR);
+    }
+    /// Set the client identifier length; the fields after it move.
+    pub fn set_id_len(&mut self, v: u8) {
+        self.buffer.as_mut()[field::ID_LEN] = v;
+    }
+    /// Set the authentication value length; the fields after it move.
+    pub fn set_au_len(&mut self, v: u8) {
+        self.buffer.as_mut()[field::AU_LEN] = v;
+    }
+    /// Mutable client identifier.
+    pub fn client_id_mut(&mut self) -> &mut [u8] {
+        let range = field::CLIENT_ID(self.id_len());
+        &mut self.buffer.as_mut()[range]
+    }
+    /// Mutable authentication value: where a MAC is signed in.
+    pub fn auth_value_mut(&mut self) -> &mut [u8] {
+        let range = field::AUTH_VALUE(self.id_len(), self.au_len());
+        &mut self.buffer.as_mut()[range]
+    }
+    /// Set the nonce.
+    pub fn set_nonce(&mut self, nonce: &[u8; NONCE_LEN]) {
+        let range = field::NONCE(self.id_len(), self.au_len());
+        self.buffer.as_mut()[range].copy_from_slice(nonce);
+    }
+    /// Set the confirmation byte.
+    pub fn set_confirmation(&mut self, v: u8) {
+        let at = field::CONFIRMATION(self.id_len(), self.au_len());
+        self.buffer.as_mut()[at] = v;
     }
 }
 
@@ -102,11 +160,13 @@ impl<'a> AuthRepr<'a> {
 
     /// Parse a checked header.
     pub fn parse<T: AsRef<[u8]> + ?Sized>(h: &AuthHeader<&'a T>) -> Self {
+        // Sliced here rather than through the getters, which borrow the view and not
+        // the buffer it wraps.
         let b: &'a [u8] = h.buffer.as_ref();
         let (id, au) = (h.id_len(), h.au_len());
         AuthRepr {
-            client_id: &b[4..4 + id],
-            auth_value: &b[4 + id..4 + id + au],
+            client_id: &b[field::CLIENT_ID(id)],
+            auth_value: &b[field::AUTH_VALUE(id, au)],
             nonce: h.nonce(),
             confirmation: h.confirmation(),
         }
@@ -122,14 +182,14 @@ impl<'a> AuthRepr<'a> {
         let id = u8::try_from(self.client_id.len()).map_err(|_| Error::BadLength)?;
         let au = u8::try_from(self.auth_value.len()).map_err(|_| Error::BadLength)?;
         let len = self.buffer_len();
-        let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
-        b[..4].copy_from_slice(&[0, 1, id, au]);
-        let mut at = 4;
-        for part in [self.client_id, self.auth_value, &self.nonce[..]] {
-            b[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
-        }
-        b[at] = self.confirmation;
+        let mut h = AuthHeader::new_unchecked(buf.get_mut(..len).ok_or(Error::BufferTooSmall)?);
+        h.set_indicator();
+        h.set_id_len(id);
+        h.set_au_len(au);
+        h.client_id_mut().copy_from_slice(self.client_id);
+        h.auth_value_mut().copy_from_slice(self.auth_value);
+        h.set_nonce(&self.nonce);
+        h.set_confirmation(self.confirmation);
         Ok(len)
     }
 }
@@ -158,6 +218,16 @@ mod tests {
         assert_eq!(h.client_id(), b"alice");
         assert_eq!(h.confirmation(), 1);
         assert_eq!(AuthRepr::parse(&h), repr);
+    }
+
+    #[test]
+    fn auth_value_is_written_in_place() {
+        // Where a signer puts the MAC: after the client identifier, before the nonce.
+        let repr = AuthRepr { client_id: b"bob", auth_value: &[0; 4], nonce: [9; 8], confirmation: 0 };
+        let mut b = [0u8; 20];
+        let n = repr.emit(&mut b).unwrap();
+        AuthHeader::new_unchecked(&mut b[..n]).auth_value_mut().copy_from_slice(&[1, 2, 3, 4]);
+        assert_eq!(b[..n], [0, 1, 3, 4, b'b', b'o', b'b', 1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 9, 9, 0]);
     }
 
     #[test]

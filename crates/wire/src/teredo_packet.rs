@@ -9,11 +9,20 @@
 //! is refused. Nothing is copied: the result borrows the datagram.
 
 use crate::ipv6::{self, Ipv6Packet};
-use crate::teredo_auth::{AuthHeader, AuthRepr};
+use crate::teredo_auth::{self, AuthHeader, AuthRepr};
 use crate::teredo_origin;
 use crate::teredo_trailer::Trailers;
 use crate::{Error, Result};
 use core::net::{Ipv6Addr, SocketAddrV4};
+
+mod field {
+    use crate::field::*;
+
+    /// What each part starts with: an indicator (`00 01` authentication, `00 00`
+    /// origin), or the IPv6 version nibble, never 0.
+    pub const INDICATOR: Field = 0..2;
+    pub const IPV6_VERSION: usize = 0;
+}
 
 /// The parsed layout of a Teredo UDP payload, borrowing the datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,20 +45,17 @@ impl<'a> TeredoPacket<'a> {
         let mut at = 0;
         let mut auth = None;
         let mut origin = None;
-        if datagram.len() < 2 {
-            return Err(Error::Truncated);
-        }
-        if datagram[..2] == [0, 1] {
+        if datagram.get(field::INDICATOR).ok_or(Error::Truncated)? == teredo_auth::INDICATOR {
             let h = AuthHeader::new_checked(datagram)?;
             at = h.header_len();
             auth = Some(AuthHeader::new_unchecked(&datagram[..at]));
         }
-        if datagram.get(at..at + 2) == Some(&[0, 0]) {
+        if datagram[at..].get(field::INDICATOR) == Some(&teredo_origin::INDICATOR[..]) {
             origin = Some(teredo_origin::parse(&datagram[at..])?);
             at += teredo_origin::LEN;
         }
         let rest = &datagram[at..];
-        if rest.first() == Some(&0) {
+        if rest.get(field::IPV6_VERSION) == Some(&0) {
             // `00 02…`, a second indicator, or an origin before an authentication.
             return Err(Error::BadIndicator);
         }
@@ -118,8 +124,7 @@ pub fn emit_bubble(src: &Ipv6Addr, dst: &Ipv6Addr, hop_limit: u8, buf: &mut [u8]
         payload_len: 0,
         hop_limit,
     }
-    .emit(buf)?;
-    Ok(ipv6::HEADER_LEN)
+    .emit(buf)
 }
 
 #[cfg(test)]

@@ -8,8 +8,44 @@
 //! return nothing (we ignore such trailers rather than drop the packet, so a plain
 //! RFC 4380 exchange is never broken by a bad trailer).
 
-use crate::{be16, Error, Result};
-use core::net::{Ipv4Addr, SocketAddrV4};
+use crate::{read_ipv4, read_u16, write_u16, Error, Result};
+use core::net::SocketAddrV4;
+
+mod field {
+    #![allow(non_snake_case)]
+    use crate::field::*;
+
+    // Every trailer: a type, the length of its value, the value.
+    pub const TYPE: usize = 0;
+    pub const LENGTH: usize = 1;
+    pub const fn VALUE(length: usize) -> Field {
+        LENGTH + 1..LENGTH + 1 + length
+    }
+
+    // Inside the value of each known type.
+    pub const NONCE: Field = 0..4;
+    pub const ALT_RESERVED: Field = 0..2;
+    pub const ALT_ENTRIES: Rest = 2..;
+    pub const DISCOVERY_TYPE: usize = 0;
+    pub const DISCOVERY_RESERVED: Field = 1..4;
+    pub const RANDOM_PORT: Field = 0..2;
+
+    // One alternate address entry.
+    pub const ENTRY_ADDR: Field = 0..4;
+    pub const ENTRY_PORT: Field = 4..6;
+}
+
+/// Bytes before a trailer's value: type and length.
+const TL_LEN: usize = field::VALUE(0).start;
+/// Length of an alternate address entry.
+const ENTRY_LEN: usize = field::ENTRY_PORT.end;
+/// Value lengths of the fixed-size trailers.
+const NONCE_LEN: usize = field::NONCE.end;
+const DISCOVERY_LEN: usize = field::DISCOVERY_RESERVED.end;
+const RANDOM_PORT_LEN: usize = field::RANDOM_PORT.end;
+/// The DiscoveryType values (RFC 6081 §4.4).
+const SOLICITATION: u8 = 0;
+const ADVERTISEMENT: u8 = 1;
 
 /// Trailer type codes.
 pub mod trailer_type {
@@ -84,15 +120,15 @@ impl<'a> Iterator for TrailerIter<'a> {
             return None;
         }
         let r = core::mem::take(&mut self.rest);
-        if r.len() < 2 {
-            return Some(Err(Error::Truncated));
-        }
-        let len = usize::from(r[1]);
-        let Some(value) = r.get(2..2 + len) else {
+        let Some(&len) = r.get(field::LENGTH) else {
             return Some(Err(Error::Truncated));
         };
-        self.rest = &r[2 + len..];
-        Some(Ok(Trailer { kind: r[0], value }))
+        let range = field::VALUE(usize::from(len));
+        let Some(value) = r.get(range.clone()) else {
+            return Some(Err(Error::Truncated));
+        };
+        self.rest = &r[range.end..];
+        Some(Ok(Trailer { kind: r[field::TYPE], value }))
     }
 }
 
@@ -115,12 +151,17 @@ impl<'a> AlternateAddresses<'a> {
     /// Number of entries.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        self.entries.len() / 6
+        self.entries.len() / ENTRY_LEN
     }
     /// The entries, as IPv4 address and port.
     pub fn iter(&self) -> impl Iterator<Item = SocketAddrV4> + 'a {
-        self.entries.chunks_exact(6).map(|e| SocketAddrV4::new(Ipv4Addr::new(e[0], e[1], e[2], e[3]), be16(e, 4)))
+        self.entries.chunks_exact(ENTRY_LEN).map(entry)
     }
+}
+
+/// An alternate address entry's address and port.
+fn entry(e: &[u8]) -> SocketAddrV4 {
+    SocketAddrV4::new(read_ipv4(&e[field::ENTRY_ADDR]), read_u16(&e[field::ENTRY_PORT]))
 }
 
 /// A typed trailer.
@@ -141,65 +182,79 @@ impl<'a> TrailerRepr<'a> {
     pub fn parse(t: &Trailer<'a>) -> Result<Self> {
         let v = t.value;
         match (t.kind, v.len()) {
-            (trailer_type::NONCE, 4) => Ok(TrailerRepr::Nonce([v[0], v[1], v[2], v[3]])),
+            (trailer_type::NONCE, NONCE_LEN) => {
+                let mut n = [0u8; NONCE_LEN];
+                n.copy_from_slice(&v[field::NONCE]);
+                Ok(TrailerRepr::Nonce(n))
+            }
+            // One to four entries after the reserved bytes.
             (trailer_type::ALTERNATE_ADDRESS, 8 | 14 | 20 | 26) => {
-                let entries = &v[2..];
+                let entries = &v[field::ALT_ENTRIES];
                 // Each address must be unicast and each port non-zero (RFC 6081 §4.3).
-                let ok = entries.chunks_exact(6).all(|e| {
-                    let ip = Ipv4Addr::new(e[0], e[1], e[2], e[3]);
-                    be16(e, 4) != 0 && !ip.is_unspecified() && !ip.is_multicast() && !ip.is_broadcast()
+                let ok = entries.chunks_exact(ENTRY_LEN).map(entry).all(|a| {
+                    let ip = a.ip();
+                    a.port() != 0 && !ip.is_unspecified() && !ip.is_multicast() && !ip.is_broadcast()
                 });
                 if !ok {
                     return Err(Error::BadValue);
                 }
                 Ok(TrailerRepr::AlternateAddress(AlternateAddresses { entries }))
             }
-            (trailer_type::NEIGHBOR_DISCOVERY, 4) => match v[0] {
-                0 => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation)),
-                1 => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)),
+            (trailer_type::NEIGHBOR_DISCOVERY, DISCOVERY_LEN) => match v[field::DISCOVERY_TYPE] {
+                SOLICITATION => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation)),
+                ADVERTISEMENT => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)),
                 _ => Err(Error::BadValue),
             },
-            (trailer_type::RANDOM_PORT, 2) => Ok(TrailerRepr::RandomPort(be16(v, 0))),
+            (trailer_type::RANDOM_PORT, RANDOM_PORT_LEN) => {
+                Ok(TrailerRepr::RandomPort(read_u16(&v[field::RANDOM_PORT])))
+            }
             _ => Err(Error::BadValue),
         }
     }
 
     /// Bytes the trailer needs, type and length included.
     pub fn buffer_len(&self) -> usize {
-        2 + match self {
-            TrailerRepr::Nonce(_) | TrailerRepr::NeighborDiscovery(_) => 4,
-            TrailerRepr::AlternateAddress(a) => 2 + a.entries.len(),
-            TrailerRepr::RandomPort(_) => 2,
-        }
+        TL_LEN
+            + match self {
+                TrailerRepr::Nonce(_) => NONCE_LEN,
+                TrailerRepr::NeighborDiscovery(_) => DISCOVERY_LEN,
+                TrailerRepr::AlternateAddress(a) => field::ALT_ENTRIES.start + a.entries.len(),
+                TrailerRepr::RandomPort(_) => RANDOM_PORT_LEN,
+            }
     }
 
-    /// Write the trailer at the start of `buf`; returns its length.
+    /// Write the trailer at the start of `buf`, reserved bytes zeroed; returns its
+    /// length.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let len = self.buffer_len();
         let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
-        b.fill(0);
-        b[1] = (len - 2) as u8;
-        match *self {
+        let value_len = len - TL_LEN;
+        let value = &mut b[field::VALUE(value_len)];
+        let kind = match *self {
             TrailerRepr::Nonce(n) => {
-                b[0] = trailer_type::NONCE;
-                b[2..6].copy_from_slice(&n);
+                value[field::NONCE].copy_from_slice(&n);
+                trailer_type::NONCE
             }
             TrailerRepr::AlternateAddress(a) => {
-                b[0] = trailer_type::ALTERNATE_ADDRESS;
-                b[4..].copy_from_slice(a.entries);
+                value[field::ALT_RESERVED].fill(0);
+                value[field::ALT_ENTRIES].copy_from_slice(a.entries);
+                trailer_type::ALTERNATE_ADDRESS
             }
             TrailerRepr::NeighborDiscovery(d) => {
-                b[0] = trailer_type::NEIGHBOR_DISCOVERY;
-                b[2] = match d {
-                    DiscoveryType::Solicitation => 0,
-                    DiscoveryType::Advertisement => 1,
+                value[field::DISCOVERY_TYPE] = match d {
+                    DiscoveryType::Solicitation => SOLICITATION,
+                    DiscoveryType::Advertisement => ADVERTISEMENT,
                 };
+                value[field::DISCOVERY_RESERVED].fill(0);
+                trailer_type::NEIGHBOR_DISCOVERY
             }
             TrailerRepr::RandomPort(p) => {
-                b[0] = trailer_type::RANDOM_PORT;
-                b[2..4].copy_from_slice(&p.to_be_bytes());
+                write_u16(&mut value[field::RANDOM_PORT], p);
+                trailer_type::RANDOM_PORT
             }
-        }
+        };
+        b[field::TYPE] = kind;
+        b[field::LENGTH] = value_len as u8;
         Ok(len)
     }
 }
@@ -209,12 +264,16 @@ pub fn emit_alternate_addresses(addrs: &[SocketAddrV4], buf: &mut [u8]) -> Resul
     if addrs.is_empty() || addrs.len() > 4 {
         return Err(Error::BadValue);
     }
-    let len = 4 + 6 * addrs.len();
+    let value_len = field::ALT_ENTRIES.start + ENTRY_LEN * addrs.len();
+    let len = TL_LEN + value_len;
     let b = buf.get_mut(..len).ok_or(Error::BufferTooSmall)?;
-    b[..4].copy_from_slice(&[trailer_type::ALTERNATE_ADDRESS, (len - 2) as u8, 0, 0]);
-    for (e, a) in b[4..].chunks_exact_mut(6).zip(addrs) {
-        e[..4].copy_from_slice(&a.ip().octets());
-        e[4..].copy_from_slice(&a.port().to_be_bytes());
+    b[field::TYPE] = trailer_type::ALTERNATE_ADDRESS;
+    b[field::LENGTH] = value_len as u8;
+    let value = &mut b[field::VALUE(value_len)];
+    value[field::ALT_RESERVED].fill(0);
+    for (e, a) in value[field::ALT_ENTRIES].chunks_exact_mut(ENTRY_LEN).zip(addrs) {
+        e[field::ENTRY_ADDR].copy_from_slice(&a.ip().octets());
+        write_u16(&mut e[field::ENTRY_PORT], a.port());
     }
     Ok(len)
 }
