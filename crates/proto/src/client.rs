@@ -9,9 +9,12 @@
 //!    that unsolicited answer from disturbing the service port's mapping.)
 //! 2. The primary's RA gives mapping M1. A restricted RS to the secondary address gives
 //!    M2. M1 = M2: cone (if the probe's RA came) or restricted; M1 ≠ M2: symmetric.
-//! 3. Not symmetric: the address is prefix + flags (C = 0, 12 random bits, RFC 5991) +
-//!    ~port + ~IPv4, announced to the daemon. Symmetric: reported, and no address is
-//!    claimed (RFC 4380; the RFC 6081 extensions are future work).
+//! 3. The address is prefix + flags (C = 0, 12 random bits, RFC 5991) + ~port + ~IPv4
+//!    of the primary's mapping, announced to the daemon. Behind a symmetric NAT too
+//!    (RFC 6081 §5.2, Symmetric NAT Support: keep the RFC 4380 address from the primary
+//!    server's RA); RFC 4380 alone would claim none, which `symmetric_nat_support`
+//!    off restores. A relay or peer learns the port the NAT gave it from our direct
+//!    bubble, which answers its indirect one (see the README for what works with whom).
 //!
 //! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
 //! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
@@ -88,6 +91,9 @@ pub struct ClientConfig {
     pub credentials: Option<secure::Credentials>,
     /// What native hosts speaking first may hold while their test runs.
     pub first_contact: FirstContactLimits,
+    /// Behind a symmetric NAT, keep the address from the primary server's mapping
+    /// (RFC 6081 §5.2) rather than go offline (RFC 4380 §5.2.1).
+    pub symmetric_nat_support: bool,
 }
 
 impl ClientConfig {
@@ -102,6 +108,7 @@ impl ClientConfig {
             home_check: Duration::from_secs(300),
             credentials: None,
             first_contact: FirstContactLimits::default(),
+            symmetric_nat_support: true,
         }
     }
 }
@@ -625,7 +632,7 @@ impl<R: Random> Client<R> {
                             NatKind::Restricted
                         };
                         self.nat = nat;
-                        if nat == NatKind::Symmetric {
+                        if nat == NatKind::Symmetric && !self.cfg.symmetric_nat_support {
                             self.events.push_back(ClientEvent::Nat(nat));
                             self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
                         } else {

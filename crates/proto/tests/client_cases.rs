@@ -138,11 +138,39 @@ fn detects_a_cone_nat() {
 
 #[test]
 fn case30_symmetric_nat_is_reported_and_no_address_claimed() {
-    let mut c = client(&[P]);
+    // RFC 4380 alone (Symmetric NAT Support off).
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    cfg.symmetric_nat_support = false;
+    let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
     let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
     assert_eq!(ev, vec![ClientEvent::Nat(NatKind::Symmetric)]);
     assert_eq!(c.address(), None);
     assert_eq!(c.status().nat, NatKind::Symmetric);
+}
+
+#[test]
+fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
+    // RFC 6081 §5.2: the address is built from the primary's RA, the NAT reported.
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    let addr = up_address(&ev);
+    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Symmetric, .. }), "{ev:?}");
+    assert_eq!(TeredoAddr::decode(&addr).unwrap().mapped, sa(M), "the primary's mapping, not the secondary's");
+    assert_eq!(c.status().state, "qualified");
+    // A relay behind its indirect bubble is answered from wherever the NAT maps us:
+    // the direct bubble goes to the origin indication, so the relay learns that port.
+    let mut w = Rec::default();
+    let relay = "2001:db8:1::10";
+    let mut b = vec![0u8; 48];
+    let at = TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut b).unwrap();
+    emit_bubble(&a(relay), &addr, 0, &mut b[at..]).unwrap();
+    b.truncate(at + 40);
+    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &b, &mut w);
+    assert_eq!(w.udp.len(), 1);
+    assert_eq!(w.udp[0].0, sa("192.0.2.10:3545"));
+    let bubble = TeredoPacket::parse(&w.udp[0].1).unwrap();
+    assert!(bubble.is_bubble());
+    assert_eq!((bubble.ipv6.src_addr(), bubble.ipv6.dst_addr()), (addr, a(relay)));
 }
 
 /// Drive to the first RS and return it.

@@ -284,6 +284,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.hash_keys = urandom.hash_keys();
     template.queue_bytes = conf.queue_bytes;
     template.refresh = Duration::from_secs(conf.refresh_interval);
+    template.symmetric_nat_support = conf.symmetric_nat_support;
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();

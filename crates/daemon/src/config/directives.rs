@@ -244,6 +244,15 @@ pub fn syslog_facility(value: &str) -> Result<String, String> {
     }
 }
 
+/// `yes` or `no` (also `on`/`off`, `true`/`false`, `1`/`0`, any case).
+pub fn yes_no(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" | "on" | "true" | "1" => Ok(true),
+        "no" | "off" | "false" | "0" => Ok(false),
+        _ => Err("expected yes or no".into()),
+    }
+}
+
 /// A count or size.
 pub fn number(value: &str) -> Result<usize, String> {
     value.parse().map_err(|_| "expected a whole number".into())

@@ -41,6 +41,7 @@ pub const DIRECTIVES: &[&str] = &[
     "BusyPoll",
     "FallbackServerAddress",
     "RefreshInterval",
+    "SymmetricNatSupport",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -69,6 +70,8 @@ pub struct MiredoConf {
     pub fallback_servers: Vec<Host>,
     /// Maintenance refresh interval in seconds (clients; RFC 6081 §5.1.1, default 30).
     pub refresh_interval: u64,
+    /// Behind a symmetric NAT, keep the primary server's mapping (RFC 6081 §5.2).
+    pub symmetric_nat_support: bool,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -120,6 +123,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         server2: None,
         fallback_servers: Vec::new(),
         refresh_interval: 30,
+        symmetric_nat_support: true,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -241,6 +245,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             })?;
         }
     }
+    if let Some(d) = f.take("SymmetricNatSupport")? {
+        if role_only(&d, false) {
+            c.symmetric_nat_support = f.value(&d, config::yes_no)?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -326,6 +335,11 @@ mod tests {
         assert_eq!(load_text("RelayType relay\nBusyPoll 0\n").unwrap().busy_poll_us, 0);
         assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
+        let sns = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nSymmetricNatSupport {v}\n"));
+        assert!(load_text("ServerAddress 192.0.2.1\n").unwrap().symmetric_nat_support, "on by default");
+        assert!(!sns("no").unwrap().symmetric_nat_support);
+        assert!(sns("Yes").unwrap().symmetric_nat_support);
+        assert!(sns("maybe").unwrap_err().contains("expected yes or no"));
     }
 
     #[test]
