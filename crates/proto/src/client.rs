@@ -851,8 +851,10 @@ impl<R: Random> Client<R> {
         if self.peers.get(&src).is_none() {
             let unknown = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
             if self.peers.insert(Peer::new(src, unknown, now), now).is_err() {
-                self.held.discard(&src);
-                return self.dropped(DropReason::TableFull);
+                // This packet, and any held before the entry went away.
+                let n = self.held.discard(&src);
+                self.stats.drops.count_n(DropReason::TableFull, n);
+                return;
             }
         }
         let p = self.peers.get_mut(&src).expect("present");
@@ -950,9 +952,11 @@ impl<R: Random> Client<R> {
         if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY) || p.bubbles >= PEER_TRIES {
             return;
         }
-        // Echo requests share one budget: a flood of forged first contacts must not
-        // turn the client into a source of echoes. A refused one is tried next tick.
-        if TeredoAddr::decode(&dst).is_none() && !self.held.allow_test(now) {
+        // Echo requests for first contacts share one budget: a flood of forged first
+        // contacts must not turn the client into a source of echoes. A refused one is
+        // tried next tick. Tests the host asked for (its packets queued) never wait on
+        // that budget.
+        if TeredoAddr::decode(&dst).is_none() && p.queue.is_empty() && !self.held.allow_test(now) {
             return;
         }
         p.last_tx = now;
@@ -1105,6 +1109,14 @@ impl<R: Random> Client<R> {
 
     fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
         self.discard_held(&dst);
+        // A peer still valid through its relay keeps it: a test that another relay's
+        // (maybe forged) packets started and that failed says nothing against it.
+        if let Some(p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {
+            p.waiting = false;
+            p.nonce = None;
+            p.bubbles = 0;
+            return;
+        }
         let Some(mut p) = self.peers.remove(&dst) else {
             return;
         };

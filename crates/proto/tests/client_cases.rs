@@ -917,6 +917,26 @@ mod native_speaks_first {
     }
 
     #[test]
+    fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+        let echo = echo_request(&w, me, HOST).unwrap();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        // Someone sends as HOST through RELAY2; the test it starts gets no answer.
+        c.on_udp(secs(3), Via::Service, sa(RELAY2), &datagram(HOST, me, 2), &mut w);
+        let mut t = secs(3);
+        while t < secs(14) {
+            t += ms(100);
+            c.on_timer(t, &mut Rec::default());
+        }
+        assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1, "the forged packet is dropped");
+        let mut w = Rec::default();
+        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+        assert_eq!(w.udp, vec![(sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8]))], "still trusted via RELAY");
+    }
+
+    #[test]
     fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
         let (mut c, me) = qualified();
         let limits = shipworm_proto::first_contact::FirstContactLimits::default();

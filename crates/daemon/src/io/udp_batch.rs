@@ -252,13 +252,16 @@ impl SendBatch {
     /// Copy `payload` into the next slot and queue it to `to`, sending what is queued
     /// first if every slot is taken.
     pub fn push(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        if payload.len() > self.a.slot {
+            // Never cut a datagram short: refused, and counted with the kernel's refusals.
+            self.failed += 1;
+            return;
+        }
         if self.is_full() {
             self.flush();
         }
-        let slot = self.slot_mut();
-        let n = payload.len().min(slot.len());
-        slot[..n].copy_from_slice(&payload[..n]);
-        self.commit(n, to);
+        self.slot_mut()[..payload.len()].copy_from_slice(payload);
+        self.commit(payload.len(), to);
     }
 
     /// Queue the datagram built in the current slot.
@@ -555,6 +558,10 @@ mod tests {
         queue(&mut out, rx.local_addr().unwrap(), 4, 4, 80);
         assert_eq!(out.flush(), (4, 4));
         assert_eq!(out.failed(), 4, "refused datagrams are counted for the daemon's report");
+        // A payload larger than a slot is refused whole, never cut short.
+        out.push(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9), &[0u8; SLOT + 1]);
+        assert!(out.is_empty());
+        assert_eq!(out.failed(), 5);
         assert!(out.segmenting());
         assert_eq!(read_all(&rx, 4).len(), 4);
     }
