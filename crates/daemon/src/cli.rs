@@ -191,7 +191,8 @@ pub struct AddressArgs {
 /// Arguments of `shipworm lab`.
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// The NAT in front of the client: full-cone, port-restricted or symmetric.
+    /// The NAT in front of the client: full-cone, address-restricted, port-restricted or
+    /// symmetric.
     #[arg(long, value_name = "KIND", default_value = "port-restricted")]
     pub nat: String,
 

@@ -270,8 +270,8 @@ impl Lab {
     }
 
     /// Wait for `client` to have a global Teredo address on its interface. A shipworm
-    /// client that finds a symmetric NAT says so and claims no address: reported as an
-    /// error at once.
+    /// client told `SymmetricNatSupport no` that finds a symmetric NAT says so and
+    /// claims no address: reported as an error at once.
     pub fn wait_qualified(&mut self, client: usize, within: Duration) -> Result<Ipv6Addr> {
         let ns = self.clients[client].ns.clone();
         let name = format!("client{client}");
