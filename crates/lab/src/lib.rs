@@ -10,6 +10,12 @@
 //! * NAT boxes (192.0.2.21, .22, …) built with nftables, each with a private
 //!   10.k.0.0/24 behind it and clients on it.
 //!
+//! The NAT boxes are not on the bridge: each has its own link to the `core` namespace,
+//! which routes between them and the public segment (answering ARP for them by proxy),
+//! so that, as on the Internet, a router stands between two NATs and between a NAT and
+//! the servers. A packet whose TTL runs out there has passed its own NAT and never
+//! reaches the other one, which is what a client's opening bubble relies on.
+//!
 //! The lab builds its network with `ip` and `nft`, as an administrator would: it is
 //! the test bench, not the daemon (which configures itself through rtnetlink).
 //! Namespace names are unique per run; everything is removed when the [`Lab`] is
@@ -54,6 +60,8 @@ pub const GEN_NATIVE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, 
 /// The native host's address reached through the relay host's kernel (reference path
 /// and Teredo traffic alike).
 pub const SINK_NATIVE_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 0x100);
+/// The core router's address on the public segment.
+pub const CORE_ROUTER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 254);
 /// The second Teredo server (failover), primary address; its secondary is .6.
 pub const SERVER_B_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 5);
 
@@ -185,6 +193,19 @@ impl Lab {
         netns::add(&core)?;
         netns::ip(&["-n", &core, "link", "add", "br0", "type", "bridge"])?;
         netns::ip(&["-n", &core, "link", "set", "br0", "up"])?;
+        // The router between the public segment and the NAT boxes' links.
+        Self::addr(&core, &format!("{CORE_ROUTER_V4}/24"), "br0")?;
+        // Proxy ARP answers at once (the kernel's default delays each answer by up to 0.8 s).
+        netns::exec(
+            &core,
+            &[
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.br0.proxy_arp=1",
+                "net.ipv4.neigh.br0.proxy_delay=0",
+            ],
+        )?;
 
         let srv = self.host("srv", 1)?;
         Self::addr(&srv, &format!("{SERVER_V4}/24"), "eth0")?;
@@ -223,7 +244,29 @@ impl Lab {
         let core = self.ns("core");
         let port = format!("p{}", 10 + i);
         netns::ip(&["link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "wan", "netns", &nat])?;
-        netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
+        // Routed, not bridged: the box keeps its /24 and the core answers its ARP for
+        // the rest of the segment (and the segment's for it).
+        netns::ip(&["-n", &core, "link", "set", &port, "up"])?;
+        netns::exec(
+            &core,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{port}.proxy_arp=1"),
+                &format!("net.ipv4.neigh.{port}.proxy_delay=0"),
+            ],
+        )?;
+        netns::ip(&[
+            "-n",
+            &core,
+            "route",
+            "add",
+            &format!("{wan}/32"),
+            "dev",
+            &port,
+            "src",
+            &CORE_ROUTER_V4.to_string(),
+        ])?;
         netns::ip(&["-n", &nat, "link", "set", "wan", "up"])?;
         Self::addr(&nat, &format!("{wan}/24"), "wan")?;
         netns::ip(&["-n", &nat, "link", "add", "lan", "type", "bridge"])?;
