@@ -21,6 +21,26 @@
 //! ignored on send (always bubble, as RFC 5991 advises). Local discovery is not
 //! implemented.
 //!
+//! Peers behind NATs (RFC 6081 §5.2, Symmetric NAT Support): every indirect bubble
+//! carries a fresh Nonce trailer, every direct bubble echoes the nonce of the peer's
+//! last indirect one, and a direct bubble from a port the peer's address does not embed
+//! is accepted when it echoes ours. A peer whose indirect bubble carries a nonce and
+//! that we do not trust yet gets an indirect bubble back: behind a symmetric NAT, our
+//! direct bubble cannot reach it, but its answer to our indirect one reaches us (RFC
+//! 6081 §6.1). A peer without nonces (Miredo) answering our bubbles from another port
+//! of its address is still accepted while we wait for it, or a symmetric-NAT Miredo
+//! client could not be reached at all.
+//!
+//! Linux NATs (most home routers) map a port-restricted client's packet to another port
+//! when an unanswered packet from that same peer already reached the NAT: conntrack
+//! holds the inbound packet's entry, whose reply direction clashes with the mapping
+//! the client's own packet would get. RFC 4380's first direct bubble does exactly that
+//! to the peer's NAT, so two clients behind such NATs never met. The first direct bubble
+//! to a peer therefore goes with a small TTL (`opening_bubble_ttl`): it opens our NAT
+//! for the peer and dies on the way; the peer's answer to our indirect bubble then
+//! passes our NAT, and its NAT has seen nothing from us yet. Later tries go with the
+//! full TTL, as RFC 4380 has them (the small TTL may stop short of an outer NAT).
+//!
 //! A native host may speak first (RFC 4380 §5.2.3 case 6): its packet arrives through
 //! a relay the client has never heard of. It is held (see [`crate::first_contact`])
 //! while the direct IPv6 connectivity test (§5.2.9) runs through the server; the echo
@@ -41,6 +61,7 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
+use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
@@ -92,8 +113,13 @@ pub struct ClientConfig {
     /// What native hosts speaking first may hold while their test runs.
     pub first_contact: FirstContactLimits,
     /// Behind a symmetric NAT, keep the address from the primary server's mapping
-    /// (RFC 6081 §5.2) rather than go offline (RFC 4380 §5.2.1).
+    /// (RFC 6081 §5.2) rather than go offline (RFC 4380 §5.2.1), and speak the
+    /// extension's nonces to peers. Off: plain RFC 4380, no trailers sent.
     pub symmetric_nat_support: bool,
+    /// TTL of the opening bubble, the first direct bubble to a peer behind a restricted
+    /// or symmetric NAT (0: no opening bubble, full TTL). It must pass our NAT and die
+    /// before the peer's: see [`Client`]'s notes on Linux NATs.
+    pub opening_bubble_ttl: u8,
 }
 
 impl ClientConfig {
@@ -109,6 +135,7 @@ impl ClientConfig {
             credentials: None,
             first_contact: FirstContactLimits::default(),
             symmetric_nat_support: true,
+            opening_bubble_ttl: 2,
         }
     }
 }
@@ -337,6 +364,35 @@ impl<R: Random> Client<R> {
         let mut n = [0u8; 8];
         self.rng.fill(&mut n);
         n
+    }
+
+    /// A bubble nonce for a Nonce trailer (RFC 6081 §5.2.4.1): random, never 0, which
+    /// means "none".
+    fn bubble_nonce(&mut self) -> u32 {
+        let mut b = [0u8; 4];
+        self.rng.fill(&mut b);
+        u32::from_be_bytes(b).max(1)
+    }
+
+    /// A bubble from `me` to `dst` in the scratch buffer, with a Nonce trailer unless
+    /// `nonce` is 0; returns its length.
+    fn bubble(&mut self, me: &Ipv6Addr, dst: &Ipv6Addr, nonce: u32) -> usize {
+        let n = emit_bubble(me, dst, 0, &mut self.scratch).expect("fits");
+        if nonce == 0 {
+            return n;
+        }
+        n + TrailerRepr::Nonce(nonce.to_be_bytes()).emit(&mut self.scratch[n..]).expect("fits")
+    }
+
+    /// The Nonce trailer of a bubble, if Symmetric NAT Support is on (0: none).
+    fn nonce_in(&self, pkt: &TeredoPacket<'_>) -> u32 {
+        if !self.cfg.symmetric_nat_support || !pkt.is_bubble() {
+            return 0;
+        }
+        match pkt.trailers.get(trailer_type::NONCE) {
+            Some(TrailerRepr::Nonce(n)) => u32::from_be_bytes(n),
+            _ => 0,
+        }
     }
 
     fn dropped(&mut self, r: DropReason) {
@@ -724,16 +780,32 @@ impl<R: Random> Client<R> {
         if src.is_link_local() && !pkt.is_bubble() {
             return self.dropped(DropReason::SourceMismatch);
         }
+        let nonce = self.nonce_in(pkt);
+        let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
+        let answer_indirect = match teredo {
+            Some(t) => self.remember_nonce(now, src, t, nonce),
+            None => false,
+        };
         // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
-        // §5.2.3; practice answers with a bubble rather than a ping). Without an
-        // origin indication, the mapping embedded in a Teredo source will do.
+        // §5.2.3; practice answers with a bubble rather than a ping): to the mapping a
+        // trusted peer proved (RFC 6081 §6.1 step 10), else to the origin indication,
+        // else to the mapping its Teredo address embeds. It echoes the peer's nonce.
         let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
-        if let Some(o) = origin.filter(|o| is_global_unicast(*o.ip())) {
-            let n = emit_bubble(&me, &src, 0, &mut self.scratch).expect("fits");
+        let to = match self.peers.get(&src) {
+            Some(p) if p.trusted => Some(p.mapped),
+            _ => origin,
+        };
+        if let Some(o) = to.filter(|o| is_global_unicast(*o.ip())) {
+            let n = self.bubble(&me, &src, nonce);
             tx.udp(o, &self.scratch[..n]);
             self.stats.bubbles += 1;
             if let Some(p) = self.peers.get_mut(&src) {
                 p.last_tx = now;
+            }
+        }
+        if answer_indirect {
+            if let Some(t) = teredo {
+                self.send_indirect(now, &me, src, t.server, tx);
             }
         }
         if pkt.is_bubble() {
@@ -744,6 +816,43 @@ impl<R: Random> Client<R> {
         } else {
             self.dropped(DropReason::NotBubbleOrIcmpv6);
         }
+    }
+
+    /// An indirect bubble from Teredo peer `src`, carrying `nonce` (0: none): keep the
+    /// nonce to echo (RFC 6081 §5.2.4.3), and say whether to answer with an indirect
+    /// bubble of ours: the peer speaks the extension, we do not trust it yet, and
+    /// neither its bubble budget nor the shared echo budget is spent. A peer entry is
+    /// made for that answer's nonce (untrusted entries give way when the table is full).
+    fn remember_nonce(&mut self, now: Duration, src: Ipv6Addr, t: TeredoAddr, nonce: u32) -> bool {
+        let reachable = is_global_unicast(*t.mapped.ip()) && is_global_unicast(t.server);
+        if nonce != 0 && reachable && self.peers.get(&src).is_none() {
+            let _ = self.peers.insert(Peer::new(src, t.mapped, now), now);
+        }
+        let Some(p) = self.peers.get_mut(&src) else {
+            return false;
+        };
+        p.nonce_received = nonce;
+        let may = nonce != 0
+            && reachable
+            && !p.trusted
+            && p.bubbles < PEER_TRIES
+            && (p.bubbles == 0 || now.saturating_sub(p.last_tx) >= RETRY);
+        may && self.held.allow_test(now)
+    }
+
+    /// An indirect bubble to `dst` through its server `server`, with a fresh nonce that
+    /// its direct answer must echo (RFC 6081 §5.2.4.1).
+    fn send_indirect(&mut self, now: Duration, me: &Ipv6Addr, dst: Ipv6Addr, server: Ipv4Addr, tx: &mut impl Transmit) {
+        let nonce = if self.cfg.symmetric_nat_support { self.bubble_nonce() } else { 0 };
+        let Some(p) = self.peers.get_mut(&dst) else {
+            return;
+        };
+        p.nonce_sent = nonce;
+        p.last_tx = now;
+        p.bubbles += 1;
+        let n = self.bubble(me, &dst, nonce);
+        tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..n]);
+        self.stats.bubbles += 1;
     }
 
     fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut impl Transmit) {
@@ -787,6 +896,9 @@ impl<R: Random> Client<R> {
             }
         }
         let embedded = TeredoAddr::decode(&src);
+        let nonce = self.nonce_in(pkt);
+        // A peer proven at a port its address does not embed: behind a symmetric NAT.
+        let mut learned_port = false;
         let accepted = match self.peers.get_mut(&src) {
             // 1. A trusted peer from its mapping.
             Some(p) if p.trusted && p.mapped == from => {
@@ -794,8 +906,20 @@ impl<R: Random> Client<R> {
                 p.bubbles = 0;
                 true
             }
-            // A symmetric-NAT peer answering our bubbles from another port of its address.
-            Some(p) if p.waiting && pkt.is_bubble() && embedded.is_some_and(|t| t.mapped.ip() == from.ip()) => {
+            // RFC 6081 §5.2.4.4: a direct bubble echoing our last indirect bubble's
+            // nonce, from wherever the peer's NAT sent it; that is its mapping now.
+            // A peer that never sent a nonce (Miredo) answering our bubbles from another
+            // port of its address is taken too, while we wait for it: the extension
+            // would drop it, and a symmetric-NAT Miredo client could not be reached.
+            Some(p)
+                if (nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
+                    || (p.waiting
+                        && pkt.is_bubble()
+                        && nonce == 0
+                        && p.nonce_received == 0
+                        && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
+            {
+                learned_port = (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from);
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
@@ -804,6 +928,16 @@ impl<R: Random> Client<R> {
             }
             _ => false,
         };
+        if learned_port {
+            // Tell it at once, through the port its NAT opened towards us: its own
+            // bubbles to our address's mapping may all have been dropped, and it
+            // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
+            // step 10) to trust us.
+            let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
+            let n = self.bubble(&dst, &src, echo);
+            tx.udp(from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+        }
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
             if embedded.is_some_and(|t| t.mapped == from) {
@@ -811,6 +945,8 @@ impl<R: Random> Client<R> {
                 if let Some(old) = self.peers.get(&src) {
                     p.queue = old.queue.clone();
                     p.last_tx = old.last_tx;
+                    p.nonce_sent = old.nonce_sent;
+                    p.nonce_received = old.nonce_received;
                 }
                 p.trusted = true;
                 p.last_rx = now;
@@ -959,17 +1095,24 @@ impl<R: Random> Client<R> {
         if TeredoAddr::decode(&dst).is_none() && p.queue.is_empty() && !self.held.allow_test(now) {
             return;
         }
-        p.last_tx = now;
-        p.bubbles += 1;
         match TeredoAddr::decode(&dst) {
             Some(t) => {
-                let mapped = p.mapped;
-                let n = emit_bubble(&me, &dst, 0, &mut self.scratch).expect("fits");
-                tx.udp(mapped, &self.scratch[..n]);
-                tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &self.scratch[..n]);
-                self.stats.bubbles += 2;
+                // The direct bubble (an opening one first, unless our NAT is a cone that
+                // lets anyone in), then the indirect one.
+                let (mapped, echo) = (p.mapped, p.nonce_received);
+                let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+                let n = self.bubble(&me, &dst, echo);
+                if opening {
+                    tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
+                } else {
+                    tx.udp(mapped, &self.scratch[..n]);
+                }
+                self.stats.bubbles += 1;
+                self.send_indirect(now, &me, dst, t.server, tx);
             }
             None => {
+                p.last_tx = now;
+                p.bubbles += 1;
                 let nonce = *p.nonce.get_or_insert(nonce);
                 let mut id = [0u8; 4];
                 self.rng.fill(&mut id);

@@ -125,6 +125,13 @@ pub struct Peer {
     pub waiting: bool,
     /// The nonce of the direct IPv6 connectivity test under way (clients, native peers).
     pub nonce: Option<[u8; 8]>,
+    /// RFC 6081 §5.2.1 Nonce Sent: the Nonce trailer of our last indirect bubble to this
+    /// peer, which its direct bubble must echo to be accepted from a port its address
+    /// does not embed (0: none sent).
+    pub nonce_sent: u32,
+    /// RFC 6081 §5.2.1 Nonce Received: the Nonce trailer of the peer's last indirect
+    /// bubble, echoed in our direct ones (0: none, or the peer sent none).
+    pub nonce_received: u32,
     /// Packets waiting for the peer to answer.
     pub queue: PacketQueue,
 }
@@ -144,6 +151,8 @@ impl Peer {
             bubble_window: now,
             waiting: false,
             nonce: None,
+            nonce_sent: 0,
+            nonce_received: 0,
             queue: PacketQueue::default(),
         }
     }

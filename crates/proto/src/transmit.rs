@@ -11,6 +11,13 @@ pub trait Transmit {
     /// Send a UDP datagram whose payload is `payload` to `to`, from the service socket
     /// (the server's primary address).
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]);
+    /// As [`udp`](Self::udp), with the IPv4 TTL limited to `ttl` hops: the client's
+    /// opening bubble, which must pass its own NAT (and open it) but die before it
+    /// reaches the peer's. Only the client sends these.
+    fn udp_hop_limited(&mut self, to: SocketAddrV4, payload: &[u8], ttl: u8) {
+        let _ = ttl;
+        self.udp(to, payload);
+    }
     /// Write an IPv6 packet to the IPv6 side: the host stack (client), the native
     /// network (relay, and the server's connectivity-test echoes).
     fn tun(&mut self, packet: &[u8]);

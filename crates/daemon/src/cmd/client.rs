@@ -49,6 +49,9 @@ impl Transmit for Out<'_> {
     fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
         self.batch.push(to, payload);
     }
+    fn udp_hop_limited(&mut self, to: SocketAddrV4, payload: &[u8], ttl: u8) {
+        self.batch.send_hop_limited(to, payload, ttl);
+    }
     fn tun(&mut self, packet: &[u8]) {
         if self.tun.send(packet).is_err() {
             self.tun_errors += 1;
@@ -285,6 +288,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.queue_bytes = conf.queue_bytes;
     template.refresh = Duration::from_secs(conf.refresh_interval);
     template.symmetric_nat_support = conf.symmetric_nat_support;
+    template.opening_bubble_ttl = conf.opening_bubble_ttl;
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();

@@ -42,6 +42,7 @@ pub const DIRECTIVES: &[&str] = &[
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
+    "OpeningBubbleTtl",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -72,6 +73,8 @@ pub struct MiredoConf {
     pub refresh_interval: u64,
     /// Behind a symmetric NAT, keep the primary server's mapping (RFC 6081 §5.2).
     pub symmetric_nat_support: bool,
+    /// TTL of a client's opening bubble (0: none).
+    pub opening_bubble_ttl: u8,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -124,6 +127,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         fallback_servers: Vec::new(),
         refresh_interval: 30,
         symmetric_nat_support: true,
+        opening_bubble_ttl: 2,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -250,6 +254,14 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.symmetric_nat_support = f.value(&d, config::yes_no)?;
         }
     }
+    if let Some(d) = f.take("OpeningBubbleTtl")? {
+        if role_only(&d, false) {
+            c.opening_bubble_ttl = f.value(&d, |v| match config::number(v)? {
+                n @ 0..=255 => Ok(n as u8),
+                _ => Err("expected a TTL from 0 (no opening bubble) to 255".into()),
+            })?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -340,6 +352,11 @@ mod tests {
         assert!(!sns("no").unwrap().symmetric_nat_support);
         assert!(sns("Yes").unwrap().symmetric_nat_support);
         assert!(sns("maybe").unwrap_err().contains("expected yes or no"));
+        let ttl = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nOpeningBubbleTtl {v}\n"));
+        assert_eq!(load_text("ServerAddress 192.0.2.1\n").unwrap().opening_bubble_ttl, 2, "2 by default");
+        assert_eq!(ttl("0").unwrap().opening_bubble_ttl, 0);
+        assert_eq!(ttl("3").unwrap().opening_bubble_ttl, 3);
+        assert!(ttl("256").unwrap_err().contains("expected a TTL"));
     }
 
     #[test]

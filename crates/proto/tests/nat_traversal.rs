@@ -1,0 +1,438 @@
+//! Two clients behind model NATs, one server, a router between them, in virtual time:
+//! RFC 6081's Symmetric NAT Support exchange and the opening bubble that lets two
+//! clients behind Linux NATs meet, packet by packet. Each case also runs with the
+//! mechanism off and shows the exchange failing, so a pass is the mechanism's doing.
+//!
+//! The NAT models behave as the lab's nftables boxes do:
+//! * a port-restricted NAT is Linux `masquerade`: it keeps the client's port unless
+//!   conntrack already holds an unanswered inbound packet from the same remote to that
+//!   port, whose entry the new mapping would clash with; then it takes another port;
+//! * a symmetric NAT gives every destination a new port;
+//! * an address-restricted NAT maps 1:1 and lets in any port of an address written to;
+//! * a packet is forwarded only with a TTL above 1, and the router between the NATs and
+//!   the server decrements it once more.
+
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
+use shipworm_proto::server::{Local, Server, ServerConfig};
+use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use shipworm_wire::teredo_packet::TeredoPacket;
+use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const SERVER2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const TTL: u8 = 64;
+
+struct Rng(u64);
+impl Random for Rng {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            *b = self.0 as u8;
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    AddressRestricted,
+    PortRestricted,
+    Symmetric,
+}
+
+/// A NAT box: its public address, mappings and what conntrack remembers.
+struct Nat {
+    kind: Kind,
+    public: Ipv4Addr,
+    /// (inside endpoint, remote) → public port.
+    out: HashMap<(SocketAddrV4, SocketAddrV4), u16>,
+    /// Public port → inside endpoint.
+    inside: HashMap<u16, SocketAddrV4>,
+    /// (public port, remote) pairs written to.
+    contacted: HashSet<(u16, SocketAddrV4)>,
+    /// Unanswered inbound packets conntrack keeps: (remote, public port).
+    unreplied: HashSet<(SocketAddrV4, u16)>,
+    next_port: u16,
+}
+
+impl Nat {
+    fn new(kind: Kind, public: Ipv4Addr) -> Nat {
+        Nat {
+            kind,
+            public,
+            out: HashMap::new(),
+            inside: HashMap::new(),
+            contacted: HashSet::new(),
+            unreplied: HashSet::new(),
+            next_port: 61000,
+        }
+    }
+
+    /// The public endpoint `from` (inside) gets towards `to`.
+    fn outbound(&mut self, from: SocketAddrV4, to: SocketAddrV4) -> SocketAddrV4 {
+        let port = match self.out.get(&(from, to)) {
+            Some(&p) => p,
+            None => {
+                let p = match self.kind {
+                    Kind::AddressRestricted => from.port(),
+                    Kind::PortRestricted => {
+                        // Port kept unless it clashes with a held inbound entry.
+                        let taken = |p: u16, n: &Nat| {
+                            n.unreplied.contains(&(to, p)) || n.inside.get(&p).is_some_and(|i| *i != from)
+                        };
+                        if taken(from.port(), self) {
+                            while taken(self.next_port, self) {
+                                self.next_port += 1;
+                            }
+                            self.next_port
+                        } else {
+                            from.port()
+                        }
+                    }
+                    Kind::Symmetric => {
+                        self.next_port += 7;
+                        self.next_port
+                    }
+                };
+                self.out.insert((from, to), p);
+                self.inside.insert(p, from);
+                p
+            }
+        };
+        self.contacted.insert((port, to));
+        SocketAddrV4::new(self.public, port)
+    }
+
+    /// The inside endpoint a packet from `from` to public `port` goes to, if let in.
+    fn inbound(&mut self, from: SocketAddrV4, port: u16) -> Option<SocketAddrV4> {
+        let inside = self.inside.get(&port).copied();
+        let allowed = inside.is_some()
+            && match self.kind {
+                Kind::AddressRestricted => self.contacted.iter().any(|(p, r)| *p == port && r.ip() == from.ip()),
+                Kind::PortRestricted | Kind::Symmetric => self.contacted.contains(&(port, from)),
+            };
+        if allowed {
+            inside
+        } else {
+            self.unreplied.insert((from, port));
+            None
+        }
+    }
+}
+
+/// Where a datagram is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Node {
+    /// Client i's socket (service or probe), inside its NAT.
+    Client(usize, Via),
+    /// The server's primary or secondary address.
+    Server(Local),
+}
+
+struct Datagram {
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    /// TTL left, and as sent.
+    ttl: u8,
+    sent_ttl: u8,
+    bytes: Vec<u8>,
+}
+
+/// A client's output, with the socket it leaves from.
+#[derive(Default)]
+struct Out {
+    udp: Vec<(Via, SocketAddrV4, Vec<u8>, u8)>,
+    tun: Vec<Vec<u8>>,
+}
+impl Transmit for Out {
+    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.udp.push((Via::Service, to, p.to_vec(), TTL));
+    }
+    fn udp_hop_limited(&mut self, to: SocketAddrV4, p: &[u8], ttl: u8) {
+        self.udp.push((Via::Service, to, p.to_vec(), ttl));
+    }
+    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.udp.push((Via::Probe, to, p.to_vec(), TTL));
+    }
+    fn tun(&mut self, p: &[u8]) {
+        self.tun.push(p.to_vec());
+    }
+}
+
+/// The server's output.
+#[derive(Default)]
+struct ServerOut(Vec<(Local, SocketAddrV4, Vec<u8>)>);
+impl Transmit for ServerOut {
+    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.0.push((Local::Primary, to, p.to_vec()));
+    }
+    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
+        self.0.push((Local::Secondary, to, p.to_vec()));
+    }
+    fn tun(&mut self, _: &[u8]) {}
+}
+
+struct Net {
+    now: Duration,
+    server: Server,
+    nats: [Nat; 2],
+    clients: [Client<Rng>; 2],
+    /// Inside addresses of the clients' service and probe sockets.
+    inside: [(SocketAddrV4, SocketAddrV4); 2],
+    /// What reached each client's host stack.
+    delivered: [Vec<Vec<u8>>; 2],
+    addresses: [Option<Ipv6Addr>; 2],
+    trace: String,
+}
+
+impl Net {
+    fn new(kinds: [Kind; 2], configure: impl Fn(usize, &mut ClientConfig)) -> Net {
+        let client = |i, seed| {
+            let mut cfg = ClientConfig::new(vec![ServerAddrs::new(SERVER)]);
+            configure(i, &mut cfg);
+            Client::new(cfg, Rng(seed))
+        };
+        let inside = |i: u8| {
+            (SocketAddrV4::new(Ipv4Addr::new(10, i, 0, 2), 40000), SocketAddrV4::new(Ipv4Addr::new(10, i, 0, 2), 40001))
+        };
+        Net {
+            now: Duration::ZERO,
+            server: Server::new(ServerConfig::new(SERVER)),
+            nats: [Nat::new(kinds[0], Ipv4Addr::new(192, 0, 2, 21)), Nat::new(kinds[1], Ipv4Addr::new(192, 0, 2, 22))],
+            clients: [client(0, 0x1234_5678_9abc_def0), client(1, 0x0fed_cba9_8765_4321)],
+            inside: [inside(1), inside(2)],
+            delivered: [Vec::new(), Vec::new()],
+            addresses: [None, None],
+            trace: String::new(),
+        }
+    }
+
+    fn name(&self, a: SocketAddrV4) -> String {
+        let who = if *a.ip() == SERVER || *a.ip() == SERVER2 {
+            "server".to_string()
+        } else if let Some(i) = (0..2).find(|&i| self.nats[i].public == *a.ip()) {
+            format!("NAT {}", ["A", "B"][i])
+        } else if let Some(i) = (0..2).find(|&i| self.inside[i].0.ip() == a.ip()) {
+            ["A", "B"][i].to_string()
+        } else {
+            "?".to_string()
+        };
+        format!("{who} {a}")
+    }
+
+    fn note(&mut self, d: &Datagram, fate: &str) {
+        let what = match TeredoPacket::parse(&d.bytes) {
+            Ok(p) if p.is_bubble() => {
+                let nonce = match p.trailers.get(trailer_type::NONCE) {
+                    Some(TrailerRepr::Nonce(n)) => format!(" nonce {:08x}", u32::from_be_bytes(n)),
+                    _ => String::new(),
+                };
+                let via = if p.origin.is_some() { "relayed " } else { "" };
+                format!("{via}bubble{nonce}")
+            }
+            Ok(p) if p.auth.is_some() || p.ipv6.src_addr().segments()[0] & 0xffc0 == 0xfe80 => {
+                "qualification".to_string()
+            }
+            Ok(_) => "data".to_string(),
+            Err(_) => "garbage".to_string(),
+        };
+        let ttl = if d.sent_ttl == TTL { String::new() } else { format!(" sent with TTL {}", d.sent_ttl) };
+        let _ = writeln!(
+            self.trace,
+            "{:>6.1} s  {} → {}  {what}{ttl}: {fate}",
+            self.now.as_secs_f64(),
+            self.name(d.from),
+            self.name(d.to)
+        );
+    }
+
+    /// Send what client `i` output, then everything that follows, until the wire is quiet.
+    fn run(&mut self, mut queue: VecDeque<(Node, Datagram)>) {
+        while let Some((from_node, mut d)) = queue.pop_front() {
+            // Out of a NAT (client side) or straight onto the public side (server).
+            if let Node::Client(i, _) = from_node {
+                if d.ttl <= 1 {
+                    self.note(&d, "TTL ran out in NAT");
+                    continue;
+                }
+                d.ttl -= 1;
+                let public = self.nats[i].outbound(d.from, d.to);
+                d.from = public;
+            }
+            // The router between the NATs and the server, for traffic to or from a NAT.
+            let to_nat = (0..2).find(|&j| self.nats[j].public == *d.to.ip());
+            if to_nat.is_some() || matches!(from_node, Node::Client(..)) {
+                if d.ttl <= 1 {
+                    self.note(&d, "TTL ran out at the router");
+                    continue;
+                }
+                d.ttl -= 1;
+            }
+            if let Some(j) = to_nat {
+                let Some(inside) = self.nats[j].inbound(d.from, d.to.port()) else {
+                    self.note(&d, "dropped by the NAT");
+                    continue;
+                };
+                let via = if inside == self.inside[j].0 { Via::Service } else { Via::Probe };
+                self.note(&d, "delivered");
+                let mut out = Out::default();
+                self.clients[j].on_udp(self.now, via, d.from, &d.bytes, &mut out);
+                self.collect(j, out, &mut queue);
+            } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
+                let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
+                let mut out = ServerOut::default();
+                self.server.on_udp(local, d.from, &d.bytes, &mut out);
+                let forwarded = !out.0.is_empty();
+                self.note(&d, if forwarded { "delivered" } else { "dropped by the server" });
+                for (l, to, bytes) in out.0 {
+                    let from = SocketAddrV4::new(self.server.address(l), 3544);
+                    queue.push_back((Node::Server(l), Datagram { from, to, ttl: TTL, sent_ttl: TTL, bytes }));
+                }
+            } else {
+                self.note(&d, "no such host");
+            }
+        }
+    }
+
+    fn collect(&mut self, i: usize, out: Out, queue: &mut VecDeque<(Node, Datagram)>) {
+        for (via, to, bytes, ttl) in out.udp {
+            let from = if via == Via::Service { self.inside[i].0 } else { self.inside[i].1 };
+            queue.push_back((Node::Client(i, via), Datagram { from, to, ttl, sent_ttl: ttl, bytes }));
+        }
+        self.delivered[i].extend(out.tun);
+        while let Some(ev) = self.clients[i].poll_event() {
+            if let ClientEvent::Up { address, .. } = ev {
+                self.addresses[i] = Some(address);
+            }
+        }
+    }
+
+    /// Let `d` of virtual time pass, in 100 ms ticks.
+    fn pass(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.now += Duration::from_millis(100);
+            for i in 0..2 {
+                let mut out = Out::default();
+                self.clients[i].on_timer(self.now, &mut out);
+                let mut q = VecDeque::new();
+                self.collect(i, out, &mut q);
+                self.run(q);
+            }
+        }
+    }
+
+    /// Client `i`'s host sends a UDP packet to the other client.
+    fn host_sends(&mut self, i: usize, body: &[u8]) {
+        let (src, dst) = (self.addresses[i].expect("qualified"), self.addresses[1 - i].expect("qualified"));
+        let mut p = vec![0u8; 40];
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 17, payload_len: body.len(), hop_limit: 64 }
+            .emit(&mut p)
+            .unwrap();
+        p.extend_from_slice(body);
+        let mut out = Out::default();
+        self.clients[i].on_tun(self.now, &p, &mut out);
+        let mut q = VecDeque::new();
+        self.collect(i, out, &mut q);
+        self.run(q);
+    }
+
+    fn received(&self, i: usize, body: &[u8]) -> bool {
+        self.delivered[i].iter().any(|p| Ipv6Packet::new_checked(&p[..]).is_ok_and(|ip| ip.payload() == body))
+    }
+
+    /// Qualify both, then A's host speaks first and B's host answers once A's packet
+    /// arrived; true if both packets got through within 10 s.
+    fn a_calls_b(&mut self) -> bool {
+        self.pass(Duration::from_secs(3));
+        assert!(
+            self.addresses.iter().all(Option::is_some),
+            "both qualify ({:?}, {:?} / {:?}):\n{}",
+            self.addresses,
+            self.clients[0].status().state,
+            self.clients[1].status().state,
+            self.trace
+        );
+        self.trace.clear();
+        self.host_sends(0, b"hello B");
+        for _ in 0..100 {
+            self.pass(Duration::from_millis(100));
+            if self.received(1, b"hello B") {
+                break;
+            }
+        }
+        if !self.received(1, b"hello B") {
+            return false;
+        }
+        self.host_sends(1, b"hello A");
+        self.pass(Duration::from_secs(3));
+        // The exchange, for `cargo test -- --nocapture` (the README shows it).
+        println!("{:?} calls {:?}:\n{}", self.nats[0].kind, self.nats[1].kind, self.trace);
+        self.received(0, b"hello A")
+    }
+}
+
+#[test]
+fn two_linux_nats_meet_through_the_opening_bubble() {
+    let mut net = Net::new([Kind::PortRestricted, Kind::PortRestricted], |_, _| {});
+    assert!(net.a_calls_b(), "A and B behind masquerading NATs must meet:\n{}", net.trace);
+    // The opening bubble died at the router, so B's NAT kept B's port for A.
+    assert!(net.trace.contains("sent with TTL 2: TTL ran out at the router"), "{}", net.trace);
+    let service = net.inside[1].0;
+    let ports =
+        |n: &Net| n.nats[1].out.iter().filter(|((from, _), _)| *from == service).map(|(_, &p)| p).collect::<Vec<_>>();
+    assert!(ports(&net).iter().all(|&p| p == 40000), "B kept its port: {:?}", net.nats[1].out);
+    // A full-TTL first bubble (RFC 4380 as written, Miredo) leaves an entry at B's NAT
+    // that moves B's answer to another port, which A's NAT refuses.
+    let mut net = Net::new([Kind::PortRestricted, Kind::PortRestricted], |_, c| c.opening_bubble_ttl = 0);
+    assert!(!net.a_calls_b(), "without the opening bubble:\n{}", net.trace);
+    assert!(ports(&net).iter().any(|&p| p != 40000), "B's answer left from another port");
+}
+
+#[test]
+fn a_client_behind_a_symmetric_nat_calls_first() {
+    // RFC 6081 §6.1: A behind a port-symmetric NAT, B behind an address-restricted one.
+    let mut net = Net::new([Kind::Symmetric, Kind::AddressRestricted], |_, _| {});
+    assert!(net.a_calls_b(), "A symmetric calling B:\n{}", net.trace);
+    // B took A's direct bubble from a port A's address does not embed, on the nonce of
+    // B's own indirect bubble.
+    let echoed = net.trace.lines().any(|l| {
+        l.contains("NAT A") && l.contains("→ NAT B") && l.contains("bubble nonce") && l.ends_with("delivered")
+    });
+    assert!(echoed, "A's nonce-carrying direct bubble reached B:\n{}", net.trace);
+    // With B speaking RFC 4380 alone, B never trusts that port.
+    let mut net = Net::new([Kind::Symmetric, Kind::AddressRestricted], |i, c| c.symmetric_nat_support = i == 0);
+    assert!(!net.a_calls_b(), "without nonces:\n{}", net.trace);
+}
+
+#[test]
+fn a_forged_nonce_does_not_move_a_peer() {
+    // A direct bubble from an unexpected port with the wrong nonce is dropped (RFC 6081
+    // §5.2.4.4 c): run the symmetric exchange, then send B a bubble "from A" through
+    // another port with a nonce B never sent.
+    let mut net = Net::new([Kind::Symmetric, Kind::AddressRestricted], |_, _| {});
+    assert!(net.a_calls_b());
+    let a = net.addresses[0].unwrap();
+    let b = net.addresses[1].unwrap();
+    let mut bytes = vec![0u8; 40];
+    shipworm_wire::teredo_packet::emit_bubble(&a, &b, 0, &mut bytes).unwrap();
+    bytes.extend_from_slice(&[trailer_type::NONCE, 4, 0xde, 0xad, 0xbe, 0xef]);
+    let forger = SocketAddrV4::new(net.nats[0].public, 1);
+    let mut out = Out::default();
+    net.clients[1].on_udp(net.now, Via::Service, forger, &bytes, &mut out);
+    // B's host answers A again: it must go where it went before, not to the forger.
+    net.collect(1, out, &mut VecDeque::new());
+    let mut p = vec![0u8; 40];
+    Ipv6Repr { src_addr: b, dst_addr: a, next_header: 17, payload_len: 3, hop_limit: 64 }.emit(&mut p).unwrap();
+    p.extend_from_slice(b"bye");
+    let mut out = Out::default();
+    net.clients[1].on_tun(net.now, &p, &mut out);
+    assert_eq!(out.udp.len(), 1);
+    assert_ne!(out.udp[0].1, forger, "a wrong nonce moved the peer");
+}
