@@ -61,7 +61,7 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
-use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
@@ -74,6 +74,9 @@ pub const RS_TRIES: u8 = 3;
 pub const RETRY: Duration = Duration::from_secs(2);
 /// Bubbles or echoes per peer before giving up.
 pub const PEER_TRIES: u8 = 4;
+/// Server Load Reduction solicitations before falling back to indirect bubbles (RFC
+/// 6081 §5.7.2).
+pub const SOLICITATIONS: u8 = 3;
 /// The client's link-local address on the Teredo interface.
 pub const LINK_LOCAL: Ipv6Addr = RS_SOURCE_RESTRICTED;
 
@@ -120,6 +123,10 @@ pub struct ClientConfig {
     /// or symmetric NAT (0: no opening bubble, full TTL). It must pass our NAT and die
     /// before the peer's: see [`Client`]'s notes on Linux NATs.
     pub opening_bubble_ttl: u8,
+    /// RFC 6081 §5.7, Server Load Reduction: a trusted peer silent for 30 s is asked
+    /// with direct bubbles first (three, 2 s apart) before bubbles go through servers.
+    /// Only peers that have sent an RFC 6081 trailer are asked: others never answer.
+    pub server_load_reduction: bool,
 }
 
 impl ClientConfig {
@@ -136,6 +143,7 @@ impl ClientConfig {
             first_contact: FirstContactLimits::default(),
             symmetric_nat_support: true,
             opening_bubble_ttl: 2,
+            server_load_reduction: true,
         }
     }
 }
@@ -260,6 +268,10 @@ pub struct ClientStats {
     pub delivered: u64,
     /// Bubbles sent.
     pub bubbles: u64,
+    /// Server Load Reduction: direct bubbles soliciting a silent peer (RFC 6081 §5.7).
+    pub peer_solicitations: u64,
+    /// Server Load Reduction: peers' solicitations answered with an advertisement.
+    pub peer_advertisements: u64,
     /// Connectivity-test echoes sent.
     pub echoes: u64,
     /// Connectivity tests started because a native host spoke first.
@@ -377,11 +389,17 @@ impl<R: Random> Client<R> {
     /// A bubble from `me` to `dst` in the scratch buffer, with a Nonce trailer unless
     /// `nonce` is 0; returns its length.
     fn bubble(&mut self, me: &Ipv6Addr, dst: &Ipv6Addr, nonce: u32) -> usize {
+        let nonce = (nonce != 0).then(|| TrailerRepr::Nonce(nonce.to_be_bytes()));
+        self.bubble_with(me, dst, nonce)
+    }
+
+    /// A bubble from `me` to `dst` in the scratch buffer, with `trailer` if any.
+    fn bubble_with(&mut self, me: &Ipv6Addr, dst: &Ipv6Addr, trailer: Option<TrailerRepr<'_>>) -> usize {
         let n = emit_bubble(me, dst, 0, &mut self.scratch).expect("fits");
-        if nonce == 0 {
-            return n;
+        match trailer {
+            Some(t) => n + t.emit(&mut self.scratch[n..]).expect("fits"),
+            None => n,
         }
-        n + TrailerRepr::Nonce(nonce.to_be_bytes()).emit(&mut self.scratch[n..]).expect("fits")
     }
 
     /// The Nonce trailer of a bubble, if Symmetric NAT Support is on (0: none).
@@ -832,6 +850,7 @@ impl<R: Random> Client<R> {
             return false;
         };
         p.nonce_received = nonce;
+        p.knows_trailers |= nonce != 0;
         let may = nonce != 0
             && reachable
             && !p.trusted
@@ -861,6 +880,7 @@ impl<R: Random> Client<R> {
         };
         p.waiting = false;
         p.nonce = None;
+        p.solicitations = 0;
         if p.queue.is_empty() {
             return;
         }
@@ -956,6 +976,9 @@ impl<R: Random> Client<R> {
             }
         };
         if accepted {
+            if pkt.is_bubble() && !pkt.trailers.is_empty() {
+                self.on_peer_trailers(&dst, &src, from, pkt, tx);
+            }
             self.flush(&src, from, tx);
             if !pkt.is_bubble() {
                 self.deliver(ip.packet(), tx);
@@ -967,6 +990,37 @@ impl<R: Random> Client<R> {
             return self.first_contact(now, from, src, ip.packet(), tx);
         }
         self.dropped(DropReason::SourceMismatch)
+    }
+
+    /// Trailers of an accepted direct bubble from `src` at `from`: the peer knows RFC
+    /// 6081, and a Server Load Reduction solicitation is answered with an advertisement
+    /// (§5.7.4.2) — only now that the bubble passed the acceptance rules, so a forged
+    /// solicitation cannot make us send to an address of its choosing.
+    fn on_peer_trailers(
+        &mut self,
+        me: &Ipv6Addr,
+        src: &Ipv6Addr,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
+            return;
+        }
+        if let Some(p) = self.peers.get_mut(src) {
+            p.knows_trailers = true;
+        }
+        let solicited = matches!(
+            pkt.trailers.get(trailer_type::NEIGHBOR_DISCOVERY),
+            Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
+        );
+        if solicited && self.cfg.server_load_reduction {
+            let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
+            let n = self.bubble_with(me, src, Some(ad));
+            tx.udp(from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+            self.stats.peer_advertisements += 1;
+        }
     }
 
     /// A native host spoke first, through `from`: hold its packet and run the direct
@@ -1097,6 +1151,27 @@ impl<R: Random> Client<R> {
         }
         match TeredoAddr::decode(&dst) {
             Some(t) => {
+                // Server Load Reduction (RFC 6081 §5.7): a peer we trusted, silent for
+                // 30 s, is asked directly first; after three unanswered solicitations
+                // we start over as if we had never met (§5.7.2).
+                if p.trusted && self.cfg.server_load_reduction && p.knows_trailers {
+                    if p.solicitations < SOLICITATIONS {
+                        p.solicitations += 1;
+                        p.bubbles += 1;
+                        p.last_tx = now;
+                        let to = p.mapped;
+                        let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
+                        let n = self.bubble_with(&me, &dst, Some(ask));
+                        tx.udp(to, &self.scratch[..n]);
+                        self.stats.bubbles += 1;
+                        self.stats.peer_solicitations += 1;
+                        return;
+                    }
+                    p.trusted = false;
+                    p.solicitations = 0;
+                    p.bubbles = 0;
+                    p.mapped = t.mapped;
+                }
                 // The direct bubble (an opening one first, unless our NAT is a cone that
                 // lets anyone in), then the indirect one.
                 let (mapped, echo) = (p.mapped, p.nonce_received);

@@ -132,6 +132,11 @@ pub struct Peer {
     /// RFC 6081 §5.2.1 Nonce Received: the Nonce trailer of the peer's last indirect
     /// bubble, echoed in our direct ones (0: none, or the peer sent none).
     pub nonce_received: u32,
+    /// RFC 6081 §5.7.1: direct bubbles with a Neighbor Discovery solicitation sent
+    /// since the peer last spoke (Server Load Reduction).
+    pub solicitations: u8,
+    /// The peer sent us an RFC 6081 trailer: it may answer a solicitation.
+    pub knows_trailers: bool,
     /// Packets waiting for the peer to answer.
     pub queue: PacketQueue,
 }
@@ -153,6 +158,8 @@ impl Peer {
             nonce: None,
             nonce_sent: 0,
             nonce_received: 0,
+            solicitations: 0,
+            knows_trailers: false,
             queue: PacketQueue::default(),
         }
     }

@@ -17,7 +17,7 @@ use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::{Random, Transmit};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_packet::TeredoPacket;
-use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -229,10 +229,15 @@ impl Net {
     fn note(&mut self, d: &Datagram, fate: &str) {
         let what = match TeredoPacket::parse(&d.bytes) {
             Ok(p) if p.is_bubble() => {
-                let nonce = match p.trailers.get(trailer_type::NONCE) {
+                let mut nonce = match p.trailers.get(trailer_type::NONCE) {
                     Some(TrailerRepr::Nonce(n)) => format!(" nonce {:08x}", u32::from_be_bytes(n)),
                     _ => String::new(),
                 };
+                match p.trailers.get(trailer_type::NEIGHBOR_DISCOVERY) {
+                    Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation)) => nonce += " solicitation",
+                    Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)) => nonce += " advertisement",
+                    _ => {}
+                }
                 let via = if p.origin.is_some() { "relayed " } else { "" };
                 format!("{via}bubble{nonce}")
             }
@@ -435,4 +440,65 @@ fn a_forged_nonce_does_not_move_a_peer() {
     net.clients[1].on_tun(net.now, &p, &mut out);
     assert_eq!(out.udp.len(), 1);
     assert_ne!(out.udp[0].1, forger, "a wrong nonce moved the peer");
+}
+
+/// After `a_calls_b`, both silent for 40 s; then A's host sends again. True if B got it.
+fn after_silence(net: &mut Net) -> bool {
+    net.pass(Duration::from_secs(40));
+    net.trace.clear();
+    net.host_sends(0, b"again");
+    net.pass(Duration::from_secs(10));
+    net.received(1, b"again")
+}
+
+#[test]
+fn server_load_reduction_asks_a_silent_peer_directly() {
+    // RFC 6081 §5.7: a trusted peer silent for 30 s is solicited with a direct bubble;
+    // its advertisement re-opens the path without a bubble through the server.
+    let mut net = Net::new([Kind::PortRestricted, Kind::AddressRestricted], |_, _| {});
+    assert!(net.a_calls_b(), "{}", net.trace);
+    assert!(after_silence(&mut net), "{}", net.trace);
+    assert!(
+        net.trace.contains("solicitation: delivered") && net.trace.contains("advertisement: delivered"),
+        "{}",
+        net.trace
+    );
+    assert!(
+        !net.trace.lines().any(|l| l.contains("bubble") && l.contains("→ server")),
+        "no bubble through the server:\n{}",
+        net.trace
+    );
+    assert_eq!(net.clients[0].stats().peer_solicitations, 1);
+    assert_eq!(net.clients[1].stats().peer_advertisements, 1);
+}
+
+#[test]
+fn server_load_reduction_falls_back_after_three_solicitations() {
+    // B's NAT forgot A (its filter entry expired): three solicitations 2 s apart are
+    // dropped, then A starts over with the indirect bubble (§5.7.2).
+    let mut net = Net::new([Kind::PortRestricted, Kind::PortRestricted], |_, _| {});
+    assert!(net.a_calls_b(), "{}", net.trace);
+    net.pass(Duration::from_secs(40));
+    let a_public = net.nats[0].public;
+    net.nats[1].contacted.retain(|(_, r)| *r.ip() != a_public);
+    net.trace.clear();
+    net.host_sends(0, b"again");
+    net.pass(Duration::from_secs(10));
+    assert!(net.received(1, b"again"), "{}", net.trace);
+    let dropped = net.trace.lines().filter(|l| l.contains("solicitation: dropped by the NAT")).count();
+    assert_eq!(dropped, 3, "{}", net.trace);
+    assert!(net.trace.lines().any(|l| l.contains("→ server") && l.contains("bubble nonce")), "{}", net.trace);
+}
+
+#[test]
+fn server_load_reduction_spares_peers_without_rfc6081() {
+    // A peer that never sent a trailer (Miredo) would not answer: no solicitation, the
+    // indirect bubble at once.
+    let mut net = Net::new([Kind::PortRestricted, Kind::AddressRestricted], |i, c| {
+        c.symmetric_nat_support = i == 0;
+        c.server_load_reduction = i == 0;
+    });
+    assert!(net.a_calls_b(), "{}", net.trace);
+    assert!(after_silence(&mut net), "{}", net.trace);
+    assert!(!net.trace.contains("solicitation"), "{}", net.trace);
 }

@@ -209,6 +209,8 @@ fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &s
             "echoes": st.echoes,
             "first_contacts": st.first_contacts,
             "first_contact_delivered": st.first_contact_delivered,
+            "peer_solicitations": st.peer_solicitations,
+            "peer_advertisements": st.peer_advertisements,
             "drops": drops,
         },
         "io_errors": io_errors,
@@ -289,6 +291,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.refresh = Duration::from_secs(conf.refresh_interval);
     template.symmetric_nat_support = conf.symmetric_nat_support;
     template.opening_bubble_ttl = conf.opening_bubble_ttl;
+    template.server_load_reduction = conf.server_load_reduction;
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();

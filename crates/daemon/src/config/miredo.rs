@@ -43,6 +43,7 @@ pub const DIRECTIVES: &[&str] = &[
     "RefreshInterval",
     "SymmetricNatSupport",
     "OpeningBubbleTtl",
+    "ServerLoadReduction",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -75,6 +76,8 @@ pub struct MiredoConf {
     pub symmetric_nat_support: bool,
     /// TTL of a client's opening bubble (0: none).
     pub opening_bubble_ttl: u8,
+    /// RFC 6081 §5.7 Server Load Reduction.
+    pub server_load_reduction: bool,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -128,6 +131,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         refresh_interval: 30,
         symmetric_nat_support: true,
         opening_bubble_ttl: 2,
+        server_load_reduction: true,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -262,6 +266,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             })?;
         }
     }
+    if let Some(d) = f.take("ServerLoadReduction")? {
+        if role_only(&d, false) {
+            c.server_load_reduction = f.value(&d, config::yes_no)?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -357,6 +366,8 @@ mod tests {
         assert_eq!(ttl("0").unwrap().opening_bubble_ttl, 0);
         assert_eq!(ttl("3").unwrap().opening_bubble_ttl, 3);
         assert!(ttl("256").unwrap_err().contains("expected a TTL"));
+        let slr = load_text("ServerAddress 192.0.2.1\nserverloadreduction off\n").unwrap();
+        assert!(!slr.server_load_reduction);
     }
 
     #[test]
