@@ -56,6 +56,11 @@ fn peer_expectation(nats: [NatKind; 2], a: &Impl, b: &Impl) -> Expect {
     }
 }
 
+/// One line for a client-to-client run.
+fn direct_summary(o: &scenario::PeerToPeer) -> String {
+    format!("direct: first contact {:.1} ms; ping {}; TCP {:.0} Mbit/s", o.first_ms, o.ping, o.tcp.mbit_per_s())
+}
+
 /// Every (server, relay, client) choice among `impls`.
 fn pairings(impls: &[Impl]) -> Vec<(Impl, Impl, Impl)> {
     let mut v = Vec::new();
@@ -147,6 +152,34 @@ fn main() {
             }),
         });
     }
+    // Two clients behind one NAT that does not hairpin (Linux masquerade), A calls B
+    // cold: they meet on their own network through RFC 6081 hairpinning.
+    for nat in [NatKind::PortRestricted, NatKind::Symmetric] {
+        for server in &impls {
+            for a in &impls {
+                for b in &impls {
+                    let (server, a, b) = (server.clone(), a.clone(), b.clone());
+                    let expect = if matches!(a, Impl::Miredo) || matches!(b, Impl::Miredo) {
+                        Expect::Fail(
+                            5,
+                            "the NAT does not hairpin, and Miredo 1.2.6 has neither RFC 6081 hairpinning (§5.6) nor RFC 4380 local discovery (§5.2.8)",
+                        )
+                    } else {
+                        Expect::Pass
+                    };
+                    cases.push(Case {
+                        name: format!("same NAT A={nat}/{a} calls B={nat}/{b} server={server}"),
+                        expect,
+                        run: Box::new(move || {
+                            scenario::run_same_nat(nat, &server, [&a, &b], P2P_BYTES, &mut |_| {})
+                                .map(|(_lab, o)| direct_summary(&o))
+                                .map_err(|e| e.to_string())
+                        }),
+                    });
+                }
+            }
+        }
+    }
     // Client to client, cold: A calls B first, for every ordered pair of NAT kinds,
     // every pairing of implementations (Miredo's client with ours both ways) and
     // both servers. No relay takes part: they must reach each other directly.
@@ -160,20 +193,9 @@ fn main() {
                             name: format!("client↔client A={a_nat}/{a} calls B={b_nat}/{b} server={server}"),
                             expect: peer_expectation([a_nat, b_nat], &a, &b),
                             run: Box::new(move || {
-                                let (_lab, o) = scenario::run_peer_to_peer(
-                                    [a_nat, b_nat],
-                                    &server,
-                                    [&a, &b],
-                                    P2P_BYTES,
-                                    &mut |_| {},
-                                )
-                                .map_err(|e| e.to_string())?;
-                                Ok(format!(
-                                    "direct: first contact {:.1} ms; ping {}; TCP {:.0} Mbit/s",
-                                    o.first_ms,
-                                    o.ping,
-                                    o.tcp.mbit_per_s()
-                                ))
+                                scenario::run_peer_to_peer([a_nat, b_nat], &server, [&a, &b], P2P_BYTES, &mut |_| {})
+                                    .map(|(_lab, o)| direct_summary(&o))
+                                    .map_err(|e| e.to_string())
                             }),
                         });
                     }

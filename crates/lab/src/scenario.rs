@@ -226,8 +226,30 @@ pub fn run_peer_to_peer(
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
-    let mut lab =
-        Lab::build(&LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)])).map_err(|e| step(1, "build the lab", e))?;
+    peer_to_peer(LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)]), nats, server, clients, transfer_bytes, say)
+}
+
+/// Two clients behind one NAT box of kind `nat`, which (as Linux `masquerade` and most
+/// home routers) does not hairpin: A calls B cold, as in [`run_peer_to_peer`].
+pub fn run_same_nat(
+    nat: NatKind,
+    server: &Impl,
+    clients: [&Impl; 2],
+    transfer_bytes: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<(Lab, PeerToPeer)> {
+    peer_to_peer(LabSpec::nats(vec![(nat, 2)]), [nat, nat], server, clients, transfer_bytes, say)
+}
+
+fn peer_to_peer(
+    spec: LabSpec,
+    nats: [NatKind; 2],
+    server: &Impl,
+    clients: [&Impl; 2],
+    transfer_bytes: usize,
+    say: &mut dyn FnMut(&str),
+) -> Result<(Lab, PeerToPeer)> {
+    let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
     let mut addrs = Vec::new();
     for (c, imp) in clients.iter().enumerate() {

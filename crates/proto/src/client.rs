@@ -61,7 +61,7 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
-use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
+use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
@@ -127,6 +127,11 @@ pub struct ClientConfig {
     /// with direct bubbles first (three, 2 s apart) before bubbles go through servers.
     /// Only peers that have sent an RFC 6081 trailer are asked: others never answer.
     pub server_load_reduction: bool,
+    /// RFC 6081 §5.6, Hairpinning: indirect bubbles to peers not yet reached list our
+    /// local address (Alternate Address trailer), and the addresses a peer lists get a
+    /// direct bubble each, so two clients behind one NAT that does not hairpin meet on
+    /// their own network. Needs `symmetric_nat_support` (the nonces prove the bubbles).
+    pub hairpinning: bool,
 }
 
 impl ClientConfig {
@@ -144,6 +149,7 @@ impl ClientConfig {
             symmetric_nat_support: true,
             opening_bubble_ttl: 2,
             server_load_reduction: true,
+            hairpinning: true,
         }
     }
 }
@@ -298,6 +304,9 @@ pub struct Client<R: Random> {
     pending: VecDeque<Ipv6Addr>,
     held: FirstContacts,
     random_bits: Option<(SocketAddrV4, u16)>,
+    /// The service socket's own address and port, where peers behind the same NAT
+    /// reach us (RFC 6081 §5.6).
+    local: Option<SocketAddrV4>,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -327,11 +336,18 @@ impl<R: Random> Client<R> {
             home: None,
             pending: VecDeque::new(),
             random_bits: None,
+            local: None,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
             scratch: vec![0u8; 2048],
         }
+    }
+
+    /// The service socket's address on its own network (the daemon finds it, and
+    /// tells again after a network change); listed to peers for hairpinning.
+    pub fn set_local_address(&mut self, local: Option<SocketAddrV4>) {
+        self.local = local.filter(|l| !l.ip().is_unspecified() && l.port() != 0);
     }
 
     /// Next thing the daemon must do to the interface.
@@ -800,6 +816,20 @@ impl<R: Random> Client<R> {
         }
         let nonce = self.nonce_in(pkt);
         let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
+        // Hairpinning (§5.6.4.2): a malformed Alternate Address trailer spoils the bubble.
+        let mut alternates = [None; 4];
+        if nonce != 0 && self.cfg.hairpinning {
+            if let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) {
+                match TrailerRepr::parse(&t) {
+                    Ok(TrailerRepr::AlternateAddress(list)) => {
+                        for (slot, a) in alternates.iter_mut().zip(list.iter()) {
+                            *slot = Some(a);
+                        }
+                    }
+                    _ => return self.dropped(DropReason::BadValue),
+                }
+            }
+        }
         let answer_indirect = match teredo {
             Some(t) => self.remember_nonce(now, src, t, nonce),
             None => false,
@@ -813,15 +843,29 @@ impl<R: Random> Client<R> {
             Some(p) if p.trusted => Some(p.mapped),
             _ => origin,
         };
-        if let Some(o) = to.filter(|o| is_global_unicast(*o.ip())) {
+        let trusted = self.peers.get(&src).is_some_and(|p| p.trusted);
+        if let Some(o) = to.filter(|o| trusted || is_global_unicast(*o.ip())) {
             let n = self.bubble(&me, &src, nonce);
             tx.udp(o, &self.scratch[..n]);
             self.stats.bubbles += 1;
             if let Some(p) = self.peers.get_mut(&src) {
                 p.last_tx = now;
             }
+            // Our echo of its nonce now proves us to a peer met through hairpinning:
+            // what waited for it follows the bubble.
+            if trusted && nonce != 0 {
+                self.flush(&src, o, tx);
+            }
         }
         if answer_indirect {
+            // A direct bubble to each address the peer listed, with its nonce: one may
+            // be on our side of a NAT that does not hairpin.
+            let own = self.local;
+            for to in alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
+                let n = self.bubble(&me, &src, nonce);
+                tx.udp(to, &self.scratch[..n]);
+                self.stats.bubbles += 1;
+            }
             if let Some(t) = teredo {
                 self.send_indirect(now, &me, src, t.server, tx);
             }
@@ -869,7 +913,16 @@ impl<R: Random> Client<R> {
         p.nonce_sent = nonce;
         p.last_tx = now;
         p.bubbles += 1;
-        let n = self.bubble(me, &dst, nonce);
+        let reached = p.trusted;
+        let mut n = self.bubble(me, &dst, nonce);
+        // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
+        // only with a nonce to prove the bubbles it brings; not when it is our mapping
+        // (no NAT in between: nothing to add).
+        let mapped = self.status().mapped;
+        if let Some(local) = self.local.filter(|l| nonce != 0 && !reached && self.cfg.hairpinning && Some(*l) != mapped)
+        {
+            n += emit_alternate_addresses(&[local], &mut self.scratch[n..]).expect("fits");
+        }
         tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..n]);
         self.stats.bubbles += 1;
     }
@@ -948,16 +1001,22 @@ impl<R: Random> Client<R> {
             }
             _ => false,
         };
-        if learned_port {
+        // Proven at an address its Teredo address does not embed: the peer can take
+        // our packets from where it sees us only once we echoed a nonce of its own.
+        let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
+        if learned_port && echo != 0 {
             // Tell it at once, through the port its NAT opened towards us: its own
             // bubbles to our address's mapping may all have been dropped, and it
             // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
             // step 10) to trust us.
-            let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
             let n = self.bubble(&dst, &src, echo);
             tx.udp(from, &self.scratch[..n]);
             self.stats.bubbles += 1;
         }
+        // Without its nonce yet (a peer met through hairpinning, whose indirect bubble
+        // is still on its way through the servers), what the host queued waits for it:
+        // sent now, it would be dropped.
+        let hold = learned_port && echo == 0;
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
             if embedded.is_some_and(|t| t.mapped == from) {
@@ -979,7 +1038,9 @@ impl<R: Random> Client<R> {
             if pkt.is_bubble() && !pkt.trailers.is_empty() {
                 self.on_peer_trailers(&dst, &src, from, pkt, tx);
             }
-            self.flush(&src, from, tx);
+            if !hold {
+                self.flush(&src, from, tx);
+            }
             if !pkt.is_bubble() {
                 self.deliver(ip.packet(), tx);
             }

@@ -185,6 +185,8 @@ struct Net {
     clients: [Client<Rng>; 2],
     /// Inside addresses of the clients' service and probe sockets.
     inside: [(SocketAddrV4, SocketAddrV4); 2],
+    /// The NAT each client is behind (both behind the first: one network).
+    nat_of: [usize; 2],
     /// What reached each client's host stack.
     delivered: [Vec<Vec<u8>>; 2],
     addresses: [Option<Ipv6Addr>; 2],
@@ -193,24 +195,56 @@ struct Net {
 
 impl Net {
     fn new(kinds: [Kind; 2], configure: impl Fn(usize, &mut ClientConfig)) -> Net {
+        Net::build(kinds, false, configure)
+    }
+
+    /// Both clients behind one NAT of kind `kind`, which does not hairpin.
+    fn shared(kind: Kind, configure: impl Fn(usize, &mut ClientConfig)) -> Net {
+        Net::build([kind, kind], true, configure)
+    }
+
+    fn build(kinds: [Kind; 2], shared: bool, configure: impl Fn(usize, &mut ClientConfig)) -> Net {
         let client = |i, seed| {
             let mut cfg = ClientConfig::new(vec![ServerAddrs::new(SERVER)]);
             configure(i, &mut cfg);
             Client::new(cfg, Rng(seed))
         };
-        let inside = |i: u8| {
-            (SocketAddrV4::new(Ipv4Addr::new(10, i, 0, 2), 40000), SocketAddrV4::new(Ipv4Addr::new(10, i, 0, 2), 40001))
-        };
-        Net {
+        let host = |i: u8| if shared { Ipv4Addr::new(10, 1, 0, 1 + i) } else { Ipv4Addr::new(10, i, 0, 2) };
+        let inside = |i: u8| (SocketAddrV4::new(host(i), 40000), SocketAddrV4::new(host(i), 40001));
+        let mut net = Net {
             now: Duration::ZERO,
             server: Server::new(ServerConfig::new(SERVER)),
             nats: [Nat::new(kinds[0], Ipv4Addr::new(192, 0, 2, 21)), Nat::new(kinds[1], Ipv4Addr::new(192, 0, 2, 22))],
             clients: [client(0, 0x1234_5678_9abc_def0), client(1, 0x0fed_cba9_8765_4321)],
             inside: [inside(1), inside(2)],
+            nat_of: if shared { [0, 0] } else { [0, 1] },
             delivered: [Vec::new(), Vec::new()],
             addresses: [None, None],
             trace: String::new(),
+        };
+        for i in 0..2 {
+            net.clients[i].set_local_address(Some(net.inside[i].0));
         }
+        net
+    }
+
+    /// The client whose socket is `at`, behind NAT `nat`.
+    fn client_at(&self, nat: usize, at: SocketAddrV4) -> Option<(usize, Via)> {
+        (0..2).filter(|&k| self.nat_of[k] == nat).find_map(|k| {
+            if self.inside[k].0 == at {
+                Some((k, Via::Service))
+            } else if self.inside[k].1 == at {
+                Some((k, Via::Probe))
+            } else {
+                None
+            }
+        })
+    }
+
+    fn deliver(&mut self, k: usize, via: Via, d: &Datagram, queue: &mut VecDeque<(Node, Datagram)>) {
+        let mut out = Out::default();
+        self.clients[k].on_udp(self.now, via, d.from, &d.bytes, &mut out);
+        self.collect(k, out, queue);
     }
 
     fn name(&self, a: SocketAddrV4) -> String {
@@ -239,6 +273,10 @@ impl Net {
                     _ => {}
                 }
                 let via = if p.origin.is_some() { "relayed " } else { "" };
+                if let Some(TrailerRepr::AlternateAddress(l)) = p.trailers.get(trailer_type::ALTERNATE_ADDRESS) {
+                    let l: Vec<String> = l.iter().map(|a| a.to_string()).collect();
+                    nonce += &format!(" alternate {}", l.join(" "));
+                }
                 format!("{via}bubble{nonce}")
             }
             Ok(p) if p.auth.is_some() || p.ipv6.src_addr().segments()[0] & 0xffc0 == 0xfe80 => {
@@ -262,12 +300,23 @@ impl Net {
         while let Some((from_node, mut d)) = queue.pop_front() {
             // Out of a NAT (client side) or straight onto the public side (server).
             if let Node::Client(i, _) = from_node {
+                let n = self.nat_of[i];
+                // On the NAT's own network: straight there.
+                if let Some((k, via)) = self.client_at(n, d.to) {
+                    self.note(&d, "delivered on the local network");
+                    self.deliver(k, via, &d, &mut queue);
+                    continue;
+                }
+                if self.nats[n].public == *d.to.ip() {
+                    self.note(&d, "dropped: the NAT does not hairpin");
+                    continue;
+                }
                 if d.ttl <= 1 {
                     self.note(&d, "TTL ran out in NAT");
                     continue;
                 }
                 d.ttl -= 1;
-                let public = self.nats[i].outbound(d.from, d.to);
+                let public = self.nats[n].outbound(d.from, d.to);
                 d.from = public;
             }
             // The router between the NATs and the server, for traffic to or from a NAT.
@@ -284,11 +333,9 @@ impl Net {
                     self.note(&d, "dropped by the NAT");
                     continue;
                 };
-                let via = if inside == self.inside[j].0 { Via::Service } else { Via::Probe };
+                let (k, via) = self.client_at(j, inside).expect("a client behind the NAT");
                 self.note(&d, "delivered");
-                let mut out = Out::default();
-                self.clients[j].on_udp(self.now, via, d.from, &d.bytes, &mut out);
-                self.collect(j, out, &mut queue);
+                self.deliver(k, via, &d, &mut queue);
             } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
                 let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
                 let mut out = ServerOut::default();
@@ -501,4 +548,23 @@ fn server_load_reduction_spares_peers_without_rfc6081() {
     assert!(net.a_calls_b(), "{}", net.trace);
     assert!(after_silence(&mut net), "{}", net.trace);
     assert!(!net.trace.contains("solicitation"), "{}", net.trace);
+}
+
+#[test]
+fn two_clients_behind_one_nat_meet_by_hairpinning() {
+    // RFC 6081 §5.6, §6.5: the NAT does not hairpin, so bubbles to each other's mapping
+    // die there; the local address listed in the indirect bubble brings them together
+    // on their own network, and the packets go there, not through the NAT.
+    let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
+    assert!(net.a_calls_b(), "{}", net.trace);
+    assert!(net.trace.contains("alternate 10.1.0.2:40000"), "A listed its local address:\n{}", net.trace);
+    let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
+    assert!(
+        !data.is_empty() && data.iter().all(|l| l.ends_with("delivered on the local network")),
+        "data between them stays on their network:\n{}",
+        net.trace
+    );
+    // Without it they never meet.
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    assert!(!net.a_calls_b(), "{}", net.trace);
 }

@@ -24,7 +24,7 @@ use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via
 use shipworm_proto::transmit::Transmit;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
-use std::net::{Ipv6Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -231,6 +231,21 @@ fn new_client(
     Ok(Client::new(cfg, rng))
 }
 
+/// The service socket's address on its own network: the bound address, or else the
+/// one the kernel would send from towards `server` (a connected socket that sends
+/// nothing).
+fn local_address(bound: Ipv4Addr, port: u16, server: Ipv4Addr) -> Option<SocketAddrV4> {
+    if !bound.is_unspecified() {
+        return Some(SocketAddrV4::new(bound, port));
+    }
+    let probe = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+    probe.connect((server, shipworm_wire::teredo_addr::TEREDO_PORT)).ok()?;
+    match probe.local_addr().ok()? {
+        std::net::SocketAddr::V4(a) => Some(SocketAddrV4::new(*a.ip(), port)),
+        std::net::SocketAddr::V6(_) => None,
+    }
+}
+
 fn list(servers: &[ServerAddrs]) -> String {
     let l: Vec<String> = servers.iter().map(|s| s.primary.to_string()).collect();
     l.join(", ")
@@ -270,6 +285,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
     nl.add_address(index, LINK_LOCAL, 64).map_err(Failure::runtime)?;
     let sock = bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), false, "service", &bind::MIREDO_CONF)?;
+    let service_port = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4()).map_or(0, |a| a.port());
     let probe = bind::udp(SocketAddrV4::new(conf.bind_address, 0), false, "probe", &bind::MIREDO_CONF)?;
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
     let control_path =
@@ -292,6 +308,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.symmetric_nat_support = conf.symmetric_nat_support;
     template.opening_bubble_ttl = conf.opening_bubble_ttl;
     template.server_load_reduction = conf.server_load_reduction;
+    template.hairpinning = conf.hairpinning;
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();
@@ -395,6 +412,11 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         }
         if let Some(c) = client.as_mut() {
             while let Some(ev) = c.poll_event() {
+                if let ClientEvent::Up { server, .. } = ev {
+                    // Where peers behind the same NAT find us (hairpinning): the address
+                    // the route to the server leaves from, found again after each change.
+                    c.set_local_address(local_address(conf.bind_address, service_port, server));
+                }
                 if matches!(ev, ClientEvent::Down(_)) {
                     // Lost the server: maybe its name points elsewhere now.
                     names.resolve_all(Instant::now());

@@ -44,6 +44,7 @@ pub const DIRECTIVES: &[&str] = &[
     "SymmetricNatSupport",
     "OpeningBubbleTtl",
     "ServerLoadReduction",
+    "Hairpinning",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -78,6 +79,8 @@ pub struct MiredoConf {
     pub opening_bubble_ttl: u8,
     /// RFC 6081 §5.7 Server Load Reduction.
     pub server_load_reduction: bool,
+    /// RFC 6081 §5.6 Hairpinning.
+    pub hairpinning: bool,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -132,6 +135,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         symmetric_nat_support: true,
         opening_bubble_ttl: 2,
         server_load_reduction: true,
+        hairpinning: true,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -271,6 +275,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.server_load_reduction = f.value(&d, config::yes_no)?;
         }
     }
+    if let Some(d) = f.take("Hairpinning")? {
+        if role_only(&d, false) {
+            c.hairpinning = f.value(&d, config::yes_no)?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -368,6 +377,8 @@ mod tests {
         assert!(ttl("256").unwrap_err().contains("expected a TTL"));
         let slr = load_text("ServerAddress 192.0.2.1\nserverloadreduction off\n").unwrap();
         assert!(!slr.server_load_reduction);
+        assert!(slr.hairpinning, "on by default");
+        assert!(!load_text("ServerAddress 192.0.2.1\nHairpinning no\n").unwrap().hairpinning);
     }
 
     #[test]
