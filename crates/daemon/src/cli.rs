@@ -191,8 +191,9 @@ pub struct AddressArgs {
 /// Arguments of `shipworm lab`.
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// The NAT in front of the client: full-cone, address-restricted, port-restricted or
-    /// symmetric.
+    /// The NAT in front of the client: full-cone, address-restricted, port-restricted,
+    /// symmetric (a random port per destination), sequential (the next port per flow)
+    /// or port-preserving (symmetric, but an endpoint's first flow keeps its port).
     #[arg(long, value_name = "KIND", default_value = "port-restricted")]
     pub nat: String,
 

@@ -4,6 +4,10 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 
+/// The first port a sequential NAT gives, and how many it cycles through.
+const SEQUENTIAL_FIRST_PORT: u16 = 20000;
+const SEQUENTIAL_PORTS: u16 = 1024;
+
 /// The kinds of NAT the lab can build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NatKind {
@@ -20,11 +24,28 @@ pub enum NatKind {
     PortRestricted,
     /// `masquerade fully-random`: a new random port for every destination.
     Symmetric,
+    /// Sequential port-symmetric (RFC 6081 §2): every new flow takes the next port of a
+    /// counter the whole box shares (`snat` to `numgen inc`).
+    SequentialSymmetric,
+    /// Port-preserving symmetric (RFC 6081 §2): an endpoint's first flow keeps its port,
+    /// flows to further destinations from the same endpoint get random ports (a dynamic
+    /// set remembers which endpoints already have their port).
+    PortPreservingSymmetric,
 }
 
 impl NatKind {
     /// Every kind, in the order the suite runs them.
-    pub const ALL: [NatKind; 4] =
+    pub const ALL: [NatKind; 6] = [
+        NatKind::FullCone,
+        NatKind::AddressRestricted,
+        NatKind::PortRestricted,
+        NatKind::Symmetric,
+        NatKind::SequentialSymmetric,
+        NatKind::PortPreservingSymmetric,
+    ];
+    /// The kinds RFC 4380 alone knows (cone, restricted, symmetric), which the suite
+    /// runs against Miredo in every pairing.
+    pub const RFC4380: [NatKind; 4] =
         [NatKind::FullCone, NatKind::AddressRestricted, NatKind::PortRestricted, NatKind::Symmetric];
 
     /// The name used on the command line and in reports.
@@ -34,7 +55,14 @@ impl NatKind {
             NatKind::AddressRestricted => "address-restricted",
             NatKind::PortRestricted => "port-restricted",
             NatKind::Symmetric => "symmetric",
+            NatKind::SequentialSymmetric => "sequential",
+            NatKind::PortPreservingSymmetric => "port-preserving",
         }
+    }
+
+    /// Whether a new destination gets a new mapping.
+    pub fn is_symmetric(self) -> bool {
+        matches!(self, NatKind::Symmetric | NatKind::SequentialSymmetric | NatKind::PortPreservingSymmetric)
     }
 
     /// The nftables ruleset for a box whose public side is `wan` (interface `wan`) and
@@ -60,6 +88,26 @@ impl NatKind {
                 "  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"wan\" masquerade\n  }\n".to_string()
             }
             NatKind::Symmetric => "  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"wan\" masquerade fully-random\n  }\n".to_string(),
+            // UDP flows take ports 20000, 20001, … in the order they start; the rest is
+            // masqueraded.
+            // (The counter goes through a map: nftables would write `numgen`'s value into
+            // the port in host byte order.)
+            NatKind::SequentialSymmetric => {
+                let ports: Vec<String> =
+                    (0..SEQUENTIAL_PORTS).map(|i| format!("{i} : {}", SEQUENTIAL_FIRST_PORT + i)).collect();
+                format!(
+                    "  chain post {{\n    type nat hook postrouting priority 100;\n    \
+                     oifname \"wan\" meta l4proto udp snat ip to {wan} : numgen inc mod {SEQUENTIAL_PORTS} map {{ {} }}\n    \
+                     oifname \"wan\" masquerade\n  }}\n",
+                    ports.join(", ")
+                )
+            }
+            NatKind::PortPreservingSymmetric => "  set mapped {\n    type ipv4_addr . inet_service; flags dynamic, timeout; timeout 5m;\n  }\n  \
+                 chain post {\n    type nat hook postrouting priority 100;\n    \
+                 oifname \"wan\" meta l4proto udp ip saddr . udp sport @mapped masquerade fully-random\n    \
+                 oifname \"wan\" meta l4proto udp update @mapped { ip saddr . udp sport } masquerade\n    \
+                 oifname \"wan\" masquerade\n  }\n"
+                .to_string(),
         };
         format!("table ip lab_nat {{\n{body}}}\n")
     }
@@ -79,7 +127,11 @@ impl FromStr for NatKind {
             "port-restricted" | "restricted" => Ok(NatKind::PortRestricted),
             "symmetric" => Ok(NatKind::Symmetric),
             "address-restricted" => Ok(NatKind::AddressRestricted),
-            _ => Err(format!("unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric)")),
+            "sequential" | "sequential-symmetric" => Ok(NatKind::SequentialSymmetric),
+            "port-preserving" | "port-preserving-symmetric" => Ok(NatKind::PortPreservingSymmetric),
+            _ => Err(format!(
+                "unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric, sequential, port-preserving)"
+            )),
         }
     }
 }
@@ -99,5 +151,10 @@ mod tests {
         assert!(NatKind::AddressRestricted.ruleset(w, c).contains("ip daddr . th dport . ip saddr @contacted accept"));
         assert_eq!("symmetric".parse::<NatKind>().unwrap(), NatKind::Symmetric);
         assert!("bogus".parse::<NatKind>().is_err());
+        assert!(NatKind::SequentialSymmetric.ruleset(w, c).contains("numgen inc"));
+        assert!(NatKind::PortPreservingSymmetric.ruleset(w, c).contains("update @mapped"));
+        for k in NatKind::ALL {
+            assert_eq!(k.name().parse::<NatKind>(), Ok(k));
+        }
     }
 }

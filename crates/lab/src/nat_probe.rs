@@ -19,6 +19,10 @@ pub struct NatBehaviour {
     /// A host the client wrote to from one port gets in to another port that never
     /// wrote to it (filtering per host rather than per endpoint, RFC 4787 §5).
     pub inbound_to_other_endpoint: bool,
+    /// The first mapping kept the client's port.
+    pub port_preserved: bool,
+    /// The second destination got the port after the first one's.
+    pub sequential: bool,
 }
 
 impl crate::NatKind {
@@ -29,7 +33,7 @@ impl crate::NatKind {
             FullCone => (true, true, true),
             AddressRestricted => (true, false, true),
             PortRestricted => (true, false, false),
-            Symmetric => (false, false, false),
+            Symmetric | SequentialSymmetric | PortPreservingSymmetric => (false, false, false),
         };
         // Only a full cone lets a host in to an endpoint that never wrote to it.
         NatBehaviour {
@@ -37,6 +41,8 @@ impl crate::NatKind {
             inbound_from_anyone: a,
             inbound_from_other_port: p,
             inbound_to_other_endpoint: a,
+            port_preserved: !matches!(self, Symmetric | SequentialSymmetric),
+            sequential: self == SequentialSymmetric,
         }
     }
 }
@@ -96,6 +102,8 @@ impl Lab {
             inbound_from_anyone,
             inbound_from_other_port,
             inbound_to_other_endpoint,
+            port_preserved: m1.port() == 40000,
+            sequential: m2.port() == m1.port().wrapping_add(1),
         })
     }
 }
