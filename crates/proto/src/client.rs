@@ -52,8 +52,9 @@ use crate::drop_reason::{DropCounters, DropReason};
 use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use crate::port_prediction::{EchoTest, PortTable};
 use crate::secure;
-use crate::transmit::{Random, Transmit};
+use crate::transmit::{udp_via, Random, Transmit};
 use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ip_protocol;
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -74,6 +75,25 @@ pub const RS_TRIES: u8 = 3;
 pub const RETRY: Duration = Duration::from_secs(2);
 /// Bubbles or echoes per peer before giving up.
 pub const PEER_TRIES: u8 = 4;
+/// Why port-prediction bubbles go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bubbling {
+    /// Our own try (a host packet waits).
+    Poke,
+    /// The peer's indirect bubble arrived; `first` when it came before any of ours did
+    /// (we are the first to hear of the other's port).
+    Heard {
+        /// We had sent the peer no indirect bubble yet.
+        first: bool,
+    },
+}
+
+/// The Peer Refresh Timer of random ports (RFC 6081 §5.4.2.1), and the refresh bubbles
+/// sent without data in between at most.
+const REFRESH: Duration = Duration::from_secs(30);
+const MAX_REFRESHES: u8 = 20;
+/// How long a random port waits for its peer to answer on it.
+const STALE_PORT: Duration = Duration::from_secs(60);
 /// Server Load Reduction solicitations before falling back to indirect bubbles (RFC
 /// 6081 §5.7.2).
 pub const SOLICITATIONS: u8 = 3;
@@ -132,6 +152,12 @@ pub struct ClientConfig {
     /// direct bubble each, so two clients behind one NAT that does not hairpin meet on
     /// their own network. Needs `symmetric_nat_support` (the nonces prove the bubbles).
     pub hairpinning: bool,
+    /// The service socket's local port, to tell a port-preserving NAT (0: not known,
+    /// and then no port prediction).
+    pub service_port: u16,
+    /// Peers reached through a random port of their own at once (RFC 6081 §5.4, §5.5):
+    /// each is a socket.
+    pub random_ports: usize,
 }
 
 impl ClientConfig {
@@ -150,6 +176,8 @@ impl ClientConfig {
             opening_bubble_ttl: 2,
             server_load_reduction: true,
             hairpinning: true,
+            service_port: 0,
+            random_ports: 64,
         }
     }
 }
@@ -236,6 +264,8 @@ pub enum Via {
     Service,
     /// The probe-only port (NAT detection).
     Probe,
+    /// A random port opened for one peer (`Transmit::open_port`).
+    Port(u16),
 }
 
 /// What the client is doing, for `shipworm status`.
@@ -278,6 +308,8 @@ pub struct ClientStats {
     pub peer_solicitations: u64,
     /// Server Load Reduction: peers' solicitations answered with an advertisement.
     pub peer_advertisements: u64,
+    /// Echo Tests run to predict a sequential NAT's port (RFC 6081 §5.5).
+    pub echo_tests: u64,
     /// Connectivity-test echoes sent.
     pub echoes: u64,
     /// Connectivity tests started because a native host spoke first.
@@ -307,6 +339,11 @@ pub struct Client<R: Random> {
     /// The service socket's own address and port, where peers behind the same NAT
     /// reach us (RFC 6081 §5.6).
     local: Option<SocketAddrV4>,
+    /// Behind a port-preserving symmetric NAT (RFC 6081 §5.4.3): the primary's mapping
+    /// kept our port.
+    port_preserving: bool,
+    /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
+    ports: PortTable,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -324,6 +361,7 @@ impl<R: Random> Client<R> {
         Client {
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
             held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
+            ports: PortTable::new(cfg.random_ports, keys(&cfg)),
             cfg,
             rng,
             phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
@@ -337,6 +375,7 @@ impl<R: Random> Client<R> {
             pending: VecDeque::new(),
             random_bits: None,
             local: None,
+            port_preserving: false,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
@@ -587,6 +626,11 @@ impl<R: Random> Client<R> {
             self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
             self.stats.addresses += 1;
         }
+        // §5.4.3: behind a symmetric NAT that kept our port towards the primary, a random
+        // port of ours keeps its number outside too; otherwise it is counted out in
+        // sequence, and an Echo Test predicts it (§3.4).
+        self.port_preserving =
+            self.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
         self.phase = Phase::Up { server, ra, address };
         self.last_server_rx = now;
         self.maint = None;
@@ -643,6 +687,13 @@ impl<R: Random> Client<R> {
             return self.on_probe(datagram, &pkt, from);
         }
         let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
+        if let Via::Port(port) = via {
+            // A random port hears its peer, and the servers' answers to its Echo Test.
+            if ra_like && self.is_server(&from).is_some() {
+                return self.on_echo_answer(now, &pkt, tx);
+            }
+            return self.on_peer_packet(now, from, &pkt, port, tx);
+        }
         if let Some(idx) = self.is_server(&from) {
             if ra_like {
                 return self.on_ra(now, idx, from, datagram, &pkt, tx);
@@ -652,7 +703,7 @@ impl<R: Random> Client<R> {
             }
             return self.on_server_packet(now, &pkt, tx);
         }
-        self.on_peer_packet(now, from, &pkt, tx);
+        self.on_peer_packet(now, from, &pkt, 0, tx);
     }
 
     fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
@@ -830,10 +881,17 @@ impl<R: Random> Client<R> {
                 }
             }
         }
+        // Whether this is the peer's answer to an indirect bubble of ours.
+        let first = self.peers.get(&src).is_none_or(|p| p.nonce_sent == 0);
         let answer_indirect = match teredo {
             Some(t) => self.remember_nonce(now, src, t, nonce),
             None => false,
         };
+        let new_peer_port = teredo.is_some() && nonce != 0 && self.remember_peer_port(now, src, pkt);
+        let mut echo_running = false;
+        if let (Some(t), true) = (teredo, answer_indirect) {
+            echo_running = self.open_random_port(now, &me, src, t, tx);
+        }
         // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
         // §5.2.3; practice answers with a bubble rather than a ping): to the mapping a
         // trusted peer proved (RFC 6081 §6.1 step 10), else to the origin indication,
@@ -845,8 +903,8 @@ impl<R: Random> Client<R> {
         };
         let trusted = self.peers.get(&src).is_some_and(|p| p.trusted);
         if let Some(o) = to.filter(|o| trusted || is_global_unicast(*o.ip())) {
-            let n = self.bubble(&me, &src, nonce);
-            tx.udp(o, &self.scratch[..n]);
+            let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
+            udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);
             self.stats.bubbles += 1;
             if let Some(p) = self.peers.get_mut(&src) {
                 p.last_tx = now;
@@ -867,8 +925,15 @@ impl<R: Random> Client<R> {
                 self.stats.bubbles += 1;
             }
             if let Some(t) = teredo {
-                self.send_indirect(now, &me, src, t.server, tx);
+                if !echo_running && !self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx) {
+                    self.send_indirect(now, &me, src, t.server, tx);
+                }
             }
+        } else if let (Some(t), true) = (teredo, nonce != 0 && (new_peer_port || !first)) {
+            // The answer to our own indirect bubble, or a port to try that we did not
+            // know: where to send from our random port is known now, not at our next
+            // retry.
+            self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx);
         }
         if pkt.is_bubble() {
             return;
@@ -877,6 +942,248 @@ impl<R: Random> Client<R> {
             self.deliver(ip.packet(), tx);
         } else {
             self.dropped(DropReason::NotBubbleOrIcmpv6);
+        }
+    }
+
+    /// The random port an indirect bubble from `src` announces (§5.4.4.4): kept when
+    /// none was known, or when the old one went quiet (no exchange for 30 s).
+    /// True when the port is new.
+    fn remember_peer_port(&mut self, now: Duration, src: Ipv6Addr, pkt: &TeredoPacket<'_>) -> bool {
+        // RFC 6081 gives the trailer type 0x05 (§4.5) and IANA 0x02 (§9): take either.
+        let announced = [trailer_type::RANDOM_PORT, trailer_type::RANDOM_PORT_IANA].into_iter().find_map(|k| {
+            let t = pkt.trailers.find(k)?;
+            (t.value.len() == 2).then(|| u16::from_be_bytes([t.value[0], t.value[1]])).filter(|&p| p != 0)
+        });
+        let Some(port) = announced else { return false };
+        let quiet = self.peers.get(&src).is_none_or(|p| {
+            now.saturating_sub(p.last_rx) >= Duration::from_secs(30)
+                && now.saturating_sub(p.last_tx) >= Duration::from_secs(30)
+        });
+        match self.ports.entry(src, now) {
+            Some(e) if e.peer == 0 || (e.peer != port && quiet) => {
+                e.peer = port;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The bubbles of port prediction to a peer we do not trust yet (RFC 6081 §5.4.4.3,
+    /// §5.5.4.1). Behind a symmetric NAT, a random port of ours for the peer is opened
+    /// (and announced by our indirect bubbles), and an Echo Test started if the NAT
+    /// does not keep ports. Bubbles go from it only once the peer's indirect bubble
+    /// said where the peer will answer from: its own random port, or (none announced)
+    /// the mapping its address embeds; a bubble from our random port to any other
+    /// place would spend the port's one preserved mapping. Without a random port of
+    /// ours, a bubble goes from the service port to the port the peer announced.
+    ///
+    /// Linux NATs make an unanswered packet poison the port it reached (see the notes
+    /// on the opening bubble), so a bubble the peer's NAT will drop must die before it:
+    /// the first side to hear of the other's port (`Bubbling::Heard { first: true }`)
+    /// opens its own NAT with a short TTL; the side that hears back, whose peer has
+    /// opened its NAT by then, sends with the full TTL. True while an Echo Test holds
+    /// the indirect bubble back.
+    #[allow(clippy::too_many_arguments)]
+    fn random_port_bubbles(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        t: TeredoAddr,
+        echo: u32,
+        how: Bubbling,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        if self.open_random_port(now, me, dst, t, tx) {
+            return true;
+        }
+        if !self.cfg.symmetric_nat_support || self.peers.get(&dst).is_none_or(|p| p.trusted) {
+            return false;
+        }
+        let Some(e) = self.ports.get(&dst) else { return false };
+        if e.echo.is_some() {
+            return true;
+        }
+        let (local, predicted, peer) = (e.local, e.predicted, e.peer);
+        let heard =
+            matches!(how, Bubbling::Heard { .. }) || self.peers.get(&dst).is_some_and(|p| p.nonce_received != 0);
+        let to = SocketAddrV4::new(*t.mapped.ip(), if peer != 0 { peer } else { t.mapped.port() });
+        let ttl = match how {
+            Bubbling::Heard { first: true } if self.cfg.opening_bubble_ttl > 0 => Some(self.cfg.opening_bubble_ttl),
+            _ => None,
+        };
+        if local != 0 && (peer != 0 || heard) {
+            let trailer_echo = (echo != 0).then(|| TrailerRepr::Nonce(echo.to_be_bytes()));
+            let mut n = self.bubble_with(me, &dst, trailer_echo);
+            if predicted != 0 {
+                n += TrailerRepr::RandomPort(predicted).emit(&mut self.scratch[n..]).expect("fits");
+            }
+            tx.udp_from(local, to, &self.scratch[..n], ttl);
+            self.stats.bubbles += 1;
+        } else if local == 0 && peer != 0 {
+            let n = self.bubble(me, &dst, echo);
+            match ttl {
+                Some(ttl) => tx.udp_hop_limited(to, &self.scratch[..n], ttl),
+                None => tx.udp(to, &self.scratch[..n]),
+            }
+            self.stats.bubbles += 1;
+        }
+        false
+    }
+
+    /// Behind a symmetric NAT, a random port for `dst`, a peer we do not trust yet,
+    /// unless it has one: its number is the prediction behind a port-preserving NAT,
+    /// and an Echo Test starts behind any other (true then). Opened before anything
+    /// carrying the peer's nonce goes to it, so that all of that leaves from the one
+    /// port the peer will take us at.
+    fn open_random_port(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        t: TeredoAddr,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        let wanted = self.cfg.symmetric_nat_support
+            && self.nat == NatKind::Symmetric
+            && self.peers.get(&dst).is_some_and(|p| !p.trusted)
+            && self.ports.get(&dst).is_none_or(|e| e.local == 0);
+        if !wanted {
+            return false;
+        }
+        let Some(e) = self.ports.entry(dst, now) else { return false };
+        let Some(port) = tx.open_port() else { return false };
+        e.local = port;
+        if self.port_preserving {
+            e.predicted = port;
+            return false;
+        }
+        self.start_echo_test(now, me, dst, t, 1, tx)
+    }
+
+    /// The nonce our bubbles from the service port may echo to `peer`: none while a
+    /// random port of ours is open for it (the peer must take us there, not here).
+    fn primary_echo(&self, peer: &Ipv6Addr, echo: u32) -> u32 {
+        match self.ports.get(peer) {
+            Some(e) if e.local != 0 && !e.via_local => 0,
+            _ => echo,
+        }
+    }
+
+    /// The Echo Test (§5.5.4.1.1), from `dst`'s random port: a solicitation to the
+    /// primary server, a bubble to the peer, a solicitation to the secondary; the two
+    /// answers bracket the port the bubble went out from. The failover timer waits
+    /// `tries` seconds. Returns true: the indirect bubble waits for the answers.
+    fn start_echo_test(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        t: TeredoAddr,
+        tries: u8,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        let Some(server) = self.current_server().map(|i| self.cfg.servers[i]) else { return false };
+        let Some(local) = self.ports.get(&dst).map(|e| e.local).filter(|&l| l != 0) else { return false };
+        let nonces = [self.nonce(), self.nonce()];
+        let to = self.ports.get(&dst).map_or(t.mapped, |e| {
+            SocketAddrV4::new(*t.mapped.ip(), if e.peer != 0 { e.peer } else { t.mapped.port() })
+        });
+        let n = self.rs(RS_SOURCE_RESTRICTED, nonces[0]);
+        tx.udp_from(local, SocketAddrV4::new(server.primary, TEREDO_PORT), &self.scratch[..n], None);
+        let n = self.bubble(me, &dst, 0);
+        let ttl = (self.cfg.opening_bubble_ttl > 0).then_some(self.cfg.opening_bubble_ttl);
+        tx.udp_from(local, to, &self.scratch[..n], ttl);
+        self.stats.bubbles += 1;
+        let n = self.rs(RS_SOURCE_RESTRICTED, nonces[1]);
+        tx.udp_from(local, SocketAddrV4::new(server.secondary, TEREDO_PORT), &self.scratch[..n], None);
+        if let Some(e) = self.ports.get_mut(&dst) {
+            e.echo = Some(EchoTest { nonces, ports: [0, 0], tries, due: now + Duration::from_secs(u64::from(tries)) });
+        }
+        self.stats.echo_tests += 1;
+        true
+    }
+
+    /// A server's answer on a random port: one of an Echo Test's two (§5.5.4.4). Never
+    /// taken for qualification: it reports the random port's mapping, not ours.
+    fn on_echo_answer(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+        let (Some(auth), Some(origin)) = (pkt.auth.as_ref(), pkt.origin) else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let Some((peer, i)) = self.ports.echo_nonce(&auth.nonce()) else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let Some(e) = self.ports.get_mut(&peer) else { return };
+        let Some(test) = e.echo.as_mut() else { return };
+        test.ports[i] = origin.port();
+        let Some(predicted) = test.prediction() else { return };
+        e.predicted = predicted;
+        e.echo = None;
+        self.echo_test_done(now, peer, tx);
+    }
+
+    /// An Echo Test ended, with a prediction or without: the indirect bubble it held
+    /// back goes now.
+    fn echo_test_done(&mut self, now: Duration, peer: Ipv6Addr, tx: &mut impl Transmit) {
+        let (Some(me), Some(t)) = (self.address(), TeredoAddr::decode(&peer)) else { return };
+        if self.peers.get(&peer).is_some_and(|p| !p.trusted) {
+            self.send_indirect(now, &me, peer, t.server, tx);
+        }
+    }
+
+    /// Time for the random ports: Echo Tests that got no answer (§5.5.2.2: one more
+    /// after 1 s, then the indirect bubble without a prediction after 2 s), keep-alive
+    /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
+    /// data, 20 at most), and ports whose peer is gone are closed.
+    fn tend_ports(&mut self, now: Duration, tx: &mut impl Transmit) {
+        if self.ports.is_empty() {
+            return;
+        }
+        let me = self.address();
+        for peer in self.ports.peers() {
+            let Some(p) = self.peers.get(&peer).map(|p| (p.trusted, p.mapped)) else {
+                if let Some(e) = self.ports.remove(&peer) {
+                    if e.local != 0 {
+                        tx.close_port(e.local);
+                    }
+                }
+                continue;
+            };
+            let Some(e) = self.ports.get_mut(&peer) else { continue };
+            // A port the peer never answered on, or an announcement nobody followed, is
+            // let go after a while: forged indirect bubbles must not hold the table.
+            let stale = !e.via_local && now.saturating_sub(e.touched) >= STALE_PORT;
+            if stale && e.echo.is_none() {
+                if e.local != 0 {
+                    tx.close_port(e.local);
+                }
+                self.ports.remove(&peer);
+                continue;
+            }
+            if let Some(test) = e.echo.filter(|t| now >= t.due) {
+                let (Some(me), Some(t)) = (me, TeredoAddr::decode(&peer)) else { continue };
+                if test.tries < 2 {
+                    self.start_echo_test(now, &me, peer, t, test.tries + 1, tx);
+                } else {
+                    e.echo = None;
+                    self.echo_test_done(now, peer, tx);
+                }
+                continue;
+            }
+            if e.via_local && now.saturating_sub(e.refreshed_at) >= REFRESH {
+                e.refreshed_at = now;
+                if now.saturating_sub(e.last_data) < REFRESH {
+                    e.refreshes = 0;
+                } else if e.refreshes < MAX_REFRESHES {
+                    e.refreshes += 1;
+                    let (local, (trusted, mapped)) = (e.local, p);
+                    if let (true, Some(me)) = (trusted, me) {
+                        let n = self.bubble(&me, &peer, 0);
+                        tx.udp_from(local, mapped, &self.scratch[..n], None);
+                        self.stats.bubbles += 1;
+                    }
+                }
+            }
         }
     }
 
@@ -915,6 +1222,11 @@ impl<R: Random> Client<R> {
         p.bubbles += 1;
         let reached = p.trusted;
         let mut n = self.bubble(me, &dst, nonce);
+        // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
+        let predicted = self.ports.get(&dst).map_or(0, |e| e.predicted);
+        if predicted != 0 && !reached && nonce != 0 {
+            n += TrailerRepr::RandomPort(predicted).emit(&mut self.scratch[n..]).expect("fits");
+        }
         // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
         // only with a nonce to prove the bubbles it brings; not when it is our mapping
         // (no NAT in between: nothing to add).
@@ -937,14 +1249,26 @@ impl<R: Random> Client<R> {
         if p.queue.is_empty() {
             return;
         }
+        let via = self.ports.via(addr);
+        let Some(p) = self.peers.get_mut(addr) else {
+            return;
+        };
         let mut q = p.queue.drain();
         while let Some(packet) = q.next_packet() {
-            tx.udp(to, packet);
+            udp_via(tx, via, to, packet);
             self.stats.sent += 1;
         }
     }
 
-    fn on_peer_packet(&mut self, now: Duration, from: SocketAddrV4, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+    /// A packet from a peer, on the service port (`port` 0) or on a random port.
+    fn on_peer_packet(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        port: u16,
+        tx: &mut impl Transmit,
+    ) {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         if !self.our_address(&dst) {
@@ -1001,22 +1325,6 @@ impl<R: Random> Client<R> {
             }
             _ => false,
         };
-        // Proven at an address its Teredo address does not embed: the peer can take
-        // our packets from where it sees us only once we echoed a nonce of its own.
-        let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
-        if learned_port && echo != 0 {
-            // Tell it at once, through the port its NAT opened towards us: its own
-            // bubbles to our address's mapping may all have been dropped, and it
-            // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
-            // step 10) to trust us.
-            let n = self.bubble(&dst, &src, echo);
-            tx.udp(from, &self.scratch[..n]);
-            self.stats.bubbles += 1;
-        }
-        // Without its nonce yet (a peer met through hairpinning, whose indirect bubble
-        // is still on its way through the servers), what the host queued waits for it:
-        // sent now, it would be dropped.
-        let hold = learned_port && echo == 0;
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
             if embedded.is_some_and(|t| t.mapped == from) {
@@ -1034,6 +1342,39 @@ impl<R: Random> Client<R> {
                 false
             }
         };
+        // Which of our sockets carries this peer from now on (RFC 6081 §5.4.4.5).
+        let mut new_route = false;
+        if accepted && !self.ports.is_empty() {
+            if let Some(e) = self.ports.get_mut(&src) {
+                if port != 0 && e.local == port {
+                    // It answered on our random port: everything to it leaves from there.
+                    new_route = !e.via_local;
+                    e.via_local = true;
+                    e.touched = now;
+                } else if port == 0 && e.local != 0 && !e.via_local {
+                    // It answered on the service port: the random one is not needed.
+                    tx.close_port(e.local);
+                    (e.local, e.predicted, e.echo) = (0, 0, None);
+                }
+            }
+        }
+        // The peer now sees us where our address does not say (its proven port
+        // changed, or our packets leave from a random port): it takes them only once we
+        // echoed a nonce of its own.
+        let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
+        let reprove = learned_port || new_route;
+        if reprove && echo != 0 {
+            // Tell it at once, through the port its NAT opened towards us: its own
+            // bubbles to our address's mapping may all have been dropped, and it
+            // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
+            // step 10) to trust us.
+            let n = self.bubble(&dst, &src, echo);
+            udp_via(tx, port, from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+        }
+        // Without its nonce yet (its indirect bubble is still on its way through the
+        // servers), what the host queued waits for it: sent now, it would be dropped.
+        let hold = reprove && echo == 0;
         if accepted {
             if pkt.is_bubble() && !pkt.trailers.is_empty() {
                 self.on_peer_trailers(&dst, &src, from, pkt, tx);
@@ -1078,7 +1419,7 @@ impl<R: Random> Client<R> {
         if solicited && self.cfg.server_load_reduction {
             let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
             let n = self.bubble_with(me, src, Some(ad));
-            tx.udp(from, &self.scratch[..n]);
+            udp_via(tx, self.ports.via(src), from, &self.scratch[..n]);
             self.stats.bubbles += 1;
             self.stats.peer_advertisements += 1;
         }
@@ -1158,7 +1499,13 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::SourceMismatch);
         }
         if let Some(to) = self.peers.send_to(&dst, now) {
-            tx.udp(to, ip.packet());
+            let via = self.ports.via(&dst);
+            udp_via(tx, via, to, ip.packet());
+            if via != 0 {
+                if let Some(e) = self.ports.get_mut(&dst) {
+                    (e.last_data, e.refreshes) = (now, 0);
+                }
+            }
             self.stats.sent += 1;
             return;
         }
@@ -1223,7 +1570,7 @@ impl<R: Random> Client<R> {
                         let to = p.mapped;
                         let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
                         let n = self.bubble_with(&me, &dst, Some(ask));
-                        tx.udp(to, &self.scratch[..n]);
+                        udp_via(tx, self.ports.via(&dst), to, &self.scratch[..n]);
                         self.stats.bubbles += 1;
                         self.stats.peer_solicitations += 1;
                         return;
@@ -1237,14 +1584,22 @@ impl<R: Random> Client<R> {
                 // lets anyone in), then the indirect one.
                 let (mapped, echo) = (p.mapped, p.nonce_received);
                 let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
-                let n = self.bubble(&me, &dst, echo);
+                let echo_running = self.open_random_port(now, &me, dst, t, tx);
+                let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
                 if opening {
                     tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
                 } else {
                     tx.udp(mapped, &self.scratch[..n]);
                 }
                 self.stats.bubbles += 1;
-                self.send_indirect(now, &me, dst, t.server, tx);
+                // Port prediction first: a running Echo Test sends the indirect bubble
+                // when it has its answer.
+                if !echo_running && !self.random_port_bubbles(now, &me, dst, t, echo, Bubbling::Poke, tx) {
+                    self.send_indirect(now, &me, dst, t.server, tx);
+                } else if let Some(p) = self.peers.get_mut(&dst) {
+                    p.last_tx = now;
+                    p.bubbles += 1;
+                }
             }
             None => {
                 p.last_tx = now;
@@ -1343,6 +1698,7 @@ impl<R: Random> Client<R> {
             }
         }
         self.peers.sweep(now, 256);
+        self.tend_ports(now, tx);
         // A test ends within PEER_TRIES retries; anything older lost its peer entry.
         let stale = self.held.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);

@@ -21,6 +21,7 @@ pub mod drop_reason;
 pub mod first_contact;
 pub mod icmp_error;
 pub mod peer_table;
+pub mod port_prediction;
 pub mod relay;
 pub mod secure;
 pub mod server;

@@ -26,6 +26,30 @@ pub trait Transmit {
     fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
         let _ = (to, payload);
     }
+    /// Open a UDP socket on a new random local port: a client's port for one peer (RFC
+    /// 6081 §5.4). Its number, or `None` when none can be opened; datagrams to it come
+    /// back as `Via::Port`. Only the client asks.
+    fn open_port(&mut self) -> Option<u16> {
+        None
+    }
+    /// Close a port [`open_port`](Self::open_port) gave.
+    fn close_port(&mut self, port: u16) {
+        let _ = port;
+    }
+    /// Send from a port [`open_port`](Self::open_port) gave, the TTL limited to `ttl`
+    /// hops if given.
+    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        let _ = (port, to, payload, ttl);
+    }
+}
+
+/// Send from the service socket (`port` 0) or from a client's random port.
+pub fn udp_via(tx: &mut impl Transmit, port: u16, to: SocketAddrV4, payload: &[u8]) {
+    if port == 0 {
+        tx.udp(to, payload);
+    } else {
+        tx.udp_from(port, to, payload, None);
+    }
 }
 
 /// Unpredictable bytes (nonces, random address bits, timer jitter). The daemon reads

@@ -44,6 +44,10 @@ enum Kind {
     AddressRestricted,
     PortRestricted,
     Symmetric,
+    /// Symmetric, keeping an endpoint's port for its first mapping.
+    PortPreserving,
+    /// Symmetric, giving each new mapping the next port.
+    Sequential,
 }
 
 /// A NAT box: its public address, mappings and what conntrack remembers.
@@ -59,6 +63,7 @@ struct Nat {
     /// Unanswered inbound packets conntrack keeps: (remote, public port).
     unreplied: HashSet<(SocketAddrV4, u16)>,
     next_port: u16,
+    seed: u64,
 }
 
 impl Nat {
@@ -71,6 +76,20 @@ impl Nat {
             contacted: HashSet::new(),
             unreplied: HashSet::new(),
             next_port: 61000,
+            seed: 0x9e37_79b9_7f4a_7c15 ^ u64::from(public.to_bits()),
+        }
+    }
+
+    /// A free public port nobody can guess (`masquerade fully-random`).
+    fn random_port(&mut self) -> u16 {
+        loop {
+            self.seed ^= self.seed << 13;
+            self.seed ^= self.seed >> 7;
+            self.seed ^= self.seed << 17;
+            let p = 1024 + (self.seed % 64000) as u16;
+            if !self.inside.contains_key(&p) {
+                return p;
+            }
         }
     }
 
@@ -95,8 +114,11 @@ impl Nat {
                             from.port()
                         }
                     }
-                    Kind::Symmetric => {
-                        self.next_port += 7;
+                    Kind::Symmetric => self.random_port(),
+                    Kind::PortPreserving if !self.inside.contains_key(&from.port()) => from.port(),
+                    Kind::PortPreserving => self.random_port(),
+                    Kind::Sequential => {
+                        self.next_port += 1;
                         self.next_port
                     }
                 };
@@ -115,7 +137,7 @@ impl Nat {
         let allowed = inside.is_some()
             && match self.kind {
                 Kind::AddressRestricted => self.contacted.iter().any(|(p, r)| *p == port && r.ip() == from.ip()),
-                Kind::PortRestricted | Kind::Symmetric => self.contacted.contains(&(port, from)),
+                _ => self.contacted.contains(&(port, from)),
             };
         if allowed {
             inside
@@ -149,8 +171,23 @@ struct Datagram {
 struct Out {
     udp: Vec<(Via, SocketAddrV4, Vec<u8>, u8)>,
     tun: Vec<Vec<u8>>,
+    /// The client's random ports: the last number given, opened and closed in this call.
+    next_port: u16,
+    opened: Vec<u16>,
+    closed: Vec<u16>,
 }
 impl Transmit for Out {
+    fn open_port(&mut self) -> Option<u16> {
+        self.next_port += 1;
+        self.opened.push(self.next_port);
+        Some(self.next_port)
+    }
+    fn close_port(&mut self, port: u16) {
+        self.closed.push(port);
+    }
+    fn udp_from(&mut self, port: u16, to: SocketAddrV4, p: &[u8], ttl: Option<u8>) {
+        self.udp.push((Via::Port(port), to, p.to_vec(), ttl.unwrap_or(TTL)));
+    }
     fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
         self.udp.push((Via::Service, to, p.to_vec(), TTL));
     }
@@ -187,6 +224,9 @@ struct Net {
     inside: [(SocketAddrV4, SocketAddrV4); 2],
     /// The NAT each client is behind (both behind the first: one network).
     nat_of: [usize; 2],
+    /// Each client's open random ports, and the last number given.
+    open: [Vec<u16>; 2],
+    next_port: [u16; 2],
     /// What reached each client's host stack.
     delivered: [Vec<Vec<u8>>; 2],
     addresses: [Option<Ipv6Addr>; 2],
@@ -218,6 +258,8 @@ impl Net {
             clients: [client(0, 0x1234_5678_9abc_def0), client(1, 0x0fed_cba9_8765_4321)],
             inside: [inside(1), inside(2)],
             nat_of: if shared { [0, 0] } else { [0, 1] },
+            open: [Vec::new(), Vec::new()],
+            next_port: [50000, 50000],
             delivered: [Vec::new(), Vec::new()],
             addresses: [None, None],
             trace: String::new(),
@@ -235,6 +277,8 @@ impl Net {
                 Some((k, Via::Service))
             } else if self.inside[k].1 == at {
                 Some((k, Via::Probe))
+            } else if *self.inside[k].0.ip() == *at.ip() && self.open[k].contains(&at.port()) {
+                Some((k, Via::Port(at.port())))
             } else {
                 None
             }
@@ -242,7 +286,7 @@ impl Net {
     }
 
     fn deliver(&mut self, k: usize, via: Via, d: &Datagram, queue: &mut VecDeque<(Node, Datagram)>) {
-        let mut out = Out::default();
+        let mut out = self.out(k);
         self.clients[k].on_udp(self.now, via, d.from, &d.bytes, &mut out);
         self.collect(k, out, queue);
     }
@@ -273,6 +317,9 @@ impl Net {
                     _ => {}
                 }
                 let via = if p.origin.is_some() { "relayed " } else { "" };
+                if let Some(TrailerRepr::RandomPort(port)) = p.trailers.get(trailer_type::RANDOM_PORT) {
+                    nonce += &format!(" random port {port}");
+                }
                 if let Some(TrailerRepr::AlternateAddress(l)) = p.trailers.get(trailer_type::ALTERNATE_ADDRESS) {
                     let l: Vec<String> = l.iter().map(|a| a.to_string()).collect();
                     nonce += &format!(" alternate {}", l.join(" "));
@@ -333,7 +380,10 @@ impl Net {
                     self.note(&d, "dropped by the NAT");
                     continue;
                 };
-                let (k, via) = self.client_at(j, inside).expect("a client behind the NAT");
+                let Some((k, via)) = self.client_at(j, inside) else {
+                    self.note(&d, "dropped: the port is closed");
+                    continue;
+                };
                 self.note(&d, "delivered");
                 self.deliver(k, via, &d, &mut queue);
             } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
@@ -352,9 +402,21 @@ impl Net {
         }
     }
 
+    /// An output recorder for client `i`, numbering its random ports on.
+    fn out(&self, i: usize) -> Out {
+        Out { next_port: self.next_port[i], ..Out::default() }
+    }
+
     fn collect(&mut self, i: usize, out: Out, queue: &mut VecDeque<(Node, Datagram)>) {
+        self.next_port[i] = out.next_port;
+        self.open[i].extend(&out.opened);
+        self.open[i].retain(|p| !out.closed.contains(p));
         for (via, to, bytes, ttl) in out.udp {
-            let from = if via == Via::Service { self.inside[i].0 } else { self.inside[i].1 };
+            let from = match via {
+                Via::Service => self.inside[i].0,
+                Via::Probe => self.inside[i].1,
+                Via::Port(p) => SocketAddrV4::new(*self.inside[i].0.ip(), p),
+            };
             queue.push_back((Node::Client(i, via), Datagram { from, to, ttl, sent_ttl: ttl, bytes }));
         }
         self.delivered[i].extend(out.tun);
@@ -371,7 +433,7 @@ impl Net {
         while self.now < end {
             self.now += Duration::from_millis(100);
             for i in 0..2 {
-                let mut out = Out::default();
+                let mut out = self.out(i);
                 self.clients[i].on_timer(self.now, &mut out);
                 let mut q = VecDeque::new();
                 self.collect(i, out, &mut q);
@@ -388,7 +450,7 @@ impl Net {
             .emit(&mut p)
             .unwrap();
         p.extend_from_slice(body);
-        let mut out = Out::default();
+        let mut out = self.out(i);
         self.clients[i].on_tun(self.now, &p, &mut out);
         let mut q = VecDeque::new();
         self.collect(i, out, &mut q);
@@ -567,4 +629,57 @@ fn two_clients_behind_one_nat_meet_by_hairpinning() {
     // Without it they never meet.
     let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
     assert!(!net.a_calls_b(), "{}", net.trace);
+}
+
+/// The service port is what the model NATs see as the client's local port.
+fn with_service_port(_: usize, c: &mut ClientConfig) {
+    c.service_port = 40000;
+}
+
+#[test]
+fn port_preserving_nat_reaches_a_port_restricted_one() {
+    // RFC 6081 §5.4: a random port per peer, announced in the indirect bubble; the
+    // port-restricted peer's bubble to it passes the mapping our bubble from it opened.
+    let mut net = Net::new([Kind::PortPreserving, Kind::PortRestricted], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
+    assert!(net.trace.contains("random port 50001"), "the random port was announced:\n{}", net.trace);
+    // Without random ports, RFC 6081 §3 Figure 1 says no.
+    let mut net = Net::new([Kind::PortPreserving, Kind::PortRestricted], |i, c| {
+        with_service_port(i, c);
+        c.random_ports = 0;
+    });
+    assert!(!net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn port_restricted_nat_reaches_a_port_preserving_one() {
+    let mut net = Net::new([Kind::PortRestricted, Kind::PortPreserving], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn two_port_preserving_nats_meet() {
+    // RFC 6081 §6.3: both announce a random port; the second round of bubbles passes.
+    let mut net = Net::new([Kind::PortPreserving, Kind::PortPreserving], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn sequential_nat_predicts_its_port_with_the_echo_test() {
+    // RFC 6081 §5.5, §6.4: two solicitations from the random port bracket the bubble
+    // sent between them; the peer tries the midpoint.
+    let mut net = Net::new([Kind::Sequential, Kind::PortRestricted], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
+    assert_eq!(net.clients[0].stats().echo_tests, 1, "{}", net.trace);
+    let mut net = Net::new([Kind::Sequential, Kind::PortRestricted], |i, c| {
+        with_service_port(i, c);
+        c.random_ports = 0;
+    });
+    assert!(!net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn port_restricted_nat_reaches_a_sequential_one() {
+    let mut net = Net::new([Kind::PortRestricted, Kind::Sequential], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
 }

@@ -55,8 +55,11 @@ pub mod trailer_type {
     pub const ALTERNATE_ADDRESS: u8 = 0x03;
     /// Neighbor discovery option trailer (server load reduction).
     pub const NEIGHBOR_DISCOVERY: u8 = 0x04;
-    /// Random port trailer (port-preserving symmetric NAT).
+    /// Random port trailer (port-preserving symmetric NAT), as RFC 6081 §4.5 numbers it.
     pub const RANDOM_PORT: u8 = 0x05;
+    /// The number RFC 6081's IANA table (§9) gives the random port trailer; accepted on
+    /// receipt, never sent.
+    pub const RANDOM_PORT_IANA: u8 = 0x02;
 }
 
 /// One trailer as it lies in the buffer.

@@ -7,6 +7,7 @@
 use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::{Netlink, NetworkWatch};
+use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
@@ -43,6 +44,8 @@ struct Out<'a> {
     /// Datagrams the probe socket could not send, and packets the TUN refused.
     probe_errors: u64,
     tun_errors: u64,
+    /// Random ports for peers behind symmetric NATs (RFC 6081 §5.4, §5.5).
+    ports: RandomPorts,
 }
 
 impl Transmit for Out<'_> {
@@ -61,6 +64,15 @@ impl Transmit for Out<'_> {
         if self.probe.send_to(payload, &to.into()).is_err() {
             self.probe_errors += 1;
         }
+    }
+    fn open_port(&mut self) -> Option<u16> {
+        self.ports.open()
+    }
+    fn close_port(&mut self, port: u16) {
+        self.ports.close(port);
+    }
+    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        self.ports.send(port, to, payload, ttl);
     }
 }
 
@@ -155,7 +167,7 @@ impl Interface {
 
 fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &str, out: &Out<'_>) -> String {
     let io_errors = serde_json::json!({
-        "udp_send_failures": out.batch.failed() + out.probe_errors,
+        "udp_send_failures": out.batch.failed() + out.probe_errors + out.ports.failures,
         "tun_write_failures": out.tun_errors,
     });
     let Some(c) = client else {
@@ -309,6 +321,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.opening_bubble_ttl = conf.opening_bubble_ttl;
     template.server_load_reduction = conf.server_load_reduction;
     template.hairpinning = conf.hairpinning;
+    template.service_port = service_port;
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();
@@ -335,21 +348,37 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
     let mut rx_service = RecvBatch::new(dup(&sock)?, BATCH, SLOT);
     let mut rx_probe = RecvBatch::new(dup(&probe)?, BATCH, SLOT);
-    let mut out =
-        Out { batch: SendBatch::new(sock, BATCH, SLOT), probe: &probe, tun: &tun, probe_errors: 0, tun_errors: 0 };
+    let mut out = Out {
+        batch: SendBatch::new(sock, BATCH, SLOT),
+        probe: &probe,
+        tun: &tun,
+        probe_errors: 0,
+        tun_errors: 0,
+        ports: RandomPorts::new(conf.bind_address, template.random_ports),
+    };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = started;
 
     while !signals.stop_requested() {
         let wait = next_tick.saturating_duration_since(Instant::now());
-        let mut fds = [
+        let mut fds = vec![
             PollFd::new(rx_service.as_fd(), PollFlags::POLLIN),
             PollFd::new(rx_probe.as_fd(), PollFlags::POLLIN),
             PollFd::new(tun.as_fd(), PollFlags::POLLIN),
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
         ];
+        let fixed = fds.len();
+        let port_list: Vec<u16> = out.ports.fds().map(|(p, _)| p).collect();
+        fds.extend(out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
         wait::readable(&mut fds, wait)?;
+        let ready: Vec<u16> = port_list
+            .iter()
+            .zip(&fds[fixed..])
+            .filter(|(_, f)| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+            .map(|(&p, _)| p)
+            .collect();
+        drop(fds);
         let now = started.elapsed();
         if watch.changed() {
             tracing::info!("network changed: qualifying again");
@@ -368,6 +397,15 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     c.on_udp(now, via, from, data, &mut out);
                 }
             })?;
+        }
+        // A random port's datagrams, a batch's worth at most per round.
+        for port in ready {
+            for _ in 0..BATCH {
+                let Some((n, from)) = out.ports.recv(port, &mut buf) else { break };
+                if let Some(c) = client.as_mut() {
+                    c.on_udp(now, Via::Port(port), from, &buf[..n], &mut out);
+                }
+            }
         }
         drain::tun(&tun, &mut buf, BATCH, |packet| {
             if let Some(c) = client.as_mut() {

@@ -1,8 +1,10 @@
 //! The daemon's I/O floor: UDP sockets in batches (recvmmsg/sendmmsg, segmented
-//! sends), socket buffer sizing, the TUN device and rtnetlink. Nothing here knows
+//! sends), a client's per-peer random ports, socket buffer sizing, the TUN device and
+//! rtnetlink. Nothing here knows
 //! Teredo; the roles in `cmd/` drive it.
 
 pub mod netlink;
+pub mod random_ports;
 pub mod socket_buffers;
 pub mod tun;
 pub mod udp_batch;
