@@ -287,6 +287,18 @@ pub struct ClientStatus {
     pub peers: usize,
     /// Native hosts that spoke first, waiting for their connectivity test.
     pub first_contacts: usize,
+    /// Behind a symmetric NAT: whether it kept our port towards the primary server
+    /// (RFC 6081 §5.4.3), which decides how random ports are predicted.
+    pub port_preserving: bool,
+    /// How our external port for a peer's random port is predicted: `same port`
+    /// (port-preserving NAT), `echo test` (any other symmetric NAT), or `none`.
+    pub port_prediction: &'static str,
+    /// Random ports open for peers, and peers reached through one.
+    pub random_ports: usize,
+    /// Peers reached through one of our random ports.
+    pub random_port_peers: usize,
+    /// The RFC 6081 extensions switched on, by the RFC's names.
+    pub extensions: Vec<&'static str>,
 }
 
 /// Counters.
@@ -424,7 +436,35 @@ impl<R: Random> Client<R> {
             mtu,
             peers: self.peers.len(),
             first_contacts: self.held.len(),
+            port_preserving: self.port_preserving,
+            port_prediction: match (self.nat, self.cfg.symmetric_nat_support, self.port_preserving) {
+                (NatKind::Symmetric, true, true) => "same port",
+                (NatKind::Symmetric, true, false) => "echo test",
+                _ => "none",
+            },
+            random_ports: self.ports.open_ports(),
+            random_port_peers: self.ports.routed_peers(),
+            extensions: self.extensions(),
         }
+    }
+
+    /// The RFC 6081 extensions in use, by the RFC's section titles.
+    fn extensions(&self) -> Vec<&'static str> {
+        let c = &self.cfg;
+        let mut v = Vec::new();
+        if c.symmetric_nat_support {
+            v.push("symmetric NAT support");
+            if c.random_ports > 0 && c.service_port != 0 {
+                v.extend(["port-preserving symmetric NAT", "sequential port-symmetric NAT"]);
+            }
+            if c.hairpinning {
+                v.push("hairpinning");
+            }
+        }
+        if c.server_load_reduction {
+            v.push("server load reduction");
+        }
+        v
     }
 
     fn nonce(&mut self) -> [u8; 8] {

@@ -137,6 +137,16 @@ impl PortTable {
         })
     }
 
+    /// Random ports open.
+    pub fn open_ports(&self) -> usize {
+        self.map.values().filter(|p| p.local != 0).count()
+    }
+
+    /// Peers whose traffic goes through our random port for them.
+    pub fn routed_peers(&self) -> usize {
+        self.map.values().filter(|p| p.via_local && p.local != 0).count()
+    }
+
     /// Every peer, for the timer's rounds.
     pub fn peers(&self) -> Vec<Ipv6Addr> {
         self.map.keys().copied().collect()

@@ -173,6 +173,34 @@ fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
     assert_eq!((bubble.ipv6.src_addr(), bubble.ipv6.dst_addr()), (addr, a(relay)));
 }
 
+#[test]
+fn status_tells_the_nat_behaviour_and_the_extensions() {
+    // Port kept towards the primary (M is :40000): a port-preserving symmetric NAT.
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    cfg.service_port = 40000;
+    let mut c = Client::new(cfg.clone(), Rng(7));
+    qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    let st = c.status();
+    assert!(st.port_preserving);
+    assert_eq!(st.port_prediction, "same port");
+    assert!(
+        st.extensions.contains(&"symmetric NAT support") && st.extensions.contains(&"hairpinning"),
+        "{:?}",
+        st.extensions
+    );
+    // Another port: counted out some other way, predicted by the Echo Test.
+    cfg.service_port = 3544;
+    let mut c = Client::new(cfg.clone(), Rng(7));
+    qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    assert_eq!((c.status().port_preserving, c.status().port_prediction), (false, "echo test"));
+    // Not symmetric: nothing to predict. RFC 4380 alone: no extension but SLR's.
+    cfg.symmetric_nat_support = false;
+    let mut c = Client::new(cfg, Rng(7));
+    qualify(&mut c, secs(1), M, M, false);
+    assert_eq!(c.status().port_prediction, "none");
+    assert_eq!(c.status().extensions, vec!["server load reduction"]);
+}
+
 /// Drive to the first RS and return it.
 fn first_rs(c: &mut Client<Rng>, w: &mut Rec) -> Vec<u8> {
     c.on_timer(secs(1), w);
