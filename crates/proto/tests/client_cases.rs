@@ -35,8 +35,24 @@ struct Rec {
     udp: Vec<(SocketAddrV4, Vec<u8>)>,
     probe: Vec<(SocketAddrV4, Vec<u8>)>,
     tun: Vec<Vec<u8>>,
+    /// Random ports open now, and the most open at once.
+    open_ports: Vec<u16>,
+    most_open: usize,
+    next_port: u16,
 }
 impl Transmit for Rec {
+    fn open_port(&mut self) -> Option<u16> {
+        self.next_port = self.next_port.max(50000) + 1;
+        self.open_ports.push(self.next_port);
+        self.most_open = self.most_open.max(self.open_ports.len());
+        Some(self.next_port)
+    }
+    fn close_port(&mut self, port: u16) {
+        self.open_ports.retain(|&p| p != port);
+    }
+    fn udp_from(&mut self, _port: u16, to: SocketAddrV4, p: &[u8], _ttl: Option<u8>) {
+        self.udp.push((to, p.to_vec()));
+    }
     fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
         self.udp.push((to, p.to_vec()));
     }
@@ -199,6 +215,51 @@ fn status_tells_the_nat_behaviour_and_the_extensions() {
     qualify(&mut c, secs(1), M, M, false);
     assert_eq!(c.status().port_prediction, "none");
     assert_eq!(c.status().extensions, vec!["server load reduction"]);
+}
+
+#[test]
+fn forged_indirect_bubbles_cannot_open_unbounded_ports_or_answers() {
+    // Behind a port-preserving symmetric NAT every new peer's nonce-carrying indirect
+    // bubble would open a random port and draw answers: a flood of forged ones, each
+    // from another Teredo source, must stay within the port table's cap and the shared
+    // answer budget, and the ports must close again once nobody answers on them.
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    cfg.service_port = 40000;
+    let cap = cfg.random_ports;
+    let mut c = Client::new(cfg, Rng(11));
+    let me = up_address(&qualify(&mut c, secs(1), M, "192.0.2.45:51234", false));
+    let mut w = Rec::default();
+    for i in 0..2000u32 {
+        let src = TeredoAddr {
+            prefix: 0x2001_0000,
+            server: Q,
+            flags: shipworm_wire::teredo_addr::Flags(0),
+            mapped: SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, (i % 250) as u8 + 1), 1024 + i as u16),
+        }
+        .to_ipv6();
+        let mut d = vec![0u8; 8];
+        TeredoHeaderRepr { auth: None, origin: Some(sa("198.51.100.1:4000")) }.emit(&mut d).unwrap();
+        d.extend_from_slice(&bubble(&src.to_string(), &me.to_string()));
+        d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, (i as u8) | 1, 5, 2, 0x9c, 0x40]);
+        c.on_udp(secs(2) + ms(u64::from(i)), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    }
+    assert!(w.most_open <= cap, "{} random ports open at once, cap {cap}", w.most_open);
+    assert!(w.most_open > 0, "the flood did reach the port table");
+    // One direct answer each at most, and indirect answers within the budget (50/s
+    // over two seconds of flood, plus the burst).
+    let indirect = w.udp.iter().filter(|(to, _)| *to == SocketAddrV4::new(Q, 3544)).count();
+    assert!(indirect <= 50 * 3 + 50, "{indirect} indirect answers");
+    assert!(w.udp.len() <= 2000 * 2 + indirect, "{} datagrams", w.udp.len());
+    println!(
+        "2000 forged bubbles: {} ports open at most, {indirect} indirect answers, {} datagrams",
+        w.most_open,
+        w.udp.len()
+    );
+    // Nobody answers on those ports: after a minute they are all closed.
+    for t in 0..70 {
+        c.on_timer(secs(5 + t), &mut w);
+    }
+    assert!(w.open_ports.is_empty(), "{} ports still open", w.open_ports.len());
 }
 
 /// Drive to the first RS and return it.
