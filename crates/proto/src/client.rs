@@ -356,6 +356,8 @@ pub struct Client<R: Random> {
     port_preserving: bool,
     /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
     ports: PortTable,
+    /// Random ports to close at the next chance (their peers were forgotten).
+    closing: Vec<u16>,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -388,6 +390,7 @@ impl<R: Random> Client<R> {
             random_bits: None,
             local: None,
             port_preserving: false,
+            closing: Vec::new(),
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
@@ -662,6 +665,12 @@ impl<R: Random> Client<R> {
             // Peers were learned under the old mapping: start afresh.
             self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
             self.pending.clear();
+            // Their random ports were for the old mapping too.
+            for peer in self.ports.peers() {
+                if let Some(e) = self.ports.remove(&peer) {
+                    self.closing.extend((e.local != 0).then_some(e.local));
+                }
+            }
             let lost = self.held.clear();
             self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
             self.stats.addresses += 1;
@@ -908,7 +917,8 @@ impl<R: Random> Client<R> {
         let nonce = self.nonce_in(pkt);
         let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
         // Hairpinning (§5.6.4.2): a malformed Alternate Address trailer spoils the bubble.
-        let mut alternates = [None; 4];
+        // At most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD).
+        let mut alternates = [None; 2];
         if nonce != 0 && self.cfg.hairpinning {
             if let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) {
                 match TrailerRepr::parse(&t) {
@@ -969,7 +979,8 @@ impl<R: Random> Client<R> {
                     self.send_indirect(now, &me, src, t.server, tx);
                 }
             }
-        } else if let (Some(t), true) = (teredo, nonce != 0 && (new_peer_port || !first)) {
+        } else if let (Some(t), true) = (teredo, nonce != 0 && (!first || (new_peer_port && self.held.allow_test(now))))
+        {
             // The answer to our own indirect bubble, or a port to try that we did not
             // know: where to send from our random port is known now, not at our next
             // retry.
@@ -1176,6 +1187,9 @@ impl<R: Random> Client<R> {
     /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
     /// data, 20 at most), and ports whose peer is gone are closed.
     fn tend_ports(&mut self, now: Duration, tx: &mut impl Transmit) {
+        for port in self.closing.drain(..) {
+            tx.close_port(port);
+        }
         if self.ports.is_empty() {
             return;
         }
@@ -1201,7 +1215,11 @@ impl<R: Random> Client<R> {
                 continue;
             }
             if let Some(test) = e.echo.filter(|t| now >= t.due) {
-                let (Some(me), Some(t)) = (me, TeredoAddr::decode(&peer)) else { continue };
+                let (Some(me), Some(t)) = (me, TeredoAddr::decode(&peer)) else {
+                    // Not qualified: the test ends here, and the stale rule closes its port.
+                    e.echo = None;
+                    continue;
+                };
                 if test.tries < 2 {
                     self.start_echo_test(now, &me, peer, t, test.tries + 1, tx);
                 } else {
@@ -1234,7 +1252,14 @@ impl<R: Random> Client<R> {
     /// made for that answer's nonce (untrusted entries give way when the table is full).
     fn remember_nonce(&mut self, now: Duration, src: Ipv6Addr, t: TeredoAddr, nonce: u32) -> bool {
         let reachable = is_global_unicast(*t.mapped.ip()) && is_global_unicast(t.server);
+        // A new entry only within the shared budget: forged indirect bubbles must not
+        // crowd out the peers the host is reaching.
+        let mut budget_spent = false;
         if nonce != 0 && reachable && self.peers.get(&src).is_none() {
+            if !self.held.allow_test(now) {
+                return false;
+            }
+            budget_spent = true;
             let _ = self.peers.insert(Peer::new(src, t.mapped, now), now);
         }
         let Some(p) = self.peers.get_mut(&src) else {
@@ -1247,7 +1272,7 @@ impl<R: Random> Client<R> {
             && !p.trusted
             && p.bubbles < PEER_TRIES
             && (p.bubbles == 0 || now.saturating_sub(p.last_tx) >= RETRY);
-        may && self.held.allow_test(now)
+        may && (budget_spent || self.held.allow_test(now))
     }
 
     /// An indirect bubble to `dst` through its server `server`, with a fresh nonce that
@@ -1261,6 +1286,9 @@ impl<R: Random> Client<R> {
         p.last_tx = now;
         p.bubbles += 1;
         let reached = p.trusted;
+        // Our local address goes only to a peer we are reaching ourselves (the host has
+        // packets for it), never in answer to an indirect bubble anyone could forge.
+        let ours = p.waiting;
         let mut n = self.bubble(me, &dst, nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
         let predicted = self.ports.get(&dst).map_or(0, |e| e.predicted);
@@ -1270,9 +1298,12 @@ impl<R: Random> Client<R> {
         // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
         // only with a nonce to prove the bubbles it brings; not when it is our mapping
         // (no NAT in between: nothing to add).
-        let mapped = self.status().mapped;
-        if let Some(local) = self.local.filter(|l| nonce != 0 && !reached && self.cfg.hairpinning && Some(*l) != mapped)
-        {
+        let mapped = match &self.phase {
+            Phase::Up { ra, .. } => Some(ra.mapped),
+            _ => None,
+        };
+        let list = nonce != 0 && !reached && ours && self.cfg.hairpinning;
+        if let Some(local) = self.local.filter(|l| list && Some(*l) != mapped) {
             n += emit_alternate_addresses(&[local], &mut self.scratch[n..]).expect("fits");
         }
         tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..n]);
@@ -1318,6 +1349,10 @@ impl<R: Random> Client<R> {
             // Forged RAs and the like never reach the host stack.
             return self.dropped(DropReason::SourceMismatch);
         }
+        // A random port hears only the peer it was opened for.
+        if port != 0 && self.ports.get(&src).map(|e| e.local) != Some(port) {
+            return self.dropped(DropReason::SourceMismatch);
+        }
         // 2. The echo reply of our connectivity test, from wherever it comes: the relay
         // it came through serves the peer from now on (also when the peer was trusted
         // through another relay: that is how a relay change is followed). The reply is
@@ -1336,6 +1371,10 @@ impl<R: Random> Client<R> {
         let nonce = self.nonce_in(pkt);
         // A peer proven at a port its address does not embed: behind a symmetric NAT.
         let mut learned_port = false;
+        // Accepted on the strength of our nonce.
+        let mut proven = false;
+        // Trusted at this very endpoint before this packet (may be answered).
+        let known = self.peers.get(&src).is_some_and(|p| p.trusted && p.mapped == from);
         let accepted = match self.peers.get_mut(&src) {
             // 1. A trusted peer from its mapping.
             Some(p) if p.trusted && p.mapped == from => {
@@ -1348,15 +1387,21 @@ impl<R: Random> Client<R> {
             // A peer that never sent a nonce (Miredo) answering our bubbles from another
             // port of its address is taken too, while we wait for it: the extension
             // would drop it, and a symmetric-NAT Miredo client could not be reached.
+            // A nonce proves one exchange, once, and only while we are still reaching the
+            // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
             Some(p)
-                if (nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
+                if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
                     || (p.waiting
                         && pkt.is_bubble()
                         && nonce == 0
-                        && p.nonce_received == 0
+                        && !p.knows_trailers
                         && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
             {
                 learned_port = (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from);
+                proven = nonce != 0;
+                if proven {
+                    p.nonce_sent = 0;
+                }
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
@@ -1368,16 +1413,24 @@ impl<R: Random> Client<R> {
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
             if embedded.is_some_and(|t| t.mapped == from) {
-                let mut p = Peer::new(src, from, now);
-                if let Some(old) = self.peers.get(&src) {
-                    p.queue = old.queue.clone();
-                    p.last_tx = old.last_tx;
-                    p.nonce_sent = old.nonce_sent;
-                    p.nonce_received = old.nonce_received;
+                match self.peers.get_mut(&src) {
+                    // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping
+                    // while it is valid: a packet claiming the embedded one is taken (RFC
+                    // 4380 case 3) but moves nothing.
+                    Some(p) if p.is_valid(now) && p.mapped != from => true,
+                    _ => {
+                        let mut p = Peer::new(src, from, now);
+                        if let Some(old) = self.peers.get(&src) {
+                            p.queue = old.queue.clone();
+                            p.last_tx = old.last_tx;
+                            p.nonce_received = old.nonce_received;
+                            p.knows_trailers = old.knows_trailers;
+                        }
+                        p.trusted = true;
+                        p.last_rx = now;
+                        self.peers.insert(p, now).is_ok()
+                    }
                 }
-                p.trusted = true;
-                p.last_rx = now;
-                self.peers.insert(p, now).is_ok()
             } else {
                 false
             }
@@ -1391,7 +1444,7 @@ impl<R: Random> Client<R> {
                     new_route = !e.via_local;
                     e.via_local = true;
                     e.touched = now;
-                } else if port == 0 && e.local != 0 && !e.via_local {
+                } else if port == 0 && proven && e.local != 0 && !e.via_local {
                     // It answered on the service port: the random one is not needed.
                     tx.close_port(e.local);
                     (e.local, e.predicted, e.echo) = (0, 0, None);
@@ -1401,8 +1454,8 @@ impl<R: Random> Client<R> {
         // The peer now sees us where our address does not say (its proven port
         // changed, or our packets leave from a random port): it takes them only once we
         // echoed a nonce of its own.
-        let echo = self.peers.get(&src).map_or(0, |p| p.nonce_received);
         let reprove = learned_port || new_route;
+        let echo = if reprove { self.peers.get(&src).map_or(0, |p| p.nonce_received) } else { 0 };
         if reprove && echo != 0 {
             // Tell it at once, through the port its NAT opened towards us: its own
             // bubbles to our address's mapping may all have been dropped, and it
@@ -1417,7 +1470,7 @@ impl<R: Random> Client<R> {
         let hold = reprove && echo == 0;
         if accepted {
             if pkt.is_bubble() && !pkt.trailers.is_empty() {
-                self.on_peer_trailers(&dst, &src, from, pkt, tx);
+                self.on_peer_trailers(now, &dst, &src, from, port, known, pkt, tx);
             }
             if !hold {
                 self.flush(&src, from, tx);
@@ -1438,28 +1491,40 @@ impl<R: Random> Client<R> {
     /// 6081, and a Server Load Reduction solicitation is answered with an advertisement
     /// (§5.7.4.2) — only now that the bubble passed the acceptance rules, so a forged
     /// solicitation cannot make us send to an address of its choosing.
+    #[allow(clippy::too_many_arguments)]
     fn on_peer_trailers(
         &mut self,
+        now: Duration,
         me: &Ipv6Addr,
         src: &Ipv6Addr,
         from: SocketAddrV4,
+        port: u16,
+        known: bool,
         pkt: &TeredoPacket<'_>,
         tx: &mut impl Transmit,
     ) {
         if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
             return;
         }
-        if let Some(p) = self.peers.get_mut(src) {
-            p.knows_trailers = true;
-        }
         let solicited = matches!(
             pkt.trailers.get(trailer_type::NEIGHBOR_DISCOVERY),
             Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
         );
-        if solicited && self.cfg.server_load_reduction {
+        // Only a peer trusted at this endpoint before this packet is answered, once per
+        // bubble spacing: a packet spoofed from an address its source embeds would
+        // otherwise turn us into a reflector.
+        let mut answer = false;
+        if let Some(p) = self.peers.get_mut(src) {
+            p.knows_trailers = true;
+            answer = known && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
+            if answer && solicited {
+                p.last_tx = now;
+            }
+        }
+        if solicited && answer && self.cfg.server_load_reduction {
             let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
             let n = self.bubble_with(me, src, Some(ad));
-            udp_via(tx, self.ports.via(src), from, &self.scratch[..n]);
+            udp_via(tx, port, from, &self.scratch[..n]);
             self.stats.bubbles += 1;
             self.stats.peer_advertisements += 1;
         }
@@ -1619,6 +1684,12 @@ impl<R: Random> Client<R> {
                     p.solicitations = 0;
                     p.bubbles = 0;
                     p.mapped = t.mapped;
+                    // Its random port, if any, went quiet too: port prediction starts over.
+                    if let Some(e) = self.ports.remove(&dst) {
+                        if e.local != 0 {
+                            tx.close_port(e.local);
+                        }
+                    }
                 }
                 // The direct bubble (an opening one first, unless our NAT is a cone that
                 // lets anyone in), then the indirect one.

@@ -105,9 +105,9 @@ impl PortTable {
         if !self.map.contains_key(&peer) && self.map.len() >= self.cap {
             return None;
         }
-        let e = self.map.entry(peer).or_default();
-        e.touched = now;
-        Some(e)
+        // Made now: its age counts from here (touched again only by what proves the
+        // peer, never by an announcement anyone could repeat).
+        Some(self.map.entry(peer).or_insert_with(|| PeerPorts { touched: now, ..PeerPorts::default() }))
     }
 
     /// Forget `peer`; its local port, if any, is the caller's to close.

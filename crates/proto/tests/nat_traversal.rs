@@ -528,27 +528,37 @@ fn a_client_behind_a_symmetric_nat_calls_first() {
 #[test]
 fn a_forged_nonce_does_not_move_a_peer() {
     // A direct bubble from an unexpected port with the wrong nonce is dropped (RFC 6081
-    // §5.2.4.4 c): run the symmetric exchange, then send B a bubble "from A" through
-    // another port with a nonce B never sent.
+    // §5.2.4.4 c), and so is a replay of the nonce that proved A once: run the symmetric
+    // exchange, then send B bubbles "from A" through another port.
     let mut net = Net::new([Kind::Symmetric, Kind::AddressRestricted], |_, _| {});
     assert!(net.a_calls_b());
-    let a = net.addresses[0].unwrap();
-    let b = net.addresses[1].unwrap();
-    let mut bytes = vec![0u8; 40];
-    shipworm_wire::teredo_packet::emit_bubble(&a, &b, 0, &mut bytes).unwrap();
-    bytes.extend_from_slice(&[trailer_type::NONCE, 4, 0xde, 0xad, 0xbe, 0xef]);
+    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
+    // The nonce B's indirect bubble carried, which A's direct bubble echoed to B.
+    let proven = net
+        .trace
+        .lines()
+        .find(|l| l.contains("NAT A") && l.contains("→ NAT B") && l.contains("bubble nonce"))
+        .and_then(|l| l.split("nonce ").nth(1))
+        .and_then(|w| u32::from_str_radix(&w[..8], 16).ok())
+        .expect("A echoed B's nonce");
     let forger = SocketAddrV4::new(net.nats[0].public, 1);
-    let mut out = Out::default();
-    net.clients[1].on_udp(net.now, Via::Service, forger, &bytes, &mut out);
-    // B's host answers A again: it must go where it went before, not to the forger.
-    net.collect(1, out, &mut VecDeque::new());
-    let mut p = vec![0u8; 40];
-    Ipv6Repr { src_addr: b, dst_addr: a, next_header: 17, payload_len: 3, hop_limit: 64 }.emit(&mut p).unwrap();
-    p.extend_from_slice(b"bye");
-    let mut out = Out::default();
-    net.clients[1].on_tun(net.now, &p, &mut out);
-    assert_eq!(out.udp.len(), 1);
-    assert_ne!(out.udp[0].1, forger, "a wrong nonce moved the peer");
+    for nonce in [0xdead_beef_u32, proven] {
+        let mut bytes = vec![0u8; 40];
+        shipworm_wire::teredo_packet::emit_bubble(&a, &b, 0, &mut bytes).unwrap();
+        bytes.extend_from_slice(&[trailer_type::NONCE, 4]);
+        bytes.extend_from_slice(&nonce.to_be_bytes());
+        let mut out = net.out(1);
+        net.clients[1].on_udp(net.now, Via::Service, forger, &bytes, &mut out);
+        net.collect(1, out, &mut VecDeque::new());
+        // B's host answers A again: it must go where it went before, not to the forger.
+        let mut p = vec![0u8; 40];
+        Ipv6Repr { src_addr: b, dst_addr: a, next_header: 17, payload_len: 3, hop_limit: 64 }.emit(&mut p).unwrap();
+        p.extend_from_slice(b"bye");
+        let mut out = net.out(1);
+        net.clients[1].on_tun(net.now, &p, &mut out);
+        assert_eq!(out.udp.len(), 1);
+        assert_ne!(out.udp[0].1, forger, "nonce {nonce:08x} moved the peer to the forger");
+    }
 }
 
 /// After `a_calls_b`, both silent for 40 s; then A's host sends again. True if B got it.

@@ -369,24 +369,27 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
 
     while !signals.stop_requested() {
         let wait = next_tick.saturating_duration_since(Instant::now());
-        let mut fds = vec![
+        let mut fds = [
             PollFd::new(rx_service.as_fd(), PollFlags::POLLIN),
             PollFd::new(rx_probe.as_fd(), PollFlags::POLLIN),
             PollFd::new(tun.as_fd(), PollFlags::POLLIN),
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
         ];
-        let fixed = fds.len();
-        let port_list: Vec<u16> = out.ports.fds().map(|(p, _)| p).collect();
-        fds.extend(out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
-        wait::readable(&mut fds, wait)?;
-        let ready: Vec<u16> = port_list
-            .iter()
-            .zip(&fds[fixed..])
-            .filter(|(_, f)| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
-            .map(|(&p, _)| p)
-            .collect();
-        drop(fds);
+        // Random ports (rare: peers behind symmetric NATs) join the poll only when open,
+        // so the common round allocates nothing.
+        let ready: Vec<u16> = if out.ports.is_empty() {
+            wait::readable(&mut fds, wait)?;
+            Vec::new()
+        } else {
+            let ports: Vec<u16> = out.ports.fds().map(|(p, _)| p).collect();
+            let fixed = fds.len();
+            let mut all: Vec<PollFd> = fds.into_iter().collect();
+            all.extend(out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
+            wait::readable(&mut all, wait)?;
+            let readable = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+            ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).map(|(&p, _)| p).collect()
+        };
         let now = started.elapsed();
         if watch.changed() {
             tracing::info!("network changed: qualifying again");
@@ -444,6 +447,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     }
                 }
                 tracing::info!("Teredo servers: {}", list(&want));
+                // The old state machine's random ports die with it.
+                out.ports.close_all();
                 client = Some(new_client(&template, want.clone(), &urandom)?);
                 servers = want;
                 last_state = "offline";

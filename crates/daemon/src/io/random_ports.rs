@@ -44,6 +44,11 @@ impl RandomPorts {
         }
     }
 
+    /// Close every port.
+    pub fn close_all(&mut self) {
+        self.sockets.clear();
+    }
+
     /// Close `port`.
     pub fn close(&mut self, port: u16) {
         self.sockets.remove(&port);
