@@ -358,6 +358,9 @@ pub struct Client<R: Random> {
     ports: PortTable,
     /// Random ports to close at the next chance (their peers were forgotten).
     closing: Vec<u16>,
+    /// The address the interface keeps while we qualify again (network change, going
+    /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
+    held_address: Option<Ipv6Addr>,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -391,6 +394,7 @@ impl<R: Random> Client<R> {
             local: None,
             port_preserving: false,
             closing: Vec::new(),
+            held_address: None,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
@@ -418,7 +422,8 @@ impl<R: Random> Client<R> {
     pub fn address(&self) -> Option<Ipv6Addr> {
         match self.phase {
             Phase::Up { address, .. } => Some(address),
-            _ => None,
+            Phase::Primary { .. } | Phase::Secondary { .. } => self.held_address,
+            Phase::Offline { .. } => None,
         }
     }
 
@@ -551,6 +556,9 @@ impl<R: Random> Client<R> {
         tx.udp_second(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
         self.cone_nonce = Some((cone, server));
         self.cone_seen = false;
+        if let Phase::Up { address, .. } = self.phase {
+            self.held_address = Some(address);
+        }
         self.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };
     }
 
@@ -659,8 +667,9 @@ impl<R: Random> Client<R> {
         let address = self.address_for(&ra);
         let changed = match self.phase {
             Phase::Up { address: old, .. } => old != address,
-            _ => true,
+            _ => self.held_address != Some(address),
         };
+        self.held_address = None;
         if changed {
             // Peers were learned under the old mapping: start afresh.
             self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
@@ -701,7 +710,11 @@ impl<R: Random> Client<R> {
         self.maint = None;
         self.home = None;
         match next_server {
-            Some(s) => self.qualify(now, s, tx),
+            Some(s) => {
+                self.qualify(now, s, tx);
+                // The interface lost the address with the Down event.
+                self.held_address = None;
+            }
             None => {
                 let backoff = match self.phase {
                     Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),

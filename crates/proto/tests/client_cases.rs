@@ -506,6 +506,36 @@ fn network_change_requalifies_at_once() {
     assert_eq!(TeredoAddr::decode(&new).unwrap().mapped, sa("203.0.113.77:6000"));
 }
 
+#[test]
+fn requalifying_with_the_same_mapping_keeps_peers_and_traffic_flowing() {
+    // A network event that leaves the mapping as it was (a new DHCP lease, a second
+    // route) must not cost the peers their trust, nor the host its packets meanwhile.
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
+    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
+    c.on_network_change(secs(5), &mut w);
+    assert_eq!(c.address(), Some(me), "the interface keeps its address while we ask again");
+    // Meanwhile the host's packet goes straight to the trusted peer, not back as
+    // unreachable.
+    let mut w = Rec::default();
+    c.on_tun(secs(5), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    assert_eq!(w.udp.iter().filter(|(to, _)| *to == sa("198.51.100.7:3544")).count(), 1);
+    assert!(w.tun.is_empty(), "no ICMPv6 error to the host");
+    // The RA gives the same mapping: same address, no new Up, the peer still trusted.
+    let mut w = Rec::default();
+    c.on_network_change(secs(6), &mut w);
+    let ev = qualify_rest(&mut c, &mut w, M);
+    assert!(!ev.iter().any(|e| matches!(e, ClientEvent::Up { address, .. } if *address != me)), "{ev:?}");
+    assert_eq!(c.address(), Some(me));
+    assert_eq!(c.stats().addresses, 1, "no address change counted");
+    let mut w = Rec::default();
+    c.on_udp(secs(43), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[2; 8]), &mut w);
+    c.on_tun(secs(43), &ipv6(&me.to_string(), peer, 17, &[3; 8]), &mut w);
+    let bubbles = w.udp.iter().filter(|(_, p)| TeredoPacket::parse(p).unwrap().is_bubble()).count();
+    assert_eq!((w.udp.len(), bubbles), (1, 0), "straight to the peer, no bubbles: it is still trusted");
+}
+
 fn bubble(src: &str, dst: &str) -> Vec<u8> {
     let mut b = vec![0u8; 40];
     emit_bubble(&a(src), &a(dst), 0, &mut b).unwrap();
