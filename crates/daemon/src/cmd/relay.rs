@@ -262,46 +262,51 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             (state.stats().clone(), out.io_errors());
     };
 
-    while crew.running() {
-        if id == 0 && crew.signals.take_report_request() {
-            publish(&state, &out);
-            report(crew, "counters");
-        }
-        if Instant::now() >= busy_until {
-            let wait = next_tick.saturating_duration_since(Instant::now());
-            let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
-            wait::readable(&mut fds, wait)?;
-        } else {
-            // Still runnable, so no wake-up is due, but a thread that needs this core
-            // (the host's own work, another worker) gets it.
-            std::thread::yield_now();
-        }
-        // UDP side a bounded number of batches, then TUN side up to a batch of
-        // packets, so neither side starves.
-        let now = crew.started.elapsed();
-        let mut handled = drain::udp(&mut rx, UDP_BATCHES_PER_ROUND, |from, data| {
-            crew.relay.on_udp(&mut state, now, from, data, &mut out);
-        })?;
-        let now = crew.started.elapsed();
-        handled += drain::tun(tun, &mut buf, BATCH, |packet| {
-            crew.relay.on_tun(&mut state, now, packet, &mut out);
-        })?;
-        if Instant::now() >= next_tick {
-            if id == 0 {
-                crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
+    // The rounds, in a closure so that a failure (a socket error) still publishes this
+    // worker's last counters for the exit report.
+    let rounds = (|| -> Result<(), Failure> {
+        while crew.running() {
+            if id == 0 && crew.signals.take_report_request() {
+                publish(&state, &out);
+                report(crew, "counters");
             }
-            publish(&state, &out);
-            next_tick += TICK;
+            if Instant::now() >= busy_until {
+                let wait = next_tick.saturating_duration_since(Instant::now());
+                let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
+                wait::readable(&mut fds, wait)?;
+            } else {
+                // Still runnable, so no wake-up is due, but a thread that needs this core
+                // (the host's own work, another worker) gets it.
+                std::thread::yield_now();
+            }
+            // UDP side a bounded number of batches, then TUN side up to a batch of
+            // packets, so neither side starves.
+            let now = crew.started.elapsed();
+            let mut handled = drain::udp(&mut rx, UDP_BATCHES_PER_ROUND, |from, data| {
+                crew.relay.on_udp(&mut state, now, from, data, &mut out);
+            })?;
+            let now = crew.started.elapsed();
+            handled += drain::tun(tun, &mut buf, BATCH, |packet| {
+                crew.relay.on_tun(&mut state, now, packet, &mut out);
+            })?;
+            if Instant::now() >= next_tick {
+                if id == 0 {
+                    crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
+                }
+                publish(&state, &out);
+                next_tick += TICK;
+            }
+            if !out.batch.is_empty() {
+                out.batch.flush();
+            }
+            if handled > 0 {
+                busy_until = Instant::now() + crew.busy_poll;
+            }
         }
-        if !out.batch.is_empty() {
-            out.batch.flush();
-        }
-        if handled > 0 {
-            busy_until = Instant::now() + crew.busy_poll;
-        }
-    }
+        Ok(())
+    })();
     publish(&state, &out);
-    Ok(())
+    rounds
 }
 
 fn report(crew: &Crew<'_>, what: &str) {

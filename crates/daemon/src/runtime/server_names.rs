@@ -96,6 +96,11 @@ impl Worker {
         let (ask, asked) = mpsc::channel::<Vec<String>>();
         let (tell, answers) = mpsc::channel();
         std::thread::Builder::new().name("resolver".into()).spawn(move || {
+            // Capabilities are per thread on Linux: looking names up needs none, so this
+            // thread gives up the CAP_NET_ADMIN the daemon kept (a resolver bug must not
+            // reach the network configuration).
+            let _ = caps::clear(None, caps::CapSet::Effective);
+            let _ = caps::clear(None, caps::CapSet::Permitted);
             // Ends when the daemon drops its end.
             for names in asked {
                 let found: Vec<Answer> = names.into_iter().map(|n| (n.clone(), lookup(&n))).collect();
@@ -311,9 +316,16 @@ impl ServerNames {
         }
         if !self.in_flight && self.retry_at.is_some_and(|t| now >= t) {
             self.retry_at = None;
-            let names: Vec<String> = self.failing.iter().map(|(n, _)| n.clone()).collect();
+            let names = self.unresolved();
             self.ask(names, now);
         }
+    }
+
+    /// Names to try again: those whose last lookup failed, and those never answered
+    /// (their first lookup could not even start).
+    fn unresolved(&self) -> Vec<String> {
+        let failing = |n: &String| self.failing.iter().any(|(f, _)| f == n);
+        self.names().into_iter().filter(|n| failing(n) || !self.known.contains_key(n)).collect()
     }
 
     fn take_answer(&mut self, name: String, result: Result<Vec<Ipv4Addr>, String>) {
@@ -449,6 +461,26 @@ mod tests {
             s.tick(Instant::now());
         }
         assert!(!s.in_flight, "no answer from the resolver thread");
+    }
+
+    #[test]
+    fn a_name_whose_first_lookup_never_started_is_tried_again() {
+        fn found(_: &str) -> Result<Vec<Ipv4Addr>, String> {
+            Ok(vec!["192.0.2.1".parse().unwrap()])
+        }
+        let now = Instant::now();
+        let mut s = ServerNames::with_lookup(Host::Name("server.teredo.test".into()), None, vec![], found, now);
+        wait_answer(&mut s);
+        // As if the resolver thread could not start after a network change: nothing in
+        // flight, nothing failing, nothing known, a retry due.
+        s.known.clear();
+        s.worker = None;
+        s.schedule_retry(now);
+        assert!(!s.in_flight && s.failing().is_empty() && s.servers().is_empty());
+        s.tick(now + Duration::from_secs(2));
+        assert!(s.in_flight, "the retry asks again for the name never answered");
+        wait_answer(&mut s);
+        assert_eq!(s.servers(), [ServerAddrs::new(v4("192.0.2.1"))]);
     }
 
     #[test]
