@@ -180,3 +180,30 @@ pub fn teredo_address(data: &[u8]) {
     assert_eq!(crate::teredo_addr::Flags::new(f.cone(), f.random_bits()).0, f.0 & 0xbcff);
     black_box((f.conformance(), TeredoAddr::decode(&addr)));
 }
+
+/// PCP responses: parsing never panics, and what parses re-emits as the request it
+/// answers (the same opcode, nonce, ports and addresses).
+pub fn pcp(data: &[u8]) {
+    use crate::pcp::{Request, Response};
+    let Ok(r) = Response::parse(data) else { return };
+    let req = Request {
+        opcode: r.opcode,
+        lifetime: r.lifetime,
+        client: core::net::Ipv4Addr::UNSPECIFIED,
+        nonce: r.nonce,
+        protocol: r.protocol,
+        internal_port: r.internal_port,
+        suggested: r.assigned,
+        remote: r.remote,
+    };
+    let mut b = [0u8; 80];
+    let n = req.emit(&mut b).expect("a parsed response re-emits as its request");
+    assert!(r.answers(&req));
+    // Our own bytes, read back as a response, carry the same mapping.
+    b[1] |= 0x80;
+    let back = Response::parse(&b[..n]).expect("what we emit parses");
+    assert_eq!(
+        (back.opcode, back.nonce, back.protocol, back.internal_port, back.assigned, back.remote),
+        (r.opcode, r.nonce, r.protocol, r.internal_port, r.assigned, r.remote)
+    );
+}

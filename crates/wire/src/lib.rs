@@ -60,6 +60,7 @@ pub mod ipv4_scope;
 pub mod ipv6;
 pub mod ipv6_ext;
 pub mod ndisc_option;
+pub mod pcp;
 pub mod teredo_addr;
 pub mod teredo_auth;
 pub mod teredo_origin;

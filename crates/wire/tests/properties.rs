@@ -96,6 +96,21 @@ proptest! {
     }
 
     #[test]
+    fn pcp_responses_never_panic(mut data in proptest::collection::vec(any::<u8>(), 0..120)) {
+        // Mostly near-valid: a version-2 MAP or PEER response with an IPv4-mapped address.
+        if data.len() >= 80 && data[0] % 4 != 0 {
+            data[0] = 2;
+            data[1] = 0x80 | (1 + data[1] % 2);
+            data[24 + 20..24 + 30].fill(0);
+            data[24 + 30..24 + 32].fill(0xff);
+            data[24 + 38..24 + 40].fill(0);
+            data[24 + 40..24 + 50].fill(0);
+            data[24 + 50..24 + 52].fill(0xff);
+        }
+        exercise::pcp(&data);
+    }
+
+    #[test]
     fn ipv4_udp_never_panics(data in proptest::collection::vec(any::<u8>(), 0..120)) {
         let mut data = data;
         if data.len() >= 20 {
