@@ -34,6 +34,8 @@ fn peer_expectation(nats: [NatKind; 2], a: &Impl, b: &Impl) -> Expect {
     let miredo = |i: &Impl| matches!(i, Impl::Miredo);
     // Any port-symmetric kind reaches, and is reached by, these through RFC 6081 §5.2.
     let open = |k: NatKind| matches!(k, FullCone | AddressRestricted);
+    // A new random port for every destination (with or without an IGD on the box).
+    let random = |k: NatKind| matches!(k, Symmetric | SymmetricUpnp | SymmetricPcp);
     match nats {
         [x, y] if x.is_symmetric() && open(y) && miredo(a) => Expect::Fail(
             5,
@@ -44,9 +46,15 @@ fn peer_expectation(nats: [NatKind; 2], a: &Impl, b: &Impl) -> Expect {
             "Miredo's client B answers A's indirect bubble only with a direct one, which A's symmetric NAT drops; RFC 6081 §6.1 needs B's indirect bubble (packet 4)",
         ),
         [x, y] if open(x) || open(y) => Expect::Pass,
-        [Symmetric, _] | [_, Symmetric] => Expect::Fail(
+        // Both behind PCP-capable gateways: each reaches the other's mapped port.
+        [SymmetricPcp, SymmetricPcp] => Expect::Pass,
+        [SymmetricUpnp, SymmetricUpnp] => Expect::Fail(
             5,
-            "RFC 6081 §3 Figure 1: a port-symmetric NAT with random ports reaches only cone and address-restricted peers",
+            "RFC 6081 §3.2 assumes the server sees the UPnP-reserved port; miniupnpd's UPnP mapping is inbound only (a DNAT rule), so outbound stays random and no address embeds the reservation; shipworm asks PCP (MAP + PEER) instead, which UPnP-only gateways lack",
+        ),
+        [x, y] if random(x) || random(y) => Expect::Fail(
+            5,
+            "RFC 6081 §3 Figure 1: a port-symmetric NAT with random ports reaches only cone and address-restricted peers (and, with a port mapping, a peer that has one too)",
         ),
         [SequentialSymmetric, SequentialSymmetric | PortPreservingSymmetric] => Expect::Fail(
             5,

@@ -22,12 +22,14 @@
 //! dropped, on panic, and on Ctrl-C.
 
 pub mod error;
+pub mod igd;
 pub mod names;
 pub mod nat;
 pub mod nat_probe;
 pub mod netns;
 pub mod peers;
 pub mod scenario;
+pub mod stun;
 pub mod traffic;
 
 pub use error::{LabError, Result};
@@ -107,6 +109,8 @@ pub struct Lab {
     pub(crate) peers: Vec<peers::Peer>,
     /// The clients, in the order of the spec.
     pub clients: Vec<ClientHost>,
+    /// The STUN server miniupnpd boxes check their address with, once one runs.
+    pub(crate) stun: Option<stun::StunResponder>,
 }
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -121,7 +125,7 @@ impl Lab {
         let prefix = netns::run_prefix(k);
         let dir = std::env::temp_dir().join(format!("shipworm-lab-{}-{k}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
-        let mut lab = Lab { prefix, dir, keep: false, peers: Vec::new(), clients: Vec::new() };
+        let mut lab = Lab { prefix, dir, keep: false, peers: Vec::new(), clients: Vec::new(), stun: None };
         lab.build_core(spec.second_server)?;
         if spec.generator {
             lab.build_generator()?;
@@ -275,6 +279,9 @@ impl Lab {
         netns::exec(&nat, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
         let first = Ipv4Addr::new(10, i as u8, 0, 2);
         netns::run_stdin("ip", &["netns", "exec", &nat, "nft", "-f", "-"], Some(&kind.ruleset(wan, first)))?;
+        if let Some(pcp) = kind.igd() {
+            self.start_igd(i, pcp)?;
+        }
         for j in 0..clients {
             let ns = self.ns(&format!("c{i}{}", (b'a' + j as u8) as char));
             netns::add(&ns)?;

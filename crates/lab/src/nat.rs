@@ -31,17 +31,24 @@ pub enum NatKind {
     /// flows to further destinations from the same endpoint get random ports (a dynamic
     /// set remembers which endpoints already have their port).
     PortPreservingSymmetric,
+    /// Symmetric (random ports), with Debian's miniupnpd as UPnP IGD on the box.
+    SymmetricUpnp,
+    /// Symmetric (random ports), with Debian's miniupnpd answering PCP (RFC 6887) as
+    /// well as UPnP.
+    SymmetricPcp,
 }
 
 impl NatKind {
     /// Every kind, in the order the suite runs them.
-    pub const ALL: [NatKind; 6] = [
+    pub const ALL: [NatKind; 8] = [
         NatKind::FullCone,
         NatKind::AddressRestricted,
         NatKind::PortRestricted,
         NatKind::Symmetric,
         NatKind::SequentialSymmetric,
         NatKind::PortPreservingSymmetric,
+        NatKind::SymmetricUpnp,
+        NatKind::SymmetricPcp,
     ];
     /// The kinds RFC 4380 alone knows (cone, restricted, symmetric), which the suite
     /// runs against Miredo in every pairing.
@@ -57,12 +64,30 @@ impl NatKind {
             NatKind::Symmetric => "symmetric",
             NatKind::SequentialSymmetric => "sequential",
             NatKind::PortPreservingSymmetric => "port-preserving",
+            NatKind::SymmetricUpnp => "symmetric-upnp",
+            NatKind::SymmetricPcp => "symmetric-pcp",
+        }
+    }
+
+    /// Whether the box runs miniupnpd, and whether it answers PCP.
+    pub fn igd(self) -> Option<bool> {
+        match self {
+            NatKind::SymmetricUpnp => Some(false),
+            NatKind::SymmetricPcp => Some(true),
+            _ => None,
         }
     }
 
     /// Whether a new destination gets a new mapping.
     pub fn is_symmetric(self) -> bool {
-        matches!(self, NatKind::Symmetric | NatKind::SequentialSymmetric | NatKind::PortPreservingSymmetric)
+        matches!(
+            self,
+            NatKind::Symmetric
+                | NatKind::SequentialSymmetric
+                | NatKind::PortPreservingSymmetric
+                | NatKind::SymmetricUpnp
+                | NatKind::SymmetricPcp
+        )
     }
 
     /// The nftables ruleset for a box whose public side is `wan` (interface `wan`) and
@@ -102,6 +127,19 @@ impl NatKind {
                     ports.join(", ")
                 )
             }
+            // Only what comes from the LAN is masqueraded: miniupnpd's own STUN check
+            // must see the box's traffic leave unchanged. Its chains (the names it
+            // expects) send mapped ports to their clients.
+            NatKind::SymmetricUpnp | NatKind::SymmetricPcp => "  chain post {\n    type nat hook postrouting priority 100;\n    \
+                 iifname \"lan\" oifname \"wan\" masquerade fully-random\n  }\n}\n\
+                 table inet filter {\n  \
+                 chain forward {\n    type filter hook forward priority 0; policy accept;\n    jump miniupnpd\n  }\n  \
+                 chain miniupnpd {\n  }\n  \
+                 chain prerouting {\n    type nat hook prerouting priority -100; policy accept;\n    jump prerouting_miniupnpd\n  }\n  \
+                 chain postrouting {\n    type nat hook postrouting priority 90; policy accept;\n    jump postrouting_miniupnpd\n  }\n  \
+                 chain prerouting_miniupnpd {\n  }\n  \
+                 chain postrouting_miniupnpd {\n  }\n"
+                .to_string(),
             NatKind::PortPreservingSymmetric => "  set mapped {\n    type ipv4_addr . inet_service; flags dynamic, timeout; timeout 5m;\n  }\n  \
                  chain post {\n    type nat hook postrouting priority 100;\n    \
                  oifname \"wan\" meta l4proto udp ip saddr . udp sport @mapped masquerade fully-random\n    \
@@ -129,8 +167,10 @@ impl FromStr for NatKind {
             "address-restricted" => Ok(NatKind::AddressRestricted),
             "sequential" | "sequential-symmetric" => Ok(NatKind::SequentialSymmetric),
             "port-preserving" | "port-preserving-symmetric" => Ok(NatKind::PortPreservingSymmetric),
+            "symmetric-upnp" => Ok(NatKind::SymmetricUpnp),
+            "symmetric-pcp" => Ok(NatKind::SymmetricPcp),
             _ => Err(format!(
-                "unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric, sequential, port-preserving)"
+                "unknown NAT kind {s} (full-cone, address-restricted, port-restricted, symmetric, sequential, port-preserving, symmetric-upnp, symmetric-pcp)"
             )),
         }
     }

@@ -23,6 +23,10 @@ pub struct NatBehaviour {
     pub port_preserved: bool,
     /// The second destination got the port after the first one's.
     pub sequential: bool,
+    /// The box answers UPnP discovery (SSDP) as an Internet Gateway Device.
+    pub upnp_igd: bool,
+    /// The box grants a PCP MAP request (RFC 6887) on its public address.
+    pub pcp_server: bool,
 }
 
 impl crate::NatKind {
@@ -33,7 +37,9 @@ impl crate::NatKind {
             FullCone => (true, true, true),
             AddressRestricted => (true, false, true),
             PortRestricted => (true, false, false),
-            Symmetric | SequentialSymmetric | PortPreservingSymmetric => (false, false, false),
+            Symmetric | SequentialSymmetric | PortPreservingSymmetric | SymmetricUpnp | SymmetricPcp => {
+                (false, false, false)
+            }
         };
         // Only a full cone lets a host in to an endpoint that never wrote to it.
         NatBehaviour {
@@ -41,8 +47,10 @@ impl crate::NatKind {
             inbound_from_anyone: a,
             inbound_from_other_port: p,
             inbound_to_other_endpoint: a,
-            port_preserved: !matches!(self, Symmetric | SequentialSymmetric),
+            port_preserved: !matches!(self, Symmetric | SequentialSymmetric | SymmetricUpnp | SymmetricPcp),
             sequential: self == SequentialSymmetric,
+            upnp_igd: self.igd().is_some(),
+            pcp_server: self.igd() == Some(true),
         }
     }
 }
@@ -104,6 +112,53 @@ impl Lab {
             inbound_to_other_endpoint,
             port_preserved: m1.port() == 40000,
             sequential: m2.port() == m1.port().wrapping_add(1),
+            upnp_igd: upnp_answers(&self.clients[client])?,
+            pcp_server: pcp_grants(&self.clients[client])?,
         })
     }
+}
+
+/// The client's gateway: the NAT box's LAN address (.1 of its /24).
+fn gateway(c: &crate::ClientHost) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(u32::from(c.lan) & 0xffff_ff00 | 1)
+}
+
+/// Whether the gateway answers an SSDP search for an Internet Gateway Device.
+fn upnp_answers(c: &crate::ClientHost) -> Result<bool> {
+    let s = socket_in(&c.ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40002))?;
+    let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
+                  ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
+    s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900)).map_err(|e| LabError(format!("SSDP: {e}")))?;
+    let mut b = [0u8; 1500];
+    Ok(s.recv_from(&mut b)
+        .is_ok_and(|(n, _)| String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:")))
+}
+
+/// Whether the gateway grants a PCP MAP of a UDP port on the box's public address
+/// (deleted again at once).
+fn pcp_grants(c: &crate::ClientHost) -> Result<bool> {
+    use shipworm_wire::pcp::{result, Opcode, Request, Response, SERVER_PORT};
+    let s = socket_in(&c.ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40003))?;
+    let map = |lifetime| Request {
+        opcode: Opcode::Map,
+        lifetime,
+        client: c.lan,
+        nonce: [0x5a; 12],
+        protocol: 17,
+        internal_port: 40003,
+        suggested: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40003),
+        remote: None,
+    };
+    let ask = |req: Request| -> Option<Response> {
+        let mut b = [0u8; 1100];
+        let n = req.emit(&mut b).ok()?;
+        s.send_to(&b[..n], SocketAddrV4::new(gateway(c), SERVER_PORT)).ok()?;
+        let (n, _) = s.recv_from(&mut b).ok()?;
+        Response::parse(&b[..n]).ok().filter(|r| r.answers(&req))
+    };
+    let granted = ask(map(60)).is_some_and(|r| r.result == result::SUCCESS && *r.assigned.ip() == c.nat_public);
+    if granted {
+        let _ = ask(map(0));
+    }
+    Ok(granted)
 }

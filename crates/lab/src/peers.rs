@@ -75,7 +75,7 @@ pub fn tail(path: &Path, n: usize) -> String {
 }
 
 impl Lab {
-    fn spawn(&mut self, name: &str, ns: &str, args: &[&str]) -> Result<PathBuf> {
+    pub(crate) fn spawn(&mut self, name: &str, ns: &str, args: &[&str]) -> Result<PathBuf> {
         let log = self.dir().join(format!("{name}.log"));
         let out = std::fs::File::create(&log).map_err(|e| LabError(format!("{}: {e}", log.display())))?;
         let child = Command::new("ip")
@@ -91,7 +91,7 @@ impl Lab {
         Ok(log)
     }
 
-    fn write_conf(&self, name: &str, text: &str) -> Result<String> {
+    pub(crate) fn write_conf(&self, name: &str, text: &str) -> Result<String> {
         let p = self.dir().join(name);
         std::fs::write(&p, text).map_err(|e| LabError(format!("{}: {e}", p.display())))?;
         Ok(p.display().to_string())
