@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 
 say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
-# the SIP user agent (sip-tester: SIPp) that calls a client first.
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester
+# the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
+# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes).
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables
 ensure_rust
 
 say "cargo fmt --check"
