@@ -299,6 +299,8 @@ pub struct ClientStatus {
     pub random_port_peers: usize,
     /// The RFC 6081 extensions switched on, by the RFC's names.
     pub extensions: Vec<&'static str>,
+    /// Our address embeds the NAT's port mapping (anyone can reach it).
+    pub mapped_inbound: bool,
 }
 
 /// Counters.
@@ -361,6 +363,11 @@ pub struct Client<R: Random> {
     /// The address the interface keeps while we qualify again (network change, going
     /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
     held_address: Option<Ipv6Addr>,
+    /// The public endpoint a port mapping on our NAT (PCP) gives the service port.
+    port_mapping: Option<SocketAddrV4>,
+    /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
+    /// UPnP-enabled symmetric NAT, reached with PCP).
+    mapped_inbound: bool,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -395,6 +402,8 @@ impl<R: Random> Client<R> {
             port_preserving: false,
             closing: Vec::new(),
             held_address: None,
+            port_mapping: None,
+            mapped_inbound: false,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
@@ -406,6 +415,35 @@ impl<R: Random> Client<R> {
     /// tells again after a network change); listed to peers for hairpinning.
     pub fn set_local_address(&mut self, local: Option<SocketAddrV4>) {
         self.local = local.filter(|l| !l.ip().is_unspecified() && l.port() != 0);
+    }
+
+    /// The public endpoint the NAT maps our service port to, open to anyone (a PCP MAP
+    /// of the very port the server saw), or `None`. It counts only while it is the
+    /// mapping our address embeds.
+    pub fn set_port_mapping(&mut self, mapping: Option<SocketAddrV4>) {
+        self.port_mapping = mapping;
+        self.update_mapped_inbound();
+    }
+
+    fn update_mapped_inbound(&mut self) {
+        self.mapped_inbound = match (&self.phase, self.port_mapping) {
+            (Phase::Up { ra, .. }, Some(m)) => ra.mapped == m,
+            _ => false,
+        };
+    }
+
+    /// Where to send to `peer`, whose proven mapping is `to`. With our port mapped and
+    /// the peer seen at a port its address does not embed (a symmetric NAT), its
+    /// embedded mapping: the bet of RFC 6081 §5.3.4.3 that it holds a mapping too,
+    /// since its other ports answer only the endpoint they wrote to.
+    fn peer_target(&self, peer: &Ipv6Addr, to: SocketAddrV4) -> SocketAddrV4 {
+        if !self.mapped_inbound {
+            return to;
+        }
+        match TeredoAddr::decode(peer) {
+            Some(t) if t.mapped != to && is_global_unicast(*t.mapped.ip()) => t.mapped,
+            _ => to,
+        }
     }
 
     /// Next thing the daemon must do to the interface.
@@ -453,6 +491,7 @@ impl<R: Random> Client<R> {
             random_ports: self.ports.open_ports(),
             random_port_peers: self.ports.routed_peers(),
             extensions: self.extensions(),
+            mapped_inbound: self.mapped_inbound,
         }
     }
 
@@ -690,6 +729,7 @@ impl<R: Random> Client<R> {
         self.port_preserving =
             self.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
         self.phase = Phase::Up { server, ra, address };
+        self.update_mapped_inbound();
         self.last_server_rx = now;
         self.maint = None;
         self.schedule_refresh();
@@ -961,13 +1001,22 @@ impl<R: Random> Client<R> {
         // else to the mapping its Teredo address embeds. It echoes the peer's nonce.
         let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
         let to = match self.peers.get(&src) {
-            Some(p) if p.trusted => Some(p.mapped),
+            Some(p) if p.trusted => Some(self.peer_target(&src, p.mapped)),
             _ => origin,
         };
         let trusted = self.peers.get(&src).is_some_and(|p| p.trusted);
         if let Some(o) = to.filter(|o| trusted || is_global_unicast(*o.ip())) {
             let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
             udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);
+            // With our port mapped, a peer whose origin is not its embedded mapping (a
+            // symmetric NAT) gets one at its embedded mapping too: if it holds a
+            // mapping as well, that one passes (RFC 6081 §5.3.4.2).
+            if let (false, Some(t)) = (trusted, teredo.filter(|t| self.mapped_inbound && t.mapped != o)) {
+                if is_global_unicast(*t.mapped.ip()) {
+                    tx.udp(t.mapped, &self.scratch[..n]);
+                    self.stats.bubbles += 1;
+                }
+            }
             self.stats.bubbles += 1;
             if let Some(p) = self.peers.get_mut(&src) {
                 p.last_tx = now;
@@ -1108,8 +1157,10 @@ impl<R: Random> Client<R> {
         t: TeredoAddr,
         tx: &mut impl Transmit,
     ) -> bool {
+        // A mapped port needs no prediction: anyone reaches it.
         let wanted = self.cfg.symmetric_nat_support
             && self.nat == NatKind::Symmetric
+            && !self.mapped_inbound
             && self.peers.get(&dst).is_some_and(|p| !p.trusted)
             && self.ports.get(&dst).is_none_or(|e| e.local == 0);
         if !wanted {
@@ -1334,6 +1385,7 @@ impl<R: Random> Client<R> {
             return;
         }
         let via = self.ports.via(addr);
+        let to = self.peer_target(addr, to);
         let Some(p) = self.peers.get_mut(addr) else {
             return;
         };
@@ -1475,7 +1527,8 @@ impl<R: Random> Client<R> {
             // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
             // step 10) to trust us.
             let n = self.bubble(&dst, &src, echo);
-            udp_via(tx, port, from, &self.scratch[..n]);
+            let to = self.peer_target(&src, from);
+            udp_via(tx, port, to, &self.scratch[..n]);
             self.stats.bubbles += 1;
         }
         // Without its nonce yet (its indirect bubble is still on its way through the
@@ -1617,6 +1670,7 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::SourceMismatch);
         }
         if let Some(to) = self.peers.send_to(&dst, now) {
+            let to = self.peer_target(&dst, to);
             let via = self.ports.via(&dst);
             udp_via(tx, via, to, ip.packet());
             if via != 0 {

@@ -48,6 +48,9 @@ enum Kind {
     PortPreserving,
     /// Symmetric, giving each new mapping the next port.
     Sequential,
+    /// Symmetric, with the service port mapped open to anyone (what a PCP MAP or a
+    /// UPnP mapping sets up on miniupnpd: inbound only, outbound stays random).
+    SymmetricMapped,
 }
 
 /// A NAT box: its public address, mappings and what conntrack remembers.
@@ -64,6 +67,8 @@ struct Nat {
     unreplied: HashSet<(SocketAddrV4, u16)>,
     next_port: u16,
     seed: u64,
+    /// A port mapped open to anyone: public port → inside endpoint.
+    static_map: Option<(u16, SocketAddrV4)>,
 }
 
 impl Nat {
@@ -77,6 +82,7 @@ impl Nat {
             unreplied: HashSet::new(),
             next_port: 61000,
             seed: 0x9e37_79b9_7f4a_7c15 ^ u64::from(public.to_bits()),
+            static_map: None,
         }
     }
 
@@ -114,7 +120,7 @@ impl Nat {
                             from.port()
                         }
                     }
-                    Kind::Symmetric => self.random_port(),
+                    Kind::Symmetric | Kind::SymmetricMapped => self.random_port(),
                     Kind::PortPreserving if !self.inside.contains_key(&from.port()) => from.port(),
                     Kind::PortPreserving => self.random_port(),
                     Kind::Sequential => {
@@ -133,6 +139,9 @@ impl Nat {
 
     /// The inside endpoint a packet from `from` to public `port` goes to, if let in.
     fn inbound(&mut self, from: SocketAddrV4, port: u16) -> Option<SocketAddrV4> {
+        if let Some((_, inside)) = self.static_map.filter(|(p, _)| *p == port && port != 0) {
+            return Some(inside);
+        }
         let inside = self.inside.get(&port).copied();
         let allowed = inside.is_some()
             && match self.kind {
@@ -266,6 +275,11 @@ impl Net {
         };
         for i in 0..2 {
             net.clients[i].set_local_address(Some(net.inside[i].0));
+            let n = net.nat_of[i];
+            if net.nats[n].kind == Kind::SymmetricMapped {
+                // The gateway will map the port the server sees, once it is known.
+                net.nats[n].static_map = Some((0, net.inside[i].0));
+            }
         }
         net
     }
@@ -465,6 +479,16 @@ impl Net {
     /// arrived; true if both packets got through within 10 s.
     fn a_calls_b(&mut self) -> bool {
         self.pass(Duration::from_secs(3));
+        // A gateway that maps ports: the client asks for the port the server saw (PCP
+        // MAP, as the daemon does on qualification), and gets it.
+        for i in 0..2 {
+            let n = self.nat_of[i];
+            if let (Some((0, inside)), Some(a)) = (self.nats[n].static_map, self.addresses[i]) {
+                let m = shipworm_wire::teredo_addr::TeredoAddr::decode(&a).unwrap().mapped;
+                self.nats[n].static_map = Some((m.port(), inside));
+                self.clients[i].set_port_mapping(Some(m));
+            }
+        }
         assert!(
             self.addresses.iter().all(Option::is_some),
             "both qualify ({:?}, {:?} / {:?}):\n{}",
@@ -692,4 +716,15 @@ fn sequential_nat_predicts_its_port_with_the_echo_test() {
 fn port_restricted_nat_reaches_a_sequential_one() {
     let mut net = Net::new([Kind::PortRestricted, Kind::Sequential], with_service_port);
     assert!(net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn two_clients_with_mapped_ports_behind_symmetric_nats_meet() {
+    // RFC 6081 §5.3 (UPnP-enabled symmetric NATs), reached with PCP: each address embeds
+    // the mapped port, open to anyone; each sends to the other's embedded mapping.
+    let mut net = Net::new([Kind::SymmetricMapped, Kind::SymmetricMapped], with_service_port);
+    assert!(net.a_calls_b(), "{}", net.trace);
+    // Without the mappings they are two plain symmetric NATs: RFC 6081 Figure 1 says no.
+    let mut net = Net::new([Kind::Symmetric, Kind::Symmetric], with_service_port);
+    assert!(!net.a_calls_b(), "{}", net.trace);
 }

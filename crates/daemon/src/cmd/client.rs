@@ -7,6 +7,7 @@
 use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::{Netlink, NetworkWatch};
+use crate::io::port_mapping::PortMapping;
 use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
@@ -21,7 +22,7 @@ use crate::runtime::status_socket::StatusListener;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via, LINK_LOCAL};
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via, LINK_LOCAL};
 use shipworm_proto::transmit::Transmit;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
@@ -165,7 +166,13 @@ impl Interface {
     }
 }
 
-fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &str, out: &Out<'_>) -> String {
+fn status_json(
+    client: Option<&Client<OsRandom>>,
+    names: &ServerNames,
+    iface: &str,
+    out: &Out<'_>,
+    mapping: Option<&PortMapping>,
+) -> String {
     let io_errors = serde_json::json!({
         "udp_send_failures": out.batch.failed() + out.probe_errors + out.ports.failures,
         "tun_write_failures": out.tun_errors,
@@ -215,6 +222,11 @@ fn status_json(client: Option<&Client<OsRandom>>, names: &ServerNames, iface: &s
         },
         "extensions": s.extensions,
         "random_ports": {"open": s.random_ports, "peers_through_them": s.random_port_peers},
+        "port_mapping": mapping.map(|m| {
+            let mut j = m.json();
+            j["embedded_in_address"] = s.mapped_inbound.into();
+            j
+        }),
         "mtu": s.mtu,
         "peers": s.peers,
         "first_contacts_waiting": s.first_contacts,
@@ -244,11 +256,31 @@ fn new_client(
     template: &ClientConfig,
     servers: Vec<ServerAddrs>,
     urandom: &OsRandom,
+    mapping: Option<&PortMapping>,
 ) -> Result<Client<OsRandom>, Failure> {
     let rng = urandom.try_clone()?;
     let mut cfg = template.clone();
     cfg.servers = servers;
-    Ok(Client::new(cfg, rng))
+    let mut c = Client::new(cfg, rng);
+    c.set_port_mapping(mapping.map(|m| m.external));
+    Ok(c)
+}
+
+/// A port mapping (PCP) that opens `mapped`, the service port's mapping the server
+/// `server` saw, to anyone; if the configuration wants one and the gateway grants it.
+fn map_port(
+    want: bool,
+    port: u16,
+    mapped: SocketAddrV4,
+    server: Ipv4Addr,
+    urandom: &mut OsRandom,
+) -> Option<PortMapping> {
+    if !want || port == 0 {
+        return None;
+    }
+    let mut nonce = [0u8; 12];
+    shipworm_proto::transmit::Random::fill(urandom, &mut nonce);
+    PortMapping::request(port, mapped, server, nonce)
 }
 
 /// The service socket's address on its own network: the bound address, or else the
@@ -333,7 +365,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();
-    let mut client = if servers.is_empty() { None } else { Some(new_client(&template, servers.clone(), &urandom)?) };
+    let mut mapping: Option<PortMapping> = None;
+    let mut client =
+        if servers.is_empty() { None } else { Some(new_client(&template, servers.clone(), &urandom, None)?) };
     let mut last_state = "offline";
     let local = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4());
     tracing::info!(
@@ -394,7 +428,13 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         if watch.changed() {
             tracing::info!("network changed: qualifying again");
             iface.changed_at = Some(Instant::now());
+            // The old gateway's mapping means nothing on the new network; the next
+            // qualification asks for a new one.
+            if let Some(mut m) = mapping.take() {
+                m.release();
+            }
             if let Some(c) = client.as_mut() {
+                c.set_port_mapping(None);
                 c.on_network_change(now, &mut out);
             }
             // From the new network a name may point elsewhere, or resolve at last.
@@ -428,6 +468,15 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 c.on_timer(started.elapsed(), &mut out);
             }
             names.tick(Instant::now());
+            if mapping.as_ref().is_some_and(PortMapping::renew_due) {
+                let kept = mapping.as_mut().is_some_and(PortMapping::renew);
+                if !kept {
+                    mapping = None;
+                    if let Some(c) = client.as_mut() {
+                        c.set_port_mapping(None);
+                    }
+                }
+            }
             let state = client.as_ref().map(|c| c.status());
             if let Some(st) = &state {
                 if st.state == "offline" && last_state != "offline" {
@@ -447,9 +496,13 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     }
                 }
                 tracing::info!("Teredo servers: {}", list(&want));
-                // The old state machine's random ports die with it.
+                // The old state machine's random ports die with it, and the mapping
+                // pointed at the old first server.
                 out.ports.close_all();
-                client = Some(new_client(&template, want.clone(), &urandom)?);
+                if let Some(mut m) = mapping.take() {
+                    m.release();
+                }
+                client = Some(new_client(&template, want.clone(), &urandom, None)?);
                 servers = want;
                 last_state = "offline";
                 // Qualify at once, not a tick later.
@@ -463,10 +516,21 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         }
         if let Some(c) = client.as_mut() {
             while let Some(ev) = c.poll_event() {
-                if let ClientEvent::Up { server, .. } = ev {
+                if let ClientEvent::Up { server, address, nat, .. } = ev {
                     // Where peers behind the same NAT find us (hairpinning): the address
                     // the route to the server leaves from, found again after each change.
                     c.set_local_address(local_address(conf.bind_address, service_port, server));
+                    // Behind a symmetric NAT, the port the server saw opened to anyone,
+                    // if the gateway speaks PCP.
+                    let seen = TeredoAddr::decode(&address).map(|t| t.mapped);
+                    let held = mapping.as_ref().map(|m| m.external);
+                    if let (Some(seen), true) = (seen, nat == NatKind::Symmetric && held != seen) {
+                        if let Some(mut m) = mapping.take() {
+                            m.release();
+                        }
+                        mapping = map_port(conf.port_mapping, service_port, seen, server, &mut urandom);
+                        c.set_port_mapping(mapping.as_ref().map(|m| m.external));
+                    }
                 }
                 if matches!(ev, ClientEvent::Down(_)) {
                     // Lost the server: maybe its name points elsewhere now.
@@ -478,10 +542,13 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             }
         }
         if signals.take_report_request() {
-            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out));
+            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
         }
-        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out));
+        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
     }
-    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out));
+    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
+    if let Some(mut m) = mapping.take() {
+        m.release();
+    }
     Ok(())
 }

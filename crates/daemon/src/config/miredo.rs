@@ -45,6 +45,7 @@ pub const DIRECTIVES: &[&str] = &[
     "OpeningBubbleTtl",
     "ServerLoadReduction",
     "Hairpinning",
+    "PortMapping",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -81,6 +82,8 @@ pub struct MiredoConf {
     pub server_load_reduction: bool,
     /// RFC 6081 §5.6 Hairpinning.
     pub hairpinning: bool,
+    /// Ask the gateway for a port mapping (PCP).
+    pub port_mapping: bool,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -136,6 +139,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         opening_bubble_ttl: 2,
         server_load_reduction: true,
         hairpinning: true,
+        port_mapping: true,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -280,6 +284,15 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             c.hairpinning = f.value(&d, config::yes_no)?;
         }
     }
+    if let Some(d) = f.take("PortMapping")? {
+        if role_only(&d, false) {
+            c.port_mapping = f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
+                "pcp" | "yes" | "on" => Ok(true),
+                "off" | "no" | "none" => Ok(false),
+                _ => Err("expected pcp or off".into()),
+            })?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -379,6 +392,9 @@ mod tests {
         assert!(!slr.server_load_reduction);
         assert!(slr.hairpinning, "on by default");
         assert!(!load_text("ServerAddress 192.0.2.1\nHairpinning no\n").unwrap().hairpinning);
+        assert!(slr.port_mapping, "PCP by default");
+        assert!(!load_text("ServerAddress 192.0.2.1\nPortMapping off\n").unwrap().port_mapping);
+        assert!(load_text("ServerAddress 192.0.2.1\nPortMapping upnp\n").unwrap_err().contains("expected pcp or off"));
     }
 
     #[test]

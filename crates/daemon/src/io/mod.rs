@@ -4,6 +4,7 @@
 //! Teredo; the roles in `cmd/` drive it.
 
 pub mod netlink;
+pub mod port_mapping;
 pub mod random_ports;
 pub mod socket_buffers;
 pub mod tun;
