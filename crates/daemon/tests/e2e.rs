@@ -46,12 +46,9 @@ fn peer_expectation(nats: [NatKind; 2], a: &Impl, b: &Impl) -> Expect {
             "Miredo's client B answers A's indirect bubble only with a direct one, which A's symmetric NAT drops; RFC 6081 §6.1 needs B's indirect bubble (packet 4)",
         ),
         [x, y] if open(x) || open(y) => Expect::Pass,
-        // Both behind PCP-capable gateways: each reaches the other's mapped port.
-        [SymmetricPcp, SymmetricPcp] => Expect::Pass,
-        [SymmetricUpnp, SymmetricUpnp] => Expect::Fail(
-            5,
-            "RFC 6081 §3.2 assumes the server sees the UPnP-reserved port; miniupnpd's UPnP mapping is inbound only (a DNAT rule), so outbound stays random and no address embeds the reservation; shipworm asks PCP (MAP + PEER) instead, which UPnP-only gateways lack",
-        ),
+        // Both behind gateways that map ports (PCP or UPnP): each reaches the port the
+        // other's address embeds (RFC 6081 §5.3).
+        [SymmetricUpnp | SymmetricPcp, SymmetricUpnp | SymmetricPcp] => Expect::Pass,
         [x, y] if random(x) || random(y) => Expect::Fail(
             5,
             "RFC 6081 §3 Figure 1: a port-symmetric NAT with random ports reaches only cone and address-restricted peers (and, with a port mapping, a peer that has one too)",

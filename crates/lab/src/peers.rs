@@ -279,7 +279,14 @@ impl Lab {
         while Instant::now() < deadline {
             self.check_alive(&name)?;
             if let Some(a) = teredo_address(&ns) {
-                return Ok(a);
+                // Behind a gateway that maps ports, a shipworm client asks for its mapping
+                // once qualified (on a thread of its own): the case starts when it holds
+                // it, as a user's later traffic would find it.
+                let mapping_pending = self.clients[client].nat.igd().is_some()
+                    && self.client_status(client).is_some_and(|st| st["port_mapping"].is_null() && st["role"] == "client");
+                if !mapping_pending {
+                    return Ok(a);
+                }
             }
             if let Some(st) = self.client_status(client) {
                 if st["nat"] == "symmetric" && st["address"].is_null() {

@@ -7,7 +7,7 @@
 use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::{Netlink, NetworkWatch};
-use crate::io::port_mapping::PortMapping;
+use crate::io::port_mapping::{Mapper, PortMapping};
 use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
@@ -266,23 +266,6 @@ fn new_client(
     Ok(c)
 }
 
-/// A port mapping (PCP) that opens `mapped`, the service port's mapping the server
-/// `server` saw, to anyone; if the configuration wants one and the gateway grants it.
-fn map_port(
-    want: bool,
-    port: u16,
-    mapped: SocketAddrV4,
-    server: Ipv4Addr,
-    urandom: &mut OsRandom,
-) -> Option<PortMapping> {
-    if !want || port == 0 {
-        return None;
-    }
-    let mut nonce = [0u8; 12];
-    shipworm_proto::transmit::Random::fill(urandom, &mut nonce);
-    PortMapping::request(port, mapped, server, nonce)
-}
-
 /// The service socket's address on its own network: the bound address, or else the
 /// one the kernel would send from towards `server` (a connected socket that sends
 /// nothing).
@@ -365,7 +348,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();
-    let mut mapping: Option<PortMapping> = None;
+    let mut mapping = Mapper::new(conf.port_mapping, service_port);
     let mut client =
         if servers.is_empty() { None } else { Some(new_client(&template, servers.clone(), &urandom, None)?) };
     let mut last_state = "offline";
@@ -430,9 +413,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             iface.changed_at = Some(Instant::now());
             // The old gateway's mapping means nothing on the new network; the next
             // qualification asks for a new one.
-            if let Some(mut m) = mapping.take() {
-                m.release();
-            }
+            mapping.forget();
             if let Some(c) = client.as_mut() {
                 c.set_port_mapping(None);
                 c.on_network_change(now, &mut out);
@@ -468,13 +449,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 c.on_timer(started.elapsed(), &mut out);
             }
             names.tick(Instant::now());
-            if mapping.as_ref().is_some_and(PortMapping::renew_due) {
-                let kept = mapping.as_mut().is_some_and(PortMapping::renew);
-                if !kept {
-                    mapping = None;
-                    if let Some(c) = client.as_mut() {
-                        c.set_port_mapping(None);
-                    }
+            if let Some(changed) = mapping.poll() {
+                if let Some(c) = client.as_mut() {
+                    c.set_port_mapping(changed);
                 }
             }
             let state = client.as_ref().map(|c| c.status());
@@ -499,9 +476,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 // The old state machine's random ports die with it, and the mapping
                 // pointed at the old first server.
                 out.ports.close_all();
-                if let Some(mut m) = mapping.take() {
-                    m.release();
-                }
+                mapping.forget();
                 client = Some(new_client(&template, want.clone(), &urandom, None)?);
                 servers = want;
                 last_state = "offline";
@@ -522,14 +497,10 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     c.set_local_address(local_address(conf.bind_address, service_port, server));
                     // Behind a symmetric NAT, the port the server saw opened to anyone,
                     // if the gateway speaks PCP.
-                    let seen = TeredoAddr::decode(&address).map(|t| t.mapped);
-                    let held = mapping.as_ref().map(|m| m.external);
-                    if let (Some(seen), true) = (seen, nat == NatKind::Symmetric && held != seen) {
-                        if let Some(mut m) = mapping.take() {
-                            m.release();
-                        }
-                        mapping = map_port(conf.port_mapping, service_port, seen, server, &mut urandom);
-                        c.set_port_mapping(mapping.as_ref().map(|m| m.external));
+                    if let (Some(t), true) = (TeredoAddr::decode(&address), nat == NatKind::Symmetric) {
+                        let mut nonce = [0u8; 12];
+                        shipworm_proto::transmit::Random::fill(&mut urandom, &mut nonce);
+                        mapping.want(t.mapped, nonce);
                     }
                 }
                 if matches!(ev, ClientEvent::Down(_)) {
@@ -542,13 +513,11 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             }
         }
         if signals.take_report_request() {
-            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
+            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
         }
-        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
+        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
     }
-    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.as_ref()));
-    if let Some(mut m) = mapping.take() {
-        m.release();
-    }
+    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
+    mapping.release_all();
     Ok(())
 }

@@ -82,8 +82,8 @@ pub struct MiredoConf {
     pub server_load_reduction: bool,
     /// RFC 6081 §5.6 Hairpinning.
     pub hairpinning: bool,
-    /// Ask the gateway for a port mapping (PCP).
-    pub port_mapping: bool,
+    /// Ask the gateway for a port mapping: PCP, UPnP, both (in that order) or none.
+    pub port_mapping: crate::io::port_mapping::Protocols,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -139,7 +139,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         opening_bubble_ttl: 2,
         server_load_reduction: true,
         hairpinning: true,
-        port_mapping: true,
+        port_mapping: crate::io::port_mapping::Protocols::Auto,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -286,10 +286,13 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     if let Some(d) = f.take("PortMapping")? {
         if role_only(&d, false) {
+            use crate::io::port_mapping::Protocols;
             c.port_mapping = f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
-                "pcp" | "yes" | "on" => Ok(true),
-                "off" | "no" | "none" => Ok(false),
-                _ => Err("expected pcp or off".into()),
+                "auto" | "yes" | "on" => Ok(Protocols::Auto),
+                "pcp" => Ok(Protocols::Pcp),
+                "upnp" => Ok(Protocols::Upnp),
+                "off" | "no" | "none" => Ok(Protocols::Off),
+                _ => Err("expected auto, pcp, upnp or off".into()),
             })?;
         }
     }
@@ -392,9 +395,12 @@ mod tests {
         assert!(!slr.server_load_reduction);
         assert!(slr.hairpinning, "on by default");
         assert!(!load_text("ServerAddress 192.0.2.1\nHairpinning no\n").unwrap().hairpinning);
-        assert!(slr.port_mapping, "PCP by default");
-        assert!(!load_text("ServerAddress 192.0.2.1\nPortMapping off\n").unwrap().port_mapping);
-        assert!(load_text("ServerAddress 192.0.2.1\nPortMapping upnp\n").unwrap_err().contains("expected pcp or off"));
+        use crate::io::port_mapping::Protocols;
+        assert_eq!(slr.port_mapping, Protocols::Auto, "PCP then UPnP by default");
+        let pm = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nPortMapping {v}\n"));
+        assert_eq!(pm("off").unwrap().port_mapping, Protocols::Off);
+        assert_eq!(pm("UPnP").unwrap().port_mapping, Protocols::Upnp);
+        assert!(pm("natpmp").unwrap_err().contains("expected auto, pcp, upnp or off"));
     }
 
     #[test]

@@ -1,152 +1,215 @@
-//! A port mapping for the client's service port from the NAT in front of it, asked
-//! with PCP (RFC 6887): MAP, for the very external port the Teredo server saw, so
-//! that the port our address embeds opens to anyone (RFC 6081 §5.3's aim, for a
-//! symmetric NAT). Asked after qualification rather than before with a PEER towards
-//! the server: gateways do not always send from a mapped port (miniupnpd 2.3's PEER
-//! rule never matches), and a server relaying to a mapped port the server does not see
-//! collides, on Linux, with the client's own flow to it. A gateway that already
-//! keeps that port for us (the flow to the server) grants it (RFC 6887 §11.3).
-//! Renewed at half its lifetime, deleted on exit.
+//! A port mapping for the client's service port from the NAT in front of it: the very
+//! external port the Teredo server saw, opened to anyone, so that peers behind
+//! symmetric NATs reach the port our address embeds (RFC 6081 §5.3's aim). Asked with
+//! PCP (RFC 6887 MAP) first, then UPnP IGD (AddPortMapping, as RFC 6081 has it).
 //!
-//! Each exchange is short (two tries, 100 and 300 ms): a gateway without PCP answers
-//! with an ICMP error at once, and a silent one costs the start less than half a second.
+//! Asked after qualification, for the port the server saw, rather than before with the
+//! service port's own number as RFC 6081 §5.3.3 does: that relies on the gateway
+//! sending to the server from the mapped port, which Linux gateways do not (their
+//! UPnP and PCP mappings are inbound only; miniupnpd's PCP PEER rule never matches),
+//! and a server then relaying to a port it did not see collides, on Linux, with the
+//! client's own flow to it. A gateway keeping that port for our flow to the server
+//! grants it (RFC 6887 §11.3; miniupnpd adds the inbound rule).
+//!
+//! Renewed at half its lifetime, deleted on exit and when the network changes. Each
+//! exchange is short: PCP tries twice (100 and 300 ms; a gateway without it answers
+//! with an ICMP error at once), UPnP searches for a second.
 
 use shipworm_wire::pcp::{result, Opcode, Request, Response, SERVER_PORT};
 use std::io;
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
-/// Lifetime asked for (RFC 6887 suggests at least 2 minutes; renewed at half).
+/// Lifetime asked for, in seconds (renewed at half).
 const LIFETIME: u32 = 3600;
 /// UDP.
 const UDP: u8 = 17;
-/// Waits for an answer, one per try.
+/// PCP: waits for an answer, one per try.
 const TRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(300)];
+/// UPnP: how long to look for a gateway.
+const SEARCH: Duration = Duration::from_secs(1);
+/// What the mapping is called on the gateway.
+const DESCRIPTION: &str = "shipworm Teredo";
+
+/// Which protocols to try (`PortMapping` directive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocols {
+    /// PCP, then UPnP.
+    Auto,
+    /// PCP only.
+    Pcp,
+    /// UPnP only.
+    Upnp,
+    /// Neither.
+    Off,
+}
+
+/// How the mapping was had, and how to renew and delete it.
+enum Via {
+    Pcp { gateway: Ipv4Addr, nonce: [u8; 12] },
+    Upnp(Box<igd_next::Gateway>),
+}
 
 /// A mapping held.
-#[derive(Debug, Clone)]
 pub struct PortMapping {
-    gateway: Ipv4Addr,
+    via: Via,
     /// Our address and service port, as the gateway sees them.
     internal: SocketAddrV4,
-    /// The Teredo server whose view of us the mapping keeps open to all.
-    server: SocketAddrV4,
-    nonce: [u8; 12],
     /// The public address and port granted.
     pub external: SocketAddrV4,
-    /// Seconds granted, and when.
+    /// Seconds granted (0: until deleted), and when.
     lifetime: u32,
     granted: Instant,
 }
 
 impl PortMapping {
-    /// Ask the default gateway to map `port` (our service port) to `wanted`, the
-    /// external endpoint the Teredo server `server` saw. `None` when there is no
-    /// gateway, it does not speak PCP, or it refuses or grants another endpoint (then
-    /// given back); the reason is logged.
-    pub fn request(port: u16, wanted: SocketAddrV4, server: Ipv4Addr, nonce: [u8; 12]) -> Option<PortMapping> {
+    /// Ask the gateway to map `port` (our service port) to `wanted`, the external
+    /// endpoint the Teredo server saw. `None` when no gateway grants exactly that; the
+    /// reason is logged.
+    pub fn request(protocols: Protocols, port: u16, wanted: SocketAddrV4, nonce: [u8; 12]) -> Option<PortMapping> {
+        if protocols == Protocols::Off || port == 0 {
+            return None;
+        }
         let gateway = default_gateway()?;
-        let server = SocketAddrV4::new(server, shipworm_wire::teredo_addr::TEREDO_PORT);
-        match Self::ask(gateway, port, wanted, server, nonce) {
-            Ok(mut m) if m.external != wanted => {
-                tracing::info!("port mapping from {gateway}: {} granted, not {wanted}; given back", m.external);
-                m.release();
-                None
+        let internal = SocketAddrV4::new(local_towards(gateway)?, port);
+        if matches!(protocols, Protocols::Auto | Protocols::Pcp) {
+            let mut m = PortMapping {
+                via: Via::Pcp { gateway, nonce },
+                internal,
+                external: wanted,
+                lifetime: LIFETIME,
+                granted: Instant::now(),
+            };
+            match m.renew_now() {
+                Ok(()) => return m.keep_if(wanted),
+                Err(e) => tracing::info!("no PCP mapping from {gateway}: {e}"),
             }
-            Ok(m) => {
-                tracing::info!("port mapping from {gateway} (PCP): {} ↔ {}", m.external, m.internal);
-                Some(m)
+        }
+        if matches!(protocols, Protocols::Auto | Protocols::Upnp) {
+            match upnp_gateway(internal) {
+                Ok(g) => {
+                    let mut m = PortMapping {
+                        via: Via::Upnp(Box::new(g)),
+                        internal,
+                        external: wanted,
+                        lifetime: LIFETIME,
+                        granted: Instant::now(),
+                    };
+                    match m.renew_now() {
+                        Ok(()) => return m.keep_if(wanted),
+                        Err(e) => tracing::info!("no UPnP mapping: {e}"),
+                    }
+                }
+                Err(e) => tracing::info!("no UPnP gateway: {e}"),
             }
-            Err(e) => {
-                tracing::info!("no port mapping from {gateway}: {e}");
-                None
-            }
+        }
+        None
+    }
+
+    /// Keep the mapping if it is `wanted`, else give it back.
+    fn keep_if(mut self, wanted: SocketAddrV4) -> Option<PortMapping> {
+        if self.external != wanted {
+            tracing::info!("port mapping: {} granted, not {wanted}; given back", self.external);
+            self.release();
+            return None;
+        }
+        tracing::info!("port mapping ({}): {} ↔ {}", self.protocol(), self.external, self.internal);
+        Some(self)
+    }
+
+    fn protocol(&self) -> &'static str {
+        match self.via {
+            Via::Pcp { .. } => "PCP",
+            Via::Upnp(_) => "UPnP",
         }
     }
 
-    fn ask(
-        gateway: Ipv4Addr,
-        port: u16,
-        wanted: SocketAddrV4,
-        server: SocketAddrV4,
-        nonce: [u8; 12],
-    ) -> Result<PortMapping, String> {
-        let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| e.to_string())?;
-        sock.connect((gateway, SERVER_PORT)).map_err(|e| e.to_string())?;
-        let local = match sock.local_addr().map_err(|e| e.to_string())? {
-            std::net::SocketAddr::V4(a) => *a.ip(),
-            std::net::SocketAddr::V6(_) => return Err("no IPv4 address towards the gateway".into()),
-        };
-        let internal = SocketAddrV4::new(local, port);
-        let mut m = PortMapping {
-            gateway,
-            internal,
-            server,
-            nonce,
-            external: wanted,
-            lifetime: LIFETIME,
-            granted: Instant::now(),
-        };
-        m.exchange(&sock, LIFETIME)?;
-        Ok(m)
-    }
-
-    /// MAP `self.external` (a lifetime of 0 deletes it).
-    fn exchange(&mut self, sock: &UdpSocket, lifetime: u32) -> Result<(), String> {
-        let map = self.request_for(Opcode::Map, lifetime, self.external);
-        let got = exchange(sock, &map)?;
-        if lifetime != 0 {
-            self.external = got.assigned;
-            self.lifetime = got.lifetime;
-            self.granted = Instant::now();
+    /// Ask for (or renew) the mapping of `self.external`.
+    fn renew_now(&mut self) -> Result<(), String> {
+        match &self.via {
+            Via::Pcp { gateway, nonce } => {
+                let sock = pcp_socket(*gateway).map_err(|e| e.to_string())?;
+                let got = pcp_exchange(&sock, &self.pcp_map(*nonce, LIFETIME))?;
+                self.external = got.assigned;
+                self.lifetime = got.lifetime;
+            }
+            Via::Upnp(g) => {
+                let add = |lease| {
+                    g.add_port(
+                        igd_next::PortMappingProtocol::UDP,
+                        self.external.port(),
+                        SocketAddr::V4(self.internal),
+                        lease,
+                        DESCRIPTION,
+                    )
+                };
+                // IGDv1 gateways may take only permanent leases (error 725): renewal
+                // then has nothing to do, and the exit deletes it.
+                self.lifetime = match add(LIFETIME) {
+                    Ok(()) => LIFETIME,
+                    Err(igd_next::AddPortError::OnlyPermanentLeasesSupported) => {
+                        add(0).map_err(|e| e.to_string())?;
+                        0
+                    }
+                    Err(e) => return Err(e.to_string()),
+                };
+                match g.get_external_ip().map_err(|e| e.to_string())? {
+                    IpAddr::V4(ip) => self.external = SocketAddrV4::new(ip, self.external.port()),
+                    IpAddr::V6(_) => return Err("the gateway's external address is not IPv4".into()),
+                }
+            }
         }
+        self.granted = Instant::now();
         Ok(())
     }
 
-    fn request_for(&self, opcode: Opcode, lifetime: u32, suggested: SocketAddrV4) -> Request {
+    fn pcp_map(&self, nonce: [u8; 12], lifetime: u32) -> Request {
         Request {
-            opcode,
+            opcode: Opcode::Map,
             lifetime,
             client: *self.internal.ip(),
-            nonce: self.nonce,
+            nonce,
             protocol: UDP,
             internal_port: self.internal.port(),
-            suggested,
-            remote: (opcode == Opcode::Peer).then_some(self.server),
-            // (MAP only: see the module's notes on PEER.)
+            suggested: self.external,
+            remote: None,
         }
     }
 
-    /// Time to renew (half the lifetime gone).
+    /// Time to renew (half the lifetime gone; never for a permanent one).
     pub fn renew_due(&self) -> bool {
-        self.granted.elapsed() >= Duration::from_secs(u64::from(self.lifetime / 2))
+        self.lifetime != 0 && self.granted.elapsed() >= Duration::from_secs(u64::from(self.lifetime / 2))
     }
 
-    /// Renew; false if the gateway no longer grants it (the mapping is then gone).
+    /// Renew; false if the gateway no longer grants the same mapping.
     pub fn renew(&mut self) -> bool {
-        let sock = match self.socket() {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("port mapping renewal: {e}");
-                return false;
+        let before = self.external;
+        match self.renew_now() {
+            Ok(()) if self.external == before => true,
+            Ok(()) => {
+                tracing::warn!("port mapping renewal gave {} instead of {before}", self.external);
+                false
             }
-        };
-        match self.exchange(&sock, LIFETIME) {
-            Ok(()) => true,
             Err(e) => {
-                tracing::warn!("port mapping renewal refused by {}: {e}", self.gateway);
+                tracing::warn!("port mapping {before} not renewed: {e}");
                 false
             }
         }
     }
 
-    /// Delete the mapping (lifetime 0), on exit or when the network changed.
+    /// Delete the mapping, on exit or when the network changed.
     pub fn release(&mut self) {
-        if let Ok(sock) = self.socket() {
-            match self.exchange(&sock, 0) {
-                Ok(()) => tracing::info!("port mapping {} released", self.external),
-                Err(e) => tracing::info!("port mapping {} not released: {e}", self.external),
+        let done = match &self.via {
+            Via::Pcp { gateway, nonce } => pcp_socket(*gateway)
+                .map_err(|e| e.to_string())
+                .and_then(|sock| pcp_exchange(&sock, &self.pcp_map(*nonce, 0)).map(drop)),
+            Via::Upnp(g) => {
+                g.remove_port(igd_next::PortMappingProtocol::UDP, self.external.port()).map_err(|e| e.to_string())
             }
+        };
+        match done {
+            Ok(()) => tracing::info!("port mapping {} released", self.external),
+            Err(e) => tracing::info!("port mapping {} not released: {e}", self.external),
         }
     }
 
@@ -154,23 +217,144 @@ impl PortMapping {
     pub fn json(&self) -> serde_json::Value {
         let left = u64::from(self.lifetime).saturating_sub(self.granted.elapsed().as_secs());
         serde_json::json!({
-            "protocol": "PCP",
-            "gateway": self.gateway.to_string(),
+            "protocol": self.protocol(),
             "external": self.external.to_string(),
             "internal": self.internal.to_string(),
-            "expires_in_s": left,
+            "expires_in_s": (self.lifetime != 0).then_some(left),
         })
-    }
-
-    fn socket(&self) -> io::Result<UdpSocket> {
-        let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-        sock.connect((self.gateway, SERVER_PORT))?;
-        Ok(sock)
     }
 }
 
-/// One request and its answer, within the tries.
-fn exchange(sock: &UdpSocket, req: &Request) -> Result<Response, String> {
+/// The client daemon's port mapping, asked, renewed and given back on a thread of its
+/// own: a gateway that does not answer must not stall the packet loop (a UPnP search
+/// waits a second).
+pub struct Mapper {
+    protocols: Protocols,
+    port: u16,
+    held: Option<PortMapping>,
+    /// A request or renewal under way, for this external endpoint.
+    asking: Option<(SocketAddrV4, std::thread::JoinHandle<Option<PortMapping>>)>,
+    /// What the state machine was last told.
+    told: Option<SocketAddrV4>,
+}
+
+impl Mapper {
+    /// Mappings of the service port `port`, with `protocols`.
+    pub fn new(protocols: Protocols, port: u16) -> Mapper {
+        Mapper { protocols, port, held: None, asking: None, told: None }
+    }
+
+    /// The mapping held.
+    pub fn held(&self) -> Option<&PortMapping> {
+        self.held.as_ref()
+    }
+
+    /// The server sees the service port as `seen`: map that (if not held or asked yet).
+    pub fn want(&mut self, seen: SocketAddrV4, nonce: [u8; 12]) {
+        if self.protocols == Protocols::Off
+            || self.held.as_ref().is_some_and(|m| m.external == seen)
+            || self.asking.as_ref().is_some_and(|(w, _)| *w == seen)
+        {
+            return;
+        }
+        self.forget();
+        let (protocols, port) = (self.protocols, self.port);
+        self.asking = Some((seen, background(move || PortMapping::request(protocols, port, seen, nonce))));
+    }
+
+    /// The network changed (or the state machine was replaced, and told nothing): what
+    /// was held or asked means nothing now; given back in the background.
+    pub fn forget(&mut self) {
+        self.told = None;
+        let held = self.held.take();
+        let asking = self.asking.take();
+        if held.is_some() || asking.is_some() {
+            drop(background(move || {
+                for mut m in held.into_iter().chain(asking.and_then(|(_, h)| h.join().ok().flatten())) {
+                    m.release();
+                }
+                None
+            }));
+        }
+    }
+
+    /// Each tick: take in a finished request or renewal, start a due renewal. Returns
+    /// the mapping to tell the state machine when it changed (`Some(None)`: lost).
+    pub fn poll(&mut self) -> Option<Option<SocketAddrV4>> {
+        if self.asking.as_ref().is_some_and(|(_, h)| h.is_finished()) {
+            let (_, h) = self.asking.take().expect("checked");
+            self.held = h.join().ok().flatten();
+            let now = self.held.as_ref().map(|m| m.external);
+            if now != self.told {
+                self.told = now;
+                return Some(now);
+            }
+            return None;
+        }
+        if self.asking.is_none() && self.held.as_ref().is_some_and(PortMapping::renew_due) {
+            let mut m = self.held.take().expect("checked");
+            let external = m.external;
+            self.asking = Some((external, background(move || m.renew().then_some(m))));
+            // Held again when the renewal answers; until then the mapping still stands.
+            return None;
+        }
+        None
+    }
+
+    /// On exit: give back what is held (and what is being asked), waiting for it.
+    pub fn release_all(&mut self) {
+        if let Some((_, h)) = self.asking.take() {
+            if let Ok(Some(m)) = h.join() {
+                self.held = Some(m);
+            }
+        }
+        if let Some(mut m) = self.held.take() {
+            m.release();
+        }
+    }
+}
+
+/// Run `f` on a thread without the daemon's capabilities (they are per thread): a
+/// gateway's answers are parsed there.
+fn background<F>(f: F) -> std::thread::JoinHandle<Option<PortMapping>>
+where
+    F: FnOnce() -> Option<PortMapping> + Send + 'static,
+{
+    std::thread::spawn(move || {
+        let _ = caps::clear(None, caps::CapSet::Effective);
+        let _ = caps::clear(None, caps::CapSet::Permitted);
+        f()
+    })
+}
+
+/// Our address on the way to `gateway` (a connected socket that sends nothing).
+fn local_towards(gateway: Ipv4Addr) -> Option<Ipv4Addr> {
+    let sock = pcp_socket(gateway).ok()?;
+    match sock.local_addr().ok()? {
+        SocketAddr::V4(a) => Some(*a.ip()),
+        SocketAddr::V6(_) => None,
+    }
+}
+
+/// The UPnP gateway answering an SSDP search from `internal`'s address.
+fn upnp_gateway(internal: SocketAddrV4) -> Result<igd_next::Gateway, String> {
+    let options = igd_next::SearchOptions {
+        bind_addr: SocketAddr::new(IpAddr::V4(*internal.ip()), 0),
+        timeout: Some(SEARCH),
+        single_search_timeout: Some(SEARCH),
+        ..Default::default()
+    };
+    igd_next::search_gateway(options).map_err(|e| e.to_string())
+}
+
+fn pcp_socket(gateway: Ipv4Addr) -> io::Result<UdpSocket> {
+    let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    sock.connect((gateway, SERVER_PORT))?;
+    Ok(sock)
+}
+
+/// One PCP request and its successful answer, within the tries.
+fn pcp_exchange(sock: &UdpSocket, req: &Request) -> Result<Response, String> {
     let mut out = [0u8; 128];
     let n = req.emit(&mut out).map_err(|e| e.to_string())?;
     let mut buf = [0u8; shipworm_wire::pcp::MAX_LEN];
@@ -202,7 +386,7 @@ fn default_gateway() -> Option<Ipv4Addr> {
 }
 
 /// `/proc/net/route`: the first line whose destination and mask are 0 and that has
-/// the gateway flag; addresses are in host byte order, in hex.
+/// the gateway flag; addresses are the kernel's native-order words, in hex.
 fn parse_default_gateway(table: &str) -> Option<Ipv4Addr> {
     const RTF_GATEWAY: u32 = 0x2;
     table.lines().skip(1).find_map(|l| {
@@ -229,8 +413,7 @@ mod tests {
     #[test]
     fn a_gateway_without_pcp_is_told_at_once() {
         // Nothing listens on loopback's PCP port: the ICMP error ends the exchange.
-        let sock = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        sock.connect((Ipv4Addr::LOCALHOST, SERVER_PORT)).unwrap();
+        let sock = pcp_socket(Ipv4Addr::LOCALHOST).unwrap();
         let req = Request {
             opcode: Opcode::Map,
             lifetime: 60,
@@ -242,7 +425,7 @@ mod tests {
             remote: None,
         };
         let started = Instant::now();
-        let e = exchange(&sock, &req).unwrap_err();
+        let e = pcp_exchange(&sock, &req).unwrap_err();
         assert!(e.contains("does not speak PCP") || e.contains("no PCP answer"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(1));
     }
