@@ -283,7 +283,9 @@ impl Lab {
                 // once qualified (on a thread of its own): the case starts when it holds
                 // it, as a user's later traffic would find it.
                 let mapping_pending = self.clients[client].nat.igd().is_some()
-                    && self.client_status(client).is_some_and(|st| st["port_mapping"].is_null() && st["role"] == "client");
+                    && self
+                        .client_status(client)
+                        .is_some_and(|st| st["port_mapping"].is_null() && st["role"] == "client");
                 if !mapping_pending {
                     return Ok(a);
                 }

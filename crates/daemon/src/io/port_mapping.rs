@@ -72,35 +72,20 @@ impl PortMapping {
         }
         let gateway = default_gateway()?;
         let internal = SocketAddrV4::new(local_towards(gateway)?, port);
+        let ask = |via: Via| {
+            let mut m = PortMapping { via, internal, external: wanted, lifetime: LIFETIME, granted: Instant::now() };
+            m.renew_now().map(|()| m)
+        };
         if matches!(protocols, Protocols::Auto | Protocols::Pcp) {
-            let mut m = PortMapping {
-                via: Via::Pcp { gateway, nonce },
-                internal,
-                external: wanted,
-                lifetime: LIFETIME,
-                granted: Instant::now(),
-            };
-            match m.renew_now() {
-                Ok(()) => return m.keep_if(wanted),
+            match ask(Via::Pcp { gateway, nonce }) {
+                Ok(m) => return m.keep_if(wanted),
                 Err(e) => tracing::info!("no PCP mapping from {gateway}: {e}"),
             }
         }
         if matches!(protocols, Protocols::Auto | Protocols::Upnp) {
-            match upnp_gateway(internal) {
-                Ok(g) => {
-                    let mut m = PortMapping {
-                        via: Via::Upnp(Box::new(g)),
-                        internal,
-                        external: wanted,
-                        lifetime: LIFETIME,
-                        granted: Instant::now(),
-                    };
-                    match m.renew_now() {
-                        Ok(()) => return m.keep_if(wanted),
-                        Err(e) => tracing::info!("no UPnP mapping: {e}"),
-                    }
-                }
-                Err(e) => tracing::info!("no UPnP gateway: {e}"),
+            match upnp_gateway(internal).and_then(|g| ask(Via::Upnp(Box::new(g)))) {
+                Ok(m) => return m.keep_if(wanted),
+                Err(e) => tracing::info!("no UPnP mapping: {e}"),
             }
         }
         None
