@@ -237,9 +237,12 @@ impl Lab {
     pub fn start_client_to(&mut self, client: usize, imp: &Impl, server: &str, extra: &str) -> Result<()> {
         let ns = self.clients[client].ns.clone();
         let name = format!("client{client}");
+        // UPnP is the user's choice (its XML comes from any host on the LAN): the lab
+        // makes it behind the boxes that offer nothing else.
+        let upnp = if self.clients[client].nat.igd() == Some(false) { "PortMapping upnp\n" } else { "" };
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {server}\n{extra}"),
+            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {server}\n{upnp}{extra}"),
         )?;
         match imp {
             Impl::Shipworm(bin) => {

@@ -440,8 +440,10 @@ impl<R: Random> Client<R> {
         if !self.mapped_inbound {
             return to;
         }
+        // Only another port of the address the peer was proven at: an address of its
+        // choosing would make us send our host's traffic to a third party.
         match TeredoAddr::decode(peer) {
-            Some(t) if t.mapped != to && is_global_unicast(*t.mapped.ip()) => t.mapped,
+            Some(t) if t.mapped != to && t.mapped.ip() == to.ip() => t.mapped,
             _ => to,
         }
     }
@@ -749,6 +751,7 @@ impl<R: Random> Client<R> {
         }
         self.maint = None;
         self.home = None;
+        self.mapped_inbound = false;
         match next_server {
             Some(s) => {
                 self.qualify(now, s, tx);
@@ -1011,7 +1014,8 @@ impl<R: Random> Client<R> {
             // With our port mapped, a peer whose origin is not its embedded mapping (a
             // symmetric NAT) gets one at its embedded mapping too: if it holds a
             // mapping as well, that one passes (RFC 6081 §5.3.4.2).
-            if let (false, Some(t)) = (trusted, teredo.filter(|t| self.mapped_inbound && t.mapped != o)) {
+            let extra = answer_indirect && self.mapped_inbound;
+            if let (false, Some(t)) = (trusted, teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip())) {
                 if is_global_unicast(*t.mapped.ip()) {
                     tx.udp(t.mapped, &self.scratch[..n]);
                     self.stats.bubbles += 1;

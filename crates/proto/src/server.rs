@@ -134,9 +134,6 @@ enum Admitted {
     /// Check 6: a native source writing to one of our clients (a relay's bubble or a
     /// native host's echo reply).
     NativeToClient,
-    /// A bubble from a client's own IPv4 address, another port than its address
-    /// embeds (RFC 6081 clients behind symmetric NATs).
-    BubbleFromAnotherPort,
 }
 
 impl Server {
@@ -242,12 +239,6 @@ impl Server {
         // Checks 5 to 7.
         let admitted = match TeredoAddr::decode_with_prefix(&src, self.config.prefix) {
             Some(t) if t.mapped == from => Admitted::Client,
-            // RFC 6081 needs this, though it does not say so (RFC 4380 §5.3.1 would
-            // drop it): a client behind a symmetric NAT, or whose address embeds a port
-            // its gateway maps, reaches this server from another port of the address
-            // it embeds. Its bubbles are forwarded, to Teredo peers only, with the
-            // origin they really came from.
-            Some(t) if t.mapped.ip() == from.ip() && pkt.is_bubble() => Admitted::BubbleFromAnotherPort,
             Some(_) => return Err(DropReason::SourceMismatch),
             None if self.issued_by_us(&dst) => Admitted::NativeToClient,
             None => return Err(DropReason::SourceMismatch),
@@ -273,7 +264,7 @@ impl Server {
                     self.forward_native(ip, out)
                 }
                 (Admitted::Client, None) => Err(DropReason::NotBubbleOrIcmpv6),
-                (Admitted::NativeToClient | Admitted::BubbleFromAnotherPort, _) => Err(DropReason::SourceMismatch),
+                (Admitted::NativeToClient, _) => Err(DropReason::SourceMismatch),
             },
         }
     }

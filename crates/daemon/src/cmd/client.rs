@@ -500,7 +500,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     if let (Some(t), true) = (TeredoAddr::decode(&address), nat == NatKind::Symmetric) {
                         let mut nonce = [0u8; 12];
                         shipworm_proto::transmit::Random::fill(&mut urandom, &mut nonce);
-                        mapping.want(t.mapped, nonce);
+                        if mapping.want(t.mapped, nonce) {
+                            c.set_port_mapping(None);
+                        }
                     }
                 }
                 if matches!(ev, ClientEvent::Down(_)) {

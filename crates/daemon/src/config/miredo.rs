@@ -139,7 +139,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         opening_bubble_ttl: 2,
         server_load_reduction: true,
         hairpinning: true,
-        port_mapping: crate::io::port_mapping::Protocols::Auto,
+        port_mapping: crate::io::port_mapping::Protocols::Pcp,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -396,7 +396,7 @@ mod tests {
         assert!(slr.hairpinning, "on by default");
         assert!(!load_text("ServerAddress 192.0.2.1\nHairpinning no\n").unwrap().hairpinning);
         use crate::io::port_mapping::Protocols;
-        assert_eq!(slr.port_mapping, Protocols::Auto, "PCP then UPnP by default");
+        assert_eq!(slr.port_mapping, Protocols::Pcp, "PCP by default; UPnP when asked");
         let pm = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nPortMapping {v}\n"));
         assert_eq!(pm("off").unwrap().port_mapping, Protocols::Off);
         assert_eq!(pm("UPnP").unwrap().port_mapping, Protocols::Upnp);

@@ -18,12 +18,15 @@
 use shipworm_wire::pcp::{result, Opcode, Request, Response, SERVER_PORT};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
 /// Lifetime asked for, in seconds (renewed at half).
 const LIFETIME: u32 = 3600;
 /// UDP.
 const UDP: u8 = 17;
+/// Shortest lifetime taken from a PCP answer (RFC 6887 §15 suggests 120 s at least).
+const MIN_LIFETIME: u32 = 120;
 /// PCP: waits for an answer, one per try.
 const TRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(300)];
 /// UPnP: how long to look for a gateway.
@@ -83,7 +86,16 @@ impl PortMapping {
             }
         }
         if matches!(protocols, Protocols::Auto | Protocols::Upnp) {
-            match upnp_gateway(internal).and_then(|g| ask(Via::Upnp(Box::new(g)))) {
+            let ours = |g: igd_next::Gateway| {
+                // Only the default gateway may map our port: any host on the LAN can
+                // answer a search.
+                if g.addr.ip() == IpAddr::V4(gateway) {
+                    Ok(g)
+                } else {
+                    Err(format!("{} answered the search, not the default gateway {gateway}", g.addr))
+                }
+            };
+            match upnp_gateway(internal).and_then(ours).and_then(|g| ask(Via::Upnp(Box::new(g)))) {
                 Ok(m) => return m.keep_if(wanted),
                 Err(e) => tracing::info!("no UPnP mapping: {e}"),
             }
@@ -116,7 +128,8 @@ impl PortMapping {
                 let sock = pcp_socket(*gateway).map_err(|e| e.to_string())?;
                 let got = pcp_exchange(&sock, &self.pcp_map(*nonce, LIFETIME))?;
                 self.external = got.assigned;
-                self.lifetime = got.lifetime;
+                // A lifetime the gateway cut to nothing would renew every tick.
+                self.lifetime = got.lifetime.max(MIN_LIFETIME);
             }
             Via::Upnp(g) => {
                 let add = |lease| {
@@ -138,9 +151,15 @@ impl PortMapping {
                     }
                     Err(e) => return Err(e.to_string()),
                 };
-                match g.get_external_ip().map_err(|e| e.to_string())? {
-                    IpAddr::V4(ip) => self.external = SocketAddrV4::new(ip, self.external.port()),
-                    IpAddr::V6(_) => return Err("the gateway's external address is not IPv4".into()),
+                match g.get_external_ip() {
+                    Ok(IpAddr::V4(ip)) => self.external = SocketAddrV4::new(ip, self.external.port()),
+                    other => {
+                        let _ = g.remove_port(igd_next::PortMappingProtocol::UDP, self.external.port());
+                        return Err(match other {
+                            Err(e) => e.to_string(),
+                            Ok(_) => "the gateway's external address is not IPv4".into(),
+                        });
+                    }
                 }
             }
         }
@@ -212,21 +231,31 @@ impl PortMapping {
 
 /// The client daemon's port mapping, asked, renewed and given back on a thread of its
 /// own: a gateway that does not answer must not stall the packet loop (a UPnP search
-/// waits a second).
+/// waits a second, and a gateway's HTTP server may never finish an answer). Waits on
+/// those threads are bounded: a stuck one is left behind, and nothing new is asked
+/// while it runs.
 pub struct Mapper {
     protocols: Protocols,
     port: u16,
     held: Option<PortMapping>,
     /// A request or renewal under way, for this external endpoint.
-    asking: Option<(SocketAddrV4, std::thread::JoinHandle<Option<PortMapping>>)>,
+    asking: Option<(SocketAddrV4, Receiver<Option<PortMapping>>)>,
     /// What the state machine was last told.
     told: Option<SocketAddrV4>,
+    /// The last endpoint no gateway granted, and when: not asked again for a while
+    /// (every refresh would otherwise search the LAN anew).
+    refused: Option<(SocketAddrV4, Instant)>,
 }
+
+/// How long an endpoint no gateway granted is not asked for again.
+const REFUSED_FOR: Duration = Duration::from_secs(600);
+/// How long the exit waits for a mapping's release.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 impl Mapper {
     /// Mappings of the service port `port`, with `protocols`.
     pub fn new(protocols: Protocols, port: u16) -> Mapper {
-        Mapper { protocols, port, held: None, asking: None, told: None }
+        Mapper { protocols, port, held: None, asking: None, told: None, refused: None }
     }
 
     /// The mapping held.
@@ -234,17 +263,23 @@ impl Mapper {
         self.held.as_ref()
     }
 
-    /// The server sees the service port as `seen`: map that (if not held or asked yet).
-    pub fn want(&mut self, seen: SocketAddrV4, nonce: [u8; 12]) {
+    /// The server sees the service port as `seen`: map that, unless it is held, being
+    /// asked for, or was refused lately. True when a mapping held for another endpoint
+    /// was let go (the state machine must forget it).
+    pub fn want(&mut self, seen: SocketAddrV4, nonce: [u8; 12]) -> bool {
+        let refused = self.refused.is_some_and(|(e, t)| e == seen && t.elapsed() < REFUSED_FOR);
         if self.protocols == Protocols::Off
             || self.held.as_ref().is_some_and(|m| m.external == seen)
             || self.asking.as_ref().is_some_and(|(w, _)| *w == seen)
+            || refused
         {
-            return;
+            return false;
         }
+        let dropped = self.held.is_some();
         self.forget();
         let (protocols, port) = (self.protocols, self.port);
         self.asking = Some((seen, background(move || PortMapping::request(protocols, port, seen, nonce))));
+        dropped
     }
 
     /// The network changed (or the state machine was replaced, and told nothing): what
@@ -255,7 +290,8 @@ impl Mapper {
         let asking = self.asking.take();
         if held.is_some() || asking.is_some() {
             drop(background(move || {
-                for mut m in held.into_iter().chain(asking.and_then(|(_, h)| h.join().ok().flatten())) {
+                let late = asking.and_then(|(_, rx)| rx.recv_timeout(REQUEST_WAIT).ok().flatten());
+                for mut m in held.into_iter().chain(late) {
                     m.release();
                 }
                 None
@@ -266,9 +302,18 @@ impl Mapper {
     /// Each tick: take in a finished request or renewal, start a due renewal. Returns
     /// the mapping to tell the state machine when it changed (`Some(None)`: lost).
     pub fn poll(&mut self) -> Option<Option<SocketAddrV4>> {
-        if self.asking.as_ref().is_some_and(|(_, h)| h.is_finished()) {
-            let (_, h) = self.asking.take().expect("checked");
-            self.held = h.join().ok().flatten();
+        if let Some((wanted, rx)) = &self.asking {
+            match rx.try_recv() {
+                Ok(got) => {
+                    if got.is_none() {
+                        self.refused = Some((*wanted, Instant::now()));
+                    }
+                    self.asking = None;
+                    self.held = got;
+                }
+                Err(TryRecvError::Empty) => return None,
+                Err(TryRecvError::Disconnected) => self.asking = None,
+            }
             let now = self.held.as_ref().map(|m| m.external);
             if now != self.told {
                 self.told = now;
@@ -276,40 +321,65 @@ impl Mapper {
             }
             return None;
         }
-        if self.asking.is_none() && self.held.as_ref().is_some_and(PortMapping::renew_due) {
+        if self.held.as_ref().is_some_and(PortMapping::renew_due) {
             let mut m = self.held.take().expect("checked");
             let external = m.external;
-            self.asking = Some((external, background(move || m.renew().then_some(m))));
+            self.asking = Some((
+                external,
+                background(move || {
+                    if m.renew() {
+                        return Some(m);
+                    }
+                    // Given back: whatever the gateway did grant must not linger.
+                    m.release();
+                    None
+                }),
+            ));
             // Held again when the renewal answers; until then the mapping still stands.
-            return None;
         }
         None
     }
 
-    /// On exit: give back what is held (and what is being asked), waiting for it.
+    /// On exit: give back what is held (and what is being asked), waiting a little.
     pub fn release_all(&mut self) {
-        if let Some((_, h)) = self.asking.take() {
-            if let Ok(Some(m)) = h.join() {
+        if let Some((_, rx)) = self.asking.take() {
+            if let Ok(Some(m)) = rx.recv_timeout(EXIT_WAIT) {
                 self.held = Some(m);
             }
         }
         if let Some(mut m) = self.held.take() {
-            m.release();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                m.release();
+                let _ = tx.send(());
+            });
+            let _ = rx.recv_timeout(EXIT_WAIT);
         }
     }
 }
 
+impl Drop for Mapper {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// How long a background wait for a request lasts before it is given up on.
+const REQUEST_WAIT: Duration = Duration::from_secs(30);
+
 /// Run `f` on a thread without the daemon's capabilities (they are per thread): a
-/// gateway's answers are parsed there.
-fn background<F>(f: F) -> std::thread::JoinHandle<Option<PortMapping>>
+/// gateway's answers are parsed there. Its result comes through the channel.
+fn background<F>(f: F) -> Receiver<Option<PortMapping>>
 where
     F: FnOnce() -> Option<PortMapping> + Send + 'static,
 {
+    let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = caps::clear(None, caps::CapSet::Effective);
         let _ = caps::clear(None, caps::CapSet::Permitted);
-        f()
-    })
+        let _ = tx.send(f());
+    });
+    rx
 }
 
 /// Our address on the way to `gateway` (a connected socket that sends nothing).
