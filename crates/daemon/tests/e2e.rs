@@ -186,7 +186,7 @@ fn main() {
                         name: format!("same NAT A={nat}/{a} calls B={nat}/{b} server={server}"),
                         expect,
                         run: Box::new(move || {
-                            scenario::run_same_nat(nat, &server, [&a, &b], P2P_BYTES, &mut |_| {})
+                            scenario::run_same_nat(nat, &server, [&a, &b], "", P2P_BYTES, &mut |_| {})
                                 .map(|(_lab, o)| direct_summary(&o))
                                 .map_err(|e| e.to_string())
                         }),
@@ -194,6 +194,20 @@ fn main() {
                 }
             }
         }
+    }
+    // The same, shipworm's clients without hairpinning: they find each other by RFC
+    // 4380 §5.2.8 local discovery instead.
+    for nat in [NatKind::PortRestricted, NatKind::Symmetric] {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: format!("same NAT by local discovery (Hairpinning no) {nat}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                scenario::run_same_nat(nat, &me, [&me, &me], "Hairpinning no\n", P2P_BYTES, &mut |_| {})
+                    .map(|(_lab, o)| direct_summary(&o))
+                    .map_err(|e| e.to_string())
+            }),
+        });
     }
     // Client to client, cold: A calls B first, for every ordered pair of NAT kinds,
     // every pairing of implementations (Miredo's client with ours both ways) and

@@ -226,19 +226,21 @@ pub fn run_peer_to_peer(
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
-    peer_to_peer(LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)]), nats, server, clients, transfer_bytes, say)
+    peer_to_peer(LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)]), nats, server, clients, "", transfer_bytes, say)
 }
 
 /// Two clients behind one NAT box of kind `nat`, which (as Linux `masquerade` and most
-/// home routers) does not hairpin: A calls B cold, as in [`run_peer_to_peer`].
+/// home routers) does not hairpin: A calls B cold, as in [`run_peer_to_peer`]; shipworm
+/// clients get the configuration lines `extra`.
 pub fn run_same_nat(
     nat: NatKind,
     server: &Impl,
     clients: [&Impl; 2],
+    extra: &str,
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
-    peer_to_peer(LabSpec::nats(vec![(nat, 2)]), [nat, nat], server, clients, transfer_bytes, say)
+    peer_to_peer(LabSpec::nats(vec![(nat, 2)]), [nat, nat], server, clients, extra, transfer_bytes, say)
 }
 
 fn peer_to_peer(
@@ -246,6 +248,7 @@ fn peer_to_peer(
     nats: [NatKind; 2],
     server: &Impl,
     clients: [&Impl; 2],
+    extra: &str,
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
@@ -253,7 +256,8 @@ fn peer_to_peer(
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
     let mut addrs = Vec::new();
     for (c, imp) in clients.iter().enumerate() {
-        lab.start_client(c, imp).map_err(|e| step(4, "start the clients", e))?;
+        let extra = if matches!(imp, Impl::Shipworm(_)) { extra } else { "" };
+        lab.start_client_with(c, imp, extra).map_err(|e| step(4, "start the clients", e))?;
         addrs.push(lab.wait_qualified(c, Duration::from_secs(20)).map_err(|e| step(4, "qualify the clients", e))?);
     }
     say(&format!("clients qualified: {} ({}) and {} ({})", addrs[0], nats[0], addrs[1], nats[1]));

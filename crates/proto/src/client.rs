@@ -18,8 +18,8 @@
 //!
 //! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
 //! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
-//! ignored on send (always bubble, as RFC 5991 advises). Local discovery is not
-//! implemented.
+//! ignored on send (always bubble, as RFC 5991 advises). Local discovery (§5.2.8) is
+//! in [`crate::local_discovery`].
 //!
 //! Peers behind NATs (RFC 6081 §5.2, Symmetric NAT Support): every indirect bubble
 //! carries a fresh Nonce trailer, every direct bubble echoes the nonce of the peer's
@@ -51,6 +51,7 @@
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
 use crate::icmp_error::{self, RateLimit};
+use crate::local_discovery::{LocalPeers, ALL_NODES, GROUP};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
 use crate::port_prediction::{EchoTest, PortTable};
 use crate::secure;
@@ -158,6 +159,9 @@ pub struct ClientConfig {
     /// Peers reached through a random port of their own at once (RFC 6081 §5.4, §5.5):
     /// each is a socket.
     pub random_ports: usize,
+    /// RFC 4380 §5.2.8 local discovery: announce ourselves on the link and reach peers
+    /// heard there at their local address.
+    pub local_discovery: bool,
 }
 
 impl ClientConfig {
@@ -178,6 +182,7 @@ impl ClientConfig {
             hairpinning: true,
             service_port: 0,
             random_ports: 64,
+            local_discovery: true,
         }
     }
 }
@@ -266,6 +271,8 @@ pub enum Via {
     Probe,
     /// A random port opened for one peer (`Transmit::open_port`).
     Port(u16),
+    /// The local discovery socket (224.0.0.253:3544).
+    Discovery,
 }
 
 /// What the client is doing, for `shipworm status`.
@@ -368,6 +375,10 @@ pub struct Client<R: Random> {
     /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
     /// UPnP-enabled symmetric NAT, reached with PCP).
     mapped_inbound: bool,
+    /// Peers heard by local discovery, and when we last and next announce ourselves.
+    local_peers: LocalPeers,
+    last_announce: Option<Duration>,
+    next_announce: Duration,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     stats: ClientStats,
@@ -386,6 +397,7 @@ impl<R: Random> Client<R> {
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
             held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             ports: PortTable::new(cfg.random_ports, keys(&cfg)),
+            local_peers: LocalPeers::new(256, keys(&cfg)),
             cfg,
             rng,
             phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
@@ -404,6 +416,8 @@ impl<R: Random> Client<R> {
             held_address: None,
             port_mapping: None,
             mapped_inbound: false,
+            last_announce: None,
+            next_announce: Duration::ZERO,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             stats: ClientStats::default(),
@@ -512,6 +526,9 @@ impl<R: Random> Client<R> {
         }
         if c.server_load_reduction {
             v.push("server load reduction");
+        }
+        if c.local_discovery {
+            v.push("local discovery (RFC 4380)");
         }
         v
     }
@@ -715,6 +732,8 @@ impl<R: Random> Client<R> {
             // Peers were learned under the old mapping: start afresh.
             self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
             self.pending.clear();
+            // Another network: another link.
+            self.local_peers.clear();
             // Their random ports were for the old mapping too.
             for peer in self.ports.peers() {
                 if let Some(e) = self.ports.remove(&peer) {
@@ -732,6 +751,11 @@ impl<R: Random> Client<R> {
             self.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
         self.phase = Phase::Up { server, ra, address };
         self.update_mapped_inbound();
+        if changed {
+            // Tell the link at once: a peer there may be calling us already.
+            self.next_announce = now;
+            self.last_announce = None;
+        }
         self.last_server_rx = now;
         self.maint = None;
         self.schedule_refresh();
@@ -790,6 +814,9 @@ impl<R: Random> Client<R> {
         };
         if via == Via::Probe {
             return self.on_probe(datagram, &pkt, from);
+        }
+        if via == Via::Discovery {
+            return self.on_discovery(now, from, &pkt, tx);
         }
         let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
         if let Via::Port(port) = via {
@@ -1481,7 +1508,9 @@ impl<R: Random> Client<R> {
         };
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
-            if embedded.is_some_and(|t| t.mapped == from) {
+            // 5. Or a peer local discovery found, from where it was heard.
+            let local = embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
+            if embedded.is_some_and(|t| t.mapped == from) || local {
                 match self.peers.get_mut(&src) {
                     // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping
                     // while it is valid: a packet claiming the embedded one is taken (RFC
@@ -1555,6 +1584,49 @@ impl<R: Random> Client<R> {
             return self.first_contact(now, from, src, ip.packet(), tx);
         }
         self.dropped(DropReason::SourceMismatch)
+    }
+
+    /// A discovery bubble heard on the link (RFC 4380 §5.2.8): from a Teredo address
+    /// behind our own NAT (its address embeds our public one, Miredo's check) and from
+    /// our own network (the same /24: the client does not know its netmask). The peer is
+    /// noted, not trusted, and gets a bubble straight back; a peer new to us also gets
+    /// our announcement (it may have missed our last one).
+    fn on_discovery(&mut self, now: Duration, from: SocketAddrV4, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+        let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.phase) else {
+            return self.dropped(DropReason::LocalDestination);
+        };
+        let ours = *ra.mapped.ip();
+        let ip = &pkt.ipv6;
+        let src = ip.src_addr();
+        if !self.cfg.local_discovery || !pkt.is_bubble() || ip.dst_addr() != ALL_NODES || src == me {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        let on_link = self.local.is_some_and(|l| u32::from(*l.ip()) >> 8 == u32::from(*from.ip()) >> 8);
+        match TeredoAddr::decode(&src) {
+            Some(t) if *t.mapped.ip() == ours && on_link => {}
+            _ => return self.dropped(DropReason::SourceMismatch),
+        }
+        let new = self.local_peers.heard(src, from, now);
+        let n = self.bubble(&me, &src, 0);
+        tx.udp(from, &self.scratch[..n]);
+        self.stats.bubbles += 1;
+        if new {
+            self.announce(now, tx);
+        }
+    }
+
+    /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble
+    /// spacing; the next one in 200 to 300 s.
+    fn announce(&mut self, now: Duration, tx: &mut impl Transmit) {
+        let Some(me) = self.address() else { return };
+        if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < RETRY) {
+            return;
+        }
+        let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
+        tx.udp(GROUP, &self.scratch[..n]);
+        self.stats.bubbles += 1;
+        self.last_announce = Some(now);
+        self.next_announce = now + Duration::from_secs(200 + self.rng.below(101));
     }
 
     /// Trailers of an accepted direct bubble from `src` at `from`: the peer knows RFC
@@ -1766,6 +1838,15 @@ impl<R: Random> Client<R> {
                 // lets anyone in), then the indirect one.
                 let (mapped, echo) = (p.mapped, p.nonce_received);
                 let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+                // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
+                // address, and our own announcement, which it needs to take our answer.
+                if let Some(at) = self.local_peers.get(&dst, now) {
+                    let n = self.bubble(&me, &dst, 0);
+                    tx.udp(at, &self.scratch[..n]);
+                    self.stats.bubbles += 1;
+                    self.last_announce = None;
+                    self.announce(now, tx);
+                }
                 let echo_running = self.open_random_port(now, &me, dst, t, tx);
                 let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
                 if opening {
@@ -1847,7 +1928,12 @@ impl<R: Random> Client<R> {
                     self.come_up(now, server, first);
                 }
             }
-            Phase::Up { server, .. } => self.maintain(now, server, tx),
+            Phase::Up { server, .. } => {
+                self.maintain(now, server, tx);
+                if now >= self.next_announce {
+                    self.announce(now, tx);
+                }
+            }
             _ => {}
         }
         for _ in 0..self.pending.len() {

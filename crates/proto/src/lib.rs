@@ -20,6 +20,7 @@ pub mod client;
 pub mod drop_reason;
 pub mod first_contact;
 pub mod icmp_error;
+pub mod local_discovery;
 pub mod peer_table;
 pub mod port_prediction;
 pub mod relay;

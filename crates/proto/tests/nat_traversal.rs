@@ -362,6 +362,18 @@ impl Net {
             // Out of a NAT (client side) or straight onto the public side (server).
             if let Node::Client(i, _) = from_node {
                 let n = self.nat_of[i];
+                // Local discovery: the group reaches every other client on this network.
+                if d.to == shipworm_proto::local_discovery::GROUP {
+                    let others: Vec<usize> = (0..2).filter(|&k| k != i && self.nat_of[k] == n).collect();
+                    self.note(
+                        &d,
+                        if others.is_empty() { "nobody else on the network" } else { "multicast on the local network" },
+                    );
+                    for k in others {
+                        self.deliver(k, Via::Discovery, &d, &mut queue);
+                    }
+                    continue;
+                }
                 // On the NAT's own network: straight there.
                 if let Some((k, via)) = self.client_at(n, d.to) {
                     self.note(&d, "delivered on the local network");
@@ -430,6 +442,7 @@ impl Net {
                 Via::Service => self.inside[i].0,
                 Via::Probe => self.inside[i].1,
                 Via::Port(p) => SocketAddrV4::new(*self.inside[i].0.ip(), p),
+                Via::Discovery => unreachable!("clients send from their service, probe or random ports"),
             };
             queue.push_back((Node::Client(i, via), Datagram { from, to, ttl, sent_ttl: ttl, bytes }));
         }
@@ -660,9 +673,39 @@ fn two_clients_behind_one_nat_meet_by_hairpinning() {
         "data between them stays on their network:\n{}",
         net.trace
     );
-    // Without it they never meet.
-    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    // Without it (and without local discovery) they never meet.
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| {
+        c.hairpinning = false;
+        c.local_discovery = false;
+    });
     assert!(!net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn two_clients_behind_one_nat_meet_by_local_discovery() {
+    // RFC 4380 §5.2.8: each announces itself on the link; A's bubble goes to B's local
+    // address, which B takes because it heard A there (case 5).
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    assert!(net.a_calls_b(), "{}", net.trace);
+    let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
+    assert!(!data.is_empty() && data.iter().all(|l| l.ends_with("delivered on the local network")), "{}", net.trace);
+    // A discovery bubble from off the link (another /24) or about another NAT's client
+    // is not taken.
+    let me = net.addresses[0].unwrap();
+    let stranger = shipworm_wire::teredo_addr::TeredoAddr {
+        prefix: 0x2001_0000,
+        server: SERVER,
+        flags: shipworm_wire::teredo_addr::Flags(0),
+        mapped: SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 9), 4000),
+    }
+    .to_ipv6();
+    let mut b = vec![0u8; 40];
+    shipworm_wire::teredo_packet::emit_bubble(&stranger, &shipworm_proto::local_discovery::ALL_NODES, 1, &mut b)
+        .unwrap();
+    let mut out = net.out(0);
+    net.clients[0].on_udp(net.now, Via::Discovery, SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 9), 4000), &b, &mut out);
+    assert!(out.udp.is_empty(), "a stranger's announcement is not answered");
+    let _ = me;
 }
 
 /// The service port is what the model NATs see as the client's local port.

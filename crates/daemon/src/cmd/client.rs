@@ -266,6 +266,24 @@ fn new_client(
     Ok(c)
 }
 
+/// The local discovery socket: 224.0.0.253:3544, shared with other Teredo clients on
+/// the host (SO_REUSEADDR), joined on the default interface. `None`, with a warning,
+/// if it cannot be had.
+fn discovery_socket() -> Option<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Type};
+    let group = shipworm_proto::local_discovery::GROUP;
+    let made = (|| -> std::io::Result<std::net::UdpSocket> {
+        let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, group.port()).into())?;
+        s.join_multicast_v4(group.ip(), &Ipv4Addr::UNSPECIFIED)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    })();
+    made.map_err(|e| tracing::warn!("no local discovery (224.0.0.253:3544): {e}")).ok()
+}
+
 /// The service socket's address on its own network: the bound address, or else the
 /// one the kernel would send from towards `server` (a connected socket that sends
 /// nothing).
@@ -322,6 +340,11 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let sock = bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), false, "service", &bind::MIREDO_CONF)?;
     let service_port = sock.local_addr().ok().and_then(|a| a.as_socket_ipv4()).map_or(0, |a| a.port());
     let probe = bind::udp(SocketAddrV4::new(conf.bind_address, 0), false, "probe", &bind::MIREDO_CONF)?;
+    // Local discovery (RFC 4380 §5.2.8): announcements leave the service socket with
+    // TTL 1 and come back to us on 224.0.0.253:3544, a port other clients may share.
+    let _ = sock.set_multicast_ttl_v4(1);
+    let _ = sock.set_multicast_loop_v4(false);
+    let discovery = if conf.local_discovery { discovery_socket() } else { None };
     let mut watch = NetworkWatch::new().map_err(Failure::runtime)?;
     let control_path =
         control.map(Path::to_path_buf).unwrap_or_else(|| crate::runtime::status_socket::default_path(tun.name()));
@@ -345,6 +368,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     template.server_load_reduction = conf.server_load_reduction;
     template.hairpinning = conf.hairpinning;
     template.service_port = service_port;
+    template.local_discovery = discovery.is_some();
     template.credentials = conf.credentials.clone();
     // The state machine needs a server: none until a name resolved.
     let mut servers = names.servers();
@@ -392,6 +416,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             PollFd::new(tun.as_fd(), PollFlags::POLLIN),
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
+            PollFd::new(discovery.as_ref().map_or(status.as_fd(), |d| d.as_fd()), PollFlags::POLLIN),
         ];
         // Random ports (rare: peers behind symmetric NATs) join the poll only when open,
         // so the common round allocates nothing.
@@ -429,6 +454,15 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     c.on_udp(now, via, from, data, &mut out);
                 }
             })?;
+        }
+        // Local discovery bubbles, a batch's worth at most per round.
+        if let Some(d) = &discovery {
+            for _ in 0..BATCH {
+                let Ok((n, std::net::SocketAddr::V4(from))) = d.recv_from(&mut buf) else { break };
+                if let Some(c) = client.as_mut() {
+                    c.on_udp(now, Via::Discovery, from, &buf[..n], &mut out);
+                }
+            }
         }
         // A random port's datagrams, a batch's worth at most per round.
         for port in ready {
@@ -495,6 +529,12 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     // Where peers behind the same NAT find us (hairpinning): the address
                     // the route to the server leaves from, found again after each change.
                     c.set_local_address(local_address(conf.bind_address, service_port, server));
+                    // The link may be another one: the group is joined again on it.
+                    if let Some(d) = &discovery {
+                        let group = *shipworm_proto::local_discovery::GROUP.ip();
+                        let _ = d.leave_multicast_v4(&group, &Ipv4Addr::UNSPECIFIED);
+                        let _ = d.join_multicast_v4(&group, &Ipv4Addr::UNSPECIFIED);
+                    }
                     // Behind a symmetric NAT, the port the server saw opened to anyone,
                     // if the gateway speaks PCP.
                     if let (Some(t), true) = (TeredoAddr::decode(&address), nat == NatKind::Symmetric) {

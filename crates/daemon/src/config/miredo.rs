@@ -46,6 +46,7 @@ pub const DIRECTIVES: &[&str] = &[
     "ServerLoadReduction",
     "Hairpinning",
     "PortMapping",
+    "LocalDiscovery",
     "DefaultRouteMetric",
     "HookScript",
     "SecureQualification",
@@ -84,6 +85,8 @@ pub struct MiredoConf {
     pub hairpinning: bool,
     /// Ask the gateway for a port mapping: PCP, UPnP, both (in that order) or none.
     pub port_mapping: crate::io::port_mapping::Protocols,
+    /// RFC 4380 §5.2.8 local discovery.
+    pub local_discovery: bool,
     /// Metric of the client's default route (Miredo's 1029: native IPv6 wins).
     pub route_metric: u32,
     /// A script run on every address change with Miredo's client-hook variables.
@@ -140,6 +143,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         server_load_reduction: true,
         hairpinning: true,
         port_mapping: crate::io::port_mapping::Protocols::Pcp,
+        local_discovery: true,
         route_metric: 1029,
         hook_script: None,
         credentials: None,
@@ -296,6 +300,11 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
             })?;
         }
     }
+    if let Some(d) = f.take("LocalDiscovery")? {
+        if role_only(&d, false) {
+            c.local_discovery = f.value(&d, config::yes_no)?;
+        }
+    }
     if let Some(d) = f.take("DefaultRouteMetric")? {
         if role_only(&d, false) {
             c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
@@ -401,6 +410,8 @@ mod tests {
         assert_eq!(pm("off").unwrap().port_mapping, Protocols::Off);
         assert_eq!(pm("UPnP").unwrap().port_mapping, Protocols::Upnp);
         assert!(pm("natpmp").unwrap_err().contains("expected auto, pcp, upnp or off"));
+        assert!(slr.local_discovery, "on by default");
+        assert!(!load_text("ServerAddress 192.0.2.1\nLocalDiscovery no\n").unwrap().local_discovery);
     }
 
     #[test]
