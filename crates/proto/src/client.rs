@@ -1471,6 +1471,9 @@ impl<R: Random> Client<R> {
         let mut proven = false;
         // Trusted at this very endpoint before this packet (may be answered).
         let known = self.peers.get(&src).is_some_and(|p| p.trusted && p.mapped == from);
+        // A peer heard by local discovery writing from where it announced itself takes
+        // our packets from our own local address too (it heard ours): nothing to prove.
+        let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
         let accepted = match self.peers.get_mut(&src) {
             // 1. A trusted peer from its mapping.
             Some(p) if p.trusted && p.mapped == from => {
@@ -1493,7 +1496,8 @@ impl<R: Random> Client<R> {
                         && !p.knows_trailers
                         && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
             {
-                learned_port = (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from);
+                learned_port =
+                    (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
                 proven = nonce != 0;
                 if proven {
                     p.nonce_sent = 0;
@@ -1509,8 +1513,8 @@ impl<R: Random> Client<R> {
         let accepted = accepted || {
             // 3. A Teredo source whose embedded mapping is where it came from.
             // 5. Or a peer local discovery found, from where it was heard.
-            let local = embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
-            if embedded.is_some_and(|t| t.mapped == from) || local {
+            let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
+            if embedded.is_some_and(|t| t.mapped == from) || local() {
                 match self.peers.get_mut(&src) {
                     // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping
                     // while it is valid: a packet claiming the embedded one is taken (RFC
@@ -1606,20 +1610,28 @@ impl<R: Random> Client<R> {
             Some(t) if *t.mapped.ip() == ours && on_link => {}
             _ => return self.dropped(DropReason::SourceMismatch),
         }
-        let new = self.local_peers.heard(src, from, now);
-        let n = self.bubble(&me, &src, 0);
-        tx.udp(from, &self.scratch[..n]);
-        self.stats.bubbles += 1;
-        if new {
-            self.announce(now, tx);
+        // Only a peer new to us (or moved) is answered, and announced to: a flood of
+        // announcements, or forged ones naming a victim on our link, draws nothing more.
+        if self.local_peers.heard(src, from, now) {
+            let n = self.bubble(&me, &src, 0);
+            tx.udp(from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+            // It may have missed our last announcement (it was not there yet): ours
+            // again now, unless one went out a moment ago.
+            self.announce_within(now, Duration::from_millis(200), tx);
         }
     }
 
     /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble
     /// spacing; the next one in 200 to 300 s.
     fn announce(&mut self, now: Duration, tx: &mut impl Transmit) {
+        self.announce_within(now, RETRY, tx);
+    }
+
+    /// An announcement, unless the last one went out less than `spacing` ago.
+    fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut impl Transmit) {
         let Some(me) = self.address() else { return };
-        if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < RETRY) {
+        if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < spacing) {
             return;
         }
         let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
@@ -1841,11 +1853,10 @@ impl<R: Random> Client<R> {
                 // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
                 // address, and our own announcement, which it needs to take our answer.
                 if let Some(at) = self.local_peers.get(&dst, now) {
+                    self.announce(now, tx);
                     let n = self.bubble(&me, &dst, 0);
                     tx.udp(at, &self.scratch[..n]);
                     self.stats.bubbles += 1;
-                    self.last_announce = None;
-                    self.announce(now, tx);
                 }
                 let echo_running = self.open_random_port(now, &me, dst, t, tx);
                 let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));

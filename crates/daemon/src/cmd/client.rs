@@ -266,9 +266,11 @@ fn new_client(
     Ok(c)
 }
 
-/// The local discovery socket: 224.0.0.253:3544, shared with other Teredo clients on
-/// the host (SO_REUSEADDR), joined on the default interface. `None`, with a warning,
-/// if it cannot be had.
+/// The local discovery socket, bound to the group address 224.0.0.253:3544 itself so
+/// that only group traffic reaches it (a unicast "announcement" is not one, RFC 4380
+/// §5.2.8), shared with other Teredo clients on the host (SO_REUSEADDR). The group is
+/// joined on qualification, on the link the local address is on: the network need not
+/// be up at start. `None`, with a warning, if it cannot be had.
 fn discovery_socket() -> Option<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Type};
     let group = shipworm_proto::local_discovery::GROUP;
@@ -276,9 +278,12 @@ fn discovery_socket() -> Option<std::net::UdpSocket> {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
         s.set_reuse_address(true)?;
         s.set_reuse_port(true)?;
-        s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, group.port()).into())?;
-        s.join_multicast_v4(group.ip(), &Ipv4Addr::UNSPECIFIED)?;
+        s.bind(&group.into())?;
         s.set_nonblocking(true)?;
+        // Joined on the default route's link now if there is one (so we hear the
+        // others from the first announcement on), on the local address's link when
+        // qualified.
+        let _ = s.join_multicast_v4(group.ip(), &Ipv4Addr::UNSPECIFIED);
         Ok(s.into())
     })();
     made.map_err(|e| tracing::warn!("no local discovery (224.0.0.253:3544): {e}")).ok()
@@ -407,6 +412,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     };
     let mut buf = vec![0u8; SLOT];
     let mut next_tick = started;
+    // The address the discovery group is joined on.
+    let mut joined: Option<Ipv4Addr> = None;
 
     while !signals.stop_requested() {
         let wait = next_tick.saturating_duration_since(Instant::now());
@@ -420,8 +427,10 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         ];
         // Random ports (rare: peers behind symmetric NATs) join the poll only when open,
         // so the common round allocates nothing.
+        let discovery_ready;
         let ready: Vec<u16> = if out.ports.is_empty() {
             wait::readable(&mut fds, wait)?;
+            discovery_ready = fds[5].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
             Vec::new()
         } else {
             let ports: Vec<u16> = out.ports.fds().map(|(p, _)| p).collect();
@@ -430,6 +439,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             all.extend(out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
             wait::readable(&mut all, wait)?;
             let readable = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+            discovery_ready = readable(&all[5]);
             ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).map(|(&p, _)| p).collect()
         };
         let now = started.elapsed();
@@ -456,7 +466,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             })?;
         }
         // Local discovery bubbles, a batch's worth at most per round.
-        if let Some(d) = &discovery {
+        if let Some(d) = discovery.as_ref().filter(|_| discovery_ready) {
             for _ in 0..BATCH {
                 let Ok((n, std::net::SocketAddr::V4(from))) = d.recv_from(&mut buf) else { break };
                 if let Some(c) = client.as_mut() {
@@ -529,11 +539,24 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     // Where peers behind the same NAT find us (hairpinning): the address
                     // the route to the server leaves from, found again after each change.
                     c.set_local_address(local_address(conf.bind_address, service_port, server));
-                    // The link may be another one: the group is joined again on it.
-                    if let Some(d) = &discovery {
+                    // The group, on the link our local address is on: joined again only
+                    // when that address changed (refreshes come here too); announcements
+                    // leave from that interface.
+                    let here = local_address(conf.bind_address, service_port, server).map(|a| *a.ip());
+                    if let (Some(d), true) = (&discovery, here != joined) {
                         let group = *shipworm_proto::local_discovery::GROUP.ip();
-                        let _ = d.leave_multicast_v4(&group, &Ipv4Addr::UNSPECIFIED);
-                        let _ = d.join_multicast_v4(&group, &Ipv4Addr::UNSPECIFIED);
+                        if let Some(old) = joined.take() {
+                            let _ = d.leave_multicast_v4(&group, &old);
+                        }
+                        if let Some(ip) = here {
+                            match d.join_multicast_v4(&group, &ip) {
+                                // Already a member there (the join at start).
+                                Ok(()) => joined = Some(ip),
+                                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => joined = Some(ip),
+                                Err(e) => tracing::warn!("local discovery: cannot join {group} on {ip}: {e}"),
+                            }
+                            let _ = socket2::SockRef::from(&out.batch).set_multicast_if_v4(&ip);
+                        }
                     }
                     // Behind a symmetric NAT, the port the server saw opened to anyone,
                     // if the gateway speaks PCP.
