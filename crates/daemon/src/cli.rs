@@ -192,8 +192,9 @@ pub struct AddressArgs {
 #[derive(Debug, Args)]
 pub struct LabArgs {
     /// The NAT in front of the client: full-cone, address-restricted, port-restricted,
-    /// symmetric (a random port per destination), sequential (the next port per flow)
-    /// or port-preserving (symmetric, but an endpoint's first flow keeps its port).
+    /// symmetric (a random port per destination), sequential (the next port per flow),
+    /// port-preserving (symmetric, but an endpoint's first flow keeps its port),
+    /// symmetric-upnp or symmetric-pcp (symmetric, with miniupnpd as UPnP or PCP gateway).
     #[arg(long, value_name = "KIND", default_value = "port-restricted")]
     pub nat: String,
 

@@ -1469,8 +1469,8 @@ impl<R: Random> Client<R> {
         let mut learned_port = false;
         // Accepted on the strength of our nonce.
         let mut proven = false;
-        // Trusted at this very endpoint before this packet (may be answered).
-        let known = self.peers.get(&src).is_some_and(|p| p.trusted && p.mapped == from);
+        // Trusted at this very endpoint before this packet (may be answered): rule 1.
+        let mut known = false;
         // A peer heard by local discovery writing from where it announced itself takes
         // our packets from our own local address too (it heard ours): nothing to prove.
         let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
@@ -1479,6 +1479,7 @@ impl<R: Random> Client<R> {
             Some(p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
                 p.bubbles = 0;
+                known = true;
                 true
             }
             // RFC 6081 §5.2.4.4: a direct bubble echoing our last indirect bubble's

@@ -4,7 +4,7 @@
 
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
-use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_proto::transmit::Transmit;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::TeredoAddr;
@@ -18,17 +18,8 @@ const Q: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 50);
 const M: &str = "192.0.2.45:40000";
 const MP: &str = "192.0.2.45:40001"; // the probe port's mapping
 
-struct Rng(u64);
-impl Random for Rng {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            *b = self.0 as u8;
-        }
-    }
-}
+mod common;
+use common::Rng;
 
 #[derive(Default)]
 struct Rec {

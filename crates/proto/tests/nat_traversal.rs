@@ -14,7 +14,7 @@
 
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
-use shipworm_proto::transmit::{Random, Transmit};
+use shipworm_proto::transmit::Transmit;
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_packet::TeredoPacket;
 use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
@@ -27,17 +27,8 @@ const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const SERVER2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 const TTL: u8 = 64;
 
-struct Rng(u64);
-impl Random for Rng {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            *b = self.0 as u8;
-        }
-    }
-}
+mod common;
+use common::Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
