@@ -76,6 +76,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
                 pings: if round == 0 { 20 } else { 3 },
                 keep_on_failure: false,
                 first: Side::Client,
+                shipworm_extra: "",
             };
             let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
             // The same buffers for both chains, as for the relays measured alone.

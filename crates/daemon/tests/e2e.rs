@@ -127,6 +127,7 @@ fn main() {
                             pings: 5,
                             keep_on_failure: false,
                             first,
+                            shipworm_extra: "",
                         };
                         cases.push(Case {
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
@@ -149,6 +150,37 @@ fn main() {
                 }
             }
         }
+    }
+    // The data path without TUN offloads (what a kernel that refuses them gives): one
+    // packet per read and write, both ways, each side speaking first, the transfers
+    // checked intact as above.
+    for first in [Side::Native, Side::Client] {
+        let me = Impl::Shipworm(me.clone());
+        let s = Scenario {
+            nat: NatKind::PortRestricted,
+            server: me.clone(),
+            relay: me.clone(),
+            client: me,
+            transfer_bytes: BYTES,
+            pings: 5,
+            keep_on_failure: false,
+            first,
+            shipworm_extra: "TunOffload no\n",
+        };
+        cases.push(Case {
+            name: format!("{first:<12} without TUN offloads (TunOffload no), relay and client"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                for name in ["relay", "client0"] {
+                    if !lab.log_tail(name, 200).contains("no offloads") {
+                        let log = lab.log_tail(name, 20);
+                        return Err(format!("step 4: {name} did not run without TUN offloads; its log:\n{log}"));
+                    }
+                }
+                Ok(format!("TCP {:.0}/{:.0} Mbit/s, intact", o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()))
+            }),
+        });
     }
     for nat in NatKind::ALL {
         cases.push(Case {

@@ -170,17 +170,21 @@ impl Lab {
         netns::ip(&["link", "add", &port, "netns", &core, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
         netns::ip(&["-n", &core, "link", "set", &port, "master", "br0", "up"])?;
         netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-        Self::segment_in_software(&ns, "eth0")?;
+        Self::like_a_nic(&ns, "eth0")?;
+        Self::like_a_nic(&core, &port)?;
         Ok(ns)
     }
 
-    /// A host's interface hands the wire one datagram per frame, as a NIC without UDP
-    /// segmentation offload does: a veth would pass a segmented send (UDP_SEGMENT) to
-    /// the next namespace whole, so the receiver, the NAT or the generator would do the
-    /// sender's segmenting, and a relay's rate would count work its host never did.
-    fn segment_in_software(ns: &str, dev: &str) -> Result<()> {
-        netns::exec(ns, &["ethtool", "-K", dev, "tx-udp-segmentation", "off"]).map(drop).map_err(|e| {
-            LabError(format!("{e} (ethtool, Debian package `ethtool`, turns UDP segmentation offload off on the lab's interfaces; scripts/test.sh installs it)"))
+    /// Every lab interface behaves like a NIC. It hands the wire one datagram per frame,
+    /// as a NIC without UDP segmentation offload does: a veth would pass a segmented send
+    /// (UDP_SEGMENT) to the next namespace whole, so the receiver, the NAT or the
+    /// generator would do the sender's segmenting, and a relay's rate would count work
+    /// its host never did. And it coalesces what it receives (GRO), as NIC drivers do:
+    /// a veth does not unless asked, and the kernel paths every daemon runs on would be
+    /// those of no real host.
+    fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
+        netns::exec(ns, &["ethtool", "-K", dev, "tx-udp-segmentation", "off", "gro", "on"]).map(drop).map_err(|e| {
+            LabError(format!("{e} (ethtool, Debian package `ethtool`, sets the lab's interfaces' offloads; scripts/test.sh installs it)"))
         })
     }
 
@@ -251,6 +255,8 @@ impl Lab {
         // Routed, not bridged: the box keeps its /24 and the core answers its ARP for
         // the rest of the segment (and the segment's for it).
         netns::ip(&["-n", &core, "link", "set", &port, "up"])?;
+        Self::like_a_nic(&core, &port)?;
+        Self::like_a_nic(&nat, "wan")?;
         netns::exec(
             &core,
             &[
@@ -289,7 +295,8 @@ impl Lab {
             netns::ip(&["link", "add", &port, "netns", &nat, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
             netns::ip(&["-n", &nat, "link", "set", &port, "master", "lan", "up"])?;
             netns::ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
-            Self::segment_in_software(&ns, "eth0")?;
+            Self::like_a_nic(&ns, "eth0")?;
+            Self::like_a_nic(&nat, &port)?;
             let lan = Ipv4Addr::new(10, i as u8, 0, 2 + j as u8);
             Self::addr(&ns, &format!("{lan}/24"), "eth0")?;
             netns::ip(&["-n", &ns, "route", "add", "default", "via", &format!("10.{i}.0.1")])?;
@@ -331,6 +338,8 @@ impl Lab {
         let port = format!("s{client}");
         netns::ip(&["link", "add", &port, "netns", &natns, "type", "veth", "peer", "name", "eth1", "netns", &ns])?;
         netns::ip(&["-n", &natns, "link", "set", &port, "master", "lan", "up"])?;
+        Self::like_a_nic(&ns, "eth1")?;
+        Self::like_a_nic(&natns, &port)?;
         Ok(())
     }
 

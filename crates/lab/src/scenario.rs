@@ -30,6 +30,9 @@ pub struct Scenario {
     pub keep_on_failure: bool,
     /// Who speaks first.
     pub first: Side,
+    /// miredo.conf lines for shipworm's relay and client (not Miredo's), e.g. to take a
+    /// path the defaults do not (`TunOffload no`).
+    pub shipworm_extra: &'static str,
 }
 
 /// One end of a first contact.
@@ -90,10 +93,11 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
     say(&format!("lab built: {} namespaces ({} NAT)", lab.namespaces().len(), s.nat));
     lab.start_server(&s.server).map_err(|e| step(2, "start the server", e))?;
     say(&format!("server up ({}) on {}:3544 and {}:3544", s.server, crate::SERVER_V4, crate::SERVER2_V4));
-    lab.start_relay(&s.relay).map_err(|e| step(3, "start the relay", e))?;
+    let extra = |imp: &Impl| if matches!(imp, Impl::Shipworm(_)) { s.shipworm_extra } else { "" };
+    lab.start_relay_with(&s.relay, extra(&s.relay)).map_err(|e| step(3, "start the relay", e))?;
     say(&format!("relay up ({}) on {}, routing 2001::/32 for the native side", s.relay, crate::RELAY_V4));
     let t0 = Instant::now();
-    lab.start_client(0, &s.client).map_err(|e| step(4, "start the client", e))?;
+    lab.start_client_with(0, &s.client, extra(&s.client)).map_err(|e| step(4, "start the client", e))?;
     let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
     let qualify_secs = t0.elapsed().as_secs_f64();
     say(&format!("client qualified ({}) in {qualify_secs:.2} s: {address}", s.client));

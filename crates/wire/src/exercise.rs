@@ -207,3 +207,77 @@ pub fn pcp(data: &[u8]) {
         (r.opcode, r.nonce, r.protocol, r.internal_port, r.assigned, r.remote)
     );
 }
+
+/// The TUN offloads, on what a device with offloads would hand over: a virtio-net
+/// header, then a packet. Finishing a checksum never panics; a super-packet that parses
+/// cuts into segments whose checksums verify and whose payloads add up to its own, and
+/// the segments joined again as the daemon joins them cut back to the same bytes.
+pub fn offload(data: &[u8]) {
+    use crate::coalescing::{Row, MAX_ROW_LEN};
+    use crate::segmentation::{complete_checksum, SuperPacket};
+    use crate::vnet_hdr::{VnetHdr, HEADER_LEN};
+    let Ok(hdr) = VnetHdr::parse(data) else { return };
+    let packet = &data[HEADER_LEN..];
+    let mut copy = [0u8; 65_536];
+    let n = packet.len().min(copy.len());
+    copy[..n].copy_from_slice(&packet[..n]);
+    if complete_checksum(&hdr, &mut copy[..n]).is_ok() && hdr.flags & crate::vnet_hdr::NEEDS_CSUM != 0 {
+        let from = usize::from(hdr.csum_start);
+        assert_eq!(crate::checksum::fold(crate::checksum::sum(&copy[from..n])), 0xffff, "a finished checksum verifies");
+    }
+    let Ok(sp) = SuperPacket::parse(&hdr, packet) else { return };
+    let (mut seg, mut again) = ([0u8; 65_536], [0u8; 65_536]);
+    let mut row_buf = [0u8; HEADER_LEN + MAX_ROW_LEN];
+    let head = crate::ipv6::HEADER_LEN;
+    let (mut payload, mut row, mut row_first) = (0, None::<Row>, 0);
+    // A row is finished and checked when the next segment does not join it, and at the end.
+    let check_row = |row: &Row, row_buf: &mut [u8], first: usize, again: &mut [u8]| {
+        let len = row.finish(row_buf);
+        let h = VnetHdr::parse(row_buf).expect("a finished row has a header");
+        let whole = &row_buf[HEADER_LEN..len];
+        for i in 0..row.count() {
+            let want = sp.segment(first + i, again).expect("segments cut once cut again");
+            if row.count() == 1 {
+                assert!(h.is_plain());
+                assert_eq!(whole, &again[..want], "a row of one is the packet itself");
+            } else {
+                let back = SuperPacket::parse(&h, whole).expect("a joined row parses as a super-packet");
+                let mut out = [0u8; 2048];
+                let got = back.segment(i, &mut out).expect("joined rows hold segments of at most a 1500-byte MTU");
+                assert_eq!(&out[..got], &again[..want], "joined then cut again: segment {i} differs");
+            }
+        }
+    };
+    for i in 0..sp.count() {
+        let Ok(len) = sp.segment(i, &mut seg) else { return };
+        let s = &seg[..len];
+        assert!(len <= sp.segment_len());
+        assert!(crate::segmentation::verified_transport(s).is_some(), "segment {i}'s checksum does not verify");
+        let l4 = if s[6] == ip_protocol::TCP {
+            crate::tcp::TcpPacket::new_checked(&s[head..]).unwrap().header_len()
+        } else {
+            8
+        };
+        payload += len - head - l4;
+        if len > 1500 {
+            continue; // not joined: segments that large never come from the tunnel
+        }
+        if let Some(r) = row.as_mut() {
+            if r.append(&mut row_buf, s) {
+                continue;
+            }
+            check_row(r, &mut row_buf, row_first, &mut again);
+        }
+        row = Row::start(&mut row_buf, s).ok();
+        row_first = i;
+    }
+    if let Some(r) = row {
+        check_row(&r, &mut row_buf, row_first, &mut again);
+    }
+    let l4 = if packet[6] == ip_protocol::TCP {
+        crate::tcp::TcpPacket::new_checked(&packet[head..]).unwrap().header_len()
+    } else {
+        8
+    };
+    assert_eq!(payload, packet.len() - head - l4, "the segments carry the super-packet's payload");
+}

@@ -48,6 +48,7 @@
 extern crate std;
 
 pub mod checksum;
+pub mod coalescing;
 mod error;
 // The fuzz harnesses are shared by the property tests and `fuzz/`, and are no API for
 // anyone else: a feature keeps them out of ordinary builds.
@@ -61,12 +62,15 @@ pub mod ipv6;
 pub mod ipv6_ext;
 pub mod ndisc_option;
 pub mod pcp;
+pub mod segmentation;
+pub mod tcp;
 pub mod teredo_addr;
 pub mod teredo_auth;
 pub mod teredo_origin;
 pub mod teredo_packet;
 pub mod teredo_trailer;
 pub mod udp;
+pub mod vnet_hdr;
 
 pub use error::{Error, Result};
 

@@ -10,6 +10,7 @@ use crate::io::netlink::{Netlink, NetworkWatch};
 use crate::io::port_mapping::{Mapper, PortMapping};
 use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
+use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::logging;
@@ -36,15 +37,16 @@ const BATCH: usize = 32;
 const UDP_BATCHES_PER_ROUND: usize = 8;
 const TICK: Duration = Duration::from_millis(100);
 
-/// The client's output: the service socket's send batch (flushed when full and after
-/// each round), the probe socket for the NAT test (a datagram now and then), the TUN.
+/// The client's output: the service socket's send batch and the TUN batch (flushed
+/// when full and after each round), the probe socket for the NAT test (a datagram now
+/// and then).
 struct Out<'a> {
     batch: SendBatch,
     probe: &'a Socket,
     tun: &'a Tun,
-    /// Datagrams the probe socket could not send, and packets the TUN refused.
+    /// Datagrams the probe socket could not send.
     probe_errors: u64,
-    tun_errors: u64,
+    tun_out: TunWriter,
     /// Random ports for peers behind symmetric NATs (RFC 6081 §5.4, §5.5).
     ports: RandomPorts,
 }
@@ -57,9 +59,7 @@ impl Transmit for Out<'_> {
         self.batch.send_hop_limited(to, payload, ttl);
     }
     fn tun(&mut self, packet: &[u8]) {
-        if self.tun.send(packet).is_err() {
-            self.tun_errors += 1;
-        }
+        self.tun_out.push(self.tun, packet);
     }
     fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
         if self.probe.send_to(payload, &to.into()).is_err() {
@@ -175,7 +175,7 @@ fn status_json(
 ) -> String {
     let io_errors = serde_json::json!({
         "udp_send_failures": out.batch.failed() + out.probe_errors + out.ports.failures,
-        "tun_write_failures": out.tun_errors,
+        "tun_write_failures": out.tun_out.failed(),
     });
     let Some(c) = client else {
         // Nothing resolved yet: no state machine to ask, the same shape all the same.
@@ -337,7 +337,11 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
 
     // Nothing here needs the network to be up: the sockets bind to BindAddress
     // (0.0.0.0 unless configured), and server names are looked up later.
-    let tun = Tun::create(&conf.interface).map_err(Failure::runtime)?;
+    let tun = Tun::create_queues(&conf.interface, 1, conf.tun_offload)
+        .map_err(Failure::runtime)?
+        .pop()
+        .expect("one queue asked, one given");
+    tracing::info!("{}: {}", tun.name(), tun.offloads());
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
     nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
@@ -400,17 +404,18 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         hook: conf.hook_script.clone(),
     };
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
-    let mut rx_service = RecvBatch::new(dup(&sock)?, BATCH, SLOT);
+    let mut rx_service = RecvBatch::coalescing(dup(&sock)?, BATCH, SLOT);
     let mut rx_probe = RecvBatch::new(dup(&probe)?, BATCH, SLOT);
     let mut out = Out {
         batch: SendBatch::new(sock, BATCH, SLOT),
         probe: &probe,
         tun: &tun,
         probe_errors: 0,
-        tun_errors: 0,
+        tun_out: TunWriter::default(),
         ports: RandomPorts::new(conf.bind_address, template.random_ports),
     };
     let mut buf = vec![0u8; SLOT];
+    let mut tun_in = TunReader::default();
     let mut next_tick = started;
     // The address the discovery group is joined on.
     let mut joined: Option<Ipv4Addr> = None;
@@ -483,7 +488,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 }
             }
         }
-        drain::tun(&tun, &mut buf, BATCH, |packet| {
+        out.tun_out.flush(&tun);
+        drain::tun(&tun, &mut tun_in, BATCH, |packet| {
             if let Some(c) = client.as_mut() {
                 c.on_tun(now, packet, &mut out);
             }
@@ -530,6 +536,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 next_tick = Instant::now() + TICK;
             }
         }
+        out.tun_out.flush(&tun);
         if !out.batch.is_empty() {
             out.batch.flush();
         }

@@ -40,6 +40,7 @@ pub fn run(args: &LabArgs) -> Result<(), Failure> {
         pings: 5,
         keep_on_failure: args.keep,
         first: if args.first == "client" { Side::Client } else { Side::Native },
+        shipworm_extra: "",
     };
     let mut n = 0;
     let mut say = |line: &str| {

@@ -10,6 +10,7 @@ use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
+use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::logging;
@@ -40,17 +41,17 @@ const TICK: Duration = Duration::from_millis(250);
 /// Peer-table shards per worker: two workers meet on one shard's lock rarely.
 const SHARDS_PER_WORKER: usize = 64;
 
-/// The relay's output: UDP into a send batch (flushed when full and after each
-/// round), IPv6 packets straight to the TUN.
+/// The relay's output: UDP into a send batch, IPv6 packets into a TUN batch (each
+/// flushed when full and after each side of a round).
 struct Out<'a> {
     tun: &'a Tun,
     batch: SendBatch,
-    tun_errors: u64,
+    tun_out: TunWriter,
 }
 
 impl Out<'_> {
     fn io_errors(&self) -> IoErrors {
-        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_errors }
+        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_out.failed() }
     }
 }
 
@@ -59,9 +60,7 @@ impl Transmit for Out<'_> {
         self.batch.push(to, payload);
     }
     fn tun(&mut self, packet: &[u8]) {
-        if self.tun.send(packet).is_err() {
-            self.tun_errors += 1;
-        }
+        self.tun_out.push(self.tun, packet);
     }
 }
 
@@ -125,8 +124,9 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     }
     let workers =
         conf.relay_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).clamp(1, 256);
-    let tuns = Tun::create_queues(&conf.interface, workers).map_err(Failure::runtime)?;
+    let tuns = Tun::create_queues(&conf.interface, workers, conf.tun_offload).map_err(Failure::runtime)?;
     let name = tuns[0].name().to_string();
+    let offloads = tuns[0].offloads();
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(&name).map_err(Failure::runtime)?;
     let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
@@ -175,7 +175,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     };
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
     tracing::info!(
-        "Teredo {} on {name} (UDP {}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards)",
+        "Teredo {} on {name} (UDP {}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards), {}",
         match conf.role {
             RelayType::Host => "host-specific relay",
             RelayType::Restricted => "relay (restricted)",
@@ -186,6 +186,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         conf.peer_capacity,
         if workers == 1 { "" } else { "s" },
         relay.shards(),
+        offloads,
     );
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
@@ -248,9 +249,9 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     let WorkerIo { sock, tun } = io;
     let mut state = crew.relay.worker();
     let dup = || sock.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate the UDP socket: {e}")));
-    let mut rx = RecvBatch::new(dup()?, BATCH, SLOT);
-    let mut out = Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_errors: 0 };
-    let mut buf = vec![0u8; SLOT];
+    let mut rx = RecvBatch::coalescing(dup()?, BATCH, SLOT);
+    let mut out = Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() };
+    let mut tun_in = TunReader::default();
     let mut next_tick = crew.started + TICK;
     // Adaptive busy polling: right after traffic, look again at once rather than sleep
     // in poll(2) — a sleeping thread's wake-up costs more than the relay's own work —
@@ -285,8 +286,9 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             let mut handled = drain::udp(&mut rx, UDP_BATCHES_PER_ROUND, |from, data| {
                 crew.relay.on_udp(&mut state, now, from, data, &mut out);
             })?;
+            out.tun_out.flush(tun);
             let now = crew.started.elapsed();
-            handled += drain::tun(tun, &mut buf, BATCH, |packet| {
+            handled += drain::tun(tun, &mut tun_in, BATCH, |packet| {
                 crew.relay.on_tun(&mut state, now, packet, &mut out);
             })?;
             if Instant::now() >= next_tick {
@@ -296,6 +298,8 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                 publish(&state, &out);
                 next_tick += TICK;
             }
+            // Timers and a bubble's answer may have queued for either side.
+            out.tun_out.flush(tun);
             if !out.batch.is_empty() {
                 out.batch.flush();
             }

@@ -39,6 +39,7 @@ pub const DIRECTIVES: &[&str] = &[
     "RelayAddress",
     "RelayThreads",
     "BusyPoll",
+    "TunOffload",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -108,6 +109,9 @@ pub struct MiredoConf {
     /// Microseconds a relay worker keeps looking for packets after its last one before
     /// it sleeps (0: sleep at once).
     pub busy_poll_us: u64,
+    /// Whether the TUN device takes and hands over super-packets and leaves checksums
+    /// to us (virtio-net headers), when the kernel grants it.
+    pub tun_offload: bool,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -154,6 +158,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         relay_address: None,
         relay_threads: None,
         busy_poll_us: 50,
+        tun_offload: true,
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -197,6 +202,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         if role_only(&d, true) {
             c.prefix = f.value(&d, config::teredo_prefix)?;
         }
+    }
+    if let Some(d) = f.take("TunOffload")? {
+        c.tun_offload = f.value(&d, config::yes_no)?;
     }
     if let Some(d) = f.take("InterfaceMTU")? {
         if role_only(&d, true) {
@@ -388,6 +396,9 @@ mod tests {
         assert_eq!(load_text("RelayType relay\nRelayThreads 4\n").unwrap().relay_threads, Some(4));
         assert!(load_text("RelayType relay\nRelayThreads 0\n").unwrap_err().contains("1 to 256 worker threads"));
         assert_eq!(load_text("RelayType relay\nBusyPoll 0\n").unwrap().busy_poll_us, 0);
+        assert!(load_text("RelayType relay\n").unwrap().tun_offload, "on by default");
+        assert!(!load_text("RelayType relay\nTunOffload no\n").unwrap().tun_offload);
+        assert!(!load_text("ServerAddress 192.0.2.1\ntunoffload off\n").unwrap().tun_offload);
         assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
         let sns = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nSymmetricNatSupport {v}\n"));

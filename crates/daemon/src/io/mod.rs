@@ -1,12 +1,13 @@
 //! The daemon's I/O floor: UDP sockets in batches (recvmmsg/sendmmsg, segmented
-//! sends), a client's per-peer random ports, socket buffer sizing, the TUN device and
-//! rtnetlink. Nothing here knows
-//! Teredo; the roles in `cmd/` drive it.
+//! sends, coalesced receives), a client's per-peer random ports, socket buffer sizing,
+//! the TUN device and its batches (offloads: super-packets cut and joined) and
+//! rtnetlink. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
 pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;
 pub mod socket_buffers;
 pub mod tun;
+pub mod tun_batch;
 pub mod udp_batch;
 pub mod udp_socket;

@@ -1,5 +1,7 @@
 //! Batched UDP I/O: many datagrams per system call with recvmmsg(2) and sendmmsg(2),
-//! into buffers allocated once. The packet path allocates nothing. Each batch owns its
+//! into buffers allocated once, rows of datagrams to one destination as one segmented
+//! send (UDP_SEGMENT), and on receive rows the kernel coalesced (UDP_GRO) split again
+//! into their datagrams. The packet path allocates nothing. Each batch owns its
 //! socket (a duplicate descriptor where one socket both receives and sends), so a
 //! caller cannot hand it the wrong one, and counts what the kernel refused.
 
@@ -80,11 +82,21 @@ impl Arrays {
     }
 }
 
-/// Receives up to `n` datagrams per call from its socket.
+/// Room for the UDP_GRO control message of one received row (an int, aligned).
+const GRO_CMSG_WORDS: usize = 4;
+/// Messages per call on a coalescing socket: each may hold a row of up to 64 datagrams.
+const GRO_MESSAGES: usize = 16;
+/// A coalescing socket's slot: the largest row the kernel builds.
+const GRO_SLOT: usize = 65_536;
+
+/// Receives up to `n` datagrams (or rows of them, on a coalescing socket) per call
+/// from its socket.
 pub struct RecvBatch {
     fd: OwnedFd,
     a: Arrays,
     filled: usize,
+    /// Per message, room for the UDP_GRO control message (empty when not coalescing).
+    ctrl: Box<[[u64; GRO_CMSG_WORDS]]>,
 }
 
 impl AsFd for RecvBatch {
@@ -97,7 +109,36 @@ impl RecvBatch {
     /// A batch of `n` slots of `slot` bytes reading `socket`; larger datagrams are
     /// reported empty.
     pub fn new(socket: impl Into<OwnedFd>, n: usize, slot: usize) -> RecvBatch {
-        RecvBatch { fd: socket.into(), a: Arrays::new(n, slot), filled: 0 }
+        RecvBatch { fd: socket.into(), a: Arrays::new(n, slot), filled: 0, ctrl: Box::new([]) }
+    }
+
+    /// A batch on `socket` that asks the kernel to coalesce consecutive datagrams of
+    /// one sender into rows (UDP_GRO, Linux 5.0): one trip up the stack and one message
+    /// for the row, which [`datagrams`](Self::datagrams) splits again. Without it (an
+    /// older kernel) the batch is [`new`](Self::new)`(socket, n, slot)`.
+    pub fn coalescing(socket: impl Into<OwnedFd>, n: usize, slot: usize) -> RecvBatch {
+        let fd: OwnedFd = socket.into();
+        let on: libc::c_int = 1;
+        // SAFETY: UDP_GRO takes an int, passed by pointer with its size.
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_UDP,
+                libc::UDP_GRO,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        };
+        if r != 0 {
+            tracing::debug!("UDP_GRO refused ({}): one datagram per message", io::Error::last_os_error());
+            return RecvBatch::new(fd, n, slot);
+        }
+        let n = GRO_MESSAGES;
+        let mut b = RecvBatch { fd, a: Arrays::new(n, GRO_SLOT), filled: 0, ctrl: vec![[0; GRO_CMSG_WORDS]; n].into() };
+        for i in 0..n {
+            b.a.hdrs[i].msg_hdr.msg_control = b.ctrl[i].as_mut_ptr().cast();
+        }
+        b
     }
 
     /// Datagrams one call can return.
@@ -110,10 +151,12 @@ impl RecvBatch {
     pub fn recv(&mut self) -> io::Result<usize> {
         let fd = self.fd.as_fd();
         let n = self.a.hdrs.len();
+        let ctrl_len = if self.ctrl.is_empty() { 0 } else { std::mem::size_of::<[u64; GRO_CMSG_WORDS]>() };
         for i in 0..n {
             self.a.iovs[i].iov_len = self.a.slot;
             self.a.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<Storage>() as u32;
             self.a.hdrs[i].msg_hdr.msg_flags = 0;
+            self.a.hdrs[i].msg_hdr.msg_controllen = ctrl_len;
             self.a.hdrs[i].msg_len = 0;
         }
         // SAFETY: every header points into arrays owned by `self.a`, sized as declared.
@@ -141,6 +184,38 @@ impl RecvBatch {
             SocketAddr::V6(a) => SocketAddrV4::new(a.ip().to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED), a.port()),
         };
         (from, data)
+    }
+
+    /// The datagrams of message `i` of the last call: one, or on a coalescing socket
+    /// the row the kernel joined, cut where the sender's datagrams ended (every one
+    /// the size the kernel reports but the last).
+    pub fn datagrams(&self, i: usize) -> impl Iterator<Item = &[u8]> {
+        let (_, data) = self.get_any(i);
+        let size = self.segment_size(i).filter(|&s| s > 0 && s < data.len()).unwrap_or(data.len().max(1));
+        // An empty payload (a zero-length datagram, or a truncated one) is one datagram.
+        let empty = data.is_empty().then_some(data);
+        data.chunks(size).chain(empty)
+    }
+
+    /// The segment size of a coalesced row (UDP_GRO control message), if message `i`
+    /// is one.
+    fn segment_size(&self, i: usize) -> Option<usize> {
+        if self.ctrl.is_empty() {
+            return None;
+        }
+        let h = &self.a.hdrs[i].msg_hdr;
+        // SAFETY: the control buffer was handed to the kernel with its length, and the
+        // CMSG macros walk only within msg_controllen of it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(h);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
+                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>()) as usize);
+                }
+                c = libc::CMSG_NXTHDR(h, c);
+            }
+        }
+        None
     }
 
     /// Datagram `i` of the last call, on a socket of either family.
@@ -533,6 +608,47 @@ mod tests {
         assert_eq!(out.plan(0), 2);
         assert_eq!(out.flush(), (2, 0));
         assert_eq!(read_all(&rx, 2).len(), 2);
+    }
+
+    #[test]
+    fn a_coalescing_socket_gets_rows_and_splits_them_into_the_datagrams_sent() {
+        let (rx, tx) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        let to = rx.local_addr().unwrap();
+        // Before anything is sent: the kernel splits rows queued before it is asked.
+        let mut inb = RecvBatch::coalescing(rx.try_clone().unwrap(), 64, SLOT);
+        let mut out = SendBatch::new(tx.try_clone().unwrap(), 64, SLOT);
+        // Two rows (30 of 1000 bytes and a shorter last; 10 of 200), then a datagram alone.
+        queue(&mut out, to, 0, 30, 1000);
+        queue(&mut out, to, 30, 1, 10);
+        queue(&mut out, to, 31, 10, 200);
+        queue(&mut out, to, 41, 1, 1300);
+        assert_eq!(out.flush(), (42, 0));
+        let (mut got, mut messages) = (Vec::new(), 0);
+        for _ in 0..400 {
+            let n = inb.recv().unwrap();
+            messages += n;
+            for i in 0..n {
+                got.extend(inb.datagrams(i).map(<[u8]>::to_vec));
+            }
+            if got.len() >= 42 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let lens: Vec<(u8, usize)> = got.iter().map(|d| (d[0], d.len())).collect();
+        let mut want: Vec<(u8, usize)> = (0..30).map(|i| (i, 1000)).collect();
+        want.push((30, 10));
+        want.extend((31..41).map(|i| (i, 200)));
+        want.push((41, 1300));
+        assert_eq!(lens, want, "every datagram whole and in order");
+        assert!(got.iter().all(|d| d.iter().all(|&b| b == d[0])));
+        // Loopback hands a segmented send to a coalescing socket as one row.
+        assert_eq!(messages, 3, "a message per row and one for the datagram alone");
+        // A zero-length datagram is still one.
+        tx.send_to(&[], to).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(inb.recv().unwrap(), 1);
+        assert_eq!(inb.datagrams(0).map(<[u8]>::len).collect::<Vec<usize>>(), vec![0]);
     }
 
     #[test]

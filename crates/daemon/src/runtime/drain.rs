@@ -1,14 +1,15 @@
-//! Bounded reads for the event loops: every role drains its sockets a batch at a time
-//! and its TUN a packet at a time, but never without end, so a flood on one input
+//! Bounded reads for the event loops: every role drains its sockets and its TUN a batch
+//! at a time, but never without end, so a flood on one input
 //! cannot hold a loop away from the others, its timers and the stop flag.
 
 use crate::io::tun::Tun;
+use crate::io::tun_batch::TunReader;
 use crate::io::udp_batch::RecvBatch;
 use crate::runtime::Failure;
 use std::net::SocketAddrV4;
 
 /// Read `batch` until it comes back short or `max_batches` calls were made, handing
-/// each datagram to `f`. Returns the datagrams read.
+/// each datagram to `f` (a coalesced row's one by one). Returns the datagrams read.
 pub fn udp(
     batch: &mut RecvBatch,
     max_batches: usize,
@@ -18,10 +19,12 @@ pub fn udp(
     for _ in 0..max_batches {
         let n = batch.recv().map_err(|e| Failure::runtime(format!("receive: {e}")))?;
         for i in 0..n {
-            let (from, data) = batch.get(i);
-            f(from, data);
+            let (from, _) = batch.get(i);
+            for data in batch.datagrams(i) {
+                f(from, data);
+                total += 1;
+            }
         }
-        total += n;
         if n < batch.capacity() {
             break;
         }
@@ -29,17 +32,10 @@ pub fn udp(
     Ok(total)
 }
 
-/// Read up to `max` packets from `tun` into `buf`, handing each to `f`. Returns the
-/// packets read.
-pub fn tun(tun: &Tun, buf: &mut [u8], max: usize, mut f: impl FnMut(&[u8])) -> Result<usize, Failure> {
-    for k in 0..max {
-        match tun.recv(buf) {
-            Ok(Some(n)) => f(&buf[..n]),
-            Ok(None) => return Ok(k),
-            Err(e) => return Err(Failure::runtime(format!("read {}: {e}", tun.name()))),
-        }
-    }
-    Ok(max)
+/// Read `tun` until about `max` packets (a super-packet's segments all count) were
+/// handed to `f`, or it is empty. Returns the packets read.
+pub fn tun(tun: &Tun, reader: &mut TunReader, max: usize, f: impl FnMut(&[u8])) -> Result<usize, Failure> {
+    reader.drain(tun, max, f).map_err(|e| Failure::runtime(format!("read {}: {e}", tun.name())))
 }
 
 #[cfg(test)]
