@@ -94,6 +94,49 @@ pub fn steer(ns: &str, on: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Time the relay host's core has been idle since boot (idle and iowait in
+/// /proc/stat, which a tickless kernel counts from its idle entries and exits, not by
+/// sampling ticks). Wall time less this is everything the host did on its core: the
+/// relay's process and the kernel's receive, TUN and routing work on its behalf, which
+/// tick-sampled user and system times miss when it runs between ticks.
+pub fn relay_core_idle() -> Result<std::time::Duration, String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    let name = format!("cpu{RELAY_CPU} ");
+    let line = stat.lines().find(|l| l.starts_with(&name)).ok_or_else(|| format!("/proc/stat has no {name}line"))?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait …
+    let idle: u64 = [3, 4].iter().filter_map(|&i| f.get(i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(std::time::Duration::from_nanos(idle * 1_000_000_000 / hz))
+}
+
+/// CPU time the processes living in namespace `ns` (ours excepted) have run, every
+/// thread's, from /proc/PID/task/TID/schedstat (nanoseconds): the relay's own share of
+/// its host's work.
+pub fn host_process_time(ns: &str) -> Result<std::time::Duration, String> {
+    let net = std::fs::metadata(format!("/run/netns/{ns}")).map_err(|e| format!("namespace {ns}: {e}"))?.ino();
+    let me = std::process::id().to_string();
+    let mut ns_total = 0u64;
+    for p in std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?.flatten() {
+        let name = p.file_name();
+        if name.to_str().is_none_or(|s| s == me || !s.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        if std::fs::metadata(p.path().join("ns/net")).map(|m| m.ino()).ok() != Some(net) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
+        for t in tasks.flatten() {
+            let on_cpu = std::fs::read_to_string(t.path().join("schedstat"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
+            ns_total += on_cpu.unwrap_or(0);
+        }
+    }
+    Ok(std::time::Duration::from_nanos(ns_total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@ use crate::cpus::{self, RELAY_CPU};
 use crate::error::Failure;
 use crate::report::*;
 use crate::stats::*;
-use crate::traffic::{ipv6_udp, latencies, max_rate, socket_in, v6, Build, Emulated, Flood, Found, Probe, Sink};
+use crate::traffic::{
+    ipv6_udp, latencies, max_rate, paced, settled, socket_in, v6, Build, Emulated, Flood, Found, Probe, Sink,
+};
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
 use shipworm_lab::{Impl, Lab, LabSpec, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
@@ -44,6 +46,69 @@ pub(crate) struct Figures {
     /// (direction, size) → how many of its searches the generator held: their lowest
     /// failing rate failed only because the sender fell short, the path losing nothing.
     pub(crate) held: BTreeMap<(&'static str, usize), usize>,
+    /// (direction, offered rate) → CPU per packet delivered, one per trial.
+    pub(crate) cpu: BTreeMap<(&'static str, u64), Vec<CpuTrial>>,
+}
+
+/// One fixed-rate trial's cost: CPU time over the packets it delivered.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CpuTrial {
+    /// The relay's processes, µs per packet (0 for the kernel path, which has none).
+    pub(crate) process_us: f64,
+    /// The relay host's whole core (process, and the kernel's work for it), µs per packet.
+    pub(crate) core_us: f64,
+    /// Packets delivered over packets sent.
+    pub(crate) delivered: f64,
+}
+
+/// Offered rates of the CPU trials, packets per second.
+pub(crate) const CPU_RATES: [u64; 2] = [50_000, 100_000];
+/// IPv6 size of the CPU trials' packets.
+pub(crate) const CPU_SIZE: usize = 1280;
+
+/// CPU per packet on every route of [`CPU_SIZE`] at each of [`CPU_RATES`]: a paced
+/// trial (1 s; 200 ms quick) while the relay host's core time and its processes' time
+/// are read before and after. The host's core is its own (the traffic runs on the
+/// other), so its busy time is the host's work; CPU time a busy-polling relay spends
+/// waiting counts, as its users pay it.
+pub(crate) fn cpu_trials(
+    label: &str,
+    routes: &mut [Route<'_>],
+    host_ns: &str,
+    quick: bool,
+    prepare: &dyn Fn(Phase) -> Result<(), String>,
+    f: &mut Figures,
+    say: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    let dur = if quick { Duration::from_millis(200) } else { Duration::from_secs(1) };
+    for p in routes.iter_mut().filter(|p| p.key.1 == CPU_SIZE) {
+        for rate in CPU_RATES {
+            prepare(Phase::Rate).map_err(Failure::runtime)?;
+            let before = settled(p.sink);
+            let (t0, idle0, proc0) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
+            let sent = paced(p.tx, rate, dur, &mut *p.load);
+            let got = settled(p.sink) - before;
+            let (t1, idle1, proc1) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
+            let per_packet = |d: Duration| d.as_secs_f64() * 1e6 / got.max(1) as f64;
+            let (idle0, idle1) = (idle0.map_err(Failure::runtime)?, idle1.map_err(Failure::runtime)?);
+            let busy = (t1 - t0).saturating_sub(idle1.saturating_sub(idle0));
+            let ran = proc1.map_err(Failure::runtime)?.saturating_sub(proc0.map_err(Failure::runtime)?);
+            let t = CpuTrial {
+                process_us: per_packet(ran),
+                core_us: per_packet(busy),
+                delivered: got as f64 / sent.max(1) as f64,
+            };
+            say(&format!(
+                "  {label} {} {rate} pkt/s offered: {:.2} µs/packet process, {:.2} µs/packet core, {:.1} % delivered",
+                p.key.0,
+                t.process_us,
+                t.core_us,
+                t.delivered * 100.0
+            ));
+            f.cpu.entry((p.key.0, rate)).or_default().push(t);
+        }
+    }
+    Ok(())
 }
 
 impl Figures {
@@ -85,6 +150,8 @@ pub(crate) struct EndToEnd {
     pub(crate) ping_ms: f64,
     /// TCP Mbit/s, every transfer client → native and back.
     pub(crate) tcp: (Vec<f64>, Vec<f64>),
+    /// TCP Mbit/s of [`TCP_STREAMS`] connections at once, client → native and back.
+    pub(crate) tcp_streams: (Vec<f64>, Vec<f64>),
     /// UDP packets/s under 0.1 % loss, client → native and back, every search of every round.
     pub(crate) udp: (Vec<f64>, Vec<f64>),
 }
@@ -370,6 +437,7 @@ pub(crate) fn measure_relay(
         cpus::steer(&rly, phase == Phase::Rate)
     };
     measure_routes(label, &mut routes, quick, hints, &prepare, &mut f, say)?;
+    cpu_trials(label, &mut routes, &rly, quick, &prepare, &mut f, say)?;
     drop(routes);
     // Established peers while spoofed new peers pour in.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
@@ -430,6 +498,38 @@ pub(crate) fn e2e_tcp(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<([f64
     let out = [once(&cns, &h6, HOST6_V6)?, once(&cns, &h6, HOST6_V6)?];
     let back = [once(&h6, &cns, client)?, once(&h6, &cns, client)?];
     Ok((out, back))
+}
+
+/// Connections of the parallel TCP transfers.
+pub(crate) const TCP_STREAMS: usize = 4;
+
+/// TCP through a client and relay chain, both ways, with [`TCP_STREAMS`] connections
+/// at once carrying `bytes` between them, each checked intact: Mbit/s of all their
+/// bytes over the time the slowest took.
+pub(crate) fn e2e_tcp_streams(lab: &Lab, client: Ipv6Addr, bytes: usize) -> Result<(f64, f64), Failure> {
+    let (cns, h6) = (lab.clients[0].ns.clone(), lab.ns("h6"));
+    let once = |from: &str, to: &str, addr: Ipv6Addr| -> Result<f64, Failure> {
+        let each = bytes / TCP_STREAMS;
+        let all: Vec<_> = std::thread::scope(|s| {
+            let running: Vec<_> = (0..TCP_STREAMS)
+                .map(|_| s.spawn(|| tcp_transfer(from, to, addr, each, Duration::from_secs(30))))
+                .collect();
+            running.into_iter().map(|h| h.join().map_err(|_| Failure::runtime("a TCP stream panicked"))).collect()
+        });
+        let (mut total, mut slowest) = (0u64, 0f64);
+        for t in all {
+            let t = t?.map_err(lab_err)?;
+            if !t.intact {
+                return Err(Failure::runtime(format!(
+                    "bench: TCP ×{TCP_STREAMS} {from} → {to}: the bytes that arrived differ from those sent"
+                )));
+            }
+            total += t.bytes;
+            slowest = slowest.max(t.secs);
+        }
+        Ok(total as f64 * 8.0 / slowest.max(1e-9) / 1e6)
+    };
+    Ok((once(&cns, &h6, HOST6_V6)?, once(&h6, &cns, client)?))
 }
 
 /// UDP through a client and relay chain, both ways: the highest rate under 0.1 % loss
@@ -501,7 +601,9 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
         }
     }
     let rly = lab.ns("rly");
-    measure_routes("kernel", &mut routes, quick, hints, &|phase| cpus::steer(&rly, phase == Phase::Rate), &mut f, say)?;
+    let prepare = |phase: Phase| cpus::steer(&rly, phase == Phase::Rate);
+    measure_routes("kernel", &mut routes, quick, hints, &prepare, &mut f, say)?;
+    cpu_trials("kernel", &mut routes, &rly, quick, &prepare, &mut f, say)?;
     drop(routes);
     // The reference under the same flood: sending it costs the traffic core as much
     // here as beside a relay. The bubbles end at a socket on the relay host nobody

@@ -226,6 +226,7 @@ pub(crate) fn report(
     ratios.push(("rate under flood shipworm/Miredo".into(), s / m));
     ratios.push(("rate under flood shipworm/kernel".into(), s / k));
     let _ = writeln!(r);
+    cpu_section(&mut r, runs, ratios);
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each lab's median, averaged over the labs (a lab sets its level: the kernel path sat at 9.1 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). The kernel path was probed in every lab, its own and each relay's (there in turns of 200 probes with the relay's), so its figure averages three labs a round. p99: of all probes. Added: the latency shipworm adds over the kernel path as a share of what Miredo adds, (shipworm − kernel) / (Miredo − kernel), ± its 90 % interval from the spread of the labs; a quotient of differences, it magnifies their noise about fourfold, so it is a derived figure, not one of the ratios checked for ±15 % below.\n");
     let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo ± 90 % |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
@@ -267,27 +268,89 @@ pub(crate) fn report(
         let _ = writeln!(r, "| {n} | {i:.0} | {l:.0} | {:.0} MiB ({:.0} B/peer) |", m / 1048576.0, m / *n as f64);
     }
     let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
-    let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|");
+    let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | TCP ×{TCP_STREAMS} client→native | TCP ×{TCP_STREAMS} native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|---|---|");
+    // A figure and the range of what it summarises.
+    let spread = |v: &[f64], f: f64| {
+        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        if v.len() > 1 {
+            format!("{f:.0} ({lo:.0}–{hi:.0})")
+        } else {
+            format!("{f:.0}")
+        }
+    };
     for e in e2e {
         let ((tcp_up, tcp_down), (up, down)) = (both_ways(&e.tcp), both_ways(&e.udp));
+        let (s_up, s_down) = both_ways(&e.tcp_streams);
         let _ = writeln!(
             r,
-            "| {} | {:.0} ms | {:.2} ms | {tcp_up:.0} Mbit/s | {tcp_down:.0} Mbit/s | {up:.0} pkt/s | {down:.0} pkt/s |",
+            "| {} | {:.0} ms | {:.2} ms | {} Mbit/s | {} Mbit/s | {} Mbit/s | {} Mbit/s | {up:.0} pkt/s | {down:.0} pkt/s |",
             e.name,
             median(&e.qualify_secs) * 1000.0,
             e.ping_ms,
+            spread(&e.tcp.0, tcp_up),
+            spread(&e.tcp.1, tcp_down),
+            spread(&e.tcp_streams.0, s_up),
+            spread(&e.tcp_streams.1, s_down),
         );
     }
     if let [sw, mi] = e2e {
         let (st, su, mt, mu) = (both_ways(&sw.tcp), both_ways(&sw.udp), both_ways(&mi.tcp), both_ways(&mi.udp));
+        let (s4, m4) = (both_ways(&sw.tcp_streams), both_ways(&mi.tcp_streams));
         ratios.push(("e2e TCP client→native shipworm/Miredo".into(), st.0 / mt.0));
         ratios.push(("e2e TCP native→client shipworm/Miredo".into(), st.1 / mt.1));
+        ratios.push((format!("e2e TCP ×{TCP_STREAMS} client→native shipworm/Miredo"), s4.0 / m4.0));
+        ratios.push((format!("e2e TCP ×{TCP_STREAMS} native→client shipworm/Miredo"), s4.1 / m4.1));
         ratios.push(("e2e UDP client→native shipworm/Miredo".into(), su.0 / mu.0));
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
     let rounds = e2e_rounds(quick);
-    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
+    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
     (r, compared)
+}
+
+/// CPU per packet at fixed offered rates: each implementation's relay process and its
+/// host's whole core, the figure over its trials with their range, and shipworm's as a
+/// share of Miredo's.
+fn cpu_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, ratios: &mut Vec<(String, f64)>) {
+    let trials = |name: &str, key: (&'static str, u64)| -> Vec<CpuTrial> {
+        runs.get(name).into_iter().flatten().filter_map(|f| f.cpu.get(&key)).flatten().copied().collect()
+    };
+    let fig = |v: &[CpuTrial], pick: fn(&CpuTrial) -> f64| -> (f64, String) {
+        let x: Vec<f64> = v.iter().map(pick).collect();
+        if x.is_empty() {
+            return (f64::NAN, "—".into());
+        }
+        let m = middle_mean(&x);
+        let (lo, hi) = x.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &y| (l.min(y), h.max(y)));
+        (m, if x.len() > 1 { format!("{m:.2} ({lo:.2}–{hi:.2})") } else { format!("{m:.2}") })
+    };
+    let _ = writeln!(r, "## CPU per packet ({CPU_SIZE}-byte IPv6 packets at fixed offered rates)\n\nµs of CPU per packet delivered, over one trial a round of each rate: the relay's processes (their threads' run time), and the relay host's whole core (busy time of the core the host was pinned to, the kernel's receive, TUN and routing work for it included; the traffic ran on the other core). The mean of the trials without the highest and lowest ninth, their range in brackets. The kernel row is the native path forwarded by the relay host's kernel: the cost of the packet's trip through a host, no tunnel.\n");
+    let _ = writeln!(r, "| direction | offered (packets/s) | shipworm process | shipworm core | Miredo process | Miredo core | kernel core | process: shipworm / Miredo | core: shipworm / Miredo | delivered (shipworm, Miredo) |");
+    let _ = writeln!(r, "|---|---|---|---|---|---|---|---|---|---|");
+    for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
+        for rate in CPU_RATES {
+            let (s, m, k) =
+                (trials("shipworm", (dir, rate)), trials("miredo", (dir, rate)), trials("kernel", (dir, rate)));
+            if s.is_empty() {
+                continue;
+            }
+            let ((sp, sp_t), (sc, sc_t)) = (fig(&s, |t| t.process_us), fig(&s, |t| t.core_us));
+            let ((mp, mp_t), (mc, mc_t)) = (fig(&m, |t| t.process_us), fig(&m, |t| t.core_us));
+            let (_, kc_t) = fig(&k, |t| t.core_us);
+            let delivered = |v: &[CpuTrial]| middle_mean(&v.iter().map(|t| t.delivered * 100.0).collect::<Vec<_>>());
+            let _ = writeln!(
+                r,
+                "| {dir} | {rate} | {sp_t} | {sc_t} | {mp_t} | {mc_t} | {kc_t} | {:.2} | {:.2} | {:.1} %, {:.1} % |",
+                sp / mp,
+                sc / mc,
+                delivered(&s),
+                delivered(&m)
+            );
+            ratios.push((format!("CPU/packet process {dir} {rate} pkt/s shipworm/Miredo"), sp / mp));
+            ratios.push((format!("CPU/packet core {dir} {rate} pkt/s shipworm/Miredo"), sc / mc));
+        }
+    }
+    let _ = writeln!(r);
 }
 
 #[cfg(test)]
@@ -572,6 +635,7 @@ mod tests {
             qualify_secs: vec![0.06],
             ping_ms: 0.3,
             tcp: (vec![400.0; 12], vec![500.0; 12]),
+            tcp_streams: (vec![900.0, 1000.0, 1100.0], vec![1200.0; 3]),
             udp: (up, down),
         };
         let mut sw_up = vec![90_000.0; 5];
@@ -581,12 +645,31 @@ mod tests {
         let mi = chain("miredo", vec![50_000.0; 12], vec![50_000.0; 12]);
         let (text, compared) = report(&BTreeMap::new(), &[], &[sw, mi], false, Duration::ZERO);
         assert!(
-            text.contains("| shipworm | 60 ms | 0.30 ms | 400 Mbit/s | 500 Mbit/s | 75000 pkt/s | 100000 pkt/s |"),
+            text.contains("| shipworm | 60 ms | 0.30 ms | 400 (400–400) Mbit/s | 500 (500–500) Mbit/s | 1000 (900–1100) Mbit/s | 1200 (1200–1200) Mbit/s | 75000 pkt/s | 100000 pkt/s |"),
             "{text}"
         );
         assert!(text.contains("searched twice each way per round"), "{text}");
         let r: BTreeMap<_, _> = compared.ratios.iter().cloned().collect();
         assert!((r["e2e UDP client→native shipworm/Miredo"] - 1.5).abs() < 1e-12);
         assert!((r["e2e UDP native→client shipworm/Miredo"] - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn cpu_per_packet_is_the_middle_of_the_trials_with_their_range_and_its_ratio() {
+        let trial = |process_us, core_us| CpuTrial { process_us, core_us, delivered: 1.0 };
+        let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
+        for (name, p, c) in [("shipworm", [1.0, 2.0, 3.0], [2.0, 3.0, 4.0]), ("miredo", [4.0; 3], [6.0; 3])] {
+            for i in 0..3 {
+                let mut f = Figures::default();
+                f.cpu.insert(("Teredo→IPv6", 100_000), vec![trial(p[i], c[i])]);
+                runs.entry(name).or_default().push(f);
+            }
+        }
+        let (text, compared) = report(&runs, &[], &[], false, Duration::ZERO);
+        assert!(text.contains("| Teredo→IPv6 | 100000 | 2.00 (1.00–3.00) | 3.00 (2.00–4.00) | 4.00 (4.00–4.00) | 6.00 (6.00–6.00) | — | 0.50 | 0.50 |"), "{text}");
+        let r: BTreeMap<_, _> = compared.ratios.iter().cloned().collect();
+        assert!((r["CPU/packet process Teredo→IPv6 100000 pkt/s shipworm/Miredo"] - 0.5).abs() < 1e-12);
+        assert!((r["CPU/packet core Teredo→IPv6 100000 pkt/s shipworm/Miredo"] - 0.5).abs() < 1e-12);
+        assert!(!text.contains("| Teredo→IPv6 | 50000 |"), "no trials, no row");
     }
 }

@@ -60,6 +60,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             qualify_secs: vec![],
             ping_ms: f64::NAN,
             tcp: Default::default(),
+            tcp_streams: Default::default(),
             udp: Default::default(),
         })
         .collect();
@@ -86,6 +87,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
             cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
+            let (out4, back4) = e2e_tcp_streams(&lab, o.address, bytes)?;
             let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
             let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], args.quick)?;
             drop(lab);
@@ -95,12 +97,14 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             e.qualify_secs.push(o.qualify_secs);
             e.tcp.0.extend(out);
             e.tcp.1.extend(back);
+            e.tcp_streams.0.push(out4);
+            e.tcp_streams.1.push(back4);
             let rates = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
             let (up_s, down_s) = (rates(&up), rates(&down));
             e.udp.0.extend(up);
             e.udp.1.extend(down);
             say(&format!(
-                "  {name} ({}/{rounds_e2e}): TCP client→native {:.0}, {:.0} Mbit/s, native→client {:.0}, {:.0} Mbit/s; UDP client→native {up_s} pkt/s, native→client {down_s} pkt/s",
+                "  {name} ({}/{rounds_e2e}): TCP client→native {:.0}, {:.0} Mbit/s, native→client {:.0}, {:.0} Mbit/s; ×{TCP_STREAMS} {out4:.0} and {back4:.0} Mbit/s; UDP client→native {up_s} pkt/s, native→client {down_s} pkt/s",
                 round + 1,
                 out[0],
                 out[1],

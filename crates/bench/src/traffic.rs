@@ -281,7 +281,7 @@ const IN_TIME_SHARE: u32 = 30;
 /// What arrived at `sink` once the path has drained: the count, read after it has
 /// stood still for 30 ms (at most 1 s after the last send). Late arrivals would
 /// otherwise be counted in the next trial.
-fn settled(sink: &Sink) -> u64 {
+pub fn settled(sink: &Sink) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut last = sink.count();
     let mut still_since = Instant::now();

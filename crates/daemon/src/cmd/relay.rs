@@ -13,6 +13,7 @@ use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
+use crate::runtime::busy_poll::BusyPoll;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
@@ -253,11 +254,10 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     let mut out = Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() };
     let mut tun_in = TunReader::default();
     let mut next_tick = crew.started + TICK;
-    // Adaptive busy polling: right after traffic, look again at once rather than sleep
-    // in poll(2) — a sleeping thread's wake-up costs more than the relay's own work —
-    // yielding the core between looks, and sleep once `busy_poll` has passed with
-    // nothing to do.
-    let mut busy_until = Instant::now();
+    // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when the
+    // next packet is due within the window, look again at once, yielding the core
+    // between looks, rather than sleep.
+    let mut busy = BusyPoll::new(crew.busy_poll, Instant::now());
     let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>| {
         *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (state.stats().clone(), out.io_errors());
@@ -271,7 +271,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                 publish(&state, &out);
                 report(crew, "counters");
             }
-            if Instant::now() >= busy_until {
+            if !busy.spin(Instant::now()) {
                 let wait = next_tick.saturating_duration_since(Instant::now());
                 let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
                 wait::readable(&mut fds, wait)?;
@@ -280,6 +280,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                 // (the host's own work, another worker) gets it.
                 std::thread::yield_now();
             }
+            let round_start = Instant::now();
             // UDP side a bounded number of batches, then TUN side up to a batch of
             // packets, so neither side starves.
             let now = crew.started.elapsed();
@@ -303,9 +304,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             if !out.batch.is_empty() {
                 out.batch.flush();
             }
-            if handled > 0 {
-                busy_until = Instant::now() + crew.busy_poll;
-            }
+            busy.round(handled, Instant::now(), round_start);
         }
         Ok(())
     })();

@@ -1,8 +1,9 @@
 //! What every role's daemon shares around its event loop: the error it exits with,
-//! logging, dropping privileges, signals, the pid file, the status socket and the
+//! logging, when to busy-poll, dropping privileges, signals, the pid file, the status socket and the
 //! background resolution of server names.
 
 pub mod bind;
+pub mod busy_poll;
 pub mod drain;
 pub mod error;
 pub mod logging;
