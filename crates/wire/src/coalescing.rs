@@ -8,7 +8,7 @@
 //!   (joining would otherwise give a corrupted packet a fresh, correct checksum);
 //! * the same addresses, traffic class, flow label and hop limit, the same ports;
 //! * TCP: flags ACK or ACK|PSH only, payload in sequence, the same acknowledgement,
-//!   window and options; a PSH ends the row;
+//!   window, urgent pointer and options; a PSH ends the row;
 //! * every segment the size of the first but the last, which may be shorter and ends
 //!   the row; at most 64 segments and 64 KiB.
 //!
@@ -132,11 +132,11 @@ impl Row {
         let mut push = false;
         if proto == ip_protocol::TCP {
             let t = TcpPacket::new_unchecked(p4);
-            // Acknowledgement, data offset, window; then the options.
+            // Acknowledgement, data offset, window; urgent pointer and options.
             if t.seq() != self.next_seq
                 || l4[8..13] != p4[8..13]
                 || l4[14..16] != p4[14..16]
-                || l4[20..l4_len] != p4[20..l4_len]
+                || l4[18..l4_len] != p4[18..l4_len]
             {
                 return false;
             }
@@ -269,7 +269,7 @@ mod tests {
     }
 
     #[test]
-    fn a_different_window_acknowledgement_or_flow_label_starts_a_row() {
+    fn a_different_window_acknowledgement_urgent_pointer_or_flow_label_starts_a_row() {
         let d = [1u8; 64];
         let a = tcp(1, tcp::flags::ACK, &d);
         let fixed = |mut p: Vec<u8>, at: usize, v: u8| {
@@ -280,7 +280,7 @@ mod tests {
             p[56..58].copy_from_slice(&c.to_be_bytes());
             p
         };
-        for (at, v) in [(54, 9), (51, 9), (3, 9), (7, 9)] {
+        for (at, v) in [(54, 9), (51, 9), (3, 9), (7, 9), (58, 9)] {
             let b = fixed(tcp(65, tcp::flags::ACK, &d), at, v);
             assert_eq!(join_and_cut(&[a.clone(), b]), [1, 1], "byte {at}");
         }

@@ -221,9 +221,13 @@ pub fn offload(data: &[u8]) {
     let mut copy = [0u8; 65_536];
     let n = packet.len().min(copy.len());
     copy[..n].copy_from_slice(&packet[..n]);
+    // The field held the pseudo-header's sum, which a receiver adds back: the finished
+    // data plus that sum must verify.
+    let (from, at) = (usize::from(hdr.csum_start), usize::from(hdr.csum_start) + usize::from(hdr.csum_offset));
+    let pseudo = copy.get(at..at + 2).map_or(0, |f| u16::from_be_bytes([f[0], f[1]]));
     if complete_checksum(&hdr, &mut copy[..n]).is_ok() && hdr.flags & crate::vnet_hdr::NEEDS_CSUM != 0 {
-        let from = usize::from(hdr.csum_start);
-        assert_eq!(crate::checksum::fold(crate::checksum::sum(&copy[from..n])), 0xffff, "a finished checksum verifies");
+        let acc = crate::checksum::sum(&copy[from..n]) + u64::from(pseudo);
+        assert_eq!(crate::checksum::fold(acc), 0xffff, "a finished checksum verifies");
     }
     let Ok(sp) = SuperPacket::parse(&hdr, packet) else { return };
     let (mut seg, mut again) = ([0u8; 65_536], [0u8; 65_536]);

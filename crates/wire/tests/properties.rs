@@ -227,6 +227,10 @@ fn super_packet() -> impl Strategy<Value = Vec<u8>> {
                 v[50 + 4] = flags; // some sequence number
             }
             v.extend_from_slice(&payload);
+            // Whatever the kernel left in the checksum field (the pseudo-header's sum).
+            let at = 50 + if tcp { 16 } else { 6 };
+            v[at] = addrs[0];
+            v[at + 1] = addrs[31];
             v
         })
 }

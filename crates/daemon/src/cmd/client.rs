@@ -171,11 +171,13 @@ fn status_json(
     names: &ServerNames,
     iface: &str,
     out: &Out<'_>,
+    tun_in: &TunReader,
     mapping: Option<&PortMapping>,
 ) -> String {
     let io_errors = serde_json::json!({
         "udp_send_failures": out.batch.failed() + out.probe_errors + out.ports.failures,
         "tun_write_failures": out.tun_out.failed(),
+        "tun_reads_not_understood": tun_in.refused(),
     });
     let Some(c) = client else {
         // Nothing resolved yet: no state machine to ask, the same shape all the same.
@@ -585,11 +587,14 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             }
         }
         if signals.take_report_request() {
-            tracing::info!("status: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
+            tracing::info!(
+                "status: {}",
+                status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held())
+            );
         }
-        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
+        status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     }
-    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, mapping.held()));
+    tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     mapping.release_all();
     Ok(())
 }

@@ -51,8 +51,8 @@ struct Out<'a> {
 }
 
 impl Out<'_> {
-    fn io_errors(&self) -> IoErrors {
-        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_out.failed() }
+    fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
+        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_out.failed(), tun_read: tun_in.refused() }
     }
 }
 
@@ -258,9 +258,9 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     // next packet is due within the window, look again at once, yielding the core
     // between looks, rather than sleep.
     let mut busy = BusyPoll::new(crew.busy_poll, Instant::now());
-    let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>| {
+    let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>, tun_in: &TunReader| {
         *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (state.stats().clone(), out.io_errors());
+            (state.stats().clone(), out.io_errors(tun_in));
     };
 
     // The rounds, in a closure so that a failure (a socket error) still publishes this
@@ -268,7 +268,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     let rounds = (|| -> Result<(), Failure> {
         while crew.running() {
             if id == 0 && crew.signals.take_report_request() {
-                publish(&state, &out);
+                publish(&state, &out, &tun_in);
                 report(crew, "counters");
             }
             if !busy.spin(Instant::now()) {
@@ -296,7 +296,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                 if id == 0 {
                     crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
                 }
-                publish(&state, &out);
+                publish(&state, &out, &tun_in);
                 next_tick += TICK;
             }
             // Timers and a bubble's answer may have queued for either side.
@@ -308,7 +308,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
         }
         Ok(())
     })();
-    publish(&state, &out);
+    publish(&state, &out, &tun_in);
     rounds
 }
 

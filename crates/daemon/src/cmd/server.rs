@@ -130,7 +130,11 @@ impl Out<'_> {
     }
 
     fn io_errors(&self) -> IoErrors {
-        IoErrors { udp_send: self.batches.iter().map(SendBatch::failed).sum(), tun_write: self.native_errors }
+        IoErrors {
+            udp_send: self.batches.iter().map(SendBatch::failed).sum(),
+            tun_write: self.native_errors,
+            tun_read: 0,
+        }
     }
 }
 

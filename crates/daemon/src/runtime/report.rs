@@ -3,13 +3,17 @@
 use shipworm_proto::DropCounters;
 
 /// What the kernel refused to send: datagrams (no route, a full buffer…) and packets
-/// written to the TUN (a full queue). Counted, never logged one by one.
+/// written to the TUN (a full queue); and what the TUN handed over framed in a way we
+/// could not take (never expected: a kernel bug or an offload we did not ask for).
+/// Counted, never logged one by one.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct IoErrors {
     /// UDP datagrams the kernel refused.
     pub udp_send: u64,
     /// IPv6 packets the TUN refused.
     pub tun_write: u64,
+    /// TUN reads not understood (a super-packet or header we could not take).
+    pub tun_read: u64,
 }
 
 impl IoErrors {
@@ -17,12 +21,17 @@ impl IoErrors {
     pub fn add(&mut self, o: &IoErrors) {
         self.udp_send += o.udp_send;
         self.tun_write += o.tun_write;
+        self.tun_read += o.tun_read;
     }
 }
 
 impl std::fmt::Display for IoErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} UDP sends and {} TUN writes refused by the kernel", self.udp_send, self.tun_write)
+        write!(
+            f,
+            "{} UDP sends and {} TUN writes refused by the kernel, {} TUN reads not understood",
+            self.udp_send, self.tun_write, self.tun_read
+        )
     }
 }
 
