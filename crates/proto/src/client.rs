@@ -128,6 +128,9 @@ pub struct ClientConfig {
     pub peer_capacity: usize,
     /// Bytes queued per waiting peer.
     pub queue_bytes: usize,
+    /// Most peers waiting at once (for bubbles or a connectivity test), whatever made
+    /// them wait: with `queue_bytes`, the bound on memory held in queues.
+    pub pending_capacity: usize,
     /// Secret keys for the peer table's hash.
     pub hash_keys: (u64, u64),
     /// How often to try going back to the first server while on another.
@@ -172,6 +175,7 @@ impl ClientConfig {
             refresh: Duration::from_secs(30),
             peer_capacity: 65536,
             queue_bytes: 4096,
+            pending_capacity: 1024,
             hash_keys: (0, 0),
             home_check: Duration::from_secs(300),
             credentials: None,
@@ -470,6 +474,44 @@ impl<R: Random> Client<R> {
     /// Counters.
     pub fn stats(&self) -> &ClientStats {
         &self.stats
+    }
+
+    /// Peers waiting for an answer (bubbles or a connectivity test).
+    pub fn waiting_peers(&self) -> usize {
+        self.pending.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
+    }
+
+    /// Bytes held in the peers' queues (a walk over the table).
+    pub fn queued_bytes(&self) -> usize {
+        self.peers.queued_bytes()
+    }
+
+    /// One more peer is about to wait: the list is capped (`pending_capacity`), and
+    /// with it the bytes its queues hold. The oldest waiting peer gives way, its
+    /// packets lost; a trusted one keeps its entry.
+    fn make_room_to_wait(&mut self) {
+        while self.pending.len() >= self.cfg.pending_capacity.max(1) {
+            let Some(old) = self.pending.pop_front() else { break };
+            let lost = match self.peers.get_mut(&old) {
+                Some(p) if p.waiting && p.trusted => {
+                    p.waiting = false;
+                    let lost = p.queue.len();
+                    p.queue = Default::default();
+                    lost
+                }
+                Some(p) if p.waiting => {
+                    let lost = p.queue.len();
+                    self.peers.remove(&old);
+                    lost
+                }
+                // Answered or gone since: a stale list entry (what it may hold is the
+                // timer's to settle, or a packet just held for a new wait).
+                _ => continue,
+            };
+            self.stats.drops.count_n(DropReason::QueueFull, lost);
+            // What it held as a first contact goes too (counted as a failed test).
+            self.discard_held(&old);
+        }
     }
 
     /// The configured address, if qualified.
@@ -1700,6 +1742,9 @@ impl<R: Random> Client<R> {
         if let Err(r) = self.held.hold(src, from, packet, now) {
             return self.dropped(r);
         }
+        if self.peers.get(&src).is_none_or(|p| !p.waiting) {
+            self.make_room_to_wait();
+        }
         if self.peers.get(&src).is_none() {
             let unknown = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
             if self.peers.insert(Peer::new(src, unknown, now), now).is_err() {
@@ -1778,6 +1823,9 @@ impl<R: Random> Client<R> {
             }
         }
         let mapped = teredo.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.mapped);
+        if self.peers.get(&dst).is_none_or(|p| !p.waiting) {
+            self.make_room_to_wait();
+        }
         if self.peers.get(&dst).is_none() && self.peers.insert(Peer::new(dst, mapped, now), now).is_err() {
             return self.dropped(DropReason::TableFull);
         }

@@ -56,8 +56,11 @@ pub enum DropReason {
     AuthenticationFailed,
     /// The peer table is full of peers in use.
     TableFull,
-    /// A waiting peer's queue is full.
+    /// A waiting peer's queue is full, or the peer gave its place on the waiting list
+    /// to newer ones (the list and the bytes it holds are capped).
     QueueFull,
+    /// A relay's entries for the IPv4 address the destination embeds are at their cap.
+    AddressFull,
     /// A Teredo source the relay has no entry for (it never bubbled it).
     NoPeerEntry,
     /// An IPv6 destination outside what this relay serves.
@@ -71,7 +74,7 @@ pub enum DropReason {
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 29] = [
+    pub const ALL: [DropReason; 30] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -97,6 +100,7 @@ impl DropReason {
         DropReason::AuthenticationFailed,
         DropReason::TableFull,
         DropReason::QueueFull,
+        DropReason::AddressFull,
         DropReason::NoPeerEntry,
         DropReason::NotServed,
         DropReason::FirstContactBudget,
@@ -131,6 +135,7 @@ impl DropReason {
             DropReason::AuthenticationFailed => "authentication_failed",
             DropReason::TableFull => "peer_table_full",
             DropReason::QueueFull => "queue_full",
+            DropReason::AddressFull => "peer_address_full",
             DropReason::NoPeerEntry => "no_peer_entry",
             DropReason::NotServed => "destination_not_served",
             DropReason::FirstContactBudget => "first_contact_budget",

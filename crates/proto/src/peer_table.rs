@@ -11,7 +11,7 @@
 use siphasher::sip::SipHasher13;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::net::{Ipv6Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
 
 /// RFC 4380 §5.2.4: an entry is valid while its last reception is this recent.
@@ -168,11 +168,29 @@ impl Peer {
     pub fn is_valid(&self, now: Duration) -> bool {
         self.trusted && now.saturating_sub(self.last_rx) < VALIDITY
     }
+
+    /// In active use: valid, or waiting for an answer, or holding packets. Such an
+    /// entry never gives its place to a newcomer.
+    pub fn in_use(&self, now: Duration) -> bool {
+        self.is_valid(now) || self.waiting || !self.queue.is_empty()
+    }
 }
 
 /// Why an insertion was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableFull;
+pub enum TableFull {
+    /// Every entry the bounded search looked at is in active use.
+    Full,
+    /// The IPv4 address the newcomer embeds has its share of entries already.
+    AddressFull,
+}
+
+/// The public IPv4 address a Teredo address embeds (its last 32 bits, inverted,
+/// whatever the prefix): where its client's packets come from.
+pub fn embedded_ipv4(addr: &Ipv6Addr) -> Ipv4Addr {
+    let o = addr.octets();
+    Ipv4Addr::new(!o[12], !o[13], !o[14], !o[15])
+}
 
 /// The peer table.
 #[derive(Debug)]
@@ -183,6 +201,10 @@ pub struct PeerTable {
     capacity: usize,
     hand: usize,
     idle: Duration,
+    /// Entries per embedded IPv4 address, and their cap (a relay's table, whose keys
+    /// are all Teredo addresses: one endpoint cannot fill it with addresses that
+    /// differ only in their server field or random bits).
+    per_address: Option<(usize, HashMap<Ipv4Addr, u32, KeyedHash>)>,
 }
 
 /// How many slots an insertion into a full table may look at for one to replace.
@@ -199,7 +221,21 @@ impl PeerTable {
             capacity: capacity.max(1),
             hand: 0,
             idle,
+            per_address: None,
         }
+    }
+
+    /// The same table, keyed by Teredo addresses, holding at most `cap` entries that
+    /// embed any one IPv4 address.
+    pub fn with_address_cap(mut self, cap: usize) -> PeerTable {
+        let keys = *self.index.hasher();
+        self.per_address = Some((cap.max(1), HashMap::with_hasher(keys)));
+        self
+    }
+
+    /// Entries that embed `ip` (0 without an address cap).
+    pub fn entries_for(&self, ip: Ipv4Addr) -> usize {
+        self.per_address.as_ref().and_then(|(_, m)| m.get(&ip)).map_or(0, |&n| n as usize)
     }
 
     /// Number of peers.
@@ -240,37 +276,60 @@ impl PeerTable {
         Some(p.mapped)
     }
 
+    /// Bytes held in every entry's queue (a walk over the table: for status and tests).
+    pub fn queued_bytes(&self) -> usize {
+        self.slots.iter().flatten().map(|p| p.queue.bytes()).sum()
+    }
+
     /// Remove `addr`'s entry.
     pub fn remove(&mut self, addr: &Ipv6Addr) -> Option<Peer> {
         let i = self.index.remove(addr)?;
         self.free.push(i);
+        if let Some((_, counts)) = self.per_address.as_mut() {
+            let ip = embedded_ipv4(addr);
+            if let Some(n) = counts.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(&ip);
+                }
+            }
+        }
         self.slots[i as usize].take()
     }
 
-    /// Whether `p` may give its place to a newcomer: not trusted, or idle.
-    fn replaceable(&self, p: &Peer, now: Duration) -> bool {
-        !p.trusted || now.saturating_sub(p.last_rx) >= self.idle
-    }
-
     /// Insert `peer` (replacing any entry for the same address). When the table is
-    /// full, an untrusted or idle entry found by a bounded sweep gives up its place;
-    /// if none is found the newcomer is refused and the table is unchanged.
+    /// full, the least recently heard of the entries a bounded search looks at that
+    /// are not in active use ([`Peer::in_use`]) gives up its place; if all are in
+    /// use the newcomer is refused and the table is unchanged. With an address cap, a
+    /// newcomer whose embedded IPv4 address has its share already is refused too.
     pub fn insert(&mut self, peer: Peer, now: Duration) -> Result<&mut Peer, TableFull> {
         if let Some(&i) = self.index.get(&peer.addr) {
             let slot = &mut self.slots[i as usize];
             *slot = Some(peer);
             return Ok(slot.as_mut().expect("just set"));
         }
+        let ip = embedded_ipv4(&peer.addr);
+        if let Some((cap, counts)) = &self.per_address {
+            if counts.get(&ip).is_some_and(|&n| n as usize >= *cap) {
+                return Err(TableFull::AddressFull);
+            }
+        }
         if self.index.len() >= self.capacity {
             let n = self.slots.len();
-            let victim = (0..EVICTION_PROBES.min(n)).find_map(|k| {
-                let i = (self.hand + k) % n;
-                let p = self.slots[i].as_ref()?;
-                self.replaceable(p, now).then_some((i, p.addr))
-            });
-            let (i, addr) = victim.ok_or(TableFull)?;
-            self.hand = (i + 1) % n;
+            // Sampled LRU: of the probed entries not in use, the one heard from longest ago.
+            let victim = (0..EVICTION_PROBES.min(n))
+                .filter_map(|k| {
+                    let i = (self.hand + k) % n;
+                    let p = self.slots[i].as_ref()?;
+                    (!p.in_use(now)).then_some((p.last_rx, p.addr))
+                })
+                .min();
+            let (_, addr) = victim.ok_or(TableFull::Full)?;
+            self.hand = (self.hand + EVICTION_PROBES.min(n)) % n;
             self.remove(&addr);
+        }
+        if let Some((_, counts)) = self.per_address.as_mut() {
+            *counts.entry(ip).or_insert(0) += 1;
         }
         let i = match self.free.pop() {
             Some(i) => i,
@@ -364,11 +423,69 @@ mod tests {
             p.last_rx = now;
             t.insert(p, now).unwrap();
         }
-        assert_eq!(t.insert(Peer::new(addr(99), M, now), now).unwrap_err(), TableFull);
+        assert_eq!(t.insert(Peer::new(addr(99), M, now), now).unwrap_err(), TableFull::Full);
         // Once they fall idle, newcomers may take their place.
         let later = now + Duration::from_secs(301);
         assert!(t.insert(Peer::new(addr(99), M, later), later).is_ok());
         assert_eq!(t.len(), 8);
+    }
+
+    #[test]
+    fn a_full_table_gives_the_least_recently_heard_idle_place_and_never_one_in_use() {
+        let now = Duration::from_secs(1000);
+        let mut t = PeerTable::new(16, Duration::from_secs(300), KEYS);
+        // Trusted peers heard from 40 s to 55 s ago (idle, not valid) and one waiting.
+        for i in 0..15 {
+            let mut p = Peer::new(addr(i), M, now);
+            p.trusted = true;
+            p.last_rx = now - Duration::from_secs(40 + u64::from(i));
+            t.insert(p, now).unwrap();
+        }
+        let mut waiting = Peer::new(addr(15), M, now);
+        waiting.waiting = true;
+        waiting.last_rx = Duration::ZERO;
+        t.insert(waiting, now).unwrap();
+        // Each newcomer takes the place of the one heard from longest ago, never the
+        // waiting one, however old.
+        for k in 0..15u32 {
+            t.insert(Peer::new(addr(100 + k), M, now), now).unwrap();
+            assert!(t.get(&addr(14 - k)).is_none(), "newcomer {k} replaced peer {}", 14 - k);
+            assert!(t.get(&addr(15)).is_some(), "the waiting peer stays");
+        }
+        // Now every entry is a newcomer (not in use) or waiting: a valid peer arrives and
+        // stays when more newcomers push in.
+        let mut busy = Peer::new(addr(500), M, now);
+        busy.trusted = true;
+        busy.last_rx = now;
+        t.insert(busy, now).unwrap();
+        for k in 0..100u32 {
+            t.insert(Peer::new(addr(1000 + k), M, now), now).unwrap();
+        }
+        assert!(t.get(&addr(500)).is_some() && t.get(&addr(15)).is_some());
+        assert_eq!(t.len(), 16);
+    }
+
+    #[test]
+    fn one_embedded_address_gets_its_share_and_no_more() {
+        let now = Duration::from_secs(10);
+        let mut t = PeerTable::new(1000, Duration::from_secs(300), KEYS).with_address_cap(4);
+        // Teredo addresses that embed the same IPv4 address and differ in the server field.
+        let behind = |server: u16| Ipv6Addr::new(0x2001, 0, 0x4136, server, 0, 0xf227, 0x39cc, 0x9bf8);
+        let ip = embedded_ipv4(&behind(0));
+        assert_eq!(ip, Ipv4Addr::new(198, 51, 100, 7));
+        for s in 0..4 {
+            t.insert(Peer::new(behind(s), M, now), now).unwrap();
+        }
+        assert_eq!(t.insert(Peer::new(behind(4), M, now), now).unwrap_err(), TableFull::AddressFull);
+        assert_eq!(t.entries_for(ip), 4);
+        // Another address is not held back, and a freed entry makes room again.
+        assert!(t.insert(Peer::new(addr(1), M, now), now).is_ok());
+        t.remove(&behind(0));
+        assert_eq!(t.entries_for(ip), 3);
+        assert!(t.insert(Peer::new(behind(4), M, now), now).is_ok());
+        // Replacing an entry for the same address does not count twice.
+        assert!(t.insert(Peer::new(behind(4), M, now), now).is_ok());
+        assert_eq!(t.entries_for(ip), 4);
     }
 
     #[test]

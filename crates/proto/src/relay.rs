@@ -24,7 +24,7 @@
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
-use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use crate::peer_table::{KeyedHash, Peer, PeerTable, TableFull};
 pub use crate::transmit::Transmit;
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -64,8 +64,12 @@ pub struct RelayConfig {
     pub direct_bubbles: bool,
     /// Most peers kept (over all shards).
     pub capacity: usize,
-    /// Most peers waiting for a bubble answer at once (over all shards).
+    /// Most peers waiting for a bubble answer at once (over all shards), whatever made
+    /// them wait: with `queue_bytes`, the bound on memory held in queues.
     pub pending_capacity: usize,
+    /// Most peers embedding any one IPv4 address (over all shards, shared out): one
+    /// endpoint answering bubbles for many addresses cannot fill the table.
+    pub per_address: usize,
     /// Bytes queued per waiting peer.
     pub queue_bytes: usize,
     /// Trusted peers silent this long are forgotten.
@@ -86,6 +90,7 @@ impl Default for RelayConfig {
             direct_bubbles: false,
             capacity: 1 << 20,
             pending_capacity: 4096,
+            per_address: 4096,
             queue_bytes: 4096,
             idle: Duration::from_secs(300),
             icmp_source: None,
@@ -204,7 +209,8 @@ impl SharedRelay {
         let shards = (0..n)
             .map(|i| {
                 Mutex::new(Shard {
-                    peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys),
+                    peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys)
+                        .with_address_cap(cfg.per_address.div_ceil(n).max(1)),
                     pending: VecDeque::new(),
                     pending_capacity: part(cfg.pending_capacity.max(1), i),
                 })
@@ -256,6 +262,12 @@ impl SharedRelay {
         lock(self.shard(addr)).peers.get(addr).cloned()
     }
 
+    /// Bytes held in the peers' queues, over all shards (a walk over every table: for
+    /// status and tests).
+    pub fn queued_bytes(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).peers.queued_bytes()).sum()
+    }
+
     /// Peers waiting for bubble answers (counted, for status and tests).
     pub fn pending_len(&self) -> usize {
         self.shards
@@ -302,25 +314,35 @@ impl SharedRelay {
         tx: &mut impl Transmit,
     ) -> Verdict {
         let dst = ip.dst_addr();
-        if shard.peers.get(&dst).is_none() {
-            if shard.pending.len() >= shard.pending_capacity {
-                // Flood: the oldest waiting newcomer gives way (its packets are lost).
-                // A peer that was trusted keeps its place, and then the newcomer is
-                // refused: the list, and the memory its queues hold, never grow.
+        let known = shard.peers.get(&dst);
+        if known.is_none_or(|p| !p.waiting) {
+            // One more peer waits, whatever made it wait (a newcomer, or a trusted peer
+            // gone silent): the list is capped, and with it the bytes queues hold. The
+            // oldest waiting peer gives way, its packets lost; a trusted one keeps its
+            // entry.
+            while shard.pending.len() >= shard.pending_capacity {
                 let old = shard.pending.pop_front().expect("non-empty");
-                match shard.peers.get(&old) {
+                match shard.peers.get_mut(&old) {
                     Some(p) if p.waiting && p.trusted => {
-                        shard.pending.push_front(old);
-                        return w.dropped(DropReason::TableFull);
+                        p.waiting = false;
+                        let lost = p.queue.len();
+                        p.queue = Default::default();
+                        w.stats.drops.count_n(DropReason::QueueFull, lost);
                     }
                     Some(p) if p.waiting => {
+                        let lost = p.queue.len();
                         shard.peers.remove(&old);
+                        w.stats.drops.count_n(DropReason::QueueFull, lost);
                     }
-                    _ => {}
+                    _ => {} // answered or gone since: a stale list entry
                 }
             }
-            if shard.peers.insert(Peer::new(dst, t.mapped, now), now).is_err() {
-                return w.dropped(DropReason::TableFull);
+        }
+        if shard.peers.get(&dst).is_none() {
+            match shard.peers.insert(Peer::new(dst, t.mapped, now), now) {
+                Ok(_) => {}
+                Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
+                Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
             }
         }
         let cap = self.cfg.queue_bytes;
@@ -552,6 +574,11 @@ impl Relay {
     /// Peers waiting for bubble answers.
     pub fn pending_len(&self) -> usize {
         self.shared.pending_len()
+    }
+
+    /// Bytes held in queues (a walk over the table).
+    pub fn queued_bytes(&self) -> usize {
+        self.shared.queued_bytes()
     }
 
     /// See [`SharedRelay::on_tun`].

@@ -1100,3 +1100,35 @@ mod native_speaks_first {
         assert!(w.tun.is_empty() && w.udp.is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
     }
 }
+
+#[test]
+fn peers_the_host_calls_wait_within_a_cap_and_so_do_their_queued_bytes() {
+    // A program on the host (a web page, say) sends to thousands of Teredo addresses
+    // that never answer: each waits with a queue. The list is capped, the oldest gives way.
+    let (mut c, me) = qualified();
+    let mut w = Rec::default();
+    let cap = 1024;
+    for i in 0..5000u32 {
+        let b = i.to_be_bytes();
+        // Teredo addresses behind global mappings (198.51.100.x / 203.0.113.x), never answering.
+        let last = if i % 2 == 0 { [!198, !51, !100, b[3]] } else { [!203, !0, !113, b[3]] };
+        let dst = Ipv6Addr::new(
+            0x2001,
+            0,
+            0x4136,
+            0xe378,
+            0,
+            u16::from_be_bytes([b[1], b[2]]),
+            u16::from_be_bytes([last[0], last[1]]),
+            u16::from_be_bytes([last[2], last[3] | 1]),
+        );
+        let p = ipv6(&me.to_string(), &dst.to_string(), 17, &[0u8; 1000]);
+        for _ in 0..3 {
+            c.on_tun(secs(2), &p, &mut w);
+        }
+    }
+    assert!(c.waiting_peers() <= cap, "waiting: {}", c.waiting_peers());
+    assert!(c.queued_bytes() <= cap * 4096, "queued: {} bytes", c.queued_bytes());
+    let lost = c.stats().drops.get(shipworm_proto::DropReason::QueueFull);
+    assert!(lost > 0, "the peers that gave way lost their packets, counted");
+}

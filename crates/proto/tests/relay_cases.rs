@@ -535,3 +535,72 @@ mod sharded {
         assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Forwarded);
     }
 }
+
+/// Client `i` of many, each behind its own public IPv4 address (documentation ranges),
+/// served by B's server: its Teredo address and mapping.
+fn client(i: u32) -> (String, SocketAddrV4) {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+    let ip = if i < 250 { [198, 51, 100, 1 + i as u8] } else { [203, 0, 113, 1 + (i - 250) as u8] };
+    let mapped = SocketAddrV4::new(ip.into(), 3544);
+    let t = TeredoAddr { prefix: PREFIX, server: "65.54.227.120".parse().unwrap(), flags: Flags(0), mapped };
+    (t.to_ipv6().to_string(), mapped)
+}
+
+#[test]
+fn one_endpoint_answering_for_many_addresses_cannot_lock_newcomers_out() {
+    // The attack: a native host sends to many Teredo addresses that all embed one
+    // endpoint (they differ in the server field), and that endpoint answers every
+    // bubble, so each entry is trusted, and it keeps them fresh.
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+    let mut r = Relay::new(RelayConfig { capacity: 1000, per_address: 64, ..RelayConfig::default() });
+    let mut w = Wire::default();
+    let attacker = sa("203.0.113.254:40000");
+    for round in 0..3u64 {
+        for i in 0..2000u32 {
+            let server = std::net::Ipv4Addr::from(0x4100_0000 + i);
+            let t = TeredoAddr { prefix: PREFIX, server, flags: Flags(0), mapped: attacker };
+            let addr = t.to_ipv6().to_string();
+            r.on_tun(secs(10 + round * 20), &udp_packet(NATIVE, &addr), &mut w);
+            r.on_udp(secs(10 + round * 20), attacker, &bubble(&addr, NATIVE), &mut w);
+        }
+    }
+    assert!(r.peer_count() <= 64, "one endpoint holds its share: {} entries", r.peer_count());
+    assert!(r.stats().drops.get(DropReason::AddressFull) > 0);
+    // Everyone else still gets in, up to the table's capacity.
+    for i in 0..400 {
+        let (c, mapped) = client(i);
+        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Verdict::Queued, "client {i}");
+        assert_eq!(r.on_udp(secs(60), mapped, &bubble(&c, NATIVE), &mut w), Verdict::Consumed);
+        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Verdict::Forwarded);
+    }
+}
+
+#[test]
+fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
+    let cfg = RelayConfig { pending_capacity: 32, queue_bytes: 4096, ..RelayConfig::default() };
+    let mut r = Relay::new(cfg);
+    let mut w = Wire::default();
+    for i in 0..300 {
+        let (c, mapped) = client(i);
+        r.on_tun(secs(10), &udp_packet(NATIVE, &c), &mut w);
+        assert_eq!(r.on_udp(secs(10), mapped, &bubble(&c, NATIVE), &mut w), Verdict::Consumed);
+    }
+    assert_eq!(r.pending_len(), 0);
+    // 31 s later none is valid: traffic to each makes it wait again, queueing what it can.
+    let big = ipv6(NATIVE, B, 17, &[0u8; 1200]);
+    for i in 0..300 {
+        let (c, _) = client(i);
+        let mut p = big.clone();
+        p[24..40].copy_from_slice(&a(&c).octets());
+        for _ in 0..4 {
+            r.on_tun(secs(41), &p, &mut w);
+        }
+    }
+    assert!(r.pending_len() <= 32, "waiting peers: {}", r.pending_len());
+    assert!(r.queued_bytes() <= 32 * 4096, "queued: {} bytes", r.queued_bytes());
+    // The entries stay (trusted), only their waits and queues gave way; a newcomer still waits.
+    assert_eq!(r.peer_count(), 300);
+    let (c, _) = client(400);
+    assert_eq!(r.on_tun(secs(42), &udp_packet(NATIVE, &c), &mut w), Verdict::Queued);
+    assert!(r.stats().drops.get(DropReason::QueueFull) > 0);
+}

@@ -170,6 +170,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         direct_bubbles: conf.role == RelayType::Restricted,
         capacity: conf.peer_capacity,
         queue_bytes: conf.queue_bytes,
+        per_address: conf.peers_per_address,
         icmp_source: conf.relay_address.or_else(|| own.first().copied()),
         hash_keys,
         ..RelayConfig::default()

@@ -35,6 +35,7 @@ pub const DIRECTIVES: &[&str] = &[
     // shipworm's own
     "User",
     "PeerCapacity",
+    "PeersPerAddress",
     "QueueBytes",
     "RelayAddress",
     "RelayThreads",
@@ -102,6 +103,8 @@ pub struct MiredoConf {
     pub peer_capacity: usize,
     /// Bytes queued per waiting peer.
     pub queue_bytes: usize,
+    /// Most peers embedding one IPv4 address (relays).
+    pub peers_per_address: usize,
     /// Source of the relay's ICMPv6 errors (default: the host's first global IPv6 address).
     pub relay_address: Option<Ipv6Addr>,
     /// Relay worker threads (default: one per core).
@@ -155,6 +158,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         user: None,
         peer_capacity: 1 << 20,
         queue_bytes: 4096,
+        peers_per_address: 4096,
         relay_address: None,
         relay_threads: None,
         busy_poll_us: 50,
@@ -213,6 +217,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     for (name, for_relay) in [
         ("PeerCapacity", true),
+        ("PeersPerAddress", true),
         ("QueueBytes", true),
         ("RelayAddress", true),
         ("RelayThreads", true),
@@ -227,6 +232,12 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
                     c.peer_capacity = f.value(&d, |v| match config::number(v)? {
                         n @ 16..=100_000_000 => Ok(n),
                         _ => Err("expected 16 to 100000000 peers".into()),
+                    })?
+                }
+                "PeersPerAddress" => {
+                    c.peers_per_address = f.value(&d, |v| match config::number(v)? {
+                        n @ 1..=100_000_000 => Ok(n),
+                        _ => Err("expected 1 to 100000000 peers".into()),
                     })?
                 }
                 "QueueBytes" => {
@@ -397,6 +408,9 @@ mod tests {
         assert!(load_text("RelayType relay\nRelayThreads 0\n").unwrap_err().contains("1 to 256 worker threads"));
         assert_eq!(load_text("RelayType relay\nBusyPoll 0\n").unwrap().busy_poll_us, 0);
         assert!(load_text("RelayType relay\n").unwrap().tun_offload, "on by default");
+        assert_eq!(load_text("RelayType relay\n").unwrap().peers_per_address, 4096);
+        assert_eq!(load_text("RelayType relay\nPeersPerAddress 64\n").unwrap().peers_per_address, 64);
+        assert!(load_text("RelayType relay\nPeersPerAddress 0\n").unwrap_err().contains("1 to 100000000"));
         assert!(!load_text("RelayType relay\nTunOffload no\n").unwrap().tun_offload);
         assert!(!load_text("ServerAddress 192.0.2.1\ntunoffload off\n").unwrap().tun_offload);
         assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
