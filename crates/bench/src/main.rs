@@ -38,10 +38,30 @@ pub struct BenchArgs {
     /// The `shipworm` binary to measure (default: the one beside this program).
     #[arg(long, value_name = "PATH")]
     pub shipworm: Option<std::path::PathBuf>,
+
+    /// Measure one part alone (default: the whole benchmark).
+    #[command(subcommand)]
+    pub part: Option<Part>,
+}
+
+/// A part of the benchmark run alone.
+#[derive(Debug, clap::Subcommand)]
+pub enum Part {
+    /// The peer table on one thread (no lab, no root): prints
+    /// `peers=N insert_per_s=X lookup_per_s=Y miss_per_s=Z bytes_per_peer=B`.
+    PeerTable {
+        /// Peers to insert.
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+        peers: u64,
+    },
 }
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
+    if let Some(Part::PeerTable { peers }) = args.part {
+        println!("{}", measure::peer_table(peers as usize));
+        return ExitCode::SUCCESS;
+    }
     match run::run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

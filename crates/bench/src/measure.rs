@@ -631,8 +631,34 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
     Ok(f)
 }
 
-/// Peer table: insertions and look-ups per second, and memory, at `n` peers.
-pub(crate) fn peer_table(n: usize) -> (f64, f64, f64) {
+/// What one thread does with a peer table of `peers` entries.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct TableFigures {
+    pub(crate) peers: usize,
+    /// Insertions per second, filling an empty table.
+    pub(crate) insert_per_s: f64,
+    /// Look-ups of present keys per second, in a shuffled order.
+    pub(crate) lookup_per_s: f64,
+    /// Look-ups of absent keys per second, in a shuffled order.
+    pub(crate) miss_per_s: f64,
+    /// Resident memory the filled table added, per peer.
+    pub(crate) bytes_per_peer: f64,
+}
+
+impl std::fmt::Display for TableFigures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "peers={} insert_per_s={:.0} lookup_per_s={:.0} miss_per_s={:.0} bytes_per_peer={:.0}",
+            self.peers, self.insert_per_s, self.lookup_per_s, self.miss_per_s, self.bytes_per_peer
+        )
+    }
+}
+
+/// Peer table, on one thread: `n` insertions into an empty table, then a look-up of
+/// every key in a shuffled order, then as many of absent keys; memory from the
+/// resident set before and after filling (the shuffled orders are made after).
+pub(crate) fn peer_table(n: usize) -> TableFigures {
     let rss = || -> f64 {
         std::fs::read_to_string("/proc/self/statm")
             .ok()
@@ -649,15 +675,27 @@ pub(crate) fn peer_table(n: usize) -> (f64, f64, f64) {
     for i in 0..n {
         let _ = t.insert(Peer::new(addr(i), m, now), now);
     }
-    let ins = n as f64 / t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let mut found = 0;
-    for i in 0..n {
-        found += usize::from(t.get(&addr(i.wrapping_mul(7919) % n)).is_some());
+    let insert_per_s = n as f64 / t0.elapsed().as_secs_f64();
+    let bytes_per_peer = (rss() - before).max(0.0) / n.max(1) as f64;
+    // A Fisher-Yates shuffle by xorshift: look-ups in an order the table cannot predict.
+    let mut order: Vec<u32> = (0..n as u32).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
     }
-    let look = n as f64 / t1.elapsed().as_secs_f64();
-    assert_eq!(found, n);
-    (ins, look, (rss() - before).max(0.0))
+    let timed = |offset: usize| {
+        let t1 = Instant::now();
+        let found = order.iter().filter(|&&i| t.get(&addr(offset + i as usize)).is_some()).count();
+        (n as f64 / t1.elapsed().as_secs_f64(), found)
+    };
+    let (lookup_per_s, found) = timed(0);
+    assert_eq!(found, n, "every inserted peer is found");
+    let (miss_per_s, found) = timed(n);
+    assert_eq!(found, 0, "no absent peer is found");
+    TableFigures { peers: n, insert_per_s, lookup_per_s, miss_per_s, bytes_per_peer }
 }
 
 /// CPUs online (not those this process may use: the bench holds itself to one).
@@ -688,4 +726,21 @@ pub(crate) fn file_relay(runs: &mut BTreeMap<&'static str, Vec<Figures>>, label:
         runs.entry("kernel").or_default().push(Figures { latency: beside, ..Figures::default() });
     }
     runs.entry(label).or_default().push(f);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_peer_table_line_names_every_figure_and_finds_what_it_inserted() {
+        // peer_table asserts that every inserted key is found and no absent one is.
+        let f = peer_table(5000);
+        assert_eq!(f.peers, 5000);
+        assert!(f.insert_per_s > 0.0 && f.lookup_per_s > 0.0 && f.miss_per_s > 0.0);
+        let line = f.to_string();
+        for key in ["peers=5000 ", "insert_per_s=", "lookup_per_s=", "miss_per_s=", "bytes_per_peer="] {
+            assert!(line.contains(key), "{line}");
+        }
+    }
 }

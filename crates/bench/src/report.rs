@@ -143,7 +143,7 @@ pub(crate) fn repeatability(previous: Option<&Compared>, now: &Compared) -> Stri
 /// check).
 pub(crate) fn report(
     runs: &BTreeMap<&'static str, Vec<Figures>>,
-    tables: &[(usize, (f64, f64, f64))],
+    tables: &[TableFigures],
     e2e: &[EndToEnd],
     quick: bool,
     took: Duration,
@@ -263,9 +263,18 @@ pub(crate) fn report(
     );
     let _ = writeln!(r, "\n(For context, the seed papers measured NICI-Teredo 7.8/9.0 µs, 6WIND 13.5/14.6 µs and Miredo 30.5/33.1 µs per traversal on 2004 hardware.)\n");
     let _ = writeln!(r, "![rate](rate.png)\n\n![latency](latency.png)\n");
-    let _ = writeln!(r, "## Peer table\n\n| peers | insertions/s | look-ups/s | memory |\n|---|---|---|---|");
-    for (n, (i, l, m)) in tables {
-        let _ = writeln!(r, "| {n} | {i:.0} | {l:.0} | {:.0} MiB ({:.0} B/peer) |", m / 1048576.0, m / *n as f64);
+    let _ = writeln!(r, "## Peer table\n\nOne thread: insertions filling an empty table, then look-ups of every key in a shuffled order, then as many of absent keys; memory is the resident set the filled table added (`shipworm-bench peer-table --peers N` prints one such line).\n\n| peers | insertions/s | look-ups/s | misses/s | memory |\n|---|---|---|---|---|");
+    for t in tables {
+        let _ = writeln!(
+            r,
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} MiB ({:.0} B/peer) |",
+            t.peers,
+            t.insert_per_s,
+            t.lookup_per_s,
+            t.miss_per_s,
+            t.bytes_per_peer * t.peers as f64 / 1048576.0,
+            t.bytes_per_peer
+        );
     }
     let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
     let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | TCP ×{TCP_STREAMS} client→native | TCP ×{TCP_STREAMS} native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|---|---|");
