@@ -70,11 +70,6 @@ pub struct Tun {
 }
 
 impl Tun {
-    /// Create (or attach to) the TUN interface `name`, without offloads.
-    pub fn create(name: &str) -> Result<Tun, String> {
-        Self::open(name, IFF_TUN | IFF_NO_PI)
-    }
-
     /// Create the TUN interface `name` with `queues` queues (one per worker thread):
     /// the kernel hands each flow's packets to one queue, so a flow is never reordered.
     /// One queue is a plain TUN device. With `offload`, the queues take the offloads the
