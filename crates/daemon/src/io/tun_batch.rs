@@ -4,7 +4,7 @@
 //!
 //! * [`TunReader`] reads what the kernel hands over and gives it out packet by packet:
 //!   a super-packet is cut into its segments, a checksum left to the device is
-//!   finished. One read may stand for a row of 40 packets.
+//!   finished. One read may stand for a whole row of segments.
 //! * [`TunWriter`] queues the packets of a round and writes them when the round ends,
 //!   joining consecutive packets of one flow into one super-packet: one write, and one
 //!   trip through the stack, for the row. Packets of one flow keep their order; a
