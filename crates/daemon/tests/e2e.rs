@@ -151,6 +151,49 @@ fn main() {
             }
         }
     }
+    // The offloads are on the paths the transfers above check: TCP each way through a
+    // shipworm client and relay, and the client read super-packets from its TUN (the
+    // host's TCP segments, cut by us) and wrote joined rows (the relay's rows of one
+    // flow, joined by us).
+    {
+        let me = Impl::Shipworm(me.clone());
+        let s = Scenario {
+            nat: NatKind::PortRestricted,
+            server: me.clone(),
+            relay: me.clone(),
+            client: me,
+            transfer_bytes: BYTES,
+            pings: 1,
+            keep_on_failure: false,
+            first: Side::Client,
+            shipworm_extra: "",
+        };
+        cases.push(Case {
+            name: "TUN offloads in use: TCP both ways through a shipworm client and relay".into(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                let st = lab.client_status(0).ok_or("step 6: the client's status socket did not answer")?;
+                let tun = &st["tun"];
+                let offloads = tun["offloads"].as_str().unwrap_or("?").to_string();
+                let read = tun["super_packets_read"].as_u64().unwrap_or(0);
+                let joined = tun["joined_writes"].as_u64().unwrap_or(0);
+                if offloads == "no offloads" {
+                    return Err("step 6: the kernel granted the client no TUN offloads".into());
+                }
+                if read == 0 || joined == 0 {
+                    return Err(format!(
+                        "step 6: {offloads} granted but not used: {read} super-packets read, {joined} joined writes"
+                    ));
+                }
+                Ok(format!(
+                    "{offloads}: {read} super-packets read, {joined} joined writes; TCP {:.0}/{:.0} Mbit/s, intact",
+                    o.tcp_out.mbit_per_s(),
+                    o.tcp_in.mbit_per_s()
+                ))
+            }),
+        });
+    }
     // The data path without TUN offloads (what a kernel that refuses them gives): one
     // packet per read and write, both ways, each side speaking first, the transfers
     // checked intact as above.

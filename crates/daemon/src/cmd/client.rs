@@ -179,6 +179,12 @@ fn status_json(
         "tun_write_failures": out.tun_out.failed(),
         "tun_reads_not_understood": tun_in.refused(),
     });
+    // What the TUN offloads did: reads that were super-packets, writes that joined a row.
+    let tun = serde_json::json!({
+        "offloads": out.tun.offloads().to_string(),
+        "super_packets_read": tun_in.super_packets(),
+        "joined_writes": out.tun_out.written().1,
+    });
     let Some(c) = client else {
         // Nothing resolved yet: no state machine to ask, the same shape all the same.
         let waiting: Vec<&str> = names.failing().iter().map(|(n, _)| n.as_str()).collect();
@@ -197,6 +203,7 @@ fn status_json(
             "peers": 0,
             "counters": {},
             "io_errors": io_errors,
+            "tun": tun,
         })
         .to_string();
     };
@@ -248,6 +255,7 @@ fn status_json(
             "drops": drops,
         },
         "io_errors": io_errors,
+        "tun": tun,
     })
     .to_string()
 }
