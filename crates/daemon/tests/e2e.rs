@@ -186,8 +186,27 @@ fn main() {
                         "step 6: {offloads} granted but not used: {read} super-packets read, {joined} joined writes"
                     ));
                 }
+                // The relay says the same in its counters (SIGUSR1).
+                let pid = std::fs::read_to_string(lab.dir().join("relay.pid")).map_err(|e| format!("relay.pid: {e}"))?;
+                let pid = nix::unistd::Pid::from_raw(pid.trim().parse().map_err(|e| format!("relay.pid: {e}"))?);
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR1).map_err(|e| e.to_string())?;
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let log = lab.log_tail("relay", 5);
+                let line = log.lines().rev().find(|l| l.contains("TUN reads were super-packets")).unwrap_or("");
+                let counts: Vec<u64> = line
+                    .rsplit(';')
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                if counts.len() != 2 || counts.contains(&0) {
+                    return Err(format!("step 6: the relay's counters show no offloads in use:\n{log}"));
+                }
                 Ok(format!(
-                    "{offloads}: {read} super-packets read, {joined} joined writes; TCP {:.0}/{:.0} Mbit/s, intact",
+                    "client {offloads}: {read} super-packets read, {joined} joined writes; relay: {} and {}; TCP {:.0}/{:.0} Mbit/s, intact",
+                    counts[0],
+                    counts[1],
                     o.tcp_out.mbit_per_s(),
                     o.tcp_in.mbit_per_s()
                 ))

@@ -18,7 +18,7 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
-use crate::runtime::report::{self, IoErrors};
+use crate::runtime::report::{self, IoErrors, TunOffloadCounts};
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
@@ -54,6 +54,10 @@ impl Out<'_> {
     fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
         IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_out.failed(), tun_read: tun_in.refused() }
     }
+
+    fn offloads(&self, tun_in: &TunReader) -> TunOffloadCounts {
+        TunOffloadCounts { super_packets_read: tun_in.super_packets(), joined_writes: self.tun_out.written().1 }
+    }
 }
 
 impl Transmit for Out<'_> {
@@ -79,7 +83,7 @@ struct Crew<'a> {
     halt: &'a AtomicBool,
     started: Instant,
     /// Each worker's counters, published every tick and on exit.
-    published: &'a [Mutex<(RelayStats, IoErrors)>],
+    published: &'a [Mutex<(RelayStats, IoErrors, TunOffloadCounts)>],
     /// How long a worker keeps polling without sleeping after its last packet.
     busy_poll: Duration,
 }
@@ -90,14 +94,15 @@ impl Crew<'_> {
     }
 
     /// Counters over all workers, as last published.
-    fn totals(&self) -> (RelayStats, IoErrors) {
-        let (mut sum, mut io) = (RelayStats::default(), IoErrors::default());
+    fn totals(&self) -> (RelayStats, IoErrors, TunOffloadCounts) {
+        let (mut sum, mut io, mut tun) = (RelayStats::default(), IoErrors::default(), TunOffloadCounts::default());
         for p in self.published {
             let p = p.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             sum.add(&p.0);
             io.add(&p.1);
+            tun.add(&p.2);
         }
-        (sum, io)
+        (sum, io, tun)
     }
 }
 
@@ -194,7 +199,8 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
     let halt = AtomicBool::new(false);
-    let published: Vec<Mutex<(RelayStats, IoErrors)>> = (0..workers).map(|_| Mutex::default()).collect();
+    let published: Vec<Mutex<(RelayStats, IoErrors, TunOffloadCounts)>> =
+        (0..workers).map(|_| Mutex::default()).collect();
     let crew = Crew {
         relay: &relay,
         signals: &signals,
@@ -261,7 +267,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
     let mut busy = BusyPoll::new(crew.busy_poll, Instant::now());
     let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>, tun_in: &TunReader| {
         *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (state.stats().clone(), out.io_errors(tun_in));
+            (state.stats().clone(), out.io_errors(tun_in), out.offloads(tun_in));
     };
 
     // The rounds, in a closure so that a failure (a socket error) still publishes this
@@ -314,9 +320,9 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
 }
 
 fn report(crew: &Crew<'_>, what: &str) {
-    let (s, io) = crew.totals();
+    let (s, io, tun) = crew.totals();
     tracing::info!(
-        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}; {io}",
+        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}; {io}; {tun}",
         crew.relay.peer_count(),
         s.to_teredo,
         s.to_native,

@@ -35,6 +35,34 @@ impl std::fmt::Display for IoErrors {
     }
 }
 
+/// What the TUN offloads did: reads that were super-packets (each cut into its
+/// segments), and writes that carried a joined row.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TunOffloadCounts {
+    /// TUN reads that carried a super-packet.
+    pub super_packets_read: u64,
+    /// TUN writes that carried a joined row.
+    pub joined_writes: u64,
+}
+
+impl TunOffloadCounts {
+    /// Add another worker's.
+    pub fn add(&mut self, o: &TunOffloadCounts) {
+        self.super_packets_read += o.super_packets_read;
+        self.joined_writes += o.joined_writes;
+    }
+}
+
+impl std::fmt::Display for TunOffloadCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} TUN reads were super-packets, {} TUN writes joined rows",
+            self.super_packets_read, self.joined_writes
+        )
+    }
+}
+
 /// "N dropped", and ": reason=n …" for each reason that counted.
 pub fn dropped(d: &DropCounters) -> String {
     let reasons: Vec<String> = d.nonzero().map(|(r, n)| format!("{}={n}", r.as_str())).collect();
@@ -49,6 +77,16 @@ pub fn dropped(d: &DropCounters) -> String {
 mod tests {
     use super::*;
     use shipworm_proto::DropReason;
+
+    #[test]
+    fn io_errors_and_offload_counts_add_over_workers_and_read_in_the_log() {
+        let mut io = IoErrors { udp_send: 1, tun_write: 2, tun_read: 3 };
+        io.add(&IoErrors { udp_send: 10, tun_write: 20, tun_read: 30 });
+        assert_eq!(io.to_string(), "11 UDP sends and 22 TUN writes refused by the kernel, 33 TUN reads not understood");
+        let mut tun = TunOffloadCounts { super_packets_read: 4, joined_writes: 5 };
+        tun.add(&TunOffloadCounts { super_packets_read: 40, joined_writes: 50 });
+        assert_eq!(tun.to_string(), "44 TUN reads were super-packets, 55 TUN writes joined rows");
+    }
 
     #[test]
     fn names_each_reason_that_counted() {
