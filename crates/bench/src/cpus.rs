@@ -50,26 +50,14 @@ pub fn pin_host(ns: &str) -> Result<usize, String> {
     if !available() {
         return Ok(0);
     }
-    let net = std::fs::metadata(format!("/run/netns/{ns}")).map_err(|e| format!("namespace {ns}: {e}"))?.ino();
     let cpus = only(RELAY_CPU)?;
-    let me = std::process::id().to_string();
     let mut moved = 0;
-    let procs = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
-    for p in procs.flatten() {
-        let name = p.file_name();
-        let Some(pid) = name.to_str().filter(|s| *s != me && s.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        // A process that has exited meanwhile is simply not there any more.
-        if std::fs::metadata(p.path().join("ns/net")).map(|m| m.ino()).ok() != Some(net) {
-            continue;
-        }
-        let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
-        for t in tasks.flatten() {
-            let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-            match sched_setaffinity(Pid::from_raw(tid), &cpus) {
-                Ok(()) => moved += 1,
-                Err(nix::errno::Errno::ESRCH) => {}
-                Err(e) => return Err(format!("cannot move thread {tid} of process {pid} to CPU {RELAY_CPU}: {e}")),
-            }
+    for (pid, task) in threads_in(ns)? {
+        let Some(tid) = task.file_name().and_then(|s| s.to_str()).and_then(|s| s.parse::<i32>().ok()) else { continue };
+        match sched_setaffinity(Pid::from_raw(tid), &cpus) {
+            Ok(()) => moved += 1,
+            Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => return Err(format!("cannot move thread {tid} of process {pid} to CPU {RELAY_CPU}: {e}")),
         }
     }
     steer(ns, true)?;
@@ -115,26 +103,32 @@ pub fn relay_core_idle() -> Result<std::time::Duration, String> {
 /// thread's, from /proc/PID/task/TID/schedstat (nanoseconds): the relay's own share of
 /// its host's work.
 pub fn host_process_time(ns: &str) -> Result<std::time::Duration, String> {
+    let on_cpu = |task: &std::path::Path| {
+        std::fs::read_to_string(task.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+            .unwrap_or(0)
+    };
+    Ok(std::time::Duration::from_nanos(threads_in(ns)?.iter().map(|(_, t)| on_cpu(t)).sum()))
+}
+
+/// Every thread of every process living in namespace `ns` but ours (whose threads visit
+/// namespaces only to make sockets or run transfers): (process id, /proc/PID/task/TID).
+/// A process that exits meanwhile is simply not there any more.
+fn threads_in(ns: &str) -> Result<Vec<(String, std::path::PathBuf)>, String> {
     let net = std::fs::metadata(format!("/run/netns/{ns}")).map_err(|e| format!("namespace {ns}: {e}"))?.ino();
     let me = std::process::id().to_string();
-    let mut ns_total = 0u64;
+    let mut threads = Vec::new();
     for p in std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?.flatten() {
         let name = p.file_name();
-        if name.to_str().is_none_or(|s| s == me || !s.bytes().all(|b| b.is_ascii_digit())) {
-            continue;
-        }
+        let Some(pid) = name.to_str().filter(|s| *s != me && s.bytes().all(|b| b.is_ascii_digit())) else { continue };
         if std::fs::metadata(p.path().join("ns/net")).map(|m| m.ino()).ok() != Some(net) {
             continue;
         }
         let Ok(tasks) = std::fs::read_dir(p.path().join("task")) else { continue };
-        for t in tasks.flatten() {
-            let on_cpu = std::fs::read_to_string(t.path().join("schedstat"))
-                .ok()
-                .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()));
-            ns_total += on_cpu.unwrap_or(0);
-        }
+        threads.extend(tasks.flatten().map(|t| (pid.to_string(), t.path())));
     }
-    Ok(std::time::Duration::from_nanos(ns_total))
+    Ok(threads)
 }
 
 #[cfg(test)]

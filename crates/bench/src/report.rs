@@ -280,7 +280,7 @@ pub(crate) fn report(
     let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | TCP ×{TCP_STREAMS} client→native | TCP ×{TCP_STREAMS} native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|---|---|");
     // A figure and the range of what it summarises.
     let spread = |v: &[f64], f: f64| {
-        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)));
+        let (lo, hi) = range(v);
         if v.len() > 1 {
             format!("{f:.0} ({lo:.0}–{hi:.0})")
         } else {
@@ -330,7 +330,7 @@ fn cpu_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, rati
             return (f64::NAN, "—".into());
         }
         let m = middle_mean(&x);
-        let (lo, hi) = x.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &y| (l.min(y), h.max(y)));
+        let (lo, hi) = range(&x);
         (m, if x.len() > 1 { format!("{m:.2} ({lo:.2}–{hi:.2})") } else { format!("{m:.2}") })
     };
     let _ = writeln!(r, "## CPU per packet ({CPU_SIZE}-byte IPv6 packets at fixed offered rates)\n\nµs of CPU per packet delivered, over one trial a round of each rate: the relay's processes (their threads' run time), and the relay host's whole core (busy time of the core the host was pinned to, the kernel's receive, TUN and routing work for it included; the traffic ran on the other core). The mean of the trials without the highest and lowest ninth, their range in brackets. The kernel row is the native path forwarded by the relay host's kernel: the cost of the packet's trip through a host, no tunnel.\n");

@@ -27,6 +27,11 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The lowest and the highest of `v` (infinities of no values).
+pub(crate) fn range(v: &[f64]) -> (f64, f64) {
+    v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &x| (l.min(x), h.max(x)))
+}
+
 pub(crate) fn pct(v: &[f64], p: f64) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);

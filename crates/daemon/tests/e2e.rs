@@ -89,6 +89,23 @@ fn step_of(err: &str) -> Option<u32> {
     err.strip_prefix("step ")?.split_whitespace().next()?.parse().ok()
 }
 
+/// Server, relay and client all shipworm's, behind a port-restricted NAT, with `extra`
+/// configuration lines for the relay and the client.
+fn shipworm_chain(me: &std::path::Path, first: Side, extra: &'static str) -> Scenario {
+    let me = Impl::Shipworm(me.to_path_buf());
+    Scenario {
+        nat: NatKind::PortRestricted,
+        server: me.clone(),
+        relay: me.clone(),
+        client: me,
+        transfer_bytes: BYTES,
+        pings: 5,
+        keep_on_failure: false,
+        first,
+        shipworm_extra: extra,
+    }
+}
+
 fn main() {
     if !nix::unistd::Uid::effective().is_root() {
         if std::env::var_os("SHIPWORM_SKIP_E2E").is_some() {
@@ -156,18 +173,7 @@ fn main() {
     // host's TCP segments, cut by us) and wrote joined rows (the relay's rows of one
     // flow, joined by us).
     {
-        let me = Impl::Shipworm(me.clone());
-        let s = Scenario {
-            nat: NatKind::PortRestricted,
-            server: me.clone(),
-            relay: me.clone(),
-            client: me,
-            transfer_bytes: BYTES,
-            pings: 1,
-            keep_on_failure: false,
-            first: Side::Client,
-            shipworm_extra: "",
-        };
+        let s = shipworm_chain(&me, Side::Client, "");
         cases.push(Case {
             name: "TUN offloads in use: TCP both ways through a shipworm client and relay".into(),
             expect: Expect::Pass,
@@ -217,18 +223,7 @@ fn main() {
     // packet per read and write, both ways, each side speaking first, the transfers
     // checked intact as above.
     for first in [Side::Native, Side::Client] {
-        let me = Impl::Shipworm(me.clone());
-        let s = Scenario {
-            nat: NatKind::PortRestricted,
-            server: me.clone(),
-            relay: me.clone(),
-            client: me,
-            transfer_bytes: BYTES,
-            pings: 5,
-            keep_on_failure: false,
-            first,
-            shipworm_extra: "TunOffload no\n",
-        };
+        let s = shipworm_chain(&me, first, "TunOffload no\n");
         cases.push(Case {
             name: format!("{first:<12} without TUN offloads (TunOffload no), relay and client"),
             expect: Expect::Pass,

@@ -492,22 +492,9 @@ impl<R: Random> Client<R> {
     fn make_room_to_wait(&mut self) {
         while self.pending.len() >= self.cfg.pending_capacity.max(1) {
             let Some(old) = self.pending.pop_front() else { break };
-            let lost = match self.peers.get_mut(&old) {
-                Some(p) if p.waiting && p.trusted => {
-                    p.waiting = false;
-                    let lost = p.queue.len();
-                    p.queue = Default::default();
-                    lost
-                }
-                Some(p) if p.waiting => {
-                    let lost = p.queue.len();
-                    self.peers.remove(&old);
-                    lost
-                }
-                // Answered or gone since: a stale list entry (what it may hold is the
-                // timer's to settle, or a packet just held for a new wait).
-                _ => continue,
-            };
+            // A stale list entry (answered or gone since) is passed over: what it may hold
+            // is the timer's to settle, or a packet just held for a new wait.
+            let Some(lost) = self.peers.give_way(&old) else { continue };
             self.stats.drops.count_n(DropReason::QueueFull, lost);
             // What it held as a first contact goes too (counted as a failed test).
             self.discard_held(&old);

@@ -276,6 +276,21 @@ impl PeerTable {
         Some(p.mapped)
     }
 
+    /// `addr` leaves the waiting list to make room: if it is waiting, a trusted entry
+    /// stops waiting and drops its queue, an untrusted one is removed. Returns the
+    /// packets lost, or `None` if it was not waiting (answered or gone since).
+    pub fn give_way(&mut self, addr: &Ipv6Addr) -> Option<usize> {
+        let p = self.get_mut(addr).filter(|p| p.waiting)?;
+        let lost = p.queue.len();
+        if p.trusted {
+            p.waiting = false;
+            p.queue = PacketQueue::default();
+        } else {
+            self.remove(addr);
+        }
+        Some(lost)
+    }
+
     /// Bytes held in every entry's queue (a walk over the table: for status and tests).
     pub fn queued_bytes(&self) -> usize {
         self.slots.iter().flatten().map(|p| p.queue.bytes()).sum()

@@ -314,31 +314,22 @@ impl SharedRelay {
         tx: &mut impl Transmit,
     ) -> Verdict {
         let dst = ip.dst_addr();
-        let known = shard.peers.get(&dst);
-        if known.is_none_or(|p| !p.waiting) {
+        // None: no entry; Some(waiting).
+        let known = shard.peers.get(&dst).map(|p| p.waiting);
+        if known != Some(true) {
             // One more peer waits, whatever made it wait (a newcomer, or a trusted peer
             // gone silent): the list is capped, and with it the bytes queues hold. The
             // oldest waiting peer gives way, its packets lost; a trusted one keeps its
             // entry.
             while shard.pending.len() >= shard.pending_capacity {
                 let old = shard.pending.pop_front().expect("non-empty");
-                match shard.peers.get_mut(&old) {
-                    Some(p) if p.waiting && p.trusted => {
-                        p.waiting = false;
-                        let lost = p.queue.len();
-                        p.queue = Default::default();
-                        w.stats.drops.count_n(DropReason::QueueFull, lost);
-                    }
-                    Some(p) if p.waiting => {
-                        let lost = p.queue.len();
-                        shard.peers.remove(&old);
-                        w.stats.drops.count_n(DropReason::QueueFull, lost);
-                    }
-                    _ => {} // answered or gone since: a stale list entry
+                if let Some(lost) = shard.peers.give_way(&old) {
+                    w.stats.drops.count_n(DropReason::QueueFull, lost);
                 }
             }
         }
-        if shard.peers.get(&dst).is_none() {
+        // Making room removed only waiting entries, so `known` still tells.
+        if known.is_none() {
             match shard.peers.insert(Peer::new(dst, t.mapped, now), now) {
                 Ok(_) => {}
                 Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),

@@ -18,7 +18,7 @@
 use crate::checksum;
 use crate::ip_protocol;
 use crate::ipv6;
-use crate::segmentation::verified_transport;
+use crate::segmentation::{pseudo_sum, verified_transport};
 use crate::tcp::{self, TcpPacket};
 use crate::udp;
 use crate::vnet_hdr::{self, gso, VnetHdr, NEEDS_CSUM};
@@ -174,7 +174,7 @@ impl Row {
             (gso::UDP_L4, 6)
         };
         let at = ipv6::HEADER_LEN + csum_offset;
-        let pseudo = checksum::fold(checksum::sum(&p[8..40]) + u64::from(self.proto) + l4_total as u64);
+        let pseudo = checksum::fold(pseudo_sum(p, self.proto, l4_total));
         write_u16(&mut p[at..at + 2], pseudo);
         let hdr = VnetHdr {
             flags: NEEDS_CSUM,

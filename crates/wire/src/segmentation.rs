@@ -25,6 +25,13 @@ const ADDRESSES: core::ops::Range<usize> = 8..40;
 /// Offset of the UDP length field from the UDP header.
 const UDP_LENGTH: core::ops::Range<usize> = 4..6;
 
+/// The unfolded sum of the IPv6 pseudo-header of `packet` (an IPv6 packet, header
+/// checked) for `proto` and an upper-layer length of `l4_len`: the addresses are summed
+/// where they lie, without reading them out.
+pub(crate) fn pseudo_sum(packet: &[u8], proto: u8, l4_len: usize) -> u64 {
+    checksum::sum(&packet[ADDRESSES]) + u64::from(proto) + l4_len as u64
+}
+
 /// Finish a checksum the kernel left to the device (`NEEDS_CSUM` on a single packet):
 /// the field at `csum_start + csum_offset` holds the pseudo-header's sum, and the sum of
 /// everything from `csum_start` is added to it, as `skb_checksum_help` does (a zero
@@ -157,10 +164,7 @@ impl<'a> SuperPacket<'a> {
             }
         };
         write_u16(&mut out[at..at + 2], 0);
-        let acc = checksum::sum(&out[ADDRESSES])
-            + u64::from(proto)
-            + l4_total as u64
-            + checksum::sum(&out[ipv6::HEADER_LEN..len]);
+        let acc = pseudo_sum(out, proto, l4_total) + checksum::sum(&out[ipv6::HEADER_LEN..len]);
         let c = checksum::finish(acc);
         write_u16(&mut out[at..at + 2], if c == 0 { 0xffff } else { c });
         Ok(len)
@@ -184,10 +188,7 @@ pub(crate) fn verified_transport(packet: &[u8]) -> Option<u8> {
     if proto != ip_protocol::TCP && proto != ip_protocol::UDP {
         return None;
     }
-    let acc = checksum::sum(&packet[ADDRESSES])
-        + u64::from(proto)
-        + l4_total as u64
-        + checksum::sum(&packet[ipv6::HEADER_LEN..]);
+    let acc = pseudo_sum(packet, proto, l4_total) + checksum::sum(&packet[ipv6::HEADER_LEN..]);
     (checksum::fold(acc) == 0xffff).then_some(proto)
 }
 

@@ -81,9 +81,11 @@ impl TunReader {
                 continue;
             };
             for i in 0..sp.count() {
-                // The buffer holds any segment of a packet that fitted the read buffer.
-                if let Ok(len) = sp.segment(i, &mut self.seg) {
-                    f(&self.seg[..len]);
+                // The buffer holds any segment of a packet that fitted the read buffer;
+                // were it ever short, the segment is counted, not lost unseen.
+                match sp.segment(i, &mut self.seg) {
+                    Ok(len) => f(&self.seg[..len]),
+                    Err(_) => self.refused += 1,
                 }
             }
             packets += sp.count();
@@ -180,7 +182,11 @@ impl TunWriter {
         let at = self.used;
         // Room to grow for a row that may: a full row's, or what the arena has left.
         let room = (head + MAX_ROW_LEN).min(self.arena.len() - at);
-        let Ok(row) = Row::start(&mut self.arena[at..at + room], packet) else { return };
+        let Ok(row) = Row::start(&mut self.arena[at..at + room], packet) else {
+            // `room` holds the packet (checked above): never; counted if it were.
+            self.failed += 1;
+            return;
+        };
         let room = if self.join && row.is_open() { room } else { need };
         self.used += room;
         self.rows.push(Slot { at, room, row });

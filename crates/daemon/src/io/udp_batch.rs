@@ -190,7 +190,7 @@ impl RecvBatch {
     /// the row the kernel joined, cut where the sender's datagrams ended (every one
     /// the size the kernel reports but the last).
     pub fn datagrams(&self, i: usize) -> impl Iterator<Item = &[u8]> {
-        let (_, data) = self.get_any(i);
+        let data = self.payload(i);
         let size = self.segment_size(i).filter(|&s| s > 0 && s < data.len()).unwrap_or(data.len().max(1));
         // An empty payload (a zero-length datagram, or a truncated one) is one datagram.
         let empty = data.is_empty().then_some(data);
@@ -220,13 +220,17 @@ impl RecvBatch {
 
     /// Datagram `i` of the last call, on a socket of either family.
     pub fn get_any(&self, i: usize) -> (SocketAddr, &[u8]) {
+        (storage_to_addr(&self.a.addrs[i]), self.payload(i))
+    }
+
+    /// Message `i`'s payload (empty if it was truncated).
+    fn payload(&self, i: usize) -> &[u8] {
         let h = &self.a.hdrs[i];
-        let from = storage_to_addr(&self.a.addrs[i]);
         if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-            return (from, &[]);
+            return &[];
         }
         let len = (h.msg_len as usize).min(self.a.slot);
-        (from, &self.a.bufs[i * self.a.slot..i * self.a.slot + len])
+        &self.a.bufs[i * self.a.slot..i * self.a.slot + len]
     }
 }
 
