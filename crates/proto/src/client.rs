@@ -1078,7 +1078,7 @@ impl<R: Random> Client<R> {
                 }
             }
             self.stats.bubbles += 1;
-            if let Some(p) = self.peers.get_mut(&src) {
+            if let Some(mut p) = self.peers.get_mut(&src) {
                 p.last_tx = now;
             }
             // Our echo of its nonce now proves us to a peer met through hairpinning:
@@ -1386,7 +1386,7 @@ impl<R: Random> Client<R> {
             budget_spent = true;
             let _ = self.peers.insert(Peer::new(src, t.mapped, now), now);
         }
-        let Some(p) = self.peers.get_mut(&src) else {
+        let Some(mut p) = self.peers.get_mut(&src) else {
             return false;
         };
         p.nonce_received = nonce;
@@ -1403,7 +1403,7 @@ impl<R: Random> Client<R> {
     /// its direct answer must echo (RFC 6081 §5.2.4.1).
     fn send_indirect(&mut self, now: Duration, me: &Ipv6Addr, dst: Ipv6Addr, server: Ipv4Addr, tx: &mut impl Transmit) {
         let nonce = if self.cfg.symmetric_nat_support { self.bubble_nonce() } else { 0 };
-        let Some(p) = self.peers.get_mut(&dst) else {
+        let Some(mut p) = self.peers.get_mut(&dst) else {
             return;
         };
         p.nonce_sent = nonce;
@@ -1413,6 +1413,7 @@ impl<R: Random> Client<R> {
         // Our local address goes only to a peer we are reaching ourselves (the host has
         // packets for it), never in answer to an indirect bubble anyone could forge.
         let ours = p.waiting;
+        drop(p);
         let mut n = self.bubble(me, &dst, nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
         let predicted = self.ports.get(&dst).map_or(0, |e| e.predicted);
@@ -1435,21 +1436,22 @@ impl<R: Random> Client<R> {
     }
 
     fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut impl Transmit) {
-        let Some(p) = self.peers.get_mut(addr) else {
+        let Some(mut p) = self.peers.get_mut(addr) else {
             return;
         };
         p.waiting = false;
-        p.nonce = None;
+        p.set_nonce(None);
         p.solicitations = 0;
-        if p.queue.is_empty() {
+        let empty = p.queue().is_empty();
+        drop(p);
+        if empty {
             return;
         }
         let via = self.ports.via(addr);
         let to = self.peer_target(addr, to);
-        let Some(p) = self.peers.get_mut(addr) else {
+        let Some(mut q) = self.peers.get_mut(addr).and_then(|mut p| p.take_queue()) else {
             return;
         };
-        let mut q = p.queue.drain();
         while let Some(packet) = q.next_packet() {
             udp_via(tx, via, to, packet);
             self.stats.sent += 1;
@@ -1482,15 +1484,15 @@ impl<R: Random> Client<R> {
         // it came through serves the peer from now on (also when the peer was trusted
         // through another relay: that is how a relay change is followed). The reply is
         // ours, not the host's.
-        if let Some(p) = self.peers.get_mut(&src) {
-            if p.nonce.is_some_and(|n| is_echo_reply_with(ip, &n)) {
+        if self.peers.get(&src).and_then(|p| p.nonce()).is_some_and(|n| is_echo_reply_with(ip, &n)) {
+            if let Some(mut p) = self.peers.get_mut(&src) {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
                 p.bubbles = 0;
-                self.release_held(&src, from, tx);
-                return self.flush(&src, from, tx);
             }
+            self.release_held(&src, from, tx);
+            return self.flush(&src, from, tx);
         }
         let embedded = TeredoAddr::decode(&src);
         let nonce = self.nonce_in(pkt);
@@ -1505,7 +1507,7 @@ impl<R: Random> Client<R> {
         let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
         let accepted = match self.peers.get_mut(&src) {
             // 1. A trusted peer from its mapping.
-            Some(p) if p.trusted && p.mapped == from => {
+            Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
                 p.bubbles = 0;
                 known = true;
@@ -1518,7 +1520,7 @@ impl<R: Random> Client<R> {
             // would drop it, and a symmetric-NAT Miredo client could not be reached.
             // A nonce proves one exchange, once, and only while we are still reaching the
             // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
-            Some(p)
+            Some(mut p)
                 if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
                     || (p.waiting
                         && pkt.is_bubble()
@@ -1545,24 +1547,28 @@ impl<R: Random> Client<R> {
             // 5. Or a peer local discovery found, from where it was heard.
             let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
             if embedded.is_some_and(|t| t.mapped == from) || local() {
-                match self.peers.get_mut(&src) {
-                    // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping
-                    // while it is valid: a packet claiming the embedded one is taken (RFC
-                    // 4380 case 3) but moves nothing.
-                    Some(p) if p.is_valid(now) && p.mapped != from => true,
-                    _ => {
-                        let mut p = Peer::new(src, from, now);
-                        if let Some(old) = self.peers.get(&src) {
-                            p.queue = old.queue.clone();
+                // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping while
+                // it is valid: a packet claiming the embedded one is taken (RFC 4380 case
+                // 3) but moves nothing.
+                let elsewhere = self.peers.get(&src).is_some_and(|p| p.is_valid(now) && p.mapped != from);
+                let mut p = Peer::new(src, from, now);
+                p.trusted = true;
+                p.last_rx = now;
+                // Trusted afresh at this mapping; what it queued, its last transmission
+                // and what it told us of itself stay.
+                let renewed = !elsewhere
+                    && self
+                        .peers
+                        .get_mut(&src)
+                        .map(|mut old| {
                             p.last_tx = old.last_tx;
                             p.nonce_received = old.nonce_received;
                             p.knows_trailers = old.knows_trailers;
-                        }
-                        p.trusted = true;
-                        p.last_rx = now;
-                        self.peers.insert(p, now).is_ok()
-                    }
-                }
+                            *old = p;
+                            old.set_nonce(None);
+                        })
+                        .is_some();
+                elsewhere || renewed || self.peers.insert(p, now).is_ok()
             } else {
                 false
             }
@@ -1698,7 +1704,7 @@ impl<R: Random> Client<R> {
         // bubble spacing: a packet spoofed from an address its source embeds would
         // otherwise turn us into a reflector.
         let mut answer = false;
-        if let Some(p) = self.peers.get_mut(src) {
+        if let Some(mut p) = self.peers.get_mut(src) {
             p.knows_trailers = true;
             answer = known && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
             if answer && solicited {
@@ -1741,9 +1747,11 @@ impl<R: Random> Client<R> {
                 return;
             }
         }
-        let p = self.peers.get_mut(&src).expect("present");
-        if !p.waiting {
-            p.waiting = true;
+        let mut p = self.peers.get_mut(&src).expect("present");
+        let newly = !p.waiting;
+        p.waiting = true;
+        drop(p);
+        if newly {
             self.pending.push_back(src);
             self.stats.first_contacts += 1;
         }
@@ -1790,7 +1798,7 @@ impl<R: Random> Client<R> {
             self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
             return self.dropped(DropReason::SourceMismatch);
         }
-        if let Some(to) = self.peers.send_to(&dst, now) {
+        if let Some(to) = self.peers.send_to(&self.peers.key(&dst), now) {
             let to = self.peer_target(&dst, to);
             let via = self.ports.via(&dst);
             udp_via(tx, via, to, ip.packet());
@@ -1817,10 +1825,12 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::TableFull);
         }
         let cap = self.cfg.queue_bytes;
-        let p = self.peers.get_mut(&dst).expect("present");
-        let queued = p.queue.push(ip.packet(), cap);
-        if !p.waiting {
-            p.waiting = true;
+        let mut p = self.peers.get_mut(&dst).expect("present");
+        let queued = p.queue_mut().push(ip.packet(), cap);
+        let newly = !p.waiting;
+        p.waiting = true;
+        drop(p);
+        if newly {
             self.pending.push_back(dst);
         }
         if !queued {
@@ -1837,9 +1847,9 @@ impl<R: Random> Client<R> {
             return;
         };
         // A nonce is drawn only for a native peer's first echo, not for every queued packet.
-        let needs_nonce = TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce.is_none());
+        let needs_nonce = TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce().is_none());
         let nonce = if needs_nonce { self.nonce() } else { [0; 8] };
-        let Some(p) = self.peers.get_mut(&dst) else {
+        let Some(mut p) = self.peers.get_mut(&dst) else {
             return;
         };
         // The first try goes at once (a new entry's "30 s ago" may predate time zero).
@@ -1850,7 +1860,7 @@ impl<R: Random> Client<R> {
         // contacts must not turn the client into a source of echoes. A refused one is
         // tried next tick. Tests the host asked for (its packets queued) never wait on
         // that budget.
-        if TeredoAddr::decode(&dst).is_none() && p.queue.is_empty() && !self.held.allow_test(now) {
+        if TeredoAddr::decode(&dst).is_none() && p.queue().is_empty() && !self.held.allow_test(now) {
             return;
         }
         match TeredoAddr::decode(&dst) {
@@ -1864,6 +1874,7 @@ impl<R: Random> Client<R> {
                         p.bubbles += 1;
                         p.last_tx = now;
                         let to = p.mapped;
+                        drop(p);
                         let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
                         let n = self.bubble_with(&me, &dst, Some(ask));
                         udp_via(tx, self.ports.via(&dst), to, &self.scratch[..n]);
@@ -1886,6 +1897,7 @@ impl<R: Random> Client<R> {
                 // lets anyone in), then the indirect one.
                 let (mapped, echo) = (p.mapped, p.nonce_received);
                 let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+                drop(p);
                 // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
                 // address, and our own announcement, which it needs to take our answer.
                 if let Some(at) = self.local_peers.get(&dst, now) {
@@ -1906,7 +1918,7 @@ impl<R: Random> Client<R> {
                 // when it has its answer.
                 if !echo_running && !self.random_port_bubbles(now, &me, dst, t, echo, Bubbling::Poke, tx) {
                     self.send_indirect(now, &me, dst, t.server, tx);
-                } else if let Some(p) = self.peers.get_mut(&dst) {
+                } else if let Some(mut p) = self.peers.get_mut(&dst) {
                     p.last_tx = now;
                     p.bubbles += 1;
                 }
@@ -1914,7 +1926,14 @@ impl<R: Random> Client<R> {
             None => {
                 p.last_tx = now;
                 p.bubbles += 1;
-                let nonce = *p.nonce.get_or_insert(nonce);
+                let nonce = match p.nonce() {
+                    Some(running) => running,
+                    None => {
+                        p.set_nonce(Some(nonce));
+                        nonce
+                    }
+                };
+                drop(p);
                 let mut id = [0u8; 4];
                 self.rng.fill(&mut id);
                 let echo = Icmpv6Repr::EchoRequest {
@@ -1997,7 +2016,7 @@ impl<R: Random> Client<R> {
                 self.discard_held(&dst);
                 continue;
             }
-            if p.queue.is_empty() && TeredoAddr::decode(&dst).is_none() && !self.held.contains(&dst) {
+            if p.queue().is_empty() && TeredoAddr::decode(&dst).is_none() && !self.held.contains(&dst) {
                 // A first contact whose held packets expired: nothing left to test for
                 // (keeps forged sources from spending the echo budget).
                 self.give_up(now, dst, tx);
@@ -2061,16 +2080,16 @@ impl<R: Random> Client<R> {
         self.discard_held(&dst);
         // A peer still valid through its relay keeps it: a test that another relay's
         // (maybe forged) packets started and that failed says nothing against it.
-        if let Some(p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {
+        if let Some(mut p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {
             p.waiting = false;
-            p.nonce = None;
+            p.set_nonce(None);
             p.bubbles = 0;
             return;
         }
-        let Some(mut p) = self.peers.remove(&dst) else {
+        let Some(mut gone) = self.peers.remove(&dst) else {
             return;
         };
-        let mut q = p.queue.drain();
+        let mut q = gone.queue.drain();
         while let Some(packet) = q.next_packet() {
             if let Ok(ip) = Ipv6Packet::new_checked(packet) {
                 self.error_to_host(now, &ip, unreachable::ADDRESS, tx);

@@ -24,7 +24,7 @@
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
-use crate::peer_table::{KeyedHash, Peer, PeerTable, TableFull};
+use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, Prefetcher, TableFull};
 pub use crate::transmit::Transmit;
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -32,8 +32,8 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
 use shipworm_wire::teredo_addr::{self, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::net::{Ipv6Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -179,11 +179,21 @@ impl RelayWorker {
 pub struct SharedRelay {
     cfg: RelayConfig,
     shards: Box<[Mutex<Shard>]>,
-    /// Picks a peer's shard; keyed apart from the tables' own hash, so that the entries
-    /// of one shard do not all share the low bits the table indexes by.
-    pick: KeyedHash,
+    /// The tables' keys: a peer's hash is computed once, its high half picks the shard
+    /// and its low half the slot, so the entries of one shard do not share slot bits.
+    keys: KeyedHash,
+    /// Where each shard's lines are, to fetch ahead without its lock.
+    lines: Box<[Prefetcher]>,
+    /// The peers have outgrown the caches, so a batch's look-ups are worth fetching
+    /// ahead (below that, hashing each key twice would cost more than it saves); the
+    /// timer updates it.
+    large: AtomicBool,
     icmp: Mutex<RateLimit>,
 }
+
+/// Peers from which look-ups are fetched ahead: their lines (64 bytes each) no longer
+/// fit a last-level cache.
+pub const FETCH_AHEAD_FROM: usize = 1 << 17;
 
 /// Smallest share of the peer cap a shard gets.
 pub const MIN_SHARD_PEERS: usize = 256;
@@ -206,7 +216,7 @@ impl SharedRelay {
         let (k0, k1) = cfg.hash_keys;
         let keys = KeyedHash::new(k0, k1);
         let part = |total: usize, i: usize| total / n + usize::from(i < total % n);
-        let shards = (0..n)
+        let shards: Box<[Mutex<Shard>]> = (0..n)
             .map(|i| {
                 Mutex::new(Shard {
                     peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys)
@@ -217,10 +227,9 @@ impl SharedRelay {
             })
             .collect();
         SharedRelay {
-            pick: KeyedHash::new(
-                k0.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15,
-                k1.rotate_left(17) ^ 0xc2b2_ae3d_27d4_eb4f,
-            ),
+            keys,
+            lines: shards.iter().map(|s: &Mutex<Shard>| lock(s).peers.prefetcher()).collect(),
+            large: AtomicBool::new(false),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
             shards,
             cfg,
@@ -237,14 +246,28 @@ impl SharedRelay {
         RelayWorker { stats: RelayStats::default(), scratch: [0; 64] }
     }
 
-    fn shard(&self, addr: &Ipv6Addr) -> &Mutex<Shard> {
-        let n = self.shards.len();
-        if n == 1 {
-            return &self.shards[0];
+    fn shard_index(&self, key: &Key) -> usize {
+        // Lemire's multiply-shift over the hash's high half: uniform without a division.
+        (((key.hash >> 32) * self.shards.len() as u64) >> 32) as usize
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(key)]
+    }
+
+    /// Whether look-ups are worth fetching ahead (the table has outgrown the caches).
+    pub fn fetches_ahead(&self) -> bool {
+        self.large.load(Ordering::Relaxed)
+    }
+
+    /// Start fetching the entry that `datagram`, from a Teredo client, will look up:
+    /// called over a received batch before it is handled, so that the batch's memory
+    /// waits overlap. Takes no lock.
+    pub fn prefetch_udp(&self, datagram: &[u8]) {
+        if let Ok(pkt) = TeredoPacket::parse(datagram) {
+            let key = self.keys.key(&pkt.ipv6.src_addr());
+            self.lines[self.shard_index(&key)].prefetch(&key);
         }
-        // Lemire's multiply-shift: uniform over n without a division.
-        let h = self.pick.hash_one(addr);
-        &self.shards[((u128::from(h) * n as u128) >> 64) as usize]
     }
 
     /// Peers per shard (status and tests).
@@ -259,7 +282,7 @@ impl SharedRelay {
 
     /// A copy of `addr`'s entry (status and tests).
     pub fn peer(&self, addr: &Ipv6Addr) -> Option<Peer> {
-        lock(self.shard(addr)).peers.get(addr).cloned()
+        lock(self.shard(&self.keys.key(addr))).peers.get(addr).map(|p| *p)
     }
 
     /// Bytes held in the peers' queues, over all shards (a walk over every table: for
@@ -294,14 +317,15 @@ impl SharedRelay {
         if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
             return w.dropped(DropReason::DestinationMappingNotGlobal);
         }
-        let mut shard = lock(self.shard(&dst));
-        if let Some(to) = shard.peers.send_to(&dst, now) {
+        let key = self.keys.key(&dst);
+        let mut shard = lock(self.shard(&key));
+        if let Some(to) = shard.peers.send_to(&key, now) {
             drop(shard);
             tx.udp(to, ip.packet());
             w.stats.to_teredo += 1;
             return Verdict::Forwarded;
         }
-        self.queue_and_bubble(&mut shard, w, now, &ip, &t, tx)
+        self.queue_and_bubble(&mut shard, w, now, &ip, (&key, t.mapped), tx)
     }
 
     fn queue_and_bubble(
@@ -310,12 +334,12 @@ impl SharedRelay {
         w: &mut RelayWorker,
         now: Duration,
         ip: &Ipv6Packet<&[u8]>,
-        t: &TeredoAddr,
+        (key, mapped): (&Key, SocketAddrV4),
         tx: &mut impl Transmit,
     ) -> Verdict {
-        let dst = ip.dst_addr();
+        let dst = key.addr;
         // None: no entry; Some(waiting).
-        let known = shard.peers.get(&dst).map(|p| p.waiting);
+        let known = shard.peers.get_keyed(key).map(|p| p.waiting);
         if known != Some(true) {
             // One more peer waits, whatever made it wait (a newcomer, or a trusted peer
             // gone silent): the list is capped, and with it the bytes queues hold. The
@@ -330,18 +354,20 @@ impl SharedRelay {
         }
         // Making room removed only waiting entries, so `known` still tells.
         if known.is_none() {
-            match shard.peers.insert(Peer::new(dst, t.mapped, now), now) {
+            match shard.peers.insert(Peer::new(dst, mapped, now), now) {
                 Ok(_) => {}
                 Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
                 Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
             }
         }
         let cap = self.cfg.queue_bytes;
-        let p = shard.peers.get_mut(&dst).expect("present");
+        let mut p = shard.peers.get_mut_keyed(key).expect("present");
         // A trusted but silent peer keeps its mapping; bubbles check it again.
-        let queued = p.queue.push(ip.packet(), cap);
-        if !p.waiting {
-            p.waiting = true;
+        let queued = p.queue_mut().push(ip.packet(), cap);
+        let newly = !p.waiting;
+        p.waiting = true;
+        drop(p);
+        if newly {
             shard.pending.push_back(dst);
         }
         self.send_bubbles(&mut shard.peers, w, now, &dst, ip.src_addr(), tx);
@@ -363,7 +389,7 @@ impl SharedRelay {
         src: Ipv6Addr,
         tx: &mut impl Transmit,
     ) -> bool {
-        let Some(p) = peers.get_mut(dst) else {
+        let Some(mut p) = peers.get_mut(dst) else {
             return false;
         };
         if now.saturating_sub(p.bubble_window) >= BUBBLE_WINDOW {
@@ -377,6 +403,7 @@ impl SharedRelay {
         p.last_tx = now;
         p.bubbles += 1;
         let mapped = p.mapped;
+        drop(p);
         let Some(t) = TeredoAddr::decode_with_prefix(dst, self.cfg.prefix) else {
             return false;
         };
@@ -414,8 +441,9 @@ impl SharedRelay {
         };
         let embedded = t.mapped == from;
         let queue = {
-            let mut shard = lock(self.shard(&src));
-            let Some(p) = shard.peers.get_mut(&src) else {
+            let key = self.keys.key(&src);
+            let mut shard = lock(self.shard(&key));
+            let Some(mut p) = shard.peers.get_mut_keyed(&key) else {
                 let r = if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch };
                 return w.dropped(r);
             };
@@ -430,7 +458,7 @@ impl SharedRelay {
             p.bubbles = 0;
             p.waiting = false;
             // The queue's bytes leave with the drain: sent after the lock is released.
-            (!p.queue.is_empty()).then(|| p.queue.drain())
+            p.take_queue()
         };
         if let Some(mut q) = queue {
             while let Some(packet) = q.next_packet() {
@@ -461,9 +489,11 @@ impl SharedRelay {
     pub fn on_timer(&self, w: &mut RelayWorker, now: Duration, tx: &mut impl Transmit) {
         // The sweep's budget is shared out, so a tick costs the same however cut.
         let sweep = 1024usize.div_ceil(self.shards.len());
+        let mut peers = 0;
         for shard in self.shards.iter() {
             let mut guard = lock(shard);
             let shard = &mut *guard;
+            peers += shard.peers.len();
             for _ in 0..shard.pending.len() {
                 let Some(dst) = shard.pending.pop_front() else {
                     break;
@@ -478,7 +508,7 @@ impl SharedRelay {
                     shard.pending.push_back(dst);
                     continue;
                 }
-                let src = p.queue.first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
+                let src = p.queue().first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
                 match src {
                     Some(src) if p.bubbles < MAX_BUBBLES => {
                         self.send_bubbles(&mut shard.peers, w, now, &dst, src, tx);
@@ -489,6 +519,7 @@ impl SharedRelay {
             }
             shard.peers.sweep(now, sweep);
         }
+        self.large.store(peers >= FETCH_AHEAD_FROM, Ordering::Relaxed);
     }
 
     fn give_up(
@@ -499,11 +530,11 @@ impl SharedRelay {
         dst: Ipv6Addr,
         tx: &mut impl Transmit,
     ) {
-        let Some(mut p) = peers.remove(&dst) else {
+        let Some(mut gone) = peers.remove(&dst) else {
             return;
         };
         w.stats.unreachable_peers += 1;
-        let mut q = p.queue.drain();
+        let mut q = gone.queue.drain();
         while let Some(packet) = q.next_packet() {
             if let Ok(ip) = Ipv6Packet::new_checked(packet) {
                 self.icmp_error(w, now, &ip, unreachable::ADDRESS, tx);

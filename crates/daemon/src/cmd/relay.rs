@@ -291,7 +291,14 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             // UDP side a bounded number of batches, then TUN side up to a batch of
             // packets, so neither side starves.
             let now = crew.started.elapsed();
-            let mut handled = drain::udp(&mut rx, UDP_BATCHES_PER_ROUND, |from, data| {
+            // Past the caches, a batch's peer entries are fetched before any is used.
+            let fetch = crew.relay.fetches_ahead();
+            let ahead = |data: &[u8]| {
+                if fetch {
+                    crew.relay.prefetch_udp(data);
+                }
+            };
+            let mut handled = drain::udp_ahead(&mut rx, UDP_BATCHES_PER_ROUND, ahead, |from, data| {
                 crew.relay.on_udp(&mut state, now, from, data, &mut out);
             })?;
             out.tun_out.flush(tun);
