@@ -112,6 +112,23 @@ pub fn host_process_time(ns: &str) -> Result<std::time::Duration, String> {
     Ok(std::time::Duration::from_nanos(threads_in(ns)?.iter().map(|(_, t)| on_cpu(t)).sum()))
 }
 
+/// Resident memory of the processes living in namespace `ns` (MiB).
+pub fn host_rss_mib(ns: &str) -> Result<f64, String> {
+    let mut pids: Vec<String> = threads_in(ns)?.into_iter().map(|(pid, _)| pid).collect();
+    pids.dedup();
+    let kib = |pid: &String| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            })
+            .unwrap_or(0.0)
+    };
+    Ok(pids.iter().map(kib).sum::<f64>() / 1024.0)
+}
+
 /// Every thread of every process living in namespace `ns` but ours (whose threads visit
 /// namespaces only to make sockets or run transfers): (process id, /proc/PID/task/TID).
 /// A process that exits meanwhile is simply not there any more.

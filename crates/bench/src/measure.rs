@@ -7,7 +7,8 @@ use crate::error::Failure;
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
-    ipv6_udp, latencies, max_rate, paced, settled, socket_in, v6, Build, Emulated, Flood, Found, Probe, Sink,
+    ipv6_udp, latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, v6, Build, Emulated, Found,
+    Probe, Sink,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
@@ -31,6 +32,12 @@ pub(crate) const FLOOD_RATE: u64 = 20_000;
 pub(crate) const FLOOD_SOCKETS: usize = 8;
 /// The flood's packet size and direction in the rate table.
 pub(crate) const UNDER_FLOOD: (&str, usize) = ("Teredo→IPv6 under flood", 64);
+/// The lock-out pattern's packets per second (native packets and bubbles).
+pub(crate) const LOCKOUT_RATE: u64 = 20_000;
+/// Teredo addresses, all embedding one endpoint, the lock-out pattern makes trusted.
+pub(crate) const LOCKOUT_ADDRESSES: u64 = 65_000;
+/// The established peers' rate under the lock-out pattern, in the rate table.
+pub(crate) const UNDER_LOCKOUT: (&str, usize) = ("Teredo→IPv6 under lock-out", 64);
 
 /// One implementation's figures for one round.
 #[derive(Debug, Default, Clone)]
@@ -44,6 +51,10 @@ pub(crate) struct Figures {
     pub(crate) beside: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// Spoofed bubbles per second the flood achieved.
     pub(crate) flood: f64,
+    /// Packets per second the lock-out pattern achieved.
+    pub(crate) lockout: f64,
+    /// The relay's resident memory (MiB) before and after the lock-out pattern.
+    pub(crate) lockout_rss: Option<(f64, f64)>,
     /// (direction, size) → how many of its searches the generator held: their lowest
     /// failing rate failed only because the sender fell short, the path losing nothing.
     pub(crate) held: BTreeMap<(&'static str, usize), usize>,
@@ -331,17 +342,54 @@ pub(crate) fn under_flood(
         .map(|_| socket_in(gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))))
         .collect::<Result<Vec<_>, _>>()
         .map_err(Failure::runtime)?;
-    let flood = Flood::start(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
+    let flood = new_peer_flood(flood_socks, relay, SINK_NATIVE_V6, FLOOD_RATE, Duration::from_secs(120));
     let found: Vec<Found> = (0..n).map(|_| search()).collect();
     f.flood = flood.stop();
-    for &one in &found {
-        f.file_rate(UNDER_FLOOD, one);
-    }
-    let rates: Vec<String> = found.iter().map(|one| format!("{:>9} pkt/s{}", one.rate, held_mark(*one))).collect();
+    let rates = file_searches(f, UNDER_FLOOD, &found);
     say(&format!(
         "  {label} {:>4} B under a flood of {:.0} new-peer bubbles/s: Teredo→IPv6 {}",
         UNDER_FLOOD.1,
         f.flood,
+        rates.join(",")
+    ));
+    Ok(())
+}
+
+/// Files `found` under `key` in `f`; the rates, as progress shows them.
+fn file_searches(f: &mut Figures, key: (&'static str, usize), found: &[Found]) -> Vec<String> {
+    for &one in found {
+        f.file_rate(key, one);
+    }
+    found.iter().map(|one| format!("{:>9} pkt/s{}", one.rate, held_mark(*one))).collect()
+}
+
+/// Searches a rate `n` times with `search` while the lock-out pattern runs against
+/// `relay` (from one endpoint in `gen`, its native packets from `h6`), and files them,
+/// the pattern's rate and the relay's memory before and after in `f`.
+pub(crate) fn under_lockout(
+    label: &str,
+    (gen, h6, rly): (&str, &str, &str),
+    relay: SocketAddrV4,
+    f: &mut Figures,
+    say: &mut dyn FnMut(&str),
+    search: &mut dyn FnMut() -> Found,
+    n: usize,
+) -> Result<(), Failure> {
+    let mapped = socket_in(gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))).map_err(Failure::runtime)?;
+    let native = socket_in(h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    let before = cpus::host_rss_mib(rly).map_err(Failure::runtime)?;
+    let pattern = lock_out(mapped, native, relay, LOCKOUT_ADDRESSES, LOCKOUT_RATE, Duration::from_secs(180));
+    // Every address made trusted before the first search, and kept so throughout.
+    std::thread::sleep(Duration::from_secs_f64(2.2 * LOCKOUT_ADDRESSES as f64 / LOCKOUT_RATE as f64));
+    let found: Vec<Found> = (0..n).map(|_| search()).collect();
+    let after = cpus::host_rss_mib(rly).map_err(Failure::runtime)?;
+    f.lockout = pattern.stop();
+    f.lockout_rss = Some((before, after));
+    let rates = file_searches(f, UNDER_LOCKOUT, &found);
+    say(&format!(
+        "  {label} {:>4} B under the lock-out pattern ({:.0} pkt/s, {LOCKOUT_ADDRESSES} addresses of one endpoint; relay memory {before:.0} → {after:.0} MiB): Teredo→IPv6 {}",
+        UNDER_LOCKOUT.1,
+        f.lockout,
         rates.join(",")
     ));
     Ok(())
@@ -440,20 +488,18 @@ pub(crate) fn measure_relay(
     measure_routes(label, &mut routes, quick, hints, &prepare, &mut f, say)?;
     cpu_trials(label, &mut routes, &rly, quick, &prepare, &mut f, say)?;
     drop(routes);
-    // Established peers while spoofed new peers pour in.
+    // The established clients' rate, searched under each attack in turn.
+    let established = |key: (&'static str, usize)| {
+        let hint = hints.get(&key).copied();
+        max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs.clone(), key.1, relay))
+    };
+    // Spoofed new peers pour in.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
-    under_flood(
-        label,
-        &gen,
-        relay,
-        &mut f,
-        say,
-        &mut || {
-            let hint = hints.get(&UNDER_FLOOD).copied();
-            max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs.clone(), UNDER_FLOOD.1, relay))
-        },
-        searches(quick),
-    )?;
+    under_flood(label, &gen, relay, &mut f, say, &mut || established(UNDER_FLOOD), searches(quick))?;
+    // One endpoint makes the relay trust ever more addresses.
+    prepare(Phase::Rate).map_err(Failure::runtime)?;
+    let hosts = (gen.as_str(), h6.as_str(), rly.as_str());
+    under_lockout(label, hosts, relay, &mut f, say, &mut || established(UNDER_LOCKOUT), searches(quick))?;
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();
     Ok(f)
@@ -661,9 +707,12 @@ impl std::fmt::Display for TableFigures {
     }
 }
 
+/// Rounds of the peer-table measurement per size.
+pub(crate) const TABLE_ROUNDS: usize = 3;
+
 /// Keys a batched look-up hashes and fetches ahead before looking any up (a received
 /// batch's worth).
-const LOOKUP_BATCH: usize = 16;
+pub(crate) const LOOKUP_BATCH: usize = 16;
 
 /// Peer table, on one thread, set up as a relay's (keyed hash, per-address cap):
 /// `n` insertions into an empty table, then a look-up of every key in a shuffled order

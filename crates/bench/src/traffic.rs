@@ -448,35 +448,47 @@ fn flood_source(seq: u64, sockets: usize) -> (usize, u64) {
 /// A flood of spoofed new-peer bubbles: each from a Teredo address the relay has never
 /// seen (random bits and server vary), whose embedded mapping is the socket it leaves
 /// by — what a relay must refuse to let crowd out the peers it serves. Paced, in a
-/// thread, until stopped or `limit` has passed (it stops by itself).
-pub struct Flood {
+/// thread, until stopped or `limit` has passed (it stops by itself): to `relay`, from
+/// `socks`, at `rate` bubbles per second.
+pub fn new_peer_flood(socks: Vec<Socket>, relay: SocketAddrV4, to: Ipv6Addr, rate: u64, limit: Duration) -> Paced {
+    let mapped: Vec<SocketAddrV4> =
+        socks.iter().filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket_ipv4())).collect();
+    // Its own count: `paced` numbers each 100 ms chunk from zero again, and every
+    // bubble must come from a new address.
+    let mut next = 0u64;
+    let build = move |_: u64, buf: &mut [u8]| {
+        let seq = next;
+        next += 1;
+        let (i, n) = flood_source(seq, mapped.len());
+        let t = TeredoAddr {
+            prefix: PREFIX,
+            server: Ipv4Addr::new(203, 0, 113, (n >> 12) as u8),
+            flags: Flags::new(false, (n & 0xfff) as u16),
+            mapped: mapped[i],
+        };
+        (emit_bubble(&t.to_ipv6(), &to, 0, buf).expect("fits"), SocketAddr::V4(relay), i)
+    };
+    Paced::start(socks, rate, limit, build)
+}
+
+/// Traffic sent from `socks` at a paced rate by a thread of its own, until stopped or
+/// its time limit has passed (it stops by itself).
+pub struct Paced {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<f64>>,
 }
 
-impl Flood {
-    /// Flood `relay` from `socks` at `rate` bubbles per second.
-    pub fn start(socks: Vec<Socket>, relay: SocketAddrV4, to: Ipv6Addr, rate: u64, limit: Duration) -> Flood {
+impl Paced {
+    /// Send what `build` makes (as for [`paced`]) at `rate` packets per second.
+    pub fn start(
+        socks: Vec<Socket>,
+        rate: u64,
+        limit: Duration,
+        mut build: impl FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + Send + 'static,
+    ) -> Paced {
         let stop = Arc::new(AtomicBool::new(false));
         let st = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let mapped: Vec<SocketAddrV4> =
-                socks.iter().filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket_ipv4())).collect();
-            // Its own count: `paced` numbers each 100 ms chunk from zero again, and
-            // every bubble must come from a new address.
-            let mut next = 0u64;
-            let mut build = |_: u64, buf: &mut [u8]| {
-                let seq = next;
-                next += 1;
-                let (i, n) = flood_source(seq, mapped.len());
-                let t = TeredoAddr {
-                    prefix: PREFIX,
-                    server: Ipv4Addr::new(203, 0, 113, (n >> 12) as u8),
-                    flags: Flags::new(false, (n & 0xfff) as u16),
-                    mapped: mapped[i],
-                };
-                (emit_bubble(&t.to_ipv6(), &to, 0, buf).expect("fits"), SocketAddr::V4(relay), i)
-            };
             let start = Instant::now();
             let mut sent = 0;
             while !st.load(Ordering::Relaxed) && start.elapsed() < limit {
@@ -484,23 +496,64 @@ impl Flood {
             }
             sent as f64 / start.elapsed().as_secs_f64()
         });
-        Flood { stop, thread: Some(thread) }
+        Paced { stop, thread: Some(thread) }
     }
 
-    /// Stop; the rate the flood achieved (bubbles per second).
+    /// Stop; the rate achieved (packets per second).
     pub fn stop(mut self) -> f64 {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().and_then(|t| t.join().ok()).unwrap_or(0.0)
     }
 }
 
-impl Drop for Flood {
+impl Drop for Paced {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// The lock-out pattern: one IPv4 endpoint making the relay trust ever more Teredo
+/// addresses that embed it (they differ in the server field and random bits), then
+/// keeping them all fresh. For each address a native packet from `native` (so the relay
+/// creates an entry and bubbles) and a bubble from `mapped` (so the entry is trusted);
+/// once all `addresses` are made, bubbles only, round and round — at `rate` packets a
+/// second that is every 30 s or sooner, so a relay that protects valid entries must
+/// cap them some other way. Paced, in a thread, until stopped or `limit` has passed;
+/// `relay`'s IPv6 side is reached through `native`'s routes.
+pub fn lock_out(
+    mapped: Socket,
+    native: Socket,
+    relay: SocketAddrV4,
+    addresses: u64,
+    rate: u64,
+    limit: Duration,
+) -> Paced {
+    let from = mapped.local_addr().ok().and_then(|a| a.as_socket_ipv4()).expect("an IPv4 socket");
+    let addr = move |i: u64| {
+        TeredoAddr {
+            prefix: PREFIX,
+            server: Ipv4Addr::new(203, 0, 113, (i >> 12) as u8),
+            flags: Flags::new(false, (i & 0xfff) as u16),
+            mapped: from,
+        }
+        .to_ipv6()
+    };
+    let mut next = 0u64;
+    let build = move |_: u64, buf: &mut [u8]| {
+        let k = next;
+        next += 1;
+        if k < 2 * addresses && k % 2 == 0 {
+            buf[..16].fill(0);
+            (16, SocketAddr::V6(SocketAddrV6::new(addr(k / 2), 9, 0, 0)), 1)
+        } else {
+            let i = if k < 2 * addresses { k / 2 } else { (k - 2 * addresses) % addresses };
+            (emit_bubble(&addr(i), &Ipv6Addr::LOCALHOST, 0, buf).expect("fits"), SocketAddr::V4(relay), 0)
+        }
+    };
+    Paced::start(vec![mapped, native], rate, limit, build)
 }
 
 /// Probe numbers, apart from rate traffic's and never reused within a run, so a late

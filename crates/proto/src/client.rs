@@ -1847,7 +1847,8 @@ impl<R: Random> Client<R> {
             return;
         };
         // A nonce is drawn only for a native peer's first echo, not for every queued packet.
-        let needs_nonce = TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce().is_none());
+        let needs_nonce =
+            TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce().is_none());
         let nonce = if needs_nonce { self.nonce() } else { [0; 8] };
         let Some(mut p) = self.peers.get_mut(&dst) else {
             return;

@@ -24,7 +24,7 @@
 
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
-use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, Prefetcher, TableFull};
+use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
 pub use crate::transmit::Transmit;
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -182,8 +182,9 @@ pub struct SharedRelay {
     /// The tables' keys: a peer's hash is computed once, its high half picks the shard
     /// and its low half the slot, so the entries of one shard do not share slot bits.
     keys: KeyedHash,
-    /// Where each shard's lines are, to fetch ahead without its lock.
-    lines: Box<[Prefetcher]>,
+    /// Where each shard's lines are, to fetch ahead without its lock (renewed under the
+    /// lock after each insertion, which may have grown the table).
+    lines: Box<[SharedPrefetcher]>,
     /// The peers have outgrown the caches, so a batch's look-ups are worth fetching
     /// ahead (below that, hashing each key twice would cost more than it saves); the
     /// timer updates it.
@@ -228,7 +229,14 @@ impl SharedRelay {
             .collect();
         SharedRelay {
             keys,
-            lines: shards.iter().map(|s: &Mutex<Shard>| lock(s).peers.prefetcher()).collect(),
+            lines: shards
+                .iter()
+                .map(|s: &Mutex<Shard>| {
+                    let p = SharedPrefetcher::default();
+                    p.set(lock(s).peers.prefetcher());
+                    p
+                })
+                .collect(),
             large: AtomicBool::new(false),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
             shards,
@@ -354,11 +362,13 @@ impl SharedRelay {
         }
         // Making room removed only waiting entries, so `known` still tells.
         if known.is_none() {
-            match shard.peers.insert(Peer::new(dst, mapped, now), now) {
-                Ok(_) => {}
+            match shard.peers.insert(Peer::new(dst, mapped, now), now).map(drop) {
+                Ok(()) => {}
                 Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
                 Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
             }
+            // The insertion may have grown the table: fetching ahead follows it.
+            self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
         }
         let cap = self.cfg.queue_bytes;
         let mut p = shard.peers.get_mut_keyed(key).expect("present");

@@ -76,8 +76,13 @@ mod tests {
         }
         let mut batch = RecvBatch::new(rx, 8, 64);
         let log = std::cell::RefCell::new(Vec::new());
-        let n = udp_ahead(&mut batch, 10, |d| log.borrow_mut().push(('a', d[0])), |_, d| log.borrow_mut().push(('f', d[0])))
-            .unwrap();
+        let n = udp_ahead(
+            &mut batch,
+            10,
+            |d| log.borrow_mut().push(('a', d[0])),
+            |_, d| log.borrow_mut().push(('f', d[0])),
+        )
+        .unwrap();
         assert_eq!(n, 12);
         let ahead = |r: std::ops::Range<u8>| r.map(|i| ('a', i)).collect::<Vec<_>>();
         let handled = |r: std::ops::Range<u8>| r.map(|i| ('f', i)).collect::<Vec<_>>();

@@ -1,8 +1,7 @@
-//! The table's memory: its slots, zeroed, in one anonymous mapping reserved for the
-//! table's cap at once. Pages are committed by the kernel only when an entry first
-//! touches them, so a relay sized for a million peers that serves a hundred holds a
-//! few hundred kilobytes, and the table never grows by copying (no resize stalls the
-//! data path). The mapping is page-aligned, so every slot is one cache line.
+//! The table's memory: its slots, zeroed, in an anonymous mapping. The mapping is
+//! page-aligned, so every slot is one cache line; a large one asks for huge pages, since
+//! random look-ups over hundreds of megabytes otherwise miss the TLB on nearly every
+//! one (the table is at least 2/5 full, so a huge page is never mostly empty).
 
 use super::entry::Slot;
 use memmap2::{Advice, MmapMut};
@@ -12,7 +11,6 @@ use std::ops::{Deref, DerefMut};
 #[derive(Debug)]
 pub(super) struct Lines {
     store: Store,
-    huge: bool,
 }
 
 #[derive(Debug)]
@@ -27,22 +25,21 @@ impl Lines {
     /// `n` empty slots (`n` > 0).
     pub(super) fn zeroed(n: usize) -> Lines {
         let store = match MmapMut::map_anon(n * std::mem::size_of::<Slot>()) {
-            Ok(m) => Store::Mapped(m),
+            Ok(m) => {
+                if m.len() >= HUGE_PAGES_FROM {
+                    // Only advice: without transparent huge pages nothing changes.
+                    let _ = m.advise(Advice::HugePage);
+                }
+                Store::Mapped(m)
+            }
             Err(_) => Store::Heap(bytemuck::zeroed_slice_box(n)),
         };
-        Lines { store, huge: false }
-    }
-
-    /// Once most pages hold entries, ask for huge pages: a look-up then misses the TLB
-    /// far less often. Not earlier, since a huge page commits 2 MiB for one entry.
-    pub(super) fn use_huge_pages(&mut self) {
-        if let (Store::Mapped(m), false) = (&self.store, self.huge) {
-            // Only advice: without transparent huge pages nothing changes.
-            let _ = m.advise(Advice::HugePage);
-        }
-        self.huge = true;
+        Lines { store }
     }
 }
+
+/// Mappings from this size ask for huge pages (two of them at least).
+const HUGE_PAGES_FROM: usize = 4 << 20;
 
 impl Deref for Lines {
     type Target = [Slot];

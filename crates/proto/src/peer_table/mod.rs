@@ -5,12 +5,13 @@
 //! cache line ([`entry`]) stored in place in an open-addressing table (Robin Hood
 //! linear probing, so a look-up reads one line, or its neighbours, and a miss stops
 //! early); the slot is chosen by SipHash-1-3 under secret keys, since addresses are
-//! chosen by attackers. The table is allocated once for its cap, zeroed, so memory is
-//! committed only as entries touch it and no resize ever stalls the data path. The
+//! chosen by attackers. The table doubles as it fills, up to what its cap needs, so its
+//! memory follows its use (64 bytes an entry over a load of 2/5 to 4/5). The
 //! total is capped, and when full a new entry may only take the place of an idle one,
 //! never of a peer in use — a flood of new peers cannot push established ones out.
 //! Nothing here allocates per packet except a waiting peer's queue, which is bounded.
 
+mod address_counts;
 mod entry;
 mod lines;
 mod queue;
@@ -18,13 +19,14 @@ mod queue;
 pub use entry::{Peer, PeerMut, PeerRef, VALIDITY};
 pub use queue::{PacketQueue, QueueDrain};
 
+use address_counts::AddressCounts;
 use bytemuck::Zeroable;
 use entry::{Cold, ColdSlab, Slot};
 use lines::Lines;
 use siphasher::sip::SipHasher13;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// SipHash-1-3 with keys chosen by the caller (the daemon draws them at random).
@@ -85,7 +87,7 @@ pub struct PeerTable {
     /// Entries per embedded IPv4 address, and their cap (a relay's table, whose keys
     /// are all Teredo addresses: one endpoint cannot fill it with addresses that
     /// differ only in their server field or random bits).
-    per_address: Option<(usize, HashMap<Ipv4Addr, u32, KeyedHash>)>,
+    per_address: Option<AddressCounts>,
 }
 
 /// How many slots an insertion into a full table may look at for one to replace.
@@ -95,12 +97,16 @@ const EVICTION_PROBES: usize = 32;
 /// Robin Hood probing keeps look-ups to a line or two at this load.
 const MAX_LOAD: (usize, usize) = (4, 5);
 
-/// A table holding one entry for this many slots has touched most of its pages (a
-/// page holds 64 slots): from there, huge pages cost no memory and spare TLB misses.
-const HUGE_PAGES_FROM: usize = 64;
-
 /// Slots a sweep may pass for each entry it may look at.
 const SWEEP_SLOTS_PER_ENTRY: usize = 8;
+
+/// Slots a new table starts with (it doubles as it fills).
+const FIRST_SLOTS: usize = 1024;
+
+/// Slots a table of `capacity` entries has when full.
+fn slots_for(capacity: usize) -> usize {
+    capacity * MAX_LOAD.1 / MAX_LOAD.0 + 1
+}
 
 /// The most entries one table holds (slot indices are reduced from 32 hash bits).
 pub const MAX_CAPACITY: usize = 1 << 31;
@@ -138,6 +144,29 @@ impl Prefetcher {
     }
 }
 
+/// A [`Prefetcher`] other threads read while its table's owner renews it (after an
+/// insertion, which may have grown the table). A read between the two halves of a
+/// renewal may fetch a wrong line: a wasted fetch, nothing else.
+#[derive(Debug, Default)]
+pub struct SharedPrefetcher {
+    base: AtomicUsize,
+    slots: AtomicUsize,
+}
+
+impl SharedPrefetcher {
+    /// Point at `p`'s table.
+    pub fn set(&self, p: Prefetcher) {
+        self.base.store(p.base, Ordering::Relaxed);
+        self.slots.store(p.slots, Ordering::Relaxed);
+    }
+
+    /// Start fetching the line `key` hashes to.
+    pub fn prefetch(&self, key: &Key) {
+        let p = Prefetcher { base: self.base.load(Ordering::Relaxed), slots: self.slots.load(Ordering::Relaxed) };
+        p.prefetch(key);
+    }
+}
+
 /// The one unsafe call in this crate: a prefetch instruction. It is a hint that cannot
 /// fault and whose read no code observes, so any address is sound; on targets without
 /// a stable prefetch intrinsic it does nothing.
@@ -165,10 +194,10 @@ pub struct Removed {
 
 impl PeerTable {
     /// A table of at most `capacity` peers; trusted peers silent for `idle` may be
-    /// replaced or swept. Its slots are reserved at once but committed as used.
+    /// replaced or swept.
     pub fn new(capacity: usize, idle: Duration, keys: KeyedHash) -> PeerTable {
         let capacity = capacity.clamp(1, MAX_CAPACITY);
-        let slots = capacity * MAX_LOAD.1 / MAX_LOAD.0 + 1;
+        let slots = slots_for(capacity).min(FIRST_SLOTS);
         PeerTable {
             slots: Lines::zeroed(slots),
             cold: ColdSlab::default(),
@@ -184,15 +213,13 @@ impl PeerTable {
     /// The same table, keyed by Teredo addresses, holding at most `cap` entries that
     /// embed any one IPv4 address.
     pub fn with_address_cap(mut self, cap: usize) -> PeerTable {
-        // Room for as many addresses as entries from the start: the map is never
-        // rehashed while a flood fills the table (its pages commit as they are used).
-        self.per_address = Some((cap.max(1), HashMap::with_capacity_and_hasher(self.capacity, self.keys)));
+        self.per_address = Some(AddressCounts::new(self.capacity, cap, self.keys));
         self
     }
 
     /// Entries that embed `ip` (0 without an address cap).
     pub fn entries_for(&self, ip: Ipv4Addr) -> usize {
-        self.per_address.as_ref().and_then(|(_, m)| m.get(&ip)).map_or(0, |&n| n as usize)
+        self.per_address.as_ref().map_or(0, |c| c.get(ip) as usize)
     }
 
     /// Number of peers.
@@ -215,7 +242,7 @@ impl PeerTable {
         std::mem::size_of::<Slot>()
     }
 
-    /// Bytes the table reserves (committed only as entries touch them).
+    /// Bytes the table's slots take.
     pub fn reserved_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.slots)
     }
@@ -244,8 +271,8 @@ impl PeerTable {
         self.prefetcher().prefetch(key);
     }
 
-    /// What fetching ahead needs of this table, to use without holding it: the lines
-    /// never move (the table is allocated once).
+    /// What fetching ahead needs of this table, to use without holding it: valid until
+    /// the table grows (a stale one fetches the wrong line, which costs a fetch, no more).
     pub fn prefetcher(&self) -> Prefetcher {
         Prefetcher { base: self.slots.as_ptr() as usize, slots: self.slots.len() }
     }
@@ -371,10 +398,8 @@ impl PeerTable {
             return Ok(PeerMut::new(&mut self.slots[i], &mut self.cold));
         }
         let ip = embedded_ipv4(&peer.addr);
-        if let Some((cap, counts)) = &self.per_address {
-            if counts.get(&ip).is_some_and(|&n| n as usize >= *cap) {
-                return Err(TableFull::AddressFull);
-            }
+        if self.per_address.as_ref().is_some_and(|c| c.full(ip)) {
+            return Err(TableFull::AddressFull);
         }
         if self.len >= self.capacity {
             let n = self.slots.len();
@@ -388,13 +413,13 @@ impl PeerTable {
             self.hand = (self.hand + probes) % n;
             self.remove_at(victim);
         }
-        if let Some((_, counts)) = self.per_address.as_mut() {
-            *counts.entry(ip).or_insert(0) += 1;
+        if let Some(counts) = self.per_address.as_mut() {
+            counts.add(ip);
+        }
+        if (self.len + 1) * MAX_LOAD.1 > self.slots.len() * MAX_LOAD.0 {
+            self.grow();
         }
         self.len += 1;
-        if self.len == self.slots.len() / HUGE_PAGES_FROM {
-            self.slots.use_huge_pages();
-        }
         let at = self.place(key.hash, Slot::holding(&peer)).ok_or(TableFull::Full)?;
         Ok(PeerMut::new(&mut self.slots[at], &mut self.cold))
     }
@@ -403,17 +428,29 @@ impl PeerTable {
     fn forget(&mut self, mut slot: Slot) -> Removed {
         let Cold { queue, .. } = self.cold.release(&mut slot);
         let peer = slot.decode();
-        if let Some((_, counts)) = self.per_address.as_mut() {
-            let ip = embedded_ipv4(&peer.addr);
-            if let Some(n) = counts.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    counts.remove(&ip);
-                }
-            }
+        if let Some(counts) = self.per_address.as_mut() {
+            counts.remove(embedded_ipv4(&peer.addr));
         }
         self.len -= 1;
         Removed { peer, queue }
+    }
+
+    /// Twice the slots (or those the cap needs, if fewer), every entry placed anew.
+    /// The one pause in a table's life that grows with it, and it comes once per
+    /// doubling; the table stays at least 2/5 full, so its memory stays near its use.
+    fn grow(&mut self) {
+        let n = (self.slots.len() * 2).min(slots_for(self.capacity));
+        if n <= self.slots.len() {
+            return;
+        }
+        let old = std::mem::replace(&mut self.slots, Lines::zeroed(n));
+        for s in old.iter().filter(|s| !s.is_empty()) {
+            let mut s = *s;
+            s.dist = 0;
+            let hash = self.key(&Ipv6Addr::from(s.addr)).hash;
+            self.place(hash, s);
+        }
+        self.hand = 0;
     }
 
     /// Robin Hood insertion of a new entry: walking from its home, it takes the place of
@@ -657,8 +694,21 @@ mod tests {
     }
 
     #[test]
-    fn the_table_reserves_a_line_an_entry_at_its_cap() {
-        let t = PeerTable::new(1_000_000, Duration::from_secs(60), KEYS);
-        assert_eq!(t.reserved_bytes(), (1_000_000 * 5 / 4 + 1) * 64);
+    fn the_table_grows_with_its_entries_and_stops_at_what_its_cap_needs() {
+        let now = Duration::from_secs(1);
+        let mut t = PeerTable::new(100_000, Duration::from_secs(60), KEYS);
+        assert_eq!(t.reserved_bytes(), 1024 * 64, "a new table is small");
+        for i in 0..5000 {
+            t.insert(trusted(i, now), now).unwrap();
+        }
+        // 5000 entries over at most 4/5 of a doubling of 1024 slots.
+        assert_eq!(t.reserved_bytes(), 8192 * 64);
+        assert!((0..5000).all(|i| t.get(&addr(i)).is_some()), "every entry found after growing");
+        for i in 5000..100_000 {
+            t.insert(trusted(i, now), now).unwrap();
+        }
+        assert_eq!(t.reserved_bytes(), (100_000 * 5 / 4 + 1) * 64, "full: just what the cap needs");
+        assert_eq!(t.insert(trusted(100_000, now), now).unwrap_err(), TableFull::Full);
+        assert!((0..100_000).all(|i| t.get(&addr(i)).is_some()));
     }
 }
