@@ -428,6 +428,47 @@ mod sharded {
     }
 
     #[test]
+    fn past_the_caches_a_batch_is_fetched_ahead_and_served_alike() {
+        use shipworm_proto::relay::FETCH_AHEAD_FROM;
+        let cfg = RelayConfig { capacity: 200_000, per_address: 200_000, hash_keys: (7, 8), ..RelayConfig::default() };
+        let shared = SharedRelay::new(cfg, 4);
+        let mut worker = shared.worker();
+        let mut w = Wire::default();
+        let n = FETCH_AHEAD_FROM as u32;
+        for i in 0..n {
+            let (addr, mapped) = client(i);
+            let dst = addr.to_string();
+            shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &dst), &mut w);
+            shared.on_udp(&mut worker, secs(10), mapped, &bubble(&dst, NATIVE), &mut w);
+            w.udp.clear();
+            if i == n - 2 {
+                shared.on_timer(&mut worker, secs(10), &mut w);
+                assert!(!shared.fetches_ahead(), "one peer short of the threshold");
+            }
+        }
+        shared.on_timer(&mut worker, secs(11), &mut w);
+        assert!(shared.fetches_ahead());
+        // A batch: every datagram's entry fetched ahead, then each handled as ever,
+        // garbage and strangers included.
+        let batch: Vec<(SocketAddrV4, Vec<u8>)> = (0..64u32)
+            .map(|k| {
+                let (addr, mapped) = client(k * 2000);
+                (mapped, udp_packet(&addr.to_string(), NATIVE))
+            })
+            .chain([(client(0).1, vec![0x60; 7]), (client(n + 5).1, udp_packet(&client(n + 5).0.to_string(), NATIVE))])
+            .collect();
+        for (_, d) in &batch {
+            shared.prefetch_udp(d);
+        }
+        let verdicts: Vec<Verdict> =
+            batch.iter().map(|(from, d)| shared.on_udp(&mut worker, secs(12), *from, d, &mut w)).collect();
+        assert!(verdicts[..64].iter().all(|v| *v == Verdict::Forwarded), "{verdicts:?}");
+        assert!(matches!(verdicts[64], Verdict::Dropped(_)));
+        assert_eq!(verdicts[65], Verdict::Dropped(DropReason::NoPeerEntry));
+        assert_eq!(shared.peer_count(), n as usize);
+    }
+
+    #[test]
     fn a_flood_from_two_threads_keeps_every_cap_and_the_established_peers() {
         let cfg = RelayConfig { capacity: 1000, pending_capacity: 64, hash_keys: (5, 6), ..RelayConfig::default() };
         let shared = SharedRelay::new(cfg, 8);
