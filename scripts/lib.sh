@@ -30,6 +30,16 @@ ensure_apt() {
     [ $rc -eq 0 ] || die "apt-get install ${missing[*]} failed"
 }
 
+# The system user shipworm's daemons run as (as the Debian package makes it), so the lab
+# runs them the way users do. Needs root.
+ensure_shipworm_user() {
+    id -u shipworm >/dev/null 2>&1 && return 0
+    [ "$(id -u)" -eq 0 ] || die "no user shipworm; run as root or: sudo useradd --system --no-create-home --shell /usr/sbin/nologin shipworm"
+    say "creating the system user shipworm"
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin shipworm \
+        || die "useradd shipworm failed"
+}
+
 # The Rust toolchain with the components the checks use.
 ensure_rust() {
     command -v cargo >/dev/null || die "cargo not found: install Rust with rustup (https://rustup.rs) and retry"

@@ -10,6 +10,7 @@ say "checking tools"
 # the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
 # UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes).
 ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables
+ensure_shipworm_user
 ensure_rust
 
 say "cargo fmt --check"

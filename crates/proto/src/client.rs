@@ -385,6 +385,9 @@ pub struct Client<R: Random> {
     next_announce: Duration,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
+    /// The IPv4 subnets this host is attached to (network, mask): peers whose address
+    /// embeds a host of one, or its broadcast, are never sent to (CVE-2006-6264).
+    attached: Vec<(u32, u32)>,
     stats: ClientStats,
     scratch: Vec<u8>,
 }
@@ -424,6 +427,7 @@ impl<R: Random> Client<R> {
             next_announce: Duration::ZERO,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
+            attached: Vec::new(),
             stats: ClientStats::default(),
             scratch: vec![0u8; 2048],
         }
@@ -433,6 +437,32 @@ impl<R: Random> Client<R> {
     /// tells again after a network change); listed to peers for hairpinning.
     pub fn set_local_address(&mut self, local: Option<SocketAddrV4>) {
         self.local = local.filter(|l| !l.ip().is_unspecified() && l.port() != 0);
+    }
+
+    /// The IPv4 subnets the host is attached to, as (address, prefix length) (the
+    /// daemon lists them, and again after a network change). A Teredo address that
+    /// embeds a host of one of them, or its directed broadcast, names a machine on our
+    /// side of any firewall: whoever wrote to it could use us to reach into the site
+    /// (CVE-2006-6264). Peers there are met by local discovery, never this way.
+    pub fn set_attached_subnets(&mut self, subnets: &[(Ipv4Addr, u8)]) {
+        self.attached = subnets
+            .iter()
+            .filter(|(_, len)| *len <= 32)
+            .map(|&(a, len)| {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                (u32::from(a) & mask, mask)
+            })
+            .collect();
+    }
+
+    /// Why the client will not send to IPv4 address `ip` that a Teredo address embeds
+    /// (its mapping or its server), if it will not.
+    fn unreachable_embedded(&self, ip: Ipv4Addr) -> Option<DropReason> {
+        if !is_global_unicast(ip) {
+            return Some(DropReason::DestinationMappingNotGlobal);
+        }
+        let a = u32::from(ip);
+        self.attached.iter().any(|&(net, mask)| a & mask == net).then_some(DropReason::AttachedSubnet)
     }
 
     /// The public endpoint the NAT maps our service port to, open to anyone (a PCP MAP
@@ -1023,7 +1053,7 @@ impl<R: Random> Client<R> {
         }
         // Miredo's relay sends its indirect bubbles from a link-local address: fine for
         // a bubble, which is answered and consumed; nothing link-local reaches the host.
-        if src.is_link_local() && !pkt.is_bubble() {
+        if !pkt.is_bubble() && !src.is_forwardable() {
             return self.dropped(DropReason::SourceMismatch);
         }
         let nonce = self.nonce_in(pkt);
@@ -1064,7 +1094,7 @@ impl<R: Random> Client<R> {
             _ => origin,
         };
         let trusted = self.peers.get(&src).is_some_and(|p| p.trusted);
-        if let Some(o) = to.filter(|o| trusted || is_global_unicast(*o.ip())) {
+        if let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) {
             let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
             udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);
             // With our port mapped, a peer whose origin is not its embedded mapping (a
@@ -1072,7 +1102,7 @@ impl<R: Random> Client<R> {
             // mapping as well, that one passes (RFC 6081 §5.3.4.2).
             let extra = answer_indirect && self.mapped_inbound;
             if let (false, Some(t)) = (trusted, teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip())) {
-                if is_global_unicast(*t.mapped.ip()) {
+                if self.unreachable_embedded(*t.mapped.ip()).is_none() {
                     tx.udp(t.mapped, &self.scratch[..n]);
                     self.stats.bubbles += 1;
                 }
@@ -1375,7 +1405,8 @@ impl<R: Random> Client<R> {
     /// neither its bubble budget nor the shared echo budget is spent. A peer entry is
     /// made for that answer's nonce (untrusted entries give way when the table is full).
     fn remember_nonce(&mut self, now: Duration, src: Ipv6Addr, t: TeredoAddr, nonce: u32) -> bool {
-        let reachable = is_global_unicast(*t.mapped.ip()) && is_global_unicast(t.server);
+        let reachable =
+            self.unreachable_embedded(*t.mapped.ip()).is_none() && self.unreachable_embedded(t.server).is_none();
         // A new entry only within the shared budget: forged indirect bubbles must not
         // crowd out the peers the host is reaching.
         let mut budget_spent = false;
@@ -1472,8 +1503,9 @@ impl<R: Random> Client<R> {
         if !self.our_address(&dst) {
             return self.dropped(DropReason::LocalDestination);
         }
-        if src.is_link_local() || !src.is_global_scope() {
-            // Forged RAs and the like never reach the host stack.
+        if !src.is_forwardable() {
+            // Forged RAs and the like never reach the host stack, nor does anything
+            // posing as the host's own site (unique-local) or as loopback.
             return self.dropped(DropReason::SourceMismatch);
         }
         // A random port hears only the peer it was opened for.
@@ -1546,7 +1578,10 @@ impl<R: Random> Client<R> {
             // 3. A Teredo source whose embedded mapping is where it came from.
             // 5. Or a peer local discovery found, from where it was heard.
             let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
-            if embedded.is_some_and(|t| t.mapped == from) || local() {
+            // Never for an embedded address on a subnet we are attached to: that host
+            // is met by local discovery, not this way (CVE-2006-6264).
+            let direct = embedded.is_some_and(|t| t.mapped == from && self.unreachable_embedded(*from.ip()).is_none());
+            if direct || local() {
                 // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping while
                 // it is valid: a packet claiming the embedded one is taken (RFC 4380 case
                 // 3) but moves nothing.
@@ -1812,9 +1847,10 @@ impl<R: Random> Client<R> {
         }
         let teredo = TeredoAddr::decode(&dst);
         if let Some(t) = &teredo {
-            // Cases 4/5: never send to a non-global embedded address (§7.4.3).
-            if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
-                return self.dropped(DropReason::DestinationMappingNotGlobal);
+            // Cases 4/5: never send to a non-global embedded address (§7.4.3), nor to
+            // one on a subnet we are attached to (CVE-2006-6264).
+            if let Some(why) = self.unreachable_embedded(*t.mapped.ip()).or(self.unreachable_embedded(t.server)) {
+                return self.dropped(why);
             }
         }
         let mapped = teredo.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.mapped);

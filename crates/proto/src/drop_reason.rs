@@ -70,11 +70,20 @@ pub enum DropReason {
     FirstContactBudget,
     /// Held for a connectivity test that got no answer (or proved another relay).
     ConnectivityTestFailed,
+    /// RFC 6081 trailers a server would have forwarded that do not parse (a TLV runs
+    /// past the end or holds a bad value), or more of them than any node sends.
+    BadTrailers,
+    /// Over a per-address rate: router solicitations from one IPv4 source (server), or
+    /// bubbles to one IPv4 target (relay), past what any real exchange needs.
+    RateLimited,
+    /// A Teredo address embedding a host of a subnet this host is attached to, or its
+    /// directed broadcast (CVE-2006-6264: a way into the site from outside).
+    AttachedSubnet,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 30] = [
+    pub const ALL: [DropReason; 33] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -105,6 +114,9 @@ impl DropReason {
         DropReason::NotServed,
         DropReason::FirstContactBudget,
         DropReason::ConnectivityTestFailed,
+        DropReason::BadTrailers,
+        DropReason::RateLimited,
+        DropReason::AttachedSubnet,
     ];
 
     /// A stable name for metrics and logs.
@@ -140,6 +152,9 @@ impl DropReason {
             DropReason::NotServed => "destination_not_served",
             DropReason::FirstContactBudget => "first_contact_budget",
             DropReason::ConnectivityTestFailed => "connectivity_test_failed",
+            DropReason::BadTrailers => "bad_trailers",
+            DropReason::RateLimited => "rate_limited",
+            DropReason::AttachedSubnet => "attached_subnet",
         }
     }
 }
@@ -161,9 +176,15 @@ impl From<WireError> for DropReason {
 }
 
 /// One counter per drop reason: a fixed array, no allocation on the packet path.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DropCounters {
     counts: [u64; DropReason::ALL.len()],
+}
+
+impl Default for DropCounters {
+    fn default() -> Self {
+        DropCounters { counts: [0; DropReason::ALL.len()] }
+    }
 }
 
 impl DropCounters {

@@ -19,6 +19,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod address_rate;
 pub mod client;
 pub mod drop_reason;
 pub mod first_contact;

@@ -22,6 +22,7 @@
 //! it is released (bubbles and the timer's output may leave under it). [`Relay`] is the
 //! one-shard, one-worker form (tests, a single thread).
 
+use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
@@ -32,7 +33,7 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
 use shipworm_wire::teredo_addr::{self, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
 use std::collections::VecDeque;
-use std::net::{Ipv6Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -43,6 +44,12 @@ pub const BUBBLE_SPACING: Duration = Duration::from_secs(2);
 pub const MAX_BUBBLES: u8 = 4;
 /// The window the bubble budget counts over.
 pub const BUBBLE_WINDOW: Duration = Duration::from_secs(300);
+/// Bubbles a second to one IPv4 target (a server, or a mapping in `restricted` mode),
+/// and the burst: room for hundreds of new peers a second behind one server, and a
+/// bound on what native packets to made-up addresses can aim at one host.
+pub const BUBBLES_PER_TARGET: (u32, u32) = (500, 1000);
+/// Rate buckets for bubble targets (8 bytes each).
+const BUBBLE_RATE_BUCKETS: usize = 1 << 14;
 
 /// Which IPv6 destinations the relay delivers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +85,11 @@ pub struct RelayConfig {
     pub icmp_source: Option<Ipv6Addr>,
     /// ICMPv6 errors per second.
     pub icmp_rate: u32,
+    /// Bubbles a second to one IPv4 target, and the burst.
+    pub bubbles_per_target: (u32, u32),
+    /// The directed-broadcast addresses of the subnets the relay host is attached to
+    /// (RFC 4380 §5.2.4): never a mapping or a server, whatever the address embeds.
+    pub local_broadcasts: Vec<Ipv4Addr>,
     /// Secret keys for the peer table's hash.
     pub hash_keys: (u64, u64),
 }
@@ -95,6 +107,8 @@ impl Default for RelayConfig {
             idle: Duration::from_secs(300),
             icmp_source: None,
             icmp_rate: 10,
+            bubbles_per_target: BUBBLES_PER_TARGET,
+            local_broadcasts: Vec::new(),
             hash_keys: (0, 0),
         }
     }
@@ -190,6 +204,9 @@ pub struct SharedRelay {
     /// timer updates it.
     large: AtomicBool,
     icmp: Mutex<RateLimit>,
+    /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
+    /// lock, never the other way round.
+    bubble_rate: Mutex<AddressRate>,
 }
 
 /// Peers from which look-ups are fetched ahead: their lines (64 bytes each) no longer
@@ -239,6 +256,12 @@ impl SharedRelay {
                 .collect(),
             large: AtomicBool::new(false),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
+            bubble_rate: Mutex::new(AddressRate::new(
+                BUBBLE_RATE_BUCKETS,
+                cfg.bubbles_per_target.0,
+                cfg.bubbles_per_target.1,
+                (k1.rotate_left(17), k0.rotate_left(29)),
+            )),
             shards,
             cfg,
         }
@@ -325,6 +348,9 @@ impl SharedRelay {
         if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
             return w.dropped(DropReason::DestinationMappingNotGlobal);
         }
+        if [*t.mapped.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
+            return w.dropped(DropReason::AttachedSubnet);
+        }
         let key = self.keys.key(&dst);
         let mut shard = lock(self.shard(&key));
         if let Some(to) = shard.peers.send_to(&key, now) {
@@ -410,17 +436,29 @@ impl SharedRelay {
         if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING) || p.bubbles >= MAX_BUBBLES {
             return false;
         }
-        p.last_tx = now;
-        p.bubbles += 1;
-        let mapped = p.mapped;
-        drop(p);
         let Some(t) = TeredoAddr::decode_with_prefix(dst, self.cfg.prefix) else {
             return false;
         };
+        // Whoever sends native packets chooses the server field (and the mapping) of
+        // the addresses they write to: one target gets at most its rate of bubbles,
+        // however many addresses name it. Over it, the peer keeps its budget and waits
+        // for a later try.
+        let direct = self.cfg.direct_bubbles.then_some(p.mapped);
+        {
+            let mut rate = self.bubble_rate.lock().unwrap_or_else(PoisonError::into_inner);
+            if !rate.allow(t.server, now) || direct.is_some_and(|m| !rate.allow(*m.ip(), now)) {
+                drop(rate);
+                w.stats.drops.count(DropReason::RateLimited);
+                return false;
+            }
+        }
+        p.last_tx = now;
+        p.bubbles += 1;
+        drop(p);
         let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n]);
         w.stats.bubbles += 1;
-        if self.cfg.direct_bubbles {
+        if let Some(mapped) = direct {
             tx.udp(mapped, &w.scratch[..n]);
             w.stats.bubbles += 1;
         }
@@ -481,7 +519,13 @@ impl SharedRelay {
         }
         let dst = ip.dst_addr();
         let served = match &self.cfg.served {
-            Served::AnyGlobal => dst.is_global_scope() && !teredo_addr::is_teredo(&dst),
+            // Never back into a Teredo prefix (ours, whatever it is configured to, or the
+            // standard one), nor to a site's own or another tunnel's addresses.
+            Served::AnyGlobal => {
+                dst.is_forwardable()
+                    && !teredo_addr::is_teredo(&dst)
+                    && TeredoAddr::decode_with_prefix(&dst, self.cfg.prefix).is_none()
+            }
             Served::Only(addrs) => addrs.contains(&dst),
         };
         if !served {

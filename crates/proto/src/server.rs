@@ -5,12 +5,16 @@
 //! Decisions where the RFC leaves room (see the README):
 //! * Forwarded between Teredo peers: bubbles, echo request and echo reply. Forwarded to
 //!   native IPv6: echo requests only (the direct connectivity test). ICMPv6 must not sit
-//!   behind extension headers, and is capped in size (`max_forwarded_icmpv6`).
+//!   behind extension headers, and is capped in size (`max_forwarded_icmpv6`). RFC 6081
+//!   trailers are forwarded intact when well formed and no longer than any node sends.
+//! * Solicitations are answered at a bounded rate per IPv4 source, so forged ones cannot
+//!   aim a stream of advertisements at one address.
 //! * Forwarding between Teredo peers leaves the hop limit alone (the Teredo service is
 //!   one link); forwarding to native IPv6 decrements it like a router.
 //! * RS checks: link-local source, destination ff02::2, hop limit 255, valid checksum,
 //!   code 0, valid options, no extension headers.
 
+use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::secure;
 use crate::transmit::Transmit;
@@ -21,8 +25,10 @@ use shipworm_wire::ndisc_option::PrefixInfo;
 use shipworm_wire::teredo_addr::{self, server_link_local, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{TeredoHeaderRepr, TeredoPacket};
+use shipworm_wire::teredo_trailer::Trailers;
 use shipworm_wire::{ip_protocol, teredo_origin};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
 
 /// All-routers multicast, the destination of router solicitations.
 pub const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
@@ -30,6 +36,15 @@ pub const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 /// Default cap on a forwarded ICMPv6 message (header and data). Enough for any
 /// connectivity-test echo; keeps the server from relaying bulk ICMPv6.
 pub const DEFAULT_MAX_FORWARDED_ICMPV6: usize = 1232;
+
+/// Router solicitations answered per second for one IPv4 source, and the burst: far
+/// above what a NAT's clients ask (three each to qualify, then one each every 30 s or
+/// so, so a thousand clients behind one address ask some 35 a second), and a bound on
+/// the advertisements anyone can reflect to one address by forging its solicitations.
+pub const DEFAULT_SOLICITATIONS_PER_ADDRESS: (u32, u32) = (100, 400);
+
+/// Rate buckets for solicitations (8 bytes each).
+const SOLICITATION_BUCKETS: usize = 1 << 16;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +62,10 @@ pub struct ServerConfig {
     /// Secure qualification: when not empty, only these clients, with valid MACs, get
     /// router advertisements.
     pub clients: Vec<secure::Credentials>,
+    /// Router solicitations answered per second for one IPv4 source, and the burst.
+    pub solicitations_per_address: (u32, u32),
+    /// Secret keys for hashing sources onto rate buckets (random in the daemon).
+    pub hash_keys: (u64, u64),
 }
 
 impl ServerConfig {
@@ -59,6 +78,8 @@ impl ServerConfig {
             mtu: shipworm_wire::ipv6::MIN_MTU as u32,
             max_forwarded_icmpv6: DEFAULT_MAX_FORWARDED_ICMPV6,
             clients: Vec::new(),
+            solicitations_per_address: DEFAULT_SOLICITATIONS_PER_ADDRESS,
+            hash_keys: (0x5348_4950, 0x574f_524d),
         }
     }
 }
@@ -116,12 +137,13 @@ pub struct ServerStats {
 }
 
 /// The Teredo server state machine. It holds no per-client state: only its
-/// configuration and counters.
+/// configuration, counters, and a fixed array of rate buckets for solicitations.
 #[derive(Debug, Clone)]
 pub struct Server {
     config: ServerConfig,
     link_local: Ipv6Addr,
     stats: ServerStats,
+    solicitations: AddressRate,
     /// Where answers are built: room for any UDP payload plus an origin indication, so
     /// no input is refused for the buffer's sake.
     scratch: Vec<u8>,
@@ -140,7 +162,9 @@ impl Server {
     /// A server with this configuration.
     pub fn new(config: ServerConfig) -> Self {
         let link_local = server_link_local(config.primary);
-        Server { config, link_local, stats: ServerStats::default(), scratch: vec![0u8; 65536 + 64] }
+        let (rate, burst) = config.solicitations_per_address;
+        let solicitations = AddressRate::new(SOLICITATION_BUCKETS, rate, burst, config.hash_keys);
+        Server { config, link_local, stats: ServerStats::default(), solicitations, scratch: vec![0u8; 65536 + 64] }
     }
 
     /// The configuration.
@@ -182,9 +206,9 @@ impl Server {
     /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
     /// goes out through `tx` (from the secondary address with `udp_second`); anything
     /// else is dropped and counted.
-    pub fn on_udp(&mut self, local: Local, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
+    pub fn on_udp(&mut self, now: Duration, local: Local, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
         let mut out = std::mem::take(&mut self.scratch);
-        let action = self.handle_udp(local, from, datagram, &mut out);
+        let action = self.handle_udp(now, local, from, datagram, &mut out);
         self.emit(action, &out, tx);
         self.scratch = out;
     }
@@ -200,6 +224,7 @@ impl Server {
 
     fn handle_udp(
         &mut self,
+        now: Duration,
         local: Local,
         from: SocketAddrV4,
         datagram: &[u8],
@@ -233,6 +258,9 @@ impl Server {
         // Check 4: router solicitation.
         if let Some(icmp) = &icmp {
             if icmp.msg_type() == message::ROUTER_SOLICIT {
+                if !self.solicitations.allow(*from.ip(), now) {
+                    return Err(DropReason::RateLimited);
+                }
                 return self.answer_solicitation(local, from, datagram, &pkt, icmp, out);
             }
         }
@@ -247,7 +275,7 @@ impl Server {
         if dst == ALL_ROUTERS || dst == self.link_local {
             return Err(DropReason::LocalDestination);
         }
-        if !dst.is_global_scope() {
+        if !dst.is_forwardable() {
             return Err(DropReason::DestinationNotGlobal);
         }
         match TeredoAddr::decode_with_prefix(&dst, self.config.prefix) {
@@ -373,13 +401,12 @@ impl Server {
         if dest.server == self.config.primary {
             at = teredo_origin::emit(from, out)?;
         }
-        let body_len = pkt.ipv6.total_len() + pkt.trailers.as_bytes().len();
-        let body = out.get_mut(at..at + body_len).ok_or(DropReason::TooBig)?;
-        let (packet, trailers) = body.split_at_mut(pkt.ipv6.total_len());
-        packet.copy_from_slice(pkt.ipv6.packet());
-        trailers.copy_from_slice(pkt.trailers.as_bytes());
+        let packet_len = pkt.ipv6.total_len();
+        out.get_mut(at..at + packet_len).ok_or(DropReason::TooBig)?.copy_from_slice(pkt.ipv6.packet());
+        at += packet_len;
+        at += copy_trailers(&pkt.trailers, out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         self.stats.forwarded_udp += 1;
-        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len: at + body_len })
+        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len: at })
     }
 
     /// Relay natively, as a router: hop limit decremented, trailers dropped.
@@ -421,6 +448,25 @@ impl Server {
         self.stats.forwarded_udp += 1;
         Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len })
     }
+}
+
+/// Most trailer bytes a forwarded packet keeps: more than every trailer RFC 6081 defines
+/// at once (nonce 6, alternate addresses 28, neighbor discovery 6, random port 4), so
+/// nothing a node sends is cut, and far less than the kilobytes of their
+/// choosing someone could otherwise have the server reflect to an address of theirs.
+pub const MAX_FORWARDED_TRAILERS: usize = 64;
+
+/// The trailers a server passes on: intact (RFC 6081 has servers forward them, and a
+/// kind the server does not know may be one the peer must act on), when they are well
+/// formed TLVs and within [`MAX_FORWARDED_TRAILERS`]; otherwise the packet is dropped
+/// (no node sends that). Written at the start of `out`; returns the bytes written.
+fn copy_trailers(trailers: &Trailers<'_>, out: &mut [u8]) -> Result<usize, DropReason> {
+    let bytes = trailers.as_bytes();
+    if bytes.len() > MAX_FORWARDED_TRAILERS || trailers.validate().is_err() {
+        return Err(DropReason::BadTrailers);
+    }
+    out.get_mut(..bytes.len()).ok_or(DropReason::TooBig)?.copy_from_slice(bytes);
+    Ok(bytes.len())
 }
 
 /// Copy `ip` (trailers dropped) into `out` as a router forwards it: hop limit

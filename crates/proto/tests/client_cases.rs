@@ -5,6 +5,7 @@
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::Transmit;
+use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::TeredoAddr;
@@ -80,7 +81,7 @@ fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
 fn answer(primary: Ipv4Addr, local: Local, from: &str, rs: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
     let mut s = Server::new(ServerConfig::new(primary));
     let mut w = Rec::default();
-    s.on_udp(local, sa(from), rs, &mut w);
+    s.on_udp(secs(1), local, sa(from), rs, &mut w);
     let via = |l| SocketAddrV4::new(s.address(l), 3544);
     w.udp
         .pop()
@@ -778,7 +779,7 @@ mod secure_qualification {
         client.on_timer(secs(1), &mut w);
         let (_, rs) = w.udp.pop()?;
         let mut answer = Rec::default();
-        server.on_udp(Local::Primary, sa(M), &rs, &mut answer);
+        server.on_udp(secs(1), Local::Primary, sa(M), &rs, &mut answer);
         answer.udp.pop().map(|(_, ra)| ra)
     }
 
@@ -1131,4 +1132,47 @@ fn peers_the_host_calls_wait_within_a_cap_and_so_do_their_queued_bytes() {
     assert!(c.queued_bytes() <= cap * 4096, "queued: {} bytes", c.queued_bytes());
     let lost = c.stats().drops.get(shipworm_proto::DropReason::QueueFull);
     assert!(lost > 0, "the peers that gave way lost their packets, counted");
+}
+
+#[test]
+fn icmpv6_from_the_server_reaches_the_host_only_from_internet_sources() {
+    let (mut c, me) = qualified();
+    let me = me.to_string();
+    let server = SocketAddrV4::new(P, 3544);
+    let echo = [128, 0, 0, 0, 0, 1, 0, 1];
+    let mut w = Rec::default();
+    for src in ["::1", "fec0::1", "fd00::1", "::ffff:192.0.2.1", "fe80::1", "ff02::1"] {
+        c.on_udp(secs(2), Via::Service, server, &ipv6(src, &me, 58, &echo), &mut w);
+        assert!(w.tun.is_empty(), "{src} reached the host");
+    }
+    // An echo relayed by the server from another Teredo client does.
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    let ok = ipv6(peer, &me, 58, &echo);
+    c.on_udp(secs(2), Via::Service, server, &ok, &mut w);
+    assert_eq!(w.tun, vec![ok]);
+}
+
+#[test]
+fn a_peer_embedding_a_host_of_our_own_subnet_is_never_sent_to_nor_trusted() {
+    let (mut c, me) = qualified();
+    let me = me.to_string();
+    c.set_attached_subnets(&[("198.51.100.0".parse().unwrap(), 24)]);
+    let mut w = Rec::default();
+    let inside = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
+    c.on_tun(secs(2), &ipv6(&me, inside, 17, &[0; 8]), &mut w);
+    assert!(w.udp.is_empty(), "sent {:?}", w.udp);
+    assert_eq!(c.stats().drops.get(DropReason::AttachedSubnet), 1);
+    // Its broadcast, as a server field: the same.
+    let via_bcast = "2001:0:c633:64ff:0:f227:34ff:8ef8"; // server 198.51.100.255
+    c.on_tun(secs(2), &ipv6(&me, via_bcast, 17, &[0; 8]), &mut w);
+    assert!(w.udp.is_empty(), "sent {:?}", w.udp);
+    // A packet from the address it embeds is not taken as proof.
+    c.on_udp(secs(3), Via::Service, sa("198.51.100.7:3544"), &ipv6(inside, &me, 17, &[0; 8]), &mut w);
+    assert!(w.tun.is_empty());
+    assert!(w.udp.iter().all(|(to, _)| !to.ip().octets().starts_with(&[198, 51, 100])), "{:?}", w.udp);
+    // A peer elsewhere, as ever (case 32).
+    let outside = "2001:0:4136:e378:0:f227:34ff:8ef8"; // mapped 203.0.113.7:3544
+    let data = ipv6(outside, &me, 17, &[0; 8]);
+    c.on_udp(secs(3), Via::Service, sa("203.0.113.7:3544"), &data, &mut w);
+    assert_eq!(w.tun, vec![data]);
 }

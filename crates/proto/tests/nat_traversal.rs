@@ -406,7 +406,7 @@ impl Net {
             } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
                 let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
                 let mut out = ServerOut::default();
-                self.server.on_udp(local, d.from, &d.bytes, &mut out);
+                self.server.on_udp(self.now, local, d.from, &d.bytes, &mut out);
                 let forwarded = !out.0.is_empty();
                 self.note(&d, if forwarded { "delivered" } else { "dropped by the server" });
                 for (l, to, bytes) in out.0 {

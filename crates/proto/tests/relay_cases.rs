@@ -385,7 +385,10 @@ mod sharded {
 
     #[test]
     fn workers_on_threads_serve_their_peers_through_shared_shards() {
-        let shared = SharedRelay::new(RelayConfig { hash_keys: (3, 4), ..RelayConfig::default() }, 16);
+        // 2000 new peers of one server in the same instant: more than one target's
+        // burst of bubbles, which is not what this test is about.
+        let cfg = RelayConfig { hash_keys: (3, 4), bubbles_per_target: (10_000, 10_000), ..RelayConfig::default() };
+        let shared = SharedRelay::new(cfg, 16);
         assert_eq!(shared.shards(), 16);
         const PER_THREAD: u32 = 500;
         let totals: Vec<_> = std::thread::scope(|s| {
@@ -644,4 +647,86 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
     let (c, _) = client(400);
     assert_eq!(r.on_tun(secs(42), &udp_packet(NATIVE, &c), &mut w), Verdict::Queued);
     assert!(r.stats().drops.get(DropReason::QueueFull) > 0);
+}
+
+#[test]
+fn a_trusted_client_reaches_neither_site_addresses_nor_other_tunnels() {
+    let mut r = relay();
+    let mut w = Wire::default();
+    establish(&mut r, &mut w, secs(10));
+    w.tun.clear();
+    for dst in ["fd00::1", "fc12::5", "2002:c000:201::1", "::ffff:192.0.2.7", "::192.0.2.7", "fec0::1"] {
+        let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
+        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+    }
+    assert!(w.tun.is_empty());
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
+}
+
+#[test]
+fn a_relay_on_another_prefix_never_routes_back_into_it() {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX_EXPERIMENTAL};
+    let mut r = Relay::new(RelayConfig { prefix: PREFIX_EXPERIMENTAL, ..RelayConfig::default() });
+    let mut w = Wire::default();
+    let t = |mapped: &str| {
+        let server = "65.54.227.120".parse().unwrap();
+        TeredoAddr { prefix: PREFIX_EXPERIMENTAL, server, flags: Flags(0), mapped: sa(mapped) }.to_ipv6().to_string()
+    };
+    let b = t(B_MAPPED);
+    r.on_tun(secs(10), &udp_packet(NATIVE, &b), &mut w);
+    assert_eq!(r.on_udp(secs(10), sa(B_MAPPED), &bubble(&b, NATIVE), &mut w), Verdict::Consumed);
+    w.tun.clear();
+    // To another client of the same prefix, or of 2001::/32: not through the native side.
+    for dst in [t("198.51.100.8:3544"), "2001:0:4136:e378::1".to_string()] {
+        let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, &dst), &mut w);
+        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+    }
+    assert!(w.tun.is_empty());
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, NATIVE), &mut w), Verdict::Forwarded);
+}
+
+#[test]
+fn made_up_addresses_naming_one_server_aim_a_bounded_stream_of_bubbles_at_it() {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+    let (rate, burst) = shipworm_proto::relay::BUBBLES_PER_TARGET;
+    let mut r = Relay::new(RelayConfig { capacity: 100_000, pending_capacity: 100_000, ..RelayConfig::default() });
+    let mut w = Wire::default();
+    let victim = std::net::Ipv4Addr::new(198, 51, 100, 77);
+    // 20 000 native packets over 2 s, each to a new address whose server field is the
+    // victim, and the relay's retries as time passes.
+    for i in 0..20_000u32 {
+        let mapped = SocketAddrV4::new(std::net::Ipv4Addr::from(0xcb00_7100 + (i % 200)), 1024 + (i / 200) as u16);
+        let dst = TeredoAddr { prefix: PREFIX, server: victim, flags: Flags(0), mapped }.to_ipv6().to_string();
+        let now = secs(10) + Duration::from_micros(u64::from(i) * 100);
+        r.on_tun(now, &udp_packet(NATIVE, &dst), &mut w);
+        if i % 1000 == 0 {
+            r.on_timer(now, &mut w);
+        }
+    }
+    let to_victim = w.udp.iter().filter(|(to, _)| *to.ip() == victim).count();
+    let most = (burst + 2 * rate) as usize + 1;
+    assert!(to_victim <= most, "{to_victim} bubbles to one server, at most {most}");
+    assert!(to_victim >= burst as usize, "{to_victim}");
+    assert!(r.stats().drops.get(DropReason::RateLimited) > 0);
+    // A peer served by another server is bubbled at once.
+    w.udp.clear();
+    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
+    assert_eq!(w.udp.iter().map(|(to, _)| *to).collect::<Vec<_>>(), vec![sa(B_SERVER)]);
+}
+
+#[test]
+fn an_attached_subnets_broadcast_is_never_a_mapping_or_a_server() {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+    let bcast = std::net::Ipv4Addr::new(198, 51, 100, 255);
+    let mut r = Relay::new(RelayConfig { local_broadcasts: vec![bcast], ..RelayConfig::default() });
+    let mut w = Wire::default();
+    let server = "65.54.227.120".parse().unwrap();
+    let to_bcast = TeredoAddr { prefix: PREFIX, server, flags: Flags(0), mapped: SocketAddrV4::new(bcast, 3544) };
+    let via_bcast = TeredoAddr { prefix: PREFIX, server: bcast, flags: Flags(0), mapped: sa(B_MAPPED) };
+    for t in [to_bcast, via_bcast] {
+        let v = r.on_tun(secs(1), &udp_packet(NATIVE, &t.to_ipv6().to_string()), &mut w);
+        assert_eq!(v, Verdict::Dropped(DropReason::AttachedSubnet));
+    }
+    assert!(w.udp.is_empty());
+    assert_eq!(r.on_tun(secs(1), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
 }

@@ -10,6 +10,7 @@ use shipworm_wire::teredo_addr::{RS_SOURCE_CONE, RS_SOURCE_RESTRICTED};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
 
 const P: Ipv4Addr = Ipv4Addr::new(65, 54, 227, 120);
 const P1: Ipv4Addr = Ipv4Addr::new(65, 54, 227, 121);
@@ -110,7 +111,7 @@ fn outcome(s: &mut Server, input: impl FnOnce(&mut Server, &mut Rec)) -> (Server
 
 /// Run one datagram; return the action and the bytes it sent.
 fn run(s: &mut Server, local: Local, from: &str, d: &[u8]) -> (ServerAction, Vec<u8>) {
-    outcome(s, |s, w| s.on_udp(local, sa(from), d, w))
+    outcome(s, |s, w| s.on_udp(Duration::from_secs(1), local, sa(from), d, w))
 }
 
 fn assert_drop(s: &mut Server, local: Local, from: &str, d: &[u8], why: DropReason) {
@@ -450,8 +451,65 @@ mod fuzz {
                 d[..40].copy_from_slice(&bubble(A_ADDR, B_ADDR));
             }
             let from = SocketAddrV4::new(Ipv4Addr::from(ip), port);
-            let _ = outcome(&mut s, |s, w| s.on_udp(Local::Primary, from, &d, w));
+            let _ = outcome(&mut s, |s, w| s.on_udp(Duration::from_secs(1), Local::Primary, from, &d, w));
             let _ = outcome(&mut s, |s, w| s.on_native(&d, w));
         }
     }
+}
+
+#[test]
+fn forwarded_trailers_are_what_nodes_send_and_never_kilobytes_of_anything() {
+    let mut s = server();
+    // Nonce, alternate address, random port: 36 bytes, forwarded intact.
+    let mut b = bubble(A_ADDR, B_ADDR);
+    b.extend_from_slice(&hex("01 04 01020304  03 0e 0000 c0a8010a 1000 c6336407 1388  05 02 04b1  04 04 00 000000"));
+    let (action, out) = run(&mut s, Local::Primary, A_MAPPED, &b);
+    assert!(matches!(action, ServerAction::Udp { .. }), "{action:?}");
+    assert_eq!(&out[8..], &b[..]);
+    // A bubble or an echo followed by 4000 bytes dressed as one unknown trailer after
+    // another: nothing of it is reflected.
+    let mut junk = Vec::new();
+    while junk.len() < 4000 {
+        junk.extend_from_slice(&[0x99, 0x3e]);
+        junk.extend_from_slice(&[0x41; 0x3e]);
+    }
+    for base in [bubble(A_ADDR, B_ADDR), echo(A_ADDR, B_ADDR, b"ping")] {
+        let mut b = base;
+        b.extend_from_slice(&junk);
+        assert_drop(&mut s, Local::Primary, A_MAPPED, &b, DropReason::BadTrailers);
+    }
+    // Malformed: a TLV runs past the end.
+    let mut b = bubble(A_ADDR, B_ADDR);
+    b.extend_from_slice(&[0x01, 0x04, 0xaa]);
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &b, DropReason::BadTrailers);
+}
+
+#[test]
+fn echoes_to_site_and_tunnel_addresses_are_not_forwarded() {
+    let mut s = server();
+    for dst in ["fd00::1", "fc00:1::2", "2002:c000:201::1", "::ffff:192.0.2.7", "fec0::1"] {
+        assert_drop(&mut s, Local::Primary, A_MAPPED, &echo(A_ADDR, dst, b"x"), DropReason::DestinationNotGlobal);
+    }
+}
+
+#[test]
+fn one_address_gets_advertisements_at_a_bounded_rate_and_others_still_get_theirs() {
+    let mut s = server();
+    let (rate, burst) = shipworm_proto::server::DEFAULT_SOLICITATIONS_PER_ADDRESS;
+    let solicit = rs(None, a("fe80::ffff:ffff:ffff"));
+    let mut answered = 0;
+    // Forged solicitations naming one victim, 10 000 a second for 2 s.
+    for i in 0..20_000u64 {
+        let mut w = Rec::default();
+        let now = Duration::from_secs(10) + Duration::from_micros(i * 100);
+        s.on_udp(now, Local::Primary, sa("198.51.100.99:53"), &solicit, &mut w);
+        answered += w.0.len();
+    }
+    let most = (burst + 2 * rate) as usize + 1;
+    assert!(answered <= most && answered >= burst as usize, "{answered} answered, at most {most}");
+    assert_eq!(s.stats().drops.get(DropReason::RateLimited), 20_000 - answered as u64);
+    // Meanwhile a client elsewhere qualifies as ever.
+    let mut w = Rec::default();
+    s.on_udp(Duration::from_secs(12), Local::Primary, sa(A_MAPPED), &solicit, &mut w);
+    assert_eq!(w.0.len(), 1);
 }

@@ -227,6 +227,12 @@ pub trait Ipv6AddrExt {
     fn is_link_local(&self) -> bool;
     /// Global scope: not unspecified, loopback, link-local, site-local or multicast.
     fn is_global_scope(&self) -> bool;
+    /// Global scope and meant for the Internet at large, so a Teredo node may forward to
+    /// it or accept from it: not unique-local (fc00::/7, a site's own networks, which a
+    /// tunnel from outside must not reach), not 6to4 (2002::/16, another tunnel: a
+    /// routing-loop risk, RFC 6324), not IPv4-mapped (::ffff:0:0/96) or IPv4-compatible
+    /// (::/96), which stand for IPv4 hosts and never travel as IPv6.
+    fn is_forwardable(&self) -> bool;
 }
 
 impl Ipv6AddrExt for Ipv6Addr {
@@ -240,6 +246,11 @@ impl Ipv6AddrExt for Ipv6Addr {
             || self.is_multicast()
             || s0 & 0xffc0 == 0xfe80
             || s0 & 0xffc0 == 0xfec0)
+    }
+    fn is_forwardable(&self) -> bool {
+        let s = self.segments();
+        let v4_embedding = s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xffff);
+        self.is_global_scope() && s[0] & 0xfe00 != 0xfc00 && s[0] != 0x2002 && !v4_embedding
     }
 }
 
@@ -320,5 +331,27 @@ mod tests {
             assert!(!a.parse::<Ipv6Addr>().unwrap().is_global_scope(), "{a}");
         }
         assert!("fe80::1".parse::<Ipv6Addr>().unwrap().is_link_local());
+    }
+
+    #[test]
+    fn only_internet_destinations_are_forwardable() {
+        for a in ["2001:db8::1", "2a00:1450::1", "2001::1", "64:ff9b::c000:201", "2003::1"] {
+            assert!(a.parse::<Ipv6Addr>().unwrap().is_forwardable(), "{a}");
+        }
+        let refused = [
+            "fd00::1",
+            "fc12:3456::1",
+            "2002:c000:201::1",
+            "::ffff:192.0.2.1",
+            "::192.0.2.1",
+            "fe80::1",
+            "fec0::1",
+            "ff0e::1",
+            "::1",
+            "::",
+        ];
+        for a in refused {
+            assert!(!a.parse::<Ipv6Addr>().unwrap().is_forwardable(), "{a}");
+        }
     }
 }

@@ -25,7 +25,7 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             } else {
                 println!("  secure qualification required ({} clients)", p.clients.len());
             }
-            println!("  runs as    {}", s.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
+            println!("  runs as    {}", privileges::user_name(s.user.as_deref()));
         }
         cli::Role::Miredo => {
             let c = miredo::load(&args.file, None).map_err(|e| Failure::usage(e.to_string()))?;
@@ -49,7 +49,7 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             for s in &c.fallback_servers {
                 println!("  fallback   {s}{}", name_note(s));
             }
-            println!("  runs as    {}", c.user.as_deref().unwrap_or(privileges::DEFAULT_USER));
+            println!("  runs as    {}", privileges::user_name(c.user.as_deref()));
         }
     }
     Ok(())

@@ -276,6 +276,15 @@ fn new_client(
     Ok(c)
 }
 
+/// The IPv4 subnets the host is attached to, for the client's CVE-2006-6264 check
+/// (none, with a warning, if they cannot be listed).
+fn attached_subnets(nl: &Netlink) -> Vec<(std::net::Ipv4Addr, u8)> {
+    nl.ipv4_subnets().unwrap_or_else(|e| {
+        tracing::warn!("cannot list the host's IPv4 subnets ({e}): peers on them are not told apart");
+        Vec::new()
+    })
+}
+
 /// The local discovery socket, bound to the group address 224.0.0.253:3544 itself so
 /// that only group traffic reaches it (a unicast "announcement" is not one, RFC 4380
 /// §5.2.8), shared with other Teredo clients on the host (SO_REUSEADDR). The group is
@@ -370,8 +379,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let status = StatusListener::bind(&control_path)?;
     let mut urandom = OsRandom::open()?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root_keep_net_admin(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER))
-        .map_err(Failure::runtime)?;
+    privileges::drop_root_keep_net_admin(conf.user.as_deref()).map_err(Failure::runtime)?;
 
     // After the drop: the resolver thread starts here and must not hold root (nor the
     // capabilities the main thread gave up, which are per thread).
@@ -413,6 +421,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         metric: conf.route_metric,
         hook: conf.hook_script.clone(),
     };
+    if let Some(c) = client.as_mut() {
+        c.set_attached_subnets(&attached_subnets(&iface.nl));
+    }
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
     let mut rx_service = RecvBatch::coalescing(dup(&sock)?, BATCH, SLOT);
     let mut rx_probe = RecvBatch::new(dup(&probe)?, BATCH, SLOT);
@@ -466,6 +477,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             mapping.forget();
             if let Some(c) = client.as_mut() {
                 c.set_port_mapping(None);
+                c.set_attached_subnets(&attached_subnets(&iface.nl));
                 c.on_network_change(now, &mut out);
             }
             // From the new network a name may point elsewhere, or resolve at last.
@@ -538,6 +550,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                 out.ports.close_all();
                 mapping.forget();
                 client = Some(new_client(&template, want.clone(), &urandom, None)?);
+                if let Some(c) = client.as_mut() {
+                    c.set_attached_subnets(&attached_subnets(&iface.nl));
+                }
                 servers = want;
                 last_state = "offline";
                 // Qualify at once, not a tick later.

@@ -164,10 +164,18 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     for _ in 1..workers {
         socks.push(bind::udp(SocketAddrV4::new(conf.bind_address, port), true, "service", &bind::MIREDO_CONF)?);
     }
+    // Each attached subnet's directed broadcast (none for /31 and /32).
+    let local_broadcasts = nl
+        .ipv4_subnets()
+        .map_err(Failure::runtime)?
+        .into_iter()
+        .filter(|&(_, len)| len <= 30)
+        .map(|(a, len)| std::net::Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
+        .collect();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
-    privileges::drop_root(conf.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
+    privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
         prefix: conf.prefix,
@@ -178,6 +186,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
         per_address: conf.peers_per_address,
         icmp_source: conf.relay_address.or_else(|| own.first().copied()),
         hash_keys,
+        local_broadcasts,
         ..RelayConfig::default()
     };
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });

@@ -9,6 +9,7 @@ use crate::runtime::bind;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
+use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors};
 use crate::runtime::signals::Signals;
 use crate::runtime::Failure;
@@ -68,10 +69,13 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
         &bind::Directives { address: "ServerBindAddress2, by default the primary + 1", in_use },
     )?;
     let raw = open_raw_ipv6()?;
+    let mut cfg = cfg.clone();
+    cfg.hash_keys = OsRandom::open()?.hash_keys();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root(settings.user.as_deref().unwrap_or(privileges::DEFAULT_USER)).map_err(Failure::runtime)?;
+    privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
 
     let mut server = Server::new(cfg.clone());
+    let start = std::time::Instant::now();
     tracing::info!(
         "Teredo server on {}:{p} and {}:{p}, advertising {}/64, MTU {}",
         cfg.primary,
@@ -101,7 +105,9 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
             continue;
         }
         for (local, batch) in &mut rx {
-            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| server.on_udp(*local, from, data, &mut out))?;
+            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
+                server.on_udp(start.elapsed(), *local, from, data, &mut out)
+            })?;
             out.flush();
         }
     }

@@ -120,6 +120,16 @@ impl ConfigFile {
     pub fn value<T>(&self, d: &Directive, f: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
         f(&d.value).map_err(|why| self.error(d, format!("{} {}: {why}", d.name, d.value)))
     }
+
+    /// As [`value`](Self::value), for a value that holds a secret after its first word:
+    /// an error names the directive and that word only (errors go to logs and
+    /// terminals).
+    pub fn secret_value<T>(&self, d: &Directive, f: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
+        f(&d.value).map_err(|why| {
+            let shown = d.value.split_whitespace().next().unwrap_or("");
+            self.error(d, format!("{} {shown} (secret not shown): {why}", d.name))
+        })
+    }
 }
 
 /// An IPv4 address, or a host name resolved once to its first IPv4 address.

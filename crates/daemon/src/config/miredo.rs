@@ -346,7 +346,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     if let Some(d) = f.take("SecureQualification")? {
         if role_only(&d, false) {
-            c.credentials = Some(f.value(&d, config::credentials)?);
+            c.credentials = Some(f.secret_value(&d, config::credentials)?);
         }
     }
     for d in f.take_all("FallbackServerAddress") {

@@ -103,7 +103,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
     for d in &secure {
-        let c = f.value(d, config::credentials)?;
+        let c = f.secret_value(d, config::credentials)?;
         if proto.clients.iter().any(|x| x.client_id == c.client_id) {
             return Err(f.error(d, format!("client {} is listed twice", String::from_utf8_lossy(&c.client_id))));
         }
@@ -170,5 +170,15 @@ mod tests {
             .contains("unknown directive RelayType"));
         assert!(load_text("ServerBindAddress 192.0.2.1\nInterfaceMTU 9\n").unwrap_err().contains("1280"));
         assert!(load_text("ServerBindAddress 223.255.255.255\n").unwrap_err().contains("ServerBindAddress2"));
+    }
+
+    #[test]
+    fn a_bad_secret_line_never_shows_the_secret() {
+        // Too short a secret, and a third word: the errors name the client, not the secret.
+        for line in ["SecureQualification alice s3cr3t", "SecureQualification alice s3cr3t-but-long extra"] {
+            let e = load_text(&format!("ServerBindAddress 192.0.2.1\n{line}\n")).unwrap_err();
+            assert!(e.contains("alice"), "{e}");
+            assert!(!e.contains("s3cr3t"), "the secret leaked: {e}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use futures::TryStreamExt;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressScope};
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A netlink connection.
 pub struct Netlink {
@@ -134,6 +134,26 @@ impl Netlink {
                 .execute()
                 .await
                 .map_err(|e| why(&format!("removing route {dst}/{prefix_len}"), e))
+        })
+    }
+
+    /// The IPv4 subnets the host is attached to: each address's network, as (address,
+    /// prefix length).
+    pub fn ipv4_subnets(&self) -> Result<Vec<(Ipv4Addr, u8)>, String> {
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            let mut addrs = self.handle.address().get().execute();
+            while let Some(m) = addrs.try_next().await.map_err(|e| why("listing addresses", e))? {
+                if m.header.family != AddressFamily::Inet {
+                    continue;
+                }
+                for a in &m.attributes {
+                    if let AddressAttribute::Address(IpAddr::V4(v4)) = a {
+                        out.push((*v4, m.header.prefix_len));
+                    }
+                }
+            }
+            Ok(out)
         })
     }
 

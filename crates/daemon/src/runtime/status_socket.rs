@@ -3,7 +3,6 @@
 
 use crate::runtime::Failure;
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -22,29 +21,55 @@ pub struct StatusListener {
 }
 
 impl StatusListener {
-    /// Bind at `path` (made before privileges are dropped).
+    /// Bind at `path` (made before privileges are dropped). An old socket there is
+    /// removed, anything else refused; the socket is created with its final mode
+    /// (umask), never changed by path afterwards, so nobody can swap a link in between
+    /// and have root change the mode of another file.
     pub fn bind(path: &Path) -> Result<StatusListener, Failure> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
+        use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
+        let fail = |what: String| Failure::runtime(what);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path)
-            .map_err(|e| Failure::runtime(format!("cannot create the status socket {}: {e}", path.display())))?;
-        listener.set_nonblocking(true).map_err(|e| Failure::runtime(e.to_string()))?;
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(_) => {
+                return Err(fail(format!(
+                    "{} exists and is not a socket: remove it or choose another --socket",
+                    path.display()
+                )))
+            }
+            Err(_) => {}
+        }
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o111));
+        let bound = UnixListener::bind(path);
+        nix::sys::stat::umask(old);
+        let listener = bound.map_err(|e| fail(format!("cannot create the status socket {}: {e}", path.display())))?;
+        listener.set_nonblocking(true).map_err(|e| fail(e.to_string()))?;
         Ok(StatusListener { listener, path: path.to_path_buf() })
     }
 
-    /// Answer every waiting request with `json()`.
+    /// Answer the requests waiting now with `json()`, at most [`ANSWERS_PER_CALL`]: a
+    /// local flood of connections cannot hold the event loop.
     pub fn serve(&self, json: impl Fn() -> String) {
-        while let Ok((mut s, _)) = self.listener.accept() {
-            let _ = s.set_nonblocking(false);
-            let _ = s.set_write_timeout(Some(std::time::Duration::from_millis(200)));
+        for _ in 0..ANSWERS_PER_CALL {
+            let Ok((mut s, _)) = self.listener.accept() else { return };
+            // The answer fits the socket's buffer: written without waiting on a reader
+            // that does not read.
+            let _ = s.set_nonblocking(true);
             let _ = s.write_all(json().as_bytes());
         }
     }
 }
+
+/// Status requests answered per turn of a daemon's event loop.
+pub const ANSWERS_PER_CALL: usize = 8;
 
 impl std::os::fd::AsFd for StatusListener {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -96,4 +121,73 @@ pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
     s.read_to_string(&mut text).map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
     serde_json::from_str(&text)
         .map_err(|e| Failure::runtime(format!("the daemon sent something that is not JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("shipworm-status-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_link_or_a_file_at_the_path_is_refused_and_left_alone() {
+        let d = scratch("link");
+        let victim = d.join("victim");
+        std::fs::write(&victim, "secret").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let path = d.join("x.sock");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let e = StatusListener::bind(&path).err().expect("refused");
+        assert!(e.message.contains("not a socket"), "{}", e.message);
+        let mode = std::fs::metadata(&victim).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the link's target keeps its mode");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "a file").unwrap();
+        assert!(StatusListener::bind(&path).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a file");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn the_socket_is_born_readable_by_all_and_an_old_one_is_replaced() {
+        let d = scratch("mode");
+        let path = d.join("x.sock");
+        let first = StatusListener::bind(&path).unwrap();
+        std::mem::forget(first); // as a crashed daemon leaves it
+        let l = StatusListener::bind(&path).unwrap();
+        let mode = std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o666);
+        l.serve(|| "{\"ok\":true}".into());
+        drop(l);
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_flood_of_requests_is_answered_a_few_at_a_time() {
+        let d = scratch("flood");
+        let path = d.join("x.sock");
+        let l = StatusListener::bind(&path).unwrap();
+        let waiting: Vec<UnixStream> = (0..3 * ANSWERS_PER_CALL).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        let answered = std::cell::Cell::new(0);
+        l.serve(|| {
+            answered.set(answered.get() + 1);
+            "{}".into()
+        });
+        assert_eq!(answered.get(), ANSWERS_PER_CALL);
+        l.serve(|| {
+            answered.set(answered.get() + 1);
+            "{}".into()
+        });
+        assert_eq!(answered.get(), 2 * ANSWERS_PER_CALL);
+        drop(waiting);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
