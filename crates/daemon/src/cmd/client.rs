@@ -5,7 +5,9 @@
 //! state machine once a name resolved (`server_names`); until then the daemon waits.
 
 use crate::cli;
+use crate::cmd::client_helper::{Helper, HelperSetup};
 use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::helper_protocol::Request;
 use crate::io::netlink::{Netlink, NetworkWatch};
 use crate::io::port_mapping::{Mapper, PortMapping};
 use crate::io::random_ports::RandomPorts;
@@ -13,6 +15,7 @@ use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
+use crate::runtime::confinement;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
@@ -20,6 +23,7 @@ use crate::runtime::random::OsRandom;
 use crate::runtime::server_names::{replace_now, ServerNames};
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::StatusListener;
+use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
@@ -77,32 +81,30 @@ impl Transmit for Out<'_> {
     }
 }
 
-/// The interface as configured, kept in step with the state machine's events.
+/// The interface as configured (by the helper), kept in step with the state machine's
+/// events.
 struct Interface {
+    /// Read only: the attached subnets.
     nl: Netlink,
-    index: u32,
+    helper: Helper,
     name: String,
     address: Option<Ipv6Addr>,
     mtu: u32,
     changed_at: Option<Instant>,
-    metric: u32,
-    hook: Option<std::path::PathBuf>,
 }
 
 impl Interface {
-    fn apply(&mut self, ev: ClientEvent) -> Result<(), String> {
+    /// Carry out an event. `Err(Failure)` only when the helper is gone.
+    fn apply(&mut self, ev: ClientEvent) -> Result<(), Failure> {
         match ev {
             ClientEvent::Up { address, mtu, server, nat } => {
                 if self.address != Some(address) {
-                    if let Some(old) = self.address {
-                        self.nl.del_address(self.index, old, 32)?;
+                    if let Err(e) = self.helper.ask(Request::Up { address, mtu })? {
+                        tracing::error!("configuring {}: {e}", self.name);
+                        return Ok(());
                     }
-                    self.nl.set_link(self.index, true, mtu)?;
-                    self.nl.add_address(self.index, address, 32)?;
-                    self.nl.add_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(self.metric))?;
-                    let old = self.address.replace(address);
-                    let old_mtu = std::mem::replace(&mut self.mtu, mtu);
-                    self.run_hook("up", old, old_mtu);
+                    self.address = Some(address);
+                    self.mtu = mtu;
                     let mapped = TeredoAddr::decode(&address).map(|t| t.mapped.to_string()).unwrap_or_default();
                     let took = self
                         .changed_at
@@ -117,10 +119,10 @@ impl Interface {
                 }
             }
             ClientEvent::Down(why) => {
-                if let Some(old) = self.address.take() {
-                    self.nl.del_address(self.index, old, 32)?;
-                    let _ = self.nl.del_route(self.index, Ipv6Addr::UNSPECIFIED, 0, Some(self.metric));
-                    self.run_hook("down", Some(old), self.mtu);
+                if self.address.take().is_some() {
+                    if let Err(e) = self.helper.ask(Request::Down)? {
+                        tracing::error!("configuring {}: {e}", self.name);
+                    }
                 }
                 tracing::warn!("no Teredo connectivity: {why}");
             }
@@ -130,40 +132,11 @@ impl Interface {
     }
 }
 
-impl Interface {
-    /// Run the hook script, if any, with Miredo's variables (client-hook): STATE,
-    /// IFACE, IFINDEX, ADDRESS, LLADDRESS, MTU and the OLD_ ones. It runs in the
-    /// background; its output goes to our stderr.
-    fn run_hook(&self, state: &str, old: Option<Ipv6Addr>, old_mtu: u32) {
-        let Some(hook) = &self.hook else { return };
-        let mut cmd = std::process::Command::new(hook);
-        cmd.env_clear()
-            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .env("STATE", state)
-            .env("IFACE", &self.name)
-            .env("IFINDEX", self.index.to_string())
-            .env("LLADDRESS", LINK_LOCAL.to_string())
-            .env("MTU", self.mtu.to_string())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::inherit());
-        if let Some(a) = self.address {
-            cmd.env("ADDRESS", a.to_string());
-        }
-        if let Some(o) = old {
-            cmd.env("OLD_ADDRESS", o.to_string()).env("OLD_LLADDRESS", LINK_LOCAL.to_string());
-            cmd.env("OLD_STATE", "up").env("OLD_MTU", old_mtu.to_string());
-        } else {
-            cmd.env("OLD_STATE", "down");
-        }
-        match cmd.spawn() {
-            Ok(mut child) => {
-                std::thread::spawn(move || {
-                    let _ = child.wait();
-                });
-            }
-            Err(e) => tracing::warn!("hook {}: {e}", hook.display()),
-        }
-    }
+/// The helper's end of the socket is readable only when it closed (it speaks only when
+/// asked).
+fn fds_helper_gone(iface: &Interface) -> bool {
+    let mut fd = [PollFd::new(iface.helper.as_fd(), PollFlags::POLLIN)];
+    nix::poll::poll(&mut fd, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
 fn status_json(
@@ -361,6 +334,15 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         .pop()
         .expect("one queue asked, one given");
     tracing::info!("{}: {}", tun.name(), tun.offloads());
+    // Before any thread or network socket: the helper is a fork of this process.
+    let helper = Helper::start(HelperSetup {
+        interface: tun.name().to_string(),
+        prefix: conf.prefix,
+        metric: conf.route_metric,
+        hook: conf.hook_script.clone(),
+        user: conf.user.clone(),
+        filter: conf.system_call_filter,
+    })?;
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
     nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
@@ -379,7 +361,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let status = StatusListener::bind(&control_path)?;
     let mut urandom = OsRandom::open()?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root_keep_net_admin(conf.user.as_deref()).map_err(Failure::runtime)?;
+    privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
+    confinement::confine(Role::Client, conf.system_call_filter).map_err(Failure::runtime)?;
 
     // After the drop: the resolver thread starts here and must not hold root (nor the
     // capabilities the main thread gave up, which are per thread).
@@ -411,16 +394,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
         names.describe(),
         control_path.display()
     );
-    let mut iface = Interface {
-        nl,
-        index,
-        name: tun.name().to_string(),
-        address: None,
-        mtu: 1280,
-        changed_at: None,
-        metric: conf.route_metric,
-        hook: conf.hook_script.clone(),
-    };
+    tracing::info!("interface helper: pid {} (keeps CAP_NET_ADMIN; this process keeps none)", helper.pid());
+    let mut iface = Interface { nl, helper, name: tun.name().to_string(), address: None, mtu: 1280, changed_at: None };
     if let Some(c) = client.as_mut() {
         c.set_attached_subnets(&attached_subnets(&iface.nl));
     }
@@ -450,6 +425,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             PollFd::new(watch.as_fd(), PollFlags::POLLIN),
             PollFd::new(status.as_fd(), PollFlags::POLLIN),
             PollFd::new(discovery.as_ref().map_or(status.as_fd(), |d| d.as_fd()), PollFlags::POLLIN),
+            PollFd::new(iface.helper.as_fd(), PollFlags::POLLIN),
         ];
         // Random ports (rare: peers behind symmetric NATs) join the poll only when open,
         // so the common round allocates nothing.
@@ -469,6 +445,12 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).map(|(&p, _)| p).collect()
         };
         let now = started.elapsed();
+        if fds_helper_gone(&iface) {
+            return Err(Failure::runtime(format!(
+                "the interface helper (pid {}) stopped: stopping too (a supervisor restarts the client)",
+                iface.helper.pid()
+            )));
+        }
         if watch.changed() {
             tracing::info!("network changed: qualifying again");
             iface.changed_at = Some(Instant::now());
@@ -540,9 +522,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
             if replace_now(&servers, &want, qualified_with) {
                 if iface.address.is_some() {
                     // The address came from the old state machine's qualification.
-                    if let Err(e) = iface.apply(ClientEvent::Down("the Teredo servers' addresses changed")) {
-                        tracing::error!("configuring {}: {e}", iface.name);
-                    }
+                    iface.apply(ClientEvent::Down("the Teredo servers' addresses changed"))?;
                 }
                 tracing::info!("Teredo servers: {}", list(&want));
                 // The old state machine's random ports die with it, and the mapping
@@ -604,9 +584,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
                     // Lost the server: maybe its name points elsewhere now.
                     names.resolve_all(Instant::now());
                 }
-                if let Err(e) = iface.apply(ev) {
-                    tracing::error!("configuring {}: {e}", iface.name);
-                }
+                iface.apply(ev)?;
             }
         }
         if signals.take_report_request() {

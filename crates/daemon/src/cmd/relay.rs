@@ -14,12 +14,14 @@ use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
+use crate::runtime::confinement;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors, TunOffloadCounts};
 use crate::runtime::signals::Signals;
+use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
@@ -176,6 +178,7 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
+    confinement::confine(Role::Relay, conf.system_call_filter).map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
         prefix: conf.prefix,

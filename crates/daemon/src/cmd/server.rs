@@ -6,12 +6,14 @@ use crate::cli;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
+use crate::runtime::confinement;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors};
 use crate::runtime::signals::Signals;
+use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
@@ -73,6 +75,7 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
     cfg.hash_keys = OsRandom::open()?.hash_keys();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
+    confinement::confine(Role::Server, settings.system_call_filter).map_err(Failure::runtime)?;
 
     let mut server = Server::new(cfg.clone());
     let start = std::time::Instant::now();

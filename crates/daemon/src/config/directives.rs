@@ -263,6 +263,11 @@ pub fn yes_no(value: &str) -> Result<bool, String> {
     }
 }
 
+/// `SystemCallFilter`: `yes`, `log` or `no`.
+pub fn filter_mode(value: &str) -> Result<crate::runtime::confinement::FilterMode, String> {
+    crate::runtime::confinement::FilterMode::parse(value).ok_or_else(|| "expected yes, log or no".into())
+}
+
 /// A count or size.
 pub fn number(value: &str) -> Result<usize, String> {
     value.parse().map_err(|_| "expected a whole number".into())

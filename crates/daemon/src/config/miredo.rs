@@ -41,6 +41,7 @@ pub const DIRECTIVES: &[&str] = &[
     "RelayThreads",
     "BusyPoll",
     "TunOffload",
+    "SystemCallFilter",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -115,6 +116,9 @@ pub struct MiredoConf {
     /// Whether the TUN device takes and hands over super-packets and leaves checksums
     /// to us (virtio-net headers), when the kernel grants it.
     pub tun_offload: bool,
+    /// What a system call off the seccomp allow-list does: stop the daemon, be logged, or
+    /// nothing (no filter).
+    pub system_call_filter: crate::runtime::confinement::FilterMode,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -163,6 +167,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         relay_threads: None,
         busy_poll_us: 50,
         tun_offload: true,
+        system_call_filter: crate::runtime::confinement::FilterMode::Enforce,
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -209,6 +214,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     if let Some(d) = f.take("TunOffload")? {
         c.tun_offload = f.value(&d, config::yes_no)?;
+    }
+    if let Some(d) = f.take("SystemCallFilter")? {
+        c.system_call_filter = f.value(&d, config::filter_mode)?;
     }
     if let Some(d) = f.take("InterfaceMTU")? {
         if role_only(&d, true) {
@@ -413,6 +421,14 @@ mod tests {
         assert!(load_text("RelayType relay\nPeersPerAddress 0\n").unwrap_err().contains("1 to 100000000"));
         assert!(!load_text("RelayType relay\nTunOffload no\n").unwrap().tun_offload);
         assert!(!load_text("ServerAddress 192.0.2.1\ntunoffload off\n").unwrap().tun_offload);
+        use crate::runtime::confinement::FilterMode;
+        assert_eq!(load_text("RelayType relay\n").unwrap().system_call_filter, FilterMode::Enforce, "on by default");
+        assert_eq!(load_text("RelayType relay\nSystemCallFilter log\n").unwrap().system_call_filter, FilterMode::Log);
+        let e = load_text("ServerAddress 192.0.2.1\nSystemCallFilter maybe\n").unwrap_err().to_string();
+        assert!(
+            e.ends_with(":2: SystemCallFilter maybe: expected yes, log or no") || e.contains("expected yes, log or no"),
+            "{e}"
+        );
         assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
         let sns = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nSymmetricNatSupport {v}\n"));

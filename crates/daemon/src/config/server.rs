@@ -19,6 +19,7 @@ pub const DIRECTIVES: &[&str] = &[
     "User",
     "MaxForwardedIcmpv6",
     "SecureQualification",
+    "SystemCallFilter",
 ];
 
 /// Everything the server daemon needs to start.
@@ -30,6 +31,8 @@ pub struct ServerSettings {
     pub syslog_facility: Option<String>,
     /// The user to become after binding.
     pub user: Option<String>,
+    /// What a system call off the seccomp allow-list does.
+    pub system_call_filter: crate::runtime::confinement::FilterMode,
 }
 
 /// Command-line values that override the file.
@@ -57,6 +60,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let user = f.take("User")?;
     let max_icmp = f.take("MaxForwardedIcmpv6")?;
     let secure = f.take_all("SecureQualification");
+    let filter = f.take("SystemCallFilter")?;
 
     let global = |a: Ipv4Addr| match non_global_reason(a) {
         None => Ok(a),
@@ -111,8 +115,13 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     }
     let syslog_facility = facility.as_ref().map(|d| f.value(d, config::syslog_facility)).transpose()?;
     let user = over.user.clone().or_else(|| user.map(|d| d.value));
+    let system_call_filter = filter
+        .as_ref()
+        .map(|d| f.value(d, config::filter_mode))
+        .transpose()?
+        .unwrap_or(crate::runtime::confinement::FilterMode::Enforce);
     f.finish(DIRECTIVES)?;
-    Ok(ServerSettings { proto, syslog_facility, user })
+    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter })
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! the TUN device and its batches (offloads: super-packets cut and joined) and
 //! rtnetlink. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
+pub mod helper_protocol;
 pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;

@@ -367,16 +367,14 @@ impl Drop for Mapper {
 /// How long a background wait for a request lasts before it is given up on.
 const REQUEST_WAIT: Duration = Duration::from_secs(30);
 
-/// Run `f` on a thread without the daemon's capabilities (they are per thread): a
-/// gateway's answers are parsed there. Its result comes through the channel.
+/// Run `f` on a thread (the client process holds no capability: its interface helper
+/// does): a gateway's answers are parsed there. Its result comes through the channel.
 fn background<F>(f: F) -> Receiver<Option<PortMapping>>
 where
     F: FnOnce() -> Option<PortMapping> + Send + 'static,
 {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = caps::clear(None, caps::CapSet::Effective);
-        let _ = caps::clear(None, caps::CapSet::Permitted);
         let _ = tx.send(f());
     });
     rx

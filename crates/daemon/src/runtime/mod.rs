@@ -1,9 +1,10 @@
 //! What every role's daemon shares around its event loop: the error it exits with,
-//! logging, when to busy-poll, dropping privileges, signals, the pid file, the status socket and the
+//! logging, when to busy-poll, dropping privileges, confinement (seccomp, no_new_privs), signals, the pid file, the status socket and the
 //! background resolution of server names.
 
 pub mod bind;
 pub mod busy_poll;
+pub mod confinement;
 pub mod drain;
 pub mod error;
 pub mod logging;
@@ -14,6 +15,7 @@ pub mod report;
 pub mod server_names;
 pub mod signals;
 pub mod status_socket;
+pub mod syscalls;
 pub mod wait;
 
 pub use error::Failure;

@@ -1,5 +1,5 @@
 //! Giving up root once the sockets are open: to a dedicated user, with no capability
-//! left but the one a role needs, whether the daemon started as root or as another user
+//! left but the one a role needs and an empty bounding set, whether the daemon started as root or as another user
 //! holding file capabilities.
 
 use caps::{CapSet, Capability, CapsHashSet};
@@ -25,6 +25,7 @@ pub fn user_name(configured: Option<&str>) -> &str {
 /// any case keep no capability at all.
 pub fn drop_root(configured: Option<&str>) -> Result<(), String> {
     let user = user_name(configured);
+    super::confinement::shrink_bounding_set(&[])?;
     if let Some(u) = become_user(user, configured.is_none(), false)? {
         tracing::info!("running as {user} (uid {}, gid {})", u.uid, u.gid);
     }
@@ -35,6 +36,9 @@ pub fn drop_root(configured: Option<&str>) -> Result<(), String> {
 /// interface can be reconfigured when the address changes.
 pub fn drop_root_keep_net_admin(configured: Option<&str>) -> Result<(), String> {
     let user = user_name(configured);
+    // The bounding set limits only what a program executed later could gain: none
+    // needs anything (the hook runs without capabilities).
+    super::confinement::shrink_bounding_set(&[])?;
     let become_ = become_user(user, configured.is_none(), true)?;
     let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
     keep_only(&keep)?;

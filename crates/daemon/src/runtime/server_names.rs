@@ -96,11 +96,6 @@ impl Worker {
         let (ask, asked) = mpsc::channel::<Vec<String>>();
         let (tell, answers) = mpsc::channel();
         std::thread::Builder::new().name("resolver".into()).spawn(move || {
-            // Capabilities are per thread on Linux: looking names up needs none, so this
-            // thread gives up the CAP_NET_ADMIN the daemon kept (a resolver bug must not
-            // reach the network configuration).
-            let _ = caps::clear(None, caps::CapSet::Effective);
-            let _ = caps::clear(None, caps::CapSet::Permitted);
             // Ends when the daemon drops its end.
             for names in asked {
                 let found: Vec<Answer> = names.into_iter().map(|n| (n.clone(), lookup(&n))).collect();

@@ -1,0 +1,216 @@
+//! What a role may still do once it serves: no new privileges (no set-uid program or file
+//! capability can hand any back), an empty capability bounding set, and a seccomp
+//! allow-list of the system calls its event loop makes. A daemon that parses every
+//! datagram from the Internet should, if ever subverted, find nothing to open, execute
+//! or reconfigure.
+
+use super::syscalls::{self, Role};
+use caps::{CapSet, Capability, CapsHashSet};
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+use std::collections::BTreeMap;
+
+/// What to do with a system call off the role's list (`SystemCallFilter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterMode {
+    /// Stop the daemon, naming the call (the default).
+    Enforce,
+    /// Let it through and have the kernel log it: for finding what a new path needs.
+    Log,
+    /// No filter (no_new_privs and the bounding set still apply).
+    Off,
+}
+
+impl FilterMode {
+    /// `yes`, `log` or `no` as in the configuration file.
+    pub fn parse(value: &str) -> Option<FilterMode> {
+        match value.to_ascii_lowercase().as_str() {
+            "yes" | "on" | "true" | "enforce" => Some(FilterMode::Enforce),
+            "log" => Some(FilterMode::Log),
+            "no" | "off" | "false" => Some(FilterMode::Off),
+            _ => None,
+        }
+    }
+}
+
+/// Empty the bounding set but for `keep`. Must run while CAP_SETPCAP is still held,
+/// that is before the switch to the unprivileged user. Started without it (as a user
+/// with file capabilities), the set stays, and no_new_privs keeps it from being used.
+pub fn shrink_bounding_set(keep: &[Capability]) -> Result<(), String> {
+    let keep: CapsHashSet = keep.iter().copied().collect();
+    let held = caps::read(None, CapSet::Effective).map_err(|e| format!("reading capabilities: {e}"))?;
+    if !held.contains(&Capability::CAP_SETPCAP) {
+        tracing::debug!("no CAP_SETPCAP: capability bounding set left as it is (no_new_privs covers it)");
+        return Ok(());
+    }
+    for cap in caps::read(None, CapSet::Bounding).map_err(|e| format!("reading the bounding set: {e}"))? {
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap)
+                .map_err(|e| format!("dropping {cap} from the bounding set: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Set no_new_privs and install `role`'s filter on every thread of the process (those
+/// started later inherit it). Call once set-up is over: sockets bound, TUN open,
+/// privileges dropped.
+pub fn confine(role: Role, mode: FilterMode) -> Result<(), String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    if mode == FilterMode::Off {
+        tracing::warn!("SystemCallFilter no: the {} runs without a system-call filter", role.name());
+        return Ok(());
+    }
+    let program = compile(role, mode)?;
+    refusal::install(role);
+    seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("installing the seccomp filter: {e}"))?;
+    tracing::info!(
+        "confined: no new privileges, {} system calls allowed{}",
+        syscalls::allowed(role).len(),
+        if mode == FilterMode::Log { " (others logged by the kernel, not refused)" } else { "" }
+    );
+    Ok(())
+}
+
+/// The hook runner's confinement: no_new_privs and a deny-list ([`syscalls::HOOK_DENIED`])
+/// that the hooks it starts inherit.
+pub fn confine_hook_runner() -> Result<(), String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))?;
+    let rules = syscalls::HOOK_DENIED.iter().map(|&(nr, _)| (nr, Vec::new())).collect();
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
+        .map_err(|e| format!("seccomp filter: {e}"))?;
+    let program: BpfProgram =
+        filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp filter: {e}"))?;
+    seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("installing the seccomp filter: {e}"))
+}
+
+/// The role's allow-list as a BPF program for this machine's architecture.
+pub fn compile(role: Role, mode: FilterMode) -> Result<BpfProgram, String> {
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))?;
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+        syscalls::allowed(role).iter().map(|&(nr, _)| (nr, syscalls::conditions(role, nr))).collect();
+    let mismatch = match mode {
+        FilterMode::Log => SeccompAction::Log,
+        _ => SeccompAction::Trap,
+    };
+    let filter =
+        SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch).map_err(|e| format!("seccomp filter: {e}"))?;
+    filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp filter: {e}"))
+}
+
+/// A refused call arrives as SIGSYS: say which one and stop, so the operator reads a
+/// cause instead of a bare "killed by signal 31".
+mod refusal {
+    use super::Role;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    static ROLE: AtomicU8 = AtomicU8::new(0);
+
+    pub fn install(role: Role) {
+        ROLE.store(role as u8, Ordering::Relaxed);
+        // SAFETY: a plain sigaction with a handler that only formats into a stack
+        // buffer, writes it and exits (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigsys as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGSYS, &sa, std::ptr::null_mut());
+        }
+    }
+
+    extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+        // In the kernel's siginfo, the union follows three ints (padded to a pointer's
+        // alignment); for SIGSYS it starts with the call's address, then its number.
+        // SAFETY: the kernel hands a valid siginfo for SIGSYS.
+        let nr = unsafe {
+            let union_at = if std::mem::size_of::<usize>() == 8 { 16 } else { 12 };
+            let at = (info as *const u8).add(union_at + std::mem::size_of::<usize>());
+            std::ptr::read_unaligned(at as *const libc::c_int)
+        };
+        let mut buf = [0u8; 256];
+        let mut n = 0;
+        let mut put = |s: &[u8]| {
+            let take = s.len().min(buf.len() - n);
+            buf[n..n + take].copy_from_slice(&s[..take]);
+            n += take;
+        };
+        put(b"shipworm: stopping: the ");
+        put(Role::from_u8(ROLE.load(Ordering::Relaxed)).name().as_bytes());
+        put(b" made system call ");
+        let mut digits = [0u8; 12];
+        let mut d = digits.len();
+        let mut v = nr.unsigned_abs();
+        loop {
+            d -= 1;
+            digits[d] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        put(&digits[d..]);
+        put(b" (");
+        put(super::syscalls::name_of(nr as i64).as_bytes());
+        put(b"), which is not on its seccomp allow-list: a bug to report; `SystemCallFilter log` lets it run\n");
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, buf.as_ptr().cast(), n);
+            libc::_exit(70);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+
+    /// In a child: confine as `role`, then make `call`; the exit status says what happened
+    /// (0: allowed; 70: stopped by the filter).
+    fn in_confined_child(role: Role, call: fn() -> i64) -> i32 {
+        let program = compile(role, FilterMode::Enforce).expect("compiles");
+        // SAFETY: the child makes only system calls and exits.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let _ = nix::sys::prctl::set_no_new_privs();
+                refusal::install(role);
+                if seccompiler::apply_filter(&program).is_err() {
+                    // SAFETY: exiting the forked child.
+                    unsafe { libc::_exit(99) };
+                }
+                let r = call();
+                // SAFETY: exiting the forked child.
+                unsafe { libc::_exit(if r >= 0 { 0 } else { 1 }) }
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
+                WaitStatus::Exited(_, code) => code,
+                other => panic!("child ended as {other:?}"),
+            },
+        }
+    }
+
+    #[test]
+    fn a_confined_daemon_is_stopped_at_its_first_call_off_the_list_and_not_before() {
+        // SAFETY: plain system calls on a path and descriptors the child owns.
+        let open = || unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY) as i64 };
+        let exec = || unsafe {
+            let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+            libc::execve(c"/bin/true".as_ptr(), argv.as_ptr(), std::ptr::null()) as i64
+        };
+        let udp = || unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) as i64 };
+        let time = || unsafe {
+            let mut ts = std::mem::zeroed::<libc::timespec>();
+            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) as i64
+        };
+        for role in [Role::Server, Role::Relay, Role::Helper] {
+            assert_eq!(in_confined_child(role, time), 0, "{}: reading the clock", role.name());
+            assert_eq!(in_confined_child(role, open), 70, "{}: opening a file", role.name());
+            assert_eq!(in_confined_child(role, udp), 70, "{}: a new socket", role.name());
+            assert_eq!(in_confined_child(role, exec), 70, "{}: running a program", role.name());
+        }
+        assert_eq!(in_confined_child(Role::Client, udp), 0, "the client opens UDP sockets (DNS, PCP, random ports)");
+        assert_eq!(in_confined_child(Role::Client, exec), 70, "the client runs no program");
+    }
+}
