@@ -22,6 +22,8 @@
 pub mod address_rate;
 pub mod client;
 pub mod drop_reason;
+#[cfg(feature = "fuzzing")]
+pub mod exercise;
 pub mod first_contact;
 pub mod icmp_error;
 pub mod local_discovery;

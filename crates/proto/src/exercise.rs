@@ -1,0 +1,426 @@
+//! The fuzz harness of the role state machines: a little world of one server, one
+//! relay and one client wired together, driven by arbitrary bytes read as a script —
+//! deliver, drop or replay what the parties sent each other, inject datagrams and TUN
+//! packets from anyone (spoofing the parties too), mutate what was sent, step time, move
+//! the client to another network. Real outputs travel, so the script reaches the deep
+//! states (qualified, peers trusted, queues held) that noise alone never would. After
+//! every step the caps must hold; a panic anywhere is a finding.
+//!
+//! Built only with the `fuzzing` feature: for `fuzz/` (`world` target) and the bounded
+//! property runs in `tests/world.rs`.
+
+use crate::client::{Client, ClientConfig, ServerAddrs, Via};
+use crate::relay::{Relay, RelayConfig};
+use crate::server::{Local, Server, ServerConfig};
+use crate::transmit::{Random, Transmit};
+use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
+use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+const SERVER2: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
+const RELAY: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 100), 3544);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 5);
+const CLIENT_PORT: u16 = 40000;
+const PROBE_PORT: u16 = 40001;
+const NATIVE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+/// Who else sends: a stranger, and strangers spoofing each party.
+const SENDERS: [SocketAddrV4; 6] = [
+    SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), 3544),
+    SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), 1),
+    SocketAddrV4::new(SERVER, 3544),
+    SocketAddrV4::new(SERVER2, 3544),
+    RELAY,
+    SocketAddrV4::new(CLIENT_IP, CLIENT_PORT),
+];
+
+/// The caps under test, small so the script can reach them.
+pub const RELAY_PEERS: usize = 16;
+/// Peers waiting at once, relay and client.
+pub const WAITING: usize = 4;
+/// Bytes queued per waiting peer, relay and client.
+pub const QUEUE_BYTES: usize = 2048;
+/// Random ports the client may hold.
+pub const CLIENT_PORTS: usize = 4;
+
+/// Largest UDP payload over IPv4, and largest IPv6 packet without jumbograms.
+const UDP_MAX: usize = 65_507;
+const IPV6_MAX: usize = 40 + 65_535;
+/// What the world keeps in flight, and of what was sent, to replay and mutate.
+const FLIGHT: usize = 256;
+const SEEN: usize = 64;
+const STEPS: usize = 4096;
+
+#[derive(Clone, Copy)]
+enum Party {
+    Server,
+    Relay,
+    Client,
+}
+
+/// A datagram on its way.
+struct Datagram {
+    from: SocketAddrV4,
+    to: SocketAddrV4,
+    data: Vec<u8>,
+}
+
+/// What one party's call sent.
+#[derive(Default)]
+struct Out {
+    udp: Vec<(Option<u16>, bool, SocketAddrV4, Vec<u8>)>,
+    tun: Vec<Vec<u8>>,
+    ports: Vec<u16>,
+    next_port: u16,
+}
+
+impl Transmit for Out {
+    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        self.udp.push((None, false, to, payload.to_vec()));
+    }
+    fn tun(&mut self, packet: &[u8]) {
+        self.tun.push(packet.to_vec());
+    }
+    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        self.udp.push((None, true, to, payload.to_vec()));
+    }
+    fn open_port(&mut self) -> Option<u16> {
+        if self.ports.len() >= CLIENT_PORTS * 2 {
+            return None;
+        }
+        self.next_port = self.next_port.max(50_000).wrapping_add(1).max(50_001);
+        self.ports.push(self.next_port);
+        Some(self.next_port)
+    }
+    fn close_port(&mut self, port: u16) {
+        self.ports.retain(|&p| p != port);
+    }
+    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], _ttl: Option<u8>) {
+        self.udp.push((Some(port), false, to, payload.to_vec()));
+    }
+}
+
+/// Deterministic randomness for the client (xorshift).
+struct Rng(u64);
+impl Random for Rng {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            *b = self.0 as u8;
+        }
+    }
+}
+
+/// The script's bytes, read front to back; zeros once they run out.
+struct Script<'a>(&'a [u8]);
+impl Script<'_> {
+    fn byte(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.byte(), self.byte()])
+    }
+    fn bytes(&mut self, max: usize) -> Vec<u8> {
+        let n = (self.u16() as usize).min(max).min(self.0.len());
+        let (taken, rest) = self.0.split_at(n);
+        self.0 = rest;
+        taken.to_vec()
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+struct World {
+    now: Duration,
+    server: Server,
+    relay: Relay,
+    client: Client<Rng>,
+    ports: Vec<u16>,
+    next_port: u16,
+    flight: VecDeque<Datagram>,
+    native: VecDeque<Vec<u8>>,
+    seen: VecDeque<Vec<u8>>,
+    host_packets: usize,
+}
+
+impl World {
+    fn new(seed: u64) -> World {
+        let relay_cfg = RelayConfig {
+            capacity: RELAY_PEERS,
+            pending_capacity: WAITING,
+            per_address: RELAY_PEERS / 2,
+            queue_bytes: QUEUE_BYTES,
+            icmp_source: Some(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
+            hash_keys: (seed, !seed),
+            ..RelayConfig::default()
+        };
+        let mut client_cfg = ClientConfig::new(vec![ServerAddrs::new(SERVER)]);
+        client_cfg.peer_capacity = RELAY_PEERS;
+        client_cfg.pending_capacity = WAITING;
+        client_cfg.queue_bytes = QUEUE_BYTES;
+        client_cfg.random_ports = CLIENT_PORTS;
+        client_cfg.service_port = CLIENT_PORT;
+        client_cfg.hash_keys = (!seed, seed);
+        let mut server_cfg = ServerConfig::new(SERVER);
+        server_cfg.hash_keys = (seed, seed);
+        World {
+            now: Duration::from_secs(1),
+            server: Server::new(server_cfg),
+            relay: Relay::new(relay_cfg),
+            client: Client::new(client_cfg, Rng(seed | 1)),
+            ports: Vec::new(),
+            next_port: 0,
+            flight: VecDeque::new(),
+            native: VecDeque::new(),
+            seen: VecDeque::new(),
+            host_packets: 0,
+        }
+    }
+
+    fn remember(&mut self, data: &[u8]) {
+        if self.seen.len() == SEEN {
+            self.seen.pop_front();
+        }
+        self.seen.push_back(data.to_vec());
+    }
+
+    /// Route what `who` sent: datagrams into the air, IPv6 packets to the native side
+    /// (server, relay) or the host (client).
+    fn route(&mut self, who: Party, out: Out) {
+        for (port, second, to, data) in out.udp {
+            assert!(data.len() <= UDP_MAX, "a UDP payload of {} bytes", data.len());
+            let from = match (who, port, second) {
+                (Party::Server, _, false) => SocketAddrV4::new(SERVER, 3544),
+                (Party::Server, _, true) => SocketAddrV4::new(SERVER2, 3544),
+                (Party::Relay, _, _) => RELAY,
+                (Party::Client, Some(p), _) => SocketAddrV4::new(CLIENT_IP, p),
+                (Party::Client, None, false) => SocketAddrV4::new(CLIENT_IP, CLIENT_PORT),
+                (Party::Client, None, true) => SocketAddrV4::new(CLIENT_IP, PROBE_PORT),
+            };
+            self.remember(&data);
+            if self.flight.len() == FLIGHT {
+                self.flight.pop_front();
+            }
+            self.flight.push_back(Datagram { from, to, data });
+        }
+        for packet in out.tun {
+            assert!(packet.len() <= IPV6_MAX, "an IPv6 packet of {} bytes", packet.len());
+            self.remember(&packet);
+            if matches!(who, Party::Client) {
+                self.host_packets += 1;
+            } else {
+                if self.native.len() == FLIGHT {
+                    self.native.pop_front();
+                }
+                self.native.push_back(packet);
+            }
+        }
+        if matches!(who, Party::Client) {
+            self.ports = out.ports;
+            self.next_port = out.next_port;
+        }
+    }
+
+    fn out(&self) -> Out {
+        Out { ports: self.ports.clone(), next_port: self.next_port, ..Out::default() }
+    }
+
+    fn deliver(&mut self, d: Datagram) {
+        let mut out = self.out();
+        let now = self.now;
+        let who = match (*d.to.ip(), d.to.port()) {
+            (SERVER, 3544) => {
+                self.server.on_udp(now, Local::Primary, d.from, &d.data, &mut out);
+                Party::Server
+            }
+            (SERVER2, 3544) => {
+                self.server.on_udp(now, Local::Secondary, d.from, &d.data, &mut out);
+                Party::Server
+            }
+            (ip, 3544) if ip == *RELAY.ip() => {
+                self.relay.on_udp(now, d.from, &d.data, &mut out);
+                Party::Relay
+            }
+            (CLIENT_IP, port) => {
+                let via = match port {
+                    CLIENT_PORT => Via::Service,
+                    PROBE_PORT => Via::Probe,
+                    p if self.ports.contains(&p) => Via::Port(p),
+                    _ => return,
+                };
+                self.client.on_udp(now, via, d.from, &d.data, &mut out);
+                Party::Client
+            }
+            _ => return,
+        };
+        self.route(who, out);
+    }
+
+    /// A packet reaches the native side: to a Teredo address it goes to the relay (it
+    /// routes the prefix); an echo request to the native host is answered.
+    fn native_step(&mut self, packet: Vec<u8>) {
+        let Ok(ip) = Ipv6Packet::new_checked(&packet[..]) else { return };
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if dst.segments()[0] == 0x2001 && dst.segments()[1] == 0 {
+            let mut out = self.out();
+            self.relay.on_tun(self.now, &packet, &mut out);
+            self.route(Party::Relay, out);
+            return;
+        }
+        if dst != NATIVE || ip.next_header() != 58 {
+            return;
+        }
+        let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else { return };
+        if let Ok(Icmpv6Repr::EchoRequest { ident, seq_no, data }) = Icmpv6Repr::parse(&src, &dst, &icmp) {
+            let reply = echo(NATIVE, src, Icmpv6Repr::EchoReply { ident, seq_no, data });
+            if self.native.len() < FLIGHT {
+                self.native.push_back(reply);
+            }
+        }
+    }
+
+    fn timers(&mut self) {
+        let now = self.now;
+        let mut out = self.out();
+        self.client.on_timer(now, &mut out);
+        self.route(Party::Client, out);
+        let mut out = self.out();
+        self.relay.on_timer(now, &mut out);
+        self.route(Party::Relay, out);
+        while self.client.poll_event().is_some() {}
+    }
+
+    fn target(&self, pick: u8) -> SocketAddrV4 {
+        match pick % 6 {
+            0 => SocketAddrV4::new(CLIENT_IP, CLIENT_PORT),
+            1 => SocketAddrV4::new(CLIENT_IP, PROBE_PORT),
+            2 => RELAY,
+            3 => SocketAddrV4::new(SERVER, 3544),
+            4 => SocketAddrV4::new(SERVER2, 3544),
+            _ => SocketAddrV4::new(CLIENT_IP, self.ports.first().copied().unwrap_or(CLIENT_PORT)),
+        }
+    }
+
+    /// The caps every party promises, whatever came in.
+    fn check(&self) {
+        assert!(self.relay.peer_count() <= RELAY_PEERS, "relay peers {}", self.relay.peer_count());
+        assert!(self.relay.pending_len() <= WAITING, "relay waiting {}", self.relay.pending_len());
+        assert!(self.relay.queued_bytes() <= WAITING * QUEUE_BYTES, "relay queued {}", self.relay.queued_bytes());
+        assert!(self.client.waiting_peers() <= WAITING, "client waiting {}", self.client.waiting_peers());
+        assert!(self.client.queued_bytes() <= WAITING * QUEUE_BYTES, "client queued {}", self.client.queued_bytes());
+        assert!(self.ports.len() <= CLIENT_PORTS, "client random ports {}", self.ports.len());
+    }
+}
+
+/// An IPv6 packet carrying an ICMPv6 echo.
+fn echo(src: Ipv6Addr, dst: Ipv6Addr, repr: Icmpv6Repr<'_>) -> Vec<u8> {
+    let len = repr.buffer_len();
+    let mut buf = vec![0u8; 40 + len];
+    let ip = Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: len, hop_limit: 64 };
+    if ip.emit(&mut buf).is_err() || repr.emit(&src, &dst, &mut buf[40..]).is_err() {
+        return Vec::new();
+    }
+    buf
+}
+
+/// How far a script got: for tests that the world reaches the deep states.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Reached {
+    /// The client has an address.
+    pub qualified: bool,
+    /// Peers in the relay's table at the end.
+    pub relay_peers: usize,
+    /// Echo replies the client handed its host.
+    pub host_packets: usize,
+}
+
+/// Run the script in `data` against a new world.
+pub fn world(data: &[u8]) -> Reached {
+    let mut s = Script(data);
+    let seed = u64::from_be_bytes([s.byte(), s.byte(), s.byte(), s.byte(), 0, 0, 0, 1]);
+    let mut w = World::new(seed);
+    w.timers();
+    for _ in 0..STEPS {
+        if s.is_empty() {
+            break;
+        }
+        match s.byte() % 10 {
+            0 | 1 => {
+                if let Some(d) = w.flight.pop_front() {
+                    w.deliver(d);
+                }
+            }
+            2 => {
+                w.flight.pop_front();
+            }
+            3 => {
+                if let Some(p) = w.native.pop_front() {
+                    w.native_step(p);
+                }
+            }
+            4 => {
+                let to = w.target(s.byte());
+                let from = SENDERS[s.byte() as usize % SENDERS.len()];
+                let data = s.bytes(1500);
+                w.deliver(Datagram { from, to, data });
+            }
+            5 => {
+                let packet = s.bytes(1500);
+                let mut out = w.out();
+                let now = w.now;
+                if s.byte() % 2 == 0 {
+                    w.client.on_tun(now, &packet, &mut out);
+                    w.route(Party::Client, out);
+                } else {
+                    w.relay.on_tun(now, &packet, &mut out);
+                    w.route(Party::Relay, out);
+                }
+            }
+            6 => {
+                // Something sent before, one byte changed, to anyone.
+                if w.seen.is_empty() {
+                    continue;
+                }
+                let mut data = w.seen[s.byte() as usize % w.seen.len()].clone();
+                if !data.is_empty() {
+                    let at = s.u16() as usize % data.len();
+                    data[at] = s.byte();
+                }
+                let to = w.target(s.byte());
+                let from = SENDERS[s.byte() as usize % SENDERS.len()];
+                w.deliver(Datagram { from, to, data });
+            }
+            7 => {
+                w.now += Duration::from_millis(u64::from(s.u16()) * 16);
+                w.timers();
+            }
+            8 => {
+                // The client's host pings the native host (the relay's path).
+                if let Some(me) = w.client.address() {
+                    let p = echo(me, NATIVE, Icmpv6Repr::EchoRequest { ident: 1, seq_no: s.u16(), data: b"ping" });
+                    let mut out = w.out();
+                    w.client.on_tun(w.now, &p, &mut out);
+                    w.route(Party::Client, out);
+                }
+            }
+            _ => {
+                let mut out = w.out();
+                w.client.on_network_change(w.now, &mut out);
+                w.route(Party::Client, out);
+            }
+        }
+        w.check();
+    }
+    Reached { qualified: w.client.address().is_some(), relay_peers: w.relay.peer_count(), host_packets: w.host_packets }
+}
