@@ -1,27 +1,74 @@
 #!/usr/bin/env bash
 # Run every cargo-fuzz target of fuzz/ for a bounded time, starting from the seeds.
-# FUZZ_SECONDS sets the time per target (default 8). Found crashes fail the run and are
-# left in fuzz/artifacts/<target>/.
+#   FUZZ_SECONDS  time per target (default 8)
+#   FUZZ_JOBS     targets run at once (default 1)
+#   FUZZ_CORPUS   keep each target's corpus in FUZZ_CORPUS/<target> (default: a temporary dir)
+#   FUZZ_REPORT   also write a markdown table of the runs (inputs, coverage) to this file
+#   FUZZ_IDLE=1   run the fuzzers at idle priority, so that a long run leaves the machine usable
+#   FUZZ_TARGETS  the targets to run (default: all)
+# Found crashes fail the run and are left in fuzz/artifacts/<target>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 ensure_cargo_fuzz
 seconds=${FUZZ_SECONDS:-8}
+jobs=${FUZZ_JOBS:-1}
 # The machine's toolchain is stable; RUSTC_BOOTSTRAP lets it take the sanitizer flags.
 export RUSTC_BOOTSTRAP=1
 say "building fuzz targets"
 cargo fuzz build -O 2>&1 | tail -n 1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for t in $(cargo fuzz list); do
-    mkdir -p "$work/$t"
-    seeds=()
+corpus=${FUZZ_CORPUS:-$work/corpus}
+prio=()
+[ "${FUZZ_IDLE:-0}" = 1 ] && prio=(chrt -i 0 nice -n 19)
+targets=${FUZZ_TARGETS:-$(cargo fuzz list)}
+
+# One target: its summary line goes to $work/<target>.row, its log stays for failures.
+fuzz_one() {
+    local t=$1 seeds=()
+    mkdir -p "$corpus/$t"
     [ -d "fuzz/seeds/$t" ] && seeds=("fuzz/seeds/$t")
-    if ! cargo fuzz run -O "$t" "$work/$t" "${seeds[@]}" -- -max_total_time="$seconds" \
+    if ! "${prio[@]}" cargo fuzz run -O "$t" "$corpus/$t" "${seeds[@]}" -- -max_total_time="$seconds" \
         -print_final_stats=1 >"$work/$t.log" 2>&1; then
-        tail -n 40 "$work/$t.log"
-        die "fuzz target $t failed: reproduce with 'RUSTC_BOOTSTRAP=1 cargo fuzz run $t fuzz/artifacts/$t/<file>'"
+        echo failed >"$work/$t.row"
+        return 1
     fi
+    local runs cov ft units
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log")
-    printf '  %-16s %10s inputs in %ss, no crash\n' "$t" "${runs:-?}" "$seconds"
+    # The last status line libFuzzer printed carries the final edge coverage and features.
+    cov=$(grep -o 'cov: [0-9]*' "$work/$t.log" | tail -n 1 | cut -d' ' -f2)
+    ft=$(grep -o 'ft: [0-9]*' "$work/$t.log" | tail -n 1 | cut -d' ' -f2)
+    units=$(find "$corpus/$t" -type f | wc -l)
+    echo "$t ${runs:-?} ${cov:-?} ${ft:-?} $units" >"$work/$t.row"
+}
+
+running=0
+for t in $targets; do
+    fuzz_one "$t" &
+    running=$((running + 1))
+    if [ "$running" -ge "$jobs" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
 done
+wait || true
+
+failed=0
+[ -n "${FUZZ_REPORT:-}" ] && {
+    echo "| target | seconds | inputs executed | edges covered | features | corpus |"
+    echo "|---|---:|---:|---:|---:|---:|"
+} >"$FUZZ_REPORT"
+for t in $targets; do
+    runs=""
+    read -r _ runs cov ft units <"$work/$t.row" || true
+    if [ "$runs" = "" ] || grep -q '^failed' "$work/$t.row"; then
+        tail -n 40 "$work/$t.log"
+        echo "fuzz target $t failed: reproduce with 'RUSTC_BOOTSTRAP=1 cargo fuzz run $t fuzz/artifacts/$t/<file>'" >&2
+        failed=1
+        continue
+    fi
+    printf '  %-16s %12s inputs in %ss, %s edges, no crash\n' "$t" "$runs" "$seconds" "$cov"
+    [ -n "${FUZZ_REPORT:-}" ] && echo "| $t | $seconds | $runs | $cov | $ft | $units |" >>"$FUZZ_REPORT"
+done
+[ "$failed" = 0 ] || die "a fuzz target found a crash (see above)"

@@ -11,6 +11,7 @@ mod measure;
 mod plots;
 mod report;
 mod run;
+mod soak;
 mod stats;
 mod traffic;
 
@@ -54,6 +55,21 @@ pub enum Part {
         #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
         peers: u64,
     },
+    /// The relay for an hour at half the rate it carries, new-peer bubbles flooding in
+    /// beside: loss, resident memory and CPU per row, judged against the targets (no
+    /// crash, < 0.1 % lost, memory within 5 %); writes OUT/report.md. Root.
+    Soak {
+        /// Rows (minutes) of the run.
+        #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=1440))]
+        minutes: u32,
+        /// IPv6 size of the packets carried.
+        #[arg(long, default_value_t = 1280, value_parser = clap::value_parser!(u64).range(64..=1280))]
+        size: u64,
+        /// Rows, from the start, in which the relay's tables fill under the flood; memory is
+        /// judged after them.
+        #[arg(long, default_value_t = 5)]
+        filling: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -63,6 +79,28 @@ fn main() -> ExitCode {
         println!("{f}");
         eprintln!("one look-up at a time: {:.0}/s; entry {} bytes", f.single_lookup_per_s, f.entry_bytes);
         return ExitCode::SUCCESS;
+    }
+    if let Some(Part::Soak { minutes, size, filling }) = args.part {
+        let plan = soak::SoakPlan {
+            rows: minutes,
+            // Quick mode keeps the soak working: rows of seconds, not minutes.
+            row: std::time::Duration::from_secs(if args.quick { 3 } else { 60 }),
+            size: size as usize,
+            filling: filling.min(minutes.saturating_sub(1)),
+            quick: args.quick,
+        };
+        let out =
+            if args.out == std::path::Path::new("results/latest") { "results/soak".into() } else { args.out.clone() };
+        let run = run::shipworm_binary(&args).and_then(|bin| {
+            soak::soak(&shipworm_lab::Impl::Shipworm(bin), &plan, &out, &mut |l: &str| println!("{l}"))
+        });
+        return match run {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => {
+                eprintln!("shipworm-bench: {}", f.message);
+                ExitCode::FAILURE
+            }
+        };
     }
     match run::run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -418,15 +418,7 @@ pub(crate) fn measure_relay(
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
-    // The relay learns every emulated client: native packets make it bubble them, their
-    // bubbles make them trusted.
-    let native = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-    for a in &emu.addrs {
-        let _ = native.send_to(&[0u8; 16], &v6(*a, 9002).into());
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    emu.bubble(relay, SINK_NATIVE_V6);
-    std::thread::sleep(Duration::from_millis(200));
+    let native = introduce(&h6, &emu, relay)?;
     let (dur, _) = trial_sizes(quick);
     let mut f = Figures::default();
     let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
@@ -503,6 +495,20 @@ pub(crate) fn measure_relay(
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();
     Ok(f)
+}
+
+/// Makes the relay at `relay` learn every emulated client of `emu`: a native packet from
+/// host `h6` to each makes it bubble them, their bubbles make them trusted. The native
+/// socket, for more packets that way.
+pub(crate) fn introduce(h6: &str, emu: &Emulated, relay: SocketAddrV4) -> Result<Socket, Failure> {
+    let native = socket_in(h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+    for a in &emu.addrs {
+        let _ = native.send_to(&[0u8; 16], &v6(*a, 9002).into());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    emu.bubble(relay, SINK_NATIVE_V6);
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(native)
 }
 
 /// End-to-end rounds: each builds a fresh lab per implementation, alternately, for two

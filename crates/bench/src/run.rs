@@ -126,7 +126,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
 }
 
 /// The `shipworm` binary measured: `--shipworm`, or the one built beside this program.
-fn shipworm_binary(args: &crate::BenchArgs) -> Result<std::path::PathBuf, Failure> {
+pub(crate) fn shipworm_binary(args: &crate::BenchArgs) -> Result<std::path::PathBuf, Failure> {
     let path = match &args.shipworm {
         Some(p) => p.clone(),
         None => std::env::current_exe()

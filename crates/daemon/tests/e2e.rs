@@ -555,6 +555,20 @@ fn main() {
                         return Err(format!("step 6: no {role} process found among {seen:?}"));
                     }
                 }
+                // Where the kernel has Landlock, each confined process says it restricted its
+                // file access (the client's log holds the helper's line too).
+                // SAFETY: landlock_create_ruleset(NULL, 0, VERSION) only asks the ABI.
+                let abi = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, 0usize, 0usize, 1u32) };
+                let mut files = "no Landlock in this kernel";
+                if abi > 0 {
+                    for (name, want) in [("server", 1), ("relay", 1), ("client0", 2)] {
+                        let said = lab.log_tail(name, 200).matches("file access restricted").count();
+                        if said < want {
+                            return Err(format!("step 6: {name}: {said} of {want} processes restricted their file access"));
+                        }
+                    }
+                    files = "file access restricted by Landlock";
+                }
                 // The helper dies: the client says so and stops (its supervisor restarts it).
                 let pid_of = |role: &str| {
                     seen.iter()
@@ -581,7 +595,7 @@ fn main() {
                     return Err(format!("step 7: the client stopped without naming the helper: {log}"));
                 }
                 Ok(format!(
-                    "{} processes: NoNewPrivs 1, Seccomp 2 on every thread, bounding set empty, no capability but the helper's CAP_NET_ADMIN; {}; helper killed, client stopped in {} ms saying so",
+                    "{} processes: NoNewPrivs 1, Seccomp 2 on every thread, bounding set empty, no capability but the helper's CAP_NET_ADMIN, {files}; {}; helper killed, client stopped in {} ms saying so",
                     seen.len(),
                     seen.join(", "),
                     stopped.as_millis()

@@ -317,11 +317,11 @@ pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf, args.control.as_deref())
+    serve(&conf, args.control.as_deref(), args.daemon.pidfile.as_deref())
 }
 
 /// Run the client until SIGTERM/SIGINT.
-fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
+fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
@@ -362,7 +362,12 @@ fn serve(conf: &MiredoConf, control: Option<&Path>) -> Result<(), Failure> {
     let mut urandom = OsRandom::open()?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(Role::Client, conf.system_call_filter).map_err(Failure::runtime)?;
+    confinement::confine(
+        Role::Client,
+        conf.system_call_filter,
+        &[confinement::removable(pidfile), vec![control_path.clone()]].concat(),
+    )
+    .map_err(Failure::runtime)?;
 
     // After the drop: the resolver thread starts here and must not hold root (nor the
     // capabilities the main thread gave up, which are per thread).

@@ -122,11 +122,11 @@ pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf)
+    serve(&conf, args.daemon.pidfile.as_deref())
 }
 
 /// Relay until SIGTERM/SIGINT.
-fn serve(conf: &MiredoConf) -> Result<(), Failure> {
+fn serve(conf: &MiredoConf, pidfile: Option<&std::path::Path>) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
@@ -178,7 +178,8 @@ fn serve(conf: &MiredoConf) -> Result<(), Failure> {
     let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(Role::Relay, conf.system_call_filter).map_err(Failure::runtime)?;
+    confinement::confine(Role::Relay, conf.system_call_filter, &confinement::removable(pidfile))
+        .map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
         prefix: conf.prefix,

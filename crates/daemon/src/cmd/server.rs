@@ -51,11 +51,11 @@ pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
     let over = ServerOverrides { bind: args.bind.clone(), bind2: args.bind2.clone(), user: args.daemon.user.clone() };
     let settings = crate::config::server::load(Some(&args.config), &over).map_err(|e| Failure::usage(e.to_string()))?;
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&settings)
+    serve(&settings, args.daemon.pidfile.as_deref())
 }
 
 /// Serve until SIGTERM/SIGINT.
-fn serve(settings: &ServerSettings) -> Result<(), Failure> {
+fn serve(settings: &ServerSettings, pidfile: Option<&std::path::Path>) -> Result<(), Failure> {
     let cfg = &settings.proto;
     let in_use = "another Teredo server (miredo-server?) is running";
     let primary = bind::udp(
@@ -75,7 +75,8 @@ fn serve(settings: &ServerSettings) -> Result<(), Failure> {
     cfg.hash_keys = OsRandom::open()?.hash_keys();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(Role::Server, settings.system_call_filter).map_err(Failure::runtime)?;
+    confinement::confine(Role::Server, settings.system_call_filter, &confinement::removable(pidfile))
+        .map_err(Failure::runtime)?;
 
     let mut server = Server::new(cfg.clone());
     let start = std::time::Instant::now();

@@ -4,10 +4,17 @@
 //! datagram from the Internet should, if ever subverted, find nothing to open, execute
 //! or reconfigure.
 
+use super::file_access;
 use super::syscalls::{self, Role};
 use caps::{CapSet, Capability, CapsHashSet};
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The files a daemon made and removes when it stops: its pid file, if it wrote one.
+pub fn removable(pidfile: Option<&Path>) -> Vec<PathBuf> {
+    pidfile.map(Path::to_path_buf).into_iter().collect()
+}
 
 /// What to do with a system call off the role's list (`SystemCallFilter`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,20 +58,23 @@ pub fn shrink_bounding_set(keep: &[Capability]) -> Result<(), String> {
     Ok(())
 }
 
-/// Set no_new_privs and install `role`'s filter on every thread of the process (those
-/// started later inherit it). Call once set-up is over: sockets bound, TUN open,
+/// Set no_new_privs, restrict what `role` may reach by path ([`file_access`]: it may
+/// still remove the files at `removable`, its pid file and status socket), and install
+/// its system-call filter on every thread of the process (those started later inherit
+/// both). Call once set-up is over, before any thread starts: sockets bound, TUN open,
 /// privileges dropped.
-pub fn confine(role: Role, mode: FilterMode) -> Result<(), String> {
+pub fn confine(role: Role, mode: FilterMode, removable: &[PathBuf]) -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
     if mode == FilterMode::Off {
-        tracing::warn!("SystemCallFilter no: the {} runs without a system-call filter", role.name());
+        tracing::warn!("SystemCallFilter no: the {} runs without a system-call filter or file rules", role.name());
         return Ok(());
     }
+    let files = file_access::restrict(role, removable)?;
     let program = compile(role, mode)?;
     refusal::install(role);
     seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("installing the seccomp filter: {e}"))?;
     tracing::info!(
-        "confined: no new privileges, {} system calls allowed{}",
+        "confined: no new privileges, {files}, {} system calls allowed{}",
         syscalls::allowed(role).len(),
         if mode == FilterMode::Log { " (others logged by the kernel, not refused)" } else { "" }
     );

@@ -7,6 +7,7 @@ pub mod busy_poll;
 pub mod confinement;
 pub mod drain;
 pub mod error;
+pub mod file_access;
 pub mod logging;
 pub mod pidfile;
 pub mod privileges;
