@@ -27,6 +27,9 @@ cargo build --release --locked -q
 bench_out=$(mktemp -d)
 target/release/shipworm-bench --quick --out "$bench_out" | tail -n 3
 test -s "$bench_out/report.md" || die "the benchmark wrote no report"
+# The soak too, in rows of seconds (its hour is run by hand: see the README).
+target/release/shipworm-bench --quick --out "$bench_out/soak" soak --minutes 3 --warmup 1 | tail -n 2
+grep -q 'relay still running at the end: yes' "$bench_out/soak/report.md" || die "the soak wrote no report"
 rm -rf "$bench_out"
 
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"

@@ -65,10 +65,9 @@ pub enum Part {
         /// IPv6 size of the packets carried.
         #[arg(long, default_value_t = 1280, value_parser = clap::value_parser!(u64).range(64..=1280))]
         size: u64,
-        /// Rows, from the start, in which the relay's tables fill under the flood; memory is
-        /// judged after them.
+        /// Rows at the start in which the relay settles; memory is judged after them.
         #[arg(long, default_value_t = 5)]
-        filling: u32,
+        warmup: u32,
     },
 }
 
@@ -80,13 +79,13 @@ fn main() -> ExitCode {
         eprintln!("one look-up at a time: {:.0}/s; entry {} bytes", f.single_lookup_per_s, f.entry_bytes);
         return ExitCode::SUCCESS;
     }
-    if let Some(Part::Soak { minutes, size, filling }) = args.part {
+    if let Some(Part::Soak { minutes, size, warmup }) = args.part {
         let plan = soak::SoakPlan {
             rows: minutes,
             // Quick mode keeps the soak working: rows of seconds, not minutes.
             row: std::time::Duration::from_secs(if args.quick { 3 } else { 60 }),
             size: size as usize,
-            filling: filling.min(minutes.saturating_sub(1)),
+            warmup: warmup.min(minutes.saturating_sub(1)),
             quick: args.quick,
         };
         let out =

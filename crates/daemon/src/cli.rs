@@ -99,16 +99,12 @@ pub struct ClientArgs {
     /// What every daemon accepts.
     #[command(flatten)]
     pub daemon: DaemonFlags,
-
-    /// The status socket (default: /run/shipworm/IFACE.sock).
-    #[arg(long, value_name = "PATH")]
-    pub control: Option<std::path::PathBuf>,
 }
 
 /// The options every daemon (server, relay, client) accepts, Miredo's included.
 #[derive(Debug, Args)]
 pub struct DaemonFlags {
-    /// The user to run as once set up (default: nobody).
+    /// The user to run as once set up (default: shipworm, else nobody).
     #[arg(short = 'u', long, value_name = "USER")]
     pub user: Option<String>,
 
@@ -119,6 +115,11 @@ pub struct DaemonFlags {
     /// Stay in the foreground (always the case; accepted for Miredo compatibility).
     #[arg(short = 'f', long)]
     pub foreground: bool,
+
+    /// The status socket `shipworm status` reads (default: /run/shipworm/IFACE.sock for
+    /// a client or relay, /run/shipworm/server.sock for a server).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<std::path::PathBuf>,
 }
 
 /// Arguments of `shipworm status`.
@@ -134,7 +135,7 @@ pub struct StatusArgs {
 }
 
 /// Which role a configuration file is for.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Role {
     /// miredo-server.conf.
     Server,
@@ -149,9 +150,10 @@ pub struct CheckConfigArgs {
     #[arg(value_name = "FILE")]
     pub file: std::path::PathBuf,
 
-    /// The role the file configures.
-    #[arg(long, value_enum, default_value = "server")]
-    pub role: Role,
+    /// The role the file configures (default: told by its directives, e.g.
+    /// ServerBindAddress makes a server file, RelayType or ServerAddress a miredo.conf).
+    #[arg(long, value_enum)]
+    pub role: Option<Role>,
 }
 
 /// Arguments of `shipworm address`.

@@ -603,6 +603,77 @@ fn main() {
             }),
         });
     }
+    // `shipworm status` for every role: the counters a user reads move with traffic.
+    {
+        let bin = me.display().to_string();
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "status of server, relay and client".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| e.to_string())?;
+                lab.start_server(&me).map_err(|e| e.to_string())?;
+                lab.start_relay(&me).map_err(|e| e.to_string())?;
+                lab.start_client(0, &me).map_err(|e| e.to_string())?;
+                let addr = lab.wait_qualified(0, std::time::Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                let status = |name: &str, json: bool| -> Result<String, String> {
+                    let socket = lab.daemon_socket(name).display().to_string();
+                    let mut args = vec![bin.as_str(), "status", "--socket", &socket];
+                    if json {
+                        args.push("--json");
+                    }
+                    let out = std::process::Command::new(args[0]).args(&args[1..]).output().map_err(|e| e.to_string())?;
+                    if !out.status.success() {
+                        return Err(format!("shipworm status of {name}: {}", String::from_utf8_lossy(&out.stderr)));
+                    }
+                    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+                };
+                let json = |name: &str| -> Result<serde_json::Value, String> {
+                    serde_json::from_str(&status(name, true)?).map_err(|e| format!("{name}: {e}"))
+                };
+                let relay_before = json("relay")?;
+                let cns = lab.clients[0].ns.clone();
+                let out = shipworm_lab::traffic::ping(&cns, shipworm_lab::HOST6_V6, 5, 3).map_err(|e| e.to_string())?;
+                let back = shipworm_lab::traffic::ping(&lab.ns("h6"), addr, 5, 3).map_err(|e| e.to_string())?;
+                if out.received == 0 || back.received == 0 {
+                    return Err(format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received));
+                }
+                // The relay publishes its workers' counters every tick (250 ms).
+                std::thread::sleep(std::time::Duration::from_millis(600));
+                let (relay, server, client) = (json("relay")?, json("server")?, json("client0")?);
+                let n = |v: &serde_json::Value, path: &[&str]| {
+                    path.iter().fold(v, |v, k| &v[*k]).as_u64().unwrap_or(0)
+                };
+                let moved = |k: &str| n(&relay, &["counters", k]) - n(&relay_before, &["counters", k]);
+                if relay["role"] != "relay" || moved("to_teredo") < 5 || moved("to_native") < 5 || n(&relay, &["peers"]) < 1 {
+                    return Err(format!("step 3: relay status did not follow the 10 echoes: before {relay_before}, after {relay}"));
+                }
+                if server["role"] != "server" || n(&server, &["counters", "advertisements"]) < 1 {
+                    return Err(format!("step 3: server status shows no advertisement: {server}"));
+                }
+                if client["state"] != "qualified" || client["address"] != addr.to_string() {
+                    return Err(format!("step 3: client status: {client}"));
+                }
+                let text = status("relay", false)? + &status("server", false)?;
+                for want in ["role       relay on teredo", "peers      ", "role       server on 192.0.2.1:3544", "RAs        "] {
+                    if !text.contains(want) {
+                        return Err(format!("step 4: `shipworm status` says no {want:?}:\n{text}"));
+                    }
+                }
+                Ok(format!(
+                    "relay: {} peer(s), +{} to Teredo, +{} to IPv6 over 10 echoes; server: {} RAs, {} forwarded to Teredo; client {}",
+                    n(&relay, &["peers"]),
+                    moved("to_teredo"),
+                    moved("to_native"),
+                    n(&server, &["counters", "advertisements"]),
+                    n(&server, &["counters", "forwarded_udp"]),
+                    client["state"]
+                ))
+            }),
+        });
+    }
     // Miredo's hook script variables and a configurable default-route metric.
     {
         let me = Impl::Shipworm(me.clone());

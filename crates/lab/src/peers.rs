@@ -160,7 +160,8 @@ impl Lab {
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                self.spawn(name, &ns, &[&bin, "server", "-c", &conf, "-p", &pid_arg])?
+                let control = self.daemon_socket(name).display().to_string();
+                self.spawn(name, &ns, &[&bin, "server", "-c", &conf, "-p", &pid_arg, "--control", &control])?
             }
             Impl::Miredo => self.spawn(name, &ns, &["miredo-server", "-f", "-p", &pid_arg, "-c", &conf])?,
         };
@@ -199,7 +200,8 @@ impl Lab {
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg])?;
+                let control = self.daemon_socket("relay").display().to_string();
+                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg, "--control", &control])?;
             }
             Impl::Miredo => {
                 self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid_arg, "-c", &conf])?;
@@ -259,7 +261,13 @@ impl Lab {
 
     /// Where a shipworm client of the lab answers `shipworm status`.
     pub fn status_socket(&self, client: usize) -> PathBuf {
-        self.dir().join(format!("client{client}.sock"))
+        self.daemon_socket(&format!("client{client}"))
+    }
+
+    /// Where the lab's shipworm daemon `name` ("server", "server_b", "relay", "client0")
+    /// answers `shipworm status`.
+    pub fn daemon_socket(&self, name: &str) -> PathBuf {
+        self.dir().join(format!("{name}.sock"))
     }
 
     /// The status document of a shipworm client (None for Miredo, or not yet up).

@@ -317,7 +317,7 @@ pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf, args.control.as_deref(), args.daemon.pidfile.as_deref())
+    serve(&conf, args.daemon.control.as_deref(), args.daemon.pidfile.as_deref())
 }
 
 /// Run the client until SIGTERM/SIGINT.

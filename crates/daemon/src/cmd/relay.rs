@@ -21,6 +21,7 @@ use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors, TunOffloadCounts};
 use crate::runtime::signals::Signals;
+use crate::runtime::status_socket::{self, StatusListener};
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
@@ -81,6 +82,10 @@ struct WorkerIo {
 struct Crew<'a> {
     relay: &'a SharedRelay,
     signals: &'a Signals,
+    /// Answered by worker 0 (`shipworm status`).
+    status: &'a StatusListener,
+    interface: &'a str,
+    workers: usize,
     /// Set by a worker that failed: the others stop too.
     halt: &'a AtomicBool,
     started: Instant,
@@ -106,6 +111,38 @@ impl Crew<'_> {
         }
         (sum, io, tun)
     }
+
+    /// The status document: peers, counters over all workers (as last published, at
+    /// most a tick old), drops by reason.
+    fn status_json(&self) -> String {
+        let (s, io, tun) = self.totals();
+        let drops: serde_json::Map<String, serde_json::Value> =
+            s.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
+        serde_json::json!({
+            "role": "relay",
+            "interface": self.interface,
+            "state": "serving",
+            "uptime_s": self.started.elapsed().as_secs(),
+            "workers": self.workers,
+            "peers": self.relay.peer_count(),
+            "waiting_peers": self.relay.pending_len(),
+            "counters": {
+                "to_teredo": s.to_teredo,
+                "to_native": s.to_native,
+                "bubbles": s.bubbles,
+                "unreachable_peers": s.unreachable_peers,
+                "icmp_errors": s.icmp_errors,
+                "dropped": drops,
+            },
+            "io_errors": {
+                "udp_send_failures": io.udp_send,
+                "tun_write_failures": io.tun_write,
+                "tun_reads_not_understood": io.tun_read,
+            },
+            "tun": {"offloads_used": tun.to_string()},
+        })
+        .to_string()
+    }
 }
 
 /// `shipworm relay`: load the file (refusing a client's), then serve.
@@ -122,11 +159,15 @@ pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf, args.daemon.pidfile.as_deref())
+    serve(&conf, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref())
 }
 
 /// Relay until SIGTERM/SIGINT.
-fn serve(conf: &MiredoConf, pidfile: Option<&std::path::Path>) -> Result<(), Failure> {
+fn serve(
+    conf: &MiredoConf,
+    pidfile: Option<&std::path::Path>,
+    control: Option<&std::path::Path>,
+) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
@@ -174,12 +215,18 @@ fn serve(conf: &MiredoConf, pidfile: Option<&std::path::Path>) -> Result<(), Fai
         .filter(|&(_, len)| len <= 30)
         .map(|(a, len)| std::net::Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
         .collect();
+    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&name));
+    let status = StatusListener::bind(&control_path)?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(Role::Relay, conf.system_call_filter, &confinement::removable(pidfile))
-        .map_err(Failure::runtime)?;
+    confinement::confine(
+        Role::Relay,
+        conf.system_call_filter,
+        &[confinement::removable(pidfile), vec![control_path.clone()]].concat(),
+    )
+    .map_err(Failure::runtime)?;
 
     let cfg = RelayConfig {
         prefix: conf.prefix,
@@ -217,6 +264,9 @@ fn serve(conf: &MiredoConf, pidfile: Option<&std::path::Path>) -> Result<(), Fai
     let crew = Crew {
         relay: &relay,
         signals: &signals,
+        status: &status,
+        interface: &name,
+        workers,
         halt: &halt,
         started: Instant::now(),
         published: &published,
@@ -293,8 +343,18 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             }
             if !busy.spin(Instant::now()) {
                 let wait = next_tick.saturating_duration_since(Instant::now());
-                let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN), PollFd::new(tun.as_fd(), PollFlags::POLLIN)];
+                // Worker 0 also wakes for a status request; the others poll the TUN twice.
+                let third = if id == 0 { crew.status.as_fd() } else { tun.as_fd() };
+                let mut fds = [
+                    PollFd::new(rx.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(tun.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(third, PollFlags::POLLIN),
+                ];
                 wait::readable(&mut fds, wait)?;
+                let asked = fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+                if id == 0 && asked {
+                    crew.status.serve(|| crew.status_json());
+                }
             } else {
                 // Still runnable, so no wake-up is due, but a thread that needs this core
                 // (the host's own work, another worker) gets it.
@@ -322,6 +382,8 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             if Instant::now() >= next_tick {
                 if id == 0 {
                     crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
+                    // Requests that came while the worker was busy polling.
+                    crew.status.serve(|| crew.status_json());
                 }
                 publish(&state, &out, &tun_in);
                 next_tick += TICK;

@@ -13,11 +13,12 @@ use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors};
 use crate::runtime::signals::Signals;
+use crate::runtime::status_socket::{self, StatusListener};
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::server::{Local, Server};
+use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::Transmit;
 use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::TEREDO_PORT;
@@ -51,11 +52,15 @@ pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
     let over = ServerOverrides { bind: args.bind.clone(), bind2: args.bind2.clone(), user: args.daemon.user.clone() };
     let settings = crate::config::server::load(Some(&args.config), &over).map_err(|e| Failure::usage(e.to_string()))?;
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&settings, args.daemon.pidfile.as_deref())
+    serve(&settings, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref())
 }
 
 /// Serve until SIGTERM/SIGINT.
-fn serve(settings: &ServerSettings, pidfile: Option<&std::path::Path>) -> Result<(), Failure> {
+fn serve(
+    settings: &ServerSettings,
+    pidfile: Option<&std::path::Path>,
+    control: Option<&std::path::Path>,
+) -> Result<(), Failure> {
     let cfg = &settings.proto;
     let in_use = "another Teredo server (miredo-server?) is running";
     let primary = bind::udp(
@@ -73,10 +78,16 @@ fn serve(settings: &ServerSettings, pidfile: Option<&std::path::Path>) -> Result
     let raw = open_raw_ipv6()?;
     let mut cfg = cfg.clone();
     cfg.hash_keys = OsRandom::open()?.hash_keys();
+    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
+    let status = StatusListener::bind(&control_path)?;
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(Role::Server, settings.system_call_filter, &confinement::removable(pidfile))
-        .map_err(Failure::runtime)?;
+    confinement::confine(
+        Role::Server,
+        settings.system_call_filter,
+        &[confinement::removable(pidfile), vec![control_path.clone()]].concat(),
+    )
+    .map_err(Failure::runtime)?;
 
     let mut server = Server::new(cfg.clone());
     let start = std::time::Instant::now();
@@ -103,10 +114,16 @@ fn serve(settings: &ServerSettings, pidfile: Option<&std::path::Path>) -> Result
         if signals.take_report_request() {
             report(&server, &out, "counters");
         }
-        let mut fds =
-            [PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN), PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(status.as_fd(), PollFlags::POLLIN),
+        ];
         if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
             continue;
+        }
+        if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            status.serve(|| status_json(&server, &out, &cfg, start));
         }
         for (local, batch) in &mut rx {
             drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
@@ -175,6 +192,31 @@ fn send_native(raw: &Socket, packet: &[u8]) -> bool {
             false
         }
     }
+}
+
+/// The status document: addresses served, counters, drops by reason.
+fn status_json(server: &Server, out: &Out<'_>, cfg: &ServerConfig, start: std::time::Instant) -> String {
+    let s = server.stats();
+    let drops: serde_json::Map<String, serde_json::Value> =
+        s.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
+    serde_json::json!({
+        "role": "server",
+        "state": "serving",
+        "uptime_s": start.elapsed().as_secs(),
+        "primary": format!("{}:{TEREDO_PORT}", cfg.primary),
+        "secondary": format!("{}:{TEREDO_PORT}", cfg.secondary),
+        "prefix": format!("{}/64", server.client_prefix()),
+        "mtu": cfg.mtu,
+        "secure_qualification": !cfg.clients.is_empty(),
+        "counters": {
+            "advertisements": s.advertisements,
+            "forwarded_udp": s.forwarded_udp,
+            "forwarded_native": s.forwarded_native,
+            "dropped": drops,
+        },
+        "io_errors": {"native_send_failures": out.native_errors, "udp_send_failures": out.io_errors().udp_send},
+    })
+    .to_string()
 }
 
 fn report(server: &Server, out: &Out<'_>, what: &str) {

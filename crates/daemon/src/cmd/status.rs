@@ -10,11 +10,61 @@ pub fn run(args: &cli::StatusArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
         return Ok(());
     }
-    let get = |k: &str| {
-        v.get(k)
-            .and_then(|x| x.as_str().map(str::to_string).or_else(|| (!x.is_null()).then(|| x.to_string())))
-            .unwrap_or_else(|| "-".into())
-    };
+    match v.get("role").and_then(|r| r.as_str()) {
+        Some("relay") => relay(&v),
+        Some("server") => server(&v),
+        _ => client(&v),
+    }
+    Ok(())
+}
+
+/// A field as text: strings as they are, other values in JSON, "-" when absent.
+fn field(v: &serde_json::Value, k: &str) -> String {
+    v.get(k)
+        .and_then(|x| x.as_str().map(str::to_string).or_else(|| (!x.is_null()).then(|| x.to_string())))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// "reason n, reason n" of a daemon's drop counters, or "none".
+fn drops(v: &serde_json::Value) -> String {
+    let Some(d) = v["counters"]["dropped"].as_object().filter(|d| !d.is_empty()) else { return "none".into() };
+    d.iter().map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn relay(v: &serde_json::Value) {
+    let c = &v["counters"];
+    println!(
+        "role       relay on {}, {} worker(s), up {} s",
+        field(v, "interface"),
+        field(v, "workers"),
+        field(v, "uptime_s")
+    );
+    println!("peers      {} ({} waiting for a bubble's answer)", field(v, "peers"), field(v, "waiting_peers"));
+    println!("to Teredo  {} packets", field(c, "to_teredo"));
+    println!("to IPv6    {} packets", field(c, "to_native"));
+    println!("bubbles    {} sent, {} peers never answered", field(c, "bubbles"), field(c, "unreachable_peers"));
+    println!("ICMPv6     {} errors sent", field(c, "icmp_errors"));
+    println!("dropped    {}", drops(v));
+    println!("I/O        {}", v.get("io_errors").map(|c| c.to_string()).unwrap_or_default());
+}
+
+fn server(v: &serde_json::Value) {
+    let c = &v["counters"];
+    println!(
+        "role       server on {} and {}, up {} s",
+        field(v, "primary"),
+        field(v, "secondary"),
+        field(v, "uptime_s")
+    );
+    println!("prefix     {} advertised, MTU {}", field(v, "prefix"), field(v, "mtu"));
+    println!("RAs        {} sent", field(c, "advertisements"));
+    println!("forwarded  {} to Teredo, {} to IPv6", field(c, "forwarded_udp"), field(c, "forwarded_native"));
+    println!("dropped    {}", drops(v));
+    println!("I/O        {}", v.get("io_errors").map(|c| c.to_string()).unwrap_or_default());
+}
+
+fn client(v: &serde_json::Value) {
+    let get = |k: &str| field(v, k);
     println!("role       {} on {}", get("role"), get("interface"));
     println!("state      {}", get("state"));
     if let Some(names) = v.get("server_names").and_then(|n| n.as_array()) {
@@ -36,5 +86,4 @@ pub fn run(args: &cli::StatusArgs) -> Result<(), Failure> {
         get("first_contacts_waiting")
     );
     println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
-    Ok(())
 }

@@ -81,6 +81,11 @@ impl ConfigFile {
         Ok(ConfigFile { path: path.to_path_buf(), directives })
     }
 
+    /// The directives not taken yet, in file order.
+    pub fn directives(&self) -> &[Directive] {
+        &self.directives
+    }
+
     /// An error about `d`.
     pub fn error(&self, d: &Directive, reason: impl Into<String>) -> ConfigError {
         ConfigError { path: self.path.clone(), line: Some(d.line), reason: reason.into() }
