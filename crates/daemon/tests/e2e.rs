@@ -674,6 +674,95 @@ fn main() {
             }),
         });
     }
+    // Run by systemd (Type=notify, WatchdogSec): each role says READY=1 once it serves,
+    // feeds the watchdog from its event loop, says what it does (the client: qualified,
+    // with its address) and STOPPING=1 on SIGTERM. The service manager is a datagram
+    // socket per daemon, as systemd's NOTIFY_SOCKET.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "systemd notify: ready, status, watchdog, stopping for every role".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                use std::os::unix::net::UnixDatagram;
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| e.to_string())?;
+                // The daemons end as the service user: their managers' sockets must be
+                // writable by it, as systemd's is.
+                // Each read as it arrives, as systemd does (a datagram socket's queue holds ten).
+                let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let mut managers = Vec::new();
+                for name in ["server", "relay", "client0"] {
+                    let path = lab.dir().join(format!("{name}.notify"));
+                    let sock = UnixDatagram::bind(&path).map_err(|e| e.to_string())?;
+                    sock.set_read_timeout(Some(std::time::Duration::from_millis(50))).map_err(|e| e.to_string())?;
+                    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+                        .map_err(|e| e.to_string())?;
+                    let done = Arc::clone(&done);
+                    let reader = std::thread::spawn(move || {
+                        let mut got: Vec<String> = Vec::new();
+                        let mut buf = [0u8; 1024];
+                        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                            if let Ok(n) = sock.recv(&mut buf) {
+                                got.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                            }
+                        }
+                        got
+                    });
+                    managers.push((name, reader, path));
+                }
+                lab.set_daemon_env("WATCHDOG_USEC", "1500000");
+                let start = Instant::now();
+                for (name, _, path) in &managers {
+                    lab.set_daemon_env("NOTIFY_SOCKET", &path.display().to_string());
+                    match *name {
+                        "server" => lab.start_server(&me),
+                        "relay" => lab.start_relay(&me),
+                        _ => lab.start_client(0, &me),
+                    }
+                    .map_err(|e| e.to_string())?;
+                }
+                let addr = lab.wait_qualified(0, std::time::Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                // Two watchdog periods' worth of feeding, and the client's status catching up.
+                std::thread::sleep(std::time::Duration::from_millis(3200).saturating_sub(start.elapsed()));
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                for name in ["client0", "relay", "server"] {
+                    lab.stop_peer(name);
+                }
+                let took = start.elapsed().as_secs_f64();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                let mut said = Vec::new();
+                for (name, reader, _) in managers {
+                    let got = reader.join().map_err(|_| "a manager's reader panicked".to_string())?;
+                    if !got.first().is_some_and(|m| m.starts_with("READY=1\nSTATUS=")) {
+                        return Err(format!("{name}: first message is not READY=1 with a status: {got:?}"));
+                    }
+                    let feeds = got.iter().filter(|m| *m == "WATCHDOG=1").count();
+                    // Fed at a third of 1.5 s over the seconds it ran: at least one feed a period.
+                    if (feeds as f64) < took / 1.5 {
+                        return Err(format!("{name}: {feeds} watchdog feeds in {took:.1} s: {got:?}"));
+                    }
+                    if got.last().map(String::as_str) != Some("STOPPING=1") {
+                        return Err(format!("{name}: did not say STOPPING=1 last: {got:?}\n{}", lab.log_tail(name, 8)));
+                    }
+                    if name == "client0"
+                        && !got
+                            .iter()
+                            .any(|m| m.starts_with(&format!("STATUS=qualified: {addr} (server 192.0.2.1, NAT ")))
+                    {
+                        return Err(format!("client0: no status saying it qualified as {addr}: {got:?}"));
+                    }
+                    said.push(format!("{name} {feeds} feeds"));
+                }
+                Ok(format!(
+                    "READY=1, STATUS, WATCHDOG=1 ({}) over {took:.1} s, STOPPING=1; client: qualified: {addr}",
+                    said.join(", ")
+                ))
+            }),
+        });
+    }
     // Miredo's hook script variables and a configurable default-route metric.
     {
         let me = Impl::Shipworm(me.clone());

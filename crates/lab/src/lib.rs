@@ -111,6 +111,8 @@ pub struct Lab {
     pub clients: Vec<ClientHost>,
     /// The STUN server miniupnpd boxes check their address with, once one runs.
     pub(crate) stun: Option<stun::StunResponder>,
+    /// Environment the daemons started from now on get (a service manager's, say).
+    pub(crate) daemon_env: Vec<(String, String)>,
 }
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -125,7 +127,15 @@ impl Lab {
         let prefix = netns::run_prefix(k);
         let dir = std::env::temp_dir().join(format!("shipworm-lab-{}-{k}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
-        let mut lab = Lab { prefix, dir, keep: false, peers: Vec::new(), clients: Vec::new(), stun: None };
+        let mut lab = Lab {
+            prefix,
+            dir,
+            keep: false,
+            peers: Vec::new(),
+            clients: Vec::new(),
+            stun: None,
+            daemon_env: Vec::new(),
+        };
         lab.build_core(spec.second_server)?;
         if spec.generator {
             lab.build_generator()?;
@@ -144,6 +154,13 @@ impl Lab {
     /// Where configuration files and logs go.
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
+    }
+
+    /// Give the daemons started from now on `key=value` in their environment, as a
+    /// service manager would (systemd's NOTIFY_SOCKET, WATCHDOG_USEC).
+    pub fn set_daemon_env(&mut self, key: &str, value: &str) {
+        self.daemon_env.retain(|(k, _)| k != key);
+        self.daemon_env.push((key.to_string(), value.to_string()));
     }
 
     /// Leave everything running when dropped (`shipworm lab --keep`).

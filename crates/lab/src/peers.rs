@@ -81,6 +81,7 @@ impl Lab {
         let child = Command::new("ip")
             .args(["netns", "exec", ns])
             .args(args)
+            .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(out.try_clone().map_err(|e| LabError(e.to_string()))?)
             .stderr(out)

@@ -21,6 +21,7 @@ use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::server_names::{replace_now, ServerNames};
+use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::StatusListener;
 use crate::runtime::syscalls::Role;
@@ -137,6 +138,18 @@ impl Interface {
 fn fds_helper_gone(iface: &Interface) -> bool {
     let mut fd = [PollFd::new(iface.helper.as_fd(), PollFlags::POLLIN)];
     nix::poll::poll(&mut fd, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+/// The line `systemctl status` shows: the client's state and, once qualified, its
+/// address.
+fn service_status(client: Option<&Client<OsRandom>>, names: &ServerNames) -> String {
+    let Some(c) = client else { return format!("resolving {}", names.describe()) };
+    let s = c.status();
+    match (s.state, s.address, s.server) {
+        ("qualified", Some(a), Some(server)) => format!("qualified: {a} (server {server}, NAT {})", s.nat.as_str()),
+        (state, _, Some(server)) => format!("{state} (server {server})"),
+        (state, _, None) => state.to_string(),
+    }
 }
 
 fn status_json(
@@ -360,6 +373,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         control.map(Path::to_path_buf).unwrap_or_else(|| crate::runtime::status_socket::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
     let mut urandom = OsRandom::open()?;
+    let mut manager = ServiceManager::from_env();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
     confinement::confine(
@@ -400,6 +414,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         control_path.display()
     );
     tracing::info!("interface helper: pid {} (keeps CAP_NET_ADMIN; this process keeps none)", helper.pid());
+    manager.ready(&service_status(client.as_ref(), &names));
     let mut iface = Interface { nl, helper, name: tun.name().to_string(), address: None, mtu: 1280, changed_at: None };
     if let Some(c) = client.as_mut() {
         c.set_attached_subnets(&attached_subnets(&iface.nl));
@@ -592,6 +607,8 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
                 iface.apply(ev)?;
             }
         }
+        manager.tick(Instant::now());
+        manager.status(&service_status(client.as_ref(), &names));
         if signals.take_report_request() {
             tracing::info!(
                 "status: {}",
@@ -600,6 +617,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         }
         status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     }
+    manager.stopping();
     tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     mapping.release_all();
     Ok(())

@@ -20,6 +20,7 @@ use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors, TunOffloadCounts};
+use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::{self, StatusListener};
 use crate::runtime::syscalls::Role;
@@ -84,6 +85,8 @@ struct Crew<'a> {
     signals: &'a Signals,
     /// Answered by worker 0 (`shipworm status`).
     status: &'a StatusListener,
+    /// Told by worker 0: ready, its watchdog fed from worker 0's ticks.
+    manager: &'a Mutex<ServiceManager>,
     interface: &'a str,
     workers: usize,
     /// Set by a worker that failed: the others stop too.
@@ -217,6 +220,7 @@ fn serve(
         .collect();
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&name));
     let status = StatusListener::bind(&control_path)?;
+    let manager = Mutex::new(ServiceManager::from_env());
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     let hash_keys = OsRandom::open()?.hash_keys();
     // Before any thread starts: capabilities are per thread.
@@ -265,6 +269,7 @@ fn serve(
         relay: &relay,
         signals: &signals,
         status: &status,
+        manager: &manager,
         interface: &name,
         workers,
         halt: &halt,
@@ -273,6 +278,7 @@ fn serve(
         busy_poll: Duration::from_micros(conf.busy_poll_us),
     };
     let ios: Vec<WorkerIo> = socks.into_iter().zip(tuns).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
+    manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).ready(&format!("relaying for {prefix}/32"));
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
         let crew = &crew;
         let mut ios = ios.into_iter().enumerate();
@@ -294,6 +300,7 @@ fn serve(
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         results
     });
+    manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping();
     report(&crew, "stopping");
     results.into_iter().collect()
 }
@@ -382,6 +389,10 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
             if Instant::now() >= next_tick {
                 if id == 0 {
                     crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
+                    let peers = crew.relay.peer_count();
+                    let mut m = crew.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    m.tick(Instant::now());
+                    m.status(&format!("relaying for {peers} peer{}", if peers == 1 { "" } else { "s" }));
                     // Requests that came while the worker was busy polling.
                     crew.status.serve(|| crew.status_json());
                 }

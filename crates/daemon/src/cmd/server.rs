@@ -12,6 +12,7 @@ use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{self, IoErrors};
+use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::{self, StatusListener};
 use crate::runtime::syscalls::Role;
@@ -80,6 +81,7 @@ fn serve(
     cfg.hash_keys = OsRandom::open()?.hash_keys();
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
     let status = StatusListener::bind(&control_path)?;
+    let mut manager = ServiceManager::from_env();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
     confinement::confine(
@@ -110,7 +112,9 @@ fn serve(
         native_errors: 0,
     };
 
+    manager.ready(&format!("serving on {} and {}", cfg.primary, cfg.secondary));
     while !signals.stop_requested() {
+        manager.tick(std::time::Instant::now());
         if signals.take_report_request() {
             report(&server, &out, "counters");
         }
@@ -132,6 +136,7 @@ fn serve(
             out.flush();
         }
     }
+    manager.stopping();
     report(&server, &out, "stopping");
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod privileges;
 pub mod random;
 pub mod report;
 pub mod server_names;
+pub mod service_manager;
 pub mod signals;
 pub mod status_socket;
 pub mod syscalls;
