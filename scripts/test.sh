@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
 # the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
-# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes).
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables
+# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), systemd
+# (systemd-analyze checks the units).
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables systemd
 ensure_shipworm_user
 ensure_rust
 
@@ -31,6 +32,17 @@ test -s "$bench_out/report.md" || die "the benchmark wrote no report"
 target/release/shipworm-bench --quick --out "$bench_out/soak" soak --minutes 3 --warmup 1 | tail -n 2
 grep -q 'relay still running at the end: yes' "$bench_out/soak/report.md" || die "the soak wrote no report"
 rm -rf "$bench_out"
+
+say "systemd units: systemd-analyze verify, and each one's exposure (at most 3.0)"
+units=$(mktemp -d)
+for f in packaging/systemd/*.service; do
+    sed "s#/usr/bin/shipworm#$PWD/target/release/shipworm#g" "$f" >"$units/$(basename "$f")"
+done
+systemd-analyze verify --man=no "$units"/*.service
+for f in "$units"/*.service; do
+    systemd-analyze security --offline=true --threshold=30 "$f" | tail -n 1
+done
+rm -rf "$units"
 
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)
