@@ -674,6 +674,92 @@ fn main() {
             }),
         });
     }
+    // Prometheus: every role's /metrics (MetricsAddress) names its counters and they move
+    // with traffic.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "metrics of server, relay and client".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| e.to_string())?;
+                let extra = "MetricsAddress 127.0.0.1:9544\n";
+                lab.start_server_with(&me, extra).map_err(|e| e.to_string())?;
+                lab.start_relay_with(&me, extra).map_err(|e| e.to_string())?;
+                lab.start_client_with(0, &me, extra).map_err(|e| e.to_string())?;
+                let addr = lab.wait_qualified(0, std::time::Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                let (srv, rly, cns) = (lab.ns("srv"), lab.ns("rly"), lab.clients[0].ns.clone());
+                // What Prometheus does: GET /metrics on the daemon's namespace's loopback.
+                let get = |ns: &str, path: &str| -> Result<String, String> {
+                    let (ns, path) = (ns.to_string(), path.to_string());
+                    std::thread::spawn(move || -> Result<String, String> {
+                        use std::io::{Read, Write};
+                        shipworm_lab::netns::enter(&ns).map_err(|e| e.to_string())?;
+                        let mut s = std::net::TcpStream::connect("127.0.0.1:9544").map_err(|e| format!("{ns}: {e}"))?;
+                        s.set_read_timeout(Some(std::time::Duration::from_secs(5))).map_err(|e| e.to_string())?;
+                        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                            .map_err(|e| e.to_string())?;
+                        let mut text = String::new();
+                        s.read_to_string(&mut text).map_err(|e| e.to_string())?;
+                        Ok(text)
+                    })
+                    .join()
+                    .map_err(|_| "scrape thread panicked".to_string())?
+                };
+                // The value of the sample whose line starts with `series` (name and labels).
+                let value = |text: &str, series: &str| -> u64 {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+                        .map_or(0, |v| v as u64)
+                };
+                // Published every 250 ms.
+                std::thread::sleep(std::time::Duration::from_millis(600));
+                let before = get(&rly, "/metrics")?;
+                let out = shipworm_lab::traffic::ping(&cns, shipworm_lab::HOST6_V6, 5, 3).map_err(|e| e.to_string())?;
+                let back = shipworm_lab::traffic::ping(&lab.ns("h6"), addr, 5, 3).map_err(|e| e.to_string())?;
+                if out.received == 0 || back.received == 0 {
+                    return Err(format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(600));
+                let (relay, server, client) = (get(&rly, "/metrics")?, get(&srv, "/metrics")?, get(&cns, "/metrics")?);
+                for (who, text) in [("relay", &relay), ("server", &server), ("client", &client)] {
+                    if !text.starts_with("HTTP/1.1 200 OK") || !text.contains("text/plain; version=0.0.4") {
+                        return Err(format!("step 3: {who}'s /metrics: {}", text.lines().next().unwrap_or("")));
+                    }
+                    if !text.contains(&format!("shipworm_info{{role=\"{who}\"")) {
+                        return Err(format!("step 3: {who} has no shipworm_info"));
+                    }
+                }
+                let to_teredo = "shipworm_relay_packets_total{direction=\"to_teredo\",worker=\"0\"}";
+                let to_ipv6 = "shipworm_relay_packets_total{direction=\"to_ipv6\",worker=\"0\"}";
+                let moved = |series: &str| value(&relay, series).saturating_sub(value(&before, series));
+                if moved(to_teredo) < 5 || moved(to_ipv6) < 5 || value(&relay, "shipworm_relay_peers") < 1 {
+                    return Err(format!("step 4: relay counters did not follow 10 echoes:\n{relay}"));
+                }
+                if value(&server, "shipworm_server_router_advertisements_total") < 1 {
+                    return Err(format!("step 4: server sent no RA?\n{server}"));
+                }
+                let delivered = value(&client, "shipworm_client_packets_total{direction=\"to_host\"}");
+                if value(&client, "shipworm_client_qualified") != 1 || delivered < 5 {
+                    return Err(format!("step 4: client metrics:\n{client}"));
+                }
+                let missing = get(&rly, "/")?;
+                if !missing.starts_with("HTTP/1.1 404") {
+                    return Err(format!("step 5: GET / answered {}", missing.lines().next().unwrap_or("")));
+                }
+                Ok(format!(
+                    "relay +{} to Teredo, +{} to IPv6 over 10 echoes, {} peer(s); server {} RAs; client qualified, {} delivered; GET / → 404",
+                    moved(to_teredo),
+                    moved(to_ipv6),
+                    value(&relay, "shipworm_relay_peers"),
+                    value(&server, "shipworm_server_router_advertisements_total"),
+                    delivered
+                ))
+            }),
+        });
+    }
     // Run by systemd (Type=notify, WatchdogSec): each role says READY=1 once it serves,
     // feeds the watchdog from its event loop, says what it does (the client: qualified,
     // with its address) and STOPPING=1 on SIGTERM. The service manager is a datagram

@@ -17,6 +17,7 @@ use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::confinement;
 use crate::runtime::logging;
+use crate::runtime::metrics::{self, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
@@ -138,6 +139,44 @@ impl Interface {
 fn fds_helper_gone(iface: &Interface) -> bool {
     let mut fd = [PollFd::new(iface.helper.as_fd(), PollFlags::POLLIN)];
     nix::poll::poll(&mut fd, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
+
+/// The counters for Prometheus.
+fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sample> {
+    let (s, st) = (c.status(), c.stats());
+    const PACKETS: &str = "Packets sent to Teredo peers and delivered to this host.";
+    let mut v = vec![
+        Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+            .with("role", "client")
+            .with("version", env!("CARGO_PKG_VERSION")),
+        Sample::gauge(
+            "shipworm_client_qualified",
+            "1 while the client holds a Teredo address.",
+            u64::from(s.state == "qualified"),
+        ),
+        Sample::gauge("shipworm_client_nat", "The NAT kind as probed (the sample of value 1).", 1)
+            .with("kind", s.nat.as_str()),
+        Sample::counter("shipworm_client_router_solicitations", "Router solicitations sent.", st.solicitations),
+        Sample::counter("shipworm_client_router_advertisements", "Router advertisements accepted.", st.advertisements),
+        Sample::counter(
+            "shipworm_client_address_changes",
+            "Addresses configured or changed (qualifications, handoffs).",
+            st.addresses,
+        ),
+        Sample::counter("shipworm_client_packets", PACKETS, st.sent).with("direction", "to_peers"),
+        Sample::counter("shipworm_client_packets", PACKETS, st.delivered).with("direction", "to_host"),
+        Sample::counter("shipworm_client_bubbles", "Bubbles sent.", st.bubbles),
+        Sample::counter("shipworm_client_echoes", "Connectivity-test echoes sent.", st.echoes),
+        Sample::counter("shipworm_client_first_contacts", "Native hosts that spoke first, tested.", st.first_contacts),
+        Sample::gauge("shipworm_client_peers", "Peers in the client's list.", s.peers as u64),
+    ];
+    v.extend(metrics::drops(&st.drops));
+    v.extend(metrics::io_errors(&crate::runtime::report::IoErrors {
+        udp_send: out.batch.failed() + out.probe_errors + out.ports.failures,
+        tun_write: out.tun_out.failed(),
+        tun_read: tun_in.refused(),
+    }));
+    v
 }
 
 /// The line `systemctl status` shows: the client's state and, once qualified, its
@@ -372,6 +411,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let control_path =
         control.map(Path::to_path_buf).unwrap_or_else(|| crate::runtime::status_socket::default_path(tun.name()));
     let status = StatusListener::bind(&control_path)?;
+    let metrics_listener = conf.metrics_address.map(metrics::bind).transpose()?;
     let mut urandom = OsRandom::open()?;
     let mut manager = ServiceManager::from_env();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
@@ -385,6 +425,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
 
     // After the drop: the resolver thread starts here and must not hold root (nor the
     // capabilities the main thread gave up, which are per thread).
+    let board = metrics::start(metrics_listener)?;
     let started = Instant::now();
     let mut names = ServerNames::new(primary, conf.server2.clone(), conf.fallback_servers.clone(), started);
 
@@ -433,6 +474,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let mut buf = vec![0u8; SLOT];
     let mut tun_in = TunReader::default();
     let mut next_tick = started;
+    let mut published = started;
     // The address the discovery group is joined on.
     let mut joined: Option<Ipv4Addr> = None;
 
@@ -609,6 +651,12 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         }
         manager.tick(Instant::now());
         manager.status(&service_status(client.as_ref(), &names));
+        if let (Some(b), Some(c)) = (&board, client.as_ref()) {
+            if published.elapsed() >= Duration::from_millis(250) {
+                b.publish(samples(c, &out, &tun_in));
+                published = Instant::now();
+            }
+        }
         if signals.take_report_request() {
             tracing::info!(
                 "status: {}",

@@ -16,6 +16,7 @@ use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
 use crate::runtime::confinement;
 use crate::runtime::logging;
+use crate::runtime::metrics::{self, Board, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
@@ -87,6 +88,8 @@ struct Crew<'a> {
     status: &'a StatusListener,
     /// Told by worker 0: ready, its watchdog fed from worker 0's ticks.
     manager: &'a Mutex<ServiceManager>,
+    /// Where worker 0 publishes the counters for Prometheus (`MetricsAddress`).
+    board: Option<&'a Board>,
     interface: &'a str,
     workers: usize,
     /// Set by a worker that failed: the others stop too.
@@ -113,6 +116,50 @@ impl Crew<'_> {
             tun.add(&p.2);
         }
         (sum, io, tun)
+    }
+
+    /// The counters for Prometheus: packets per worker, the rest over all workers (as
+    /// last published).
+    fn samples(&self, peers: usize) -> Vec<Sample> {
+        let each: Vec<RelayStats> = self
+            .published
+            .iter()
+            .map(|p| p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone())
+            .collect();
+        let (s, io, _) = self.totals();
+        const PACKETS: &str = "Packets the relay forwarded, by direction and worker.";
+        let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+            .with("role", "relay")
+            .with("version", env!("CARGO_PKG_VERSION"))];
+        // A metric's samples follow each other: every worker's to_teredo, then to_ipv6.
+        for direction in ["to_teredo", "to_ipv6"] {
+            for (i, w) in each.iter().enumerate() {
+                let n = if direction == "to_teredo" { w.to_teredo } else { w.to_native };
+                v.push(
+                    Sample::counter("shipworm_relay_packets", PACKETS, n)
+                        .with("direction", direction)
+                        .with("worker", i.to_string()),
+                );
+            }
+        }
+        v.extend([
+            Sample::counter("shipworm_relay_bubbles", "Bubbles sent to new peers.", s.bubbles),
+            Sample::counter(
+                "shipworm_relay_unreachable_peers",
+                "Peers given up, their bubbles unanswered.",
+                s.unreachable_peers,
+            ),
+            Sample::counter("shipworm_icmpv6_errors", "ICMPv6 errors sent.", s.icmp_errors),
+            Sample::gauge("shipworm_relay_peers", "Peers in the table.", peers as u64),
+            Sample::gauge(
+                "shipworm_relay_waiting_peers",
+                "Peers waiting for a bubble's answer.",
+                self.relay.pending_len() as u64,
+            ),
+        ]);
+        v.extend(metrics::drops(&s.drops));
+        v.extend(metrics::io_errors(&io));
+        v
     }
 
     /// The status document: peers, counters over all workers (as last published, at
@@ -220,6 +267,7 @@ fn serve(
         .collect();
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&name));
     let status = StatusListener::bind(&control_path)?;
+    let metrics_listener = conf.metrics_address.map(metrics::bind).transpose()?;
     let manager = Mutex::new(ServiceManager::from_env());
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     let hash_keys = OsRandom::open()?.hash_keys();
@@ -232,6 +280,7 @@ fn serve(
     )
     .map_err(Failure::runtime)?;
 
+    let board = metrics::start(metrics_listener)?;
     let cfg = RelayConfig {
         prefix: conf.prefix,
         served,
@@ -270,6 +319,7 @@ fn serve(
         signals: &signals,
         status: &status,
         manager: &manager,
+        board: board.as_ref(),
         interface: &name,
         workers,
         halt: &halt,
@@ -393,6 +443,10 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                     let mut m = crew.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     m.tick(Instant::now());
                     m.status(&format!("relaying for {peers} peer{}", if peers == 1 { "" } else { "s" }));
+                    drop(m);
+                    if let Some(b) = crew.board {
+                        b.publish(crew.samples(peers));
+                    }
                     // Requests that came while the worker was busy polling.
                     crew.status.serve(|| crew.status_json());
                 }

@@ -8,6 +8,7 @@ use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::confinement;
 use crate::runtime::logging;
+use crate::runtime::metrics::{self, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
@@ -81,6 +82,7 @@ fn serve(
     cfg.hash_keys = OsRandom::open()?.hash_keys();
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
     let status = StatusListener::bind(&control_path)?;
+    let metrics_listener = settings.metrics_address.map(metrics::bind).transpose()?;
     let mut manager = ServiceManager::from_env();
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
@@ -91,6 +93,8 @@ fn serve(
     )
     .map_err(Failure::runtime)?;
 
+    let board = metrics::start(metrics_listener)?;
+    let mut published = std::time::Instant::now();
     let mut server = Server::new(cfg.clone());
     let start = std::time::Instant::now();
     tracing::info!(
@@ -115,6 +119,10 @@ fn serve(
     manager.ready(&format!("serving on {} and {}", cfg.primary, cfg.secondary));
     while !signals.stop_requested() {
         manager.tick(std::time::Instant::now());
+        if let Some(b) = board.as_ref().filter(|_| published.elapsed() >= PUBLISH_EVERY) {
+            b.publish(samples(&server, &out));
+            published = std::time::Instant::now();
+        }
         if signals.take_report_request() {
             report(&server, &out, "counters");
         }
@@ -197,6 +205,26 @@ fn send_native(raw: &Socket, packet: &[u8]) -> bool {
             false
         }
     }
+}
+
+/// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The counters for Prometheus.
+fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
+    let s = server.stats();
+    const FORWARDED: &str = "Bubbles and echoes forwarded, to Teredo clients (UDP) or native IPv6.";
+    let mut v = vec![
+        Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+            .with("role", "server")
+            .with("version", env!("CARGO_PKG_VERSION")),
+        Sample::counter("shipworm_server_router_advertisements", "Router advertisements sent.", s.advertisements),
+        Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_udp).with("to", "teredo"),
+        Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_native).with("to", "ipv6"),
+    ];
+    v.extend(metrics::drops(&s.drops));
+    v.extend(metrics::io_errors(&out.io_errors()));
+    v
 }
 
 /// The status document: addresses served, counters, drops by reason.

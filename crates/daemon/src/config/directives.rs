@@ -273,6 +273,11 @@ pub fn filter_mode(value: &str) -> Result<crate::runtime::confinement::FilterMod
     crate::runtime::confinement::FilterMode::parse(value).ok_or_else(|| "expected yes, log or no".into())
 }
 
+/// `IP:PORT` to listen on (`MetricsAddress`; IPv6 in brackets).
+pub fn listen_address(value: &str) -> Result<std::net::SocketAddr, String> {
+    value.parse().map_err(|_| "expected IP:PORT, e.g. 127.0.0.1:9544 or [::1]:9544".into())
+}
+
 /// A count or size.
 pub fn number(value: &str) -> Result<usize, String> {
     value.parse().map_err(|_| "expected a whole number".into())

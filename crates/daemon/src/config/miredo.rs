@@ -42,6 +42,7 @@ pub const DIRECTIVES: &[&str] = &[
     "BusyPoll",
     "TunOffload",
     "SystemCallFilter",
+    "MetricsAddress",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -119,6 +120,8 @@ pub struct MiredoConf {
     /// What a system call off the seccomp allow-list does: stop the daemon, be logged, or
     /// nothing (no filter).
     pub system_call_filter: crate::runtime::confinement::FilterMode,
+    /// Where Prometheus scrapes `/metrics` (`MetricsAddress`; none by default).
+    pub metrics_address: Option<std::net::SocketAddr>,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -168,6 +171,7 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         busy_poll_us: 50,
         tun_offload: true,
         system_call_filter: crate::runtime::confinement::FilterMode::Enforce,
+        metrics_address: None,
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -217,6 +221,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     }
     if let Some(d) = f.take("SystemCallFilter")? {
         c.system_call_filter = f.value(&d, config::filter_mode)?;
+    }
+    if let Some(d) = f.take("MetricsAddress")? {
+        c.metrics_address = Some(f.value(&d, config::listen_address)?);
     }
     if let Some(d) = f.take("InterfaceMTU")? {
         if role_only(&d, true) {

@@ -20,6 +20,7 @@ pub const DIRECTIVES: &[&str] = &[
     "MaxForwardedIcmpv6",
     "SecureQualification",
     "SystemCallFilter",
+    "MetricsAddress",
 ];
 
 /// Everything the server daemon needs to start.
@@ -33,6 +34,8 @@ pub struct ServerSettings {
     pub user: Option<String>,
     /// What a system call off the seccomp allow-list does.
     pub system_call_filter: crate::runtime::confinement::FilterMode,
+    /// Where Prometheus scrapes `/metrics` (`MetricsAddress`; none by default).
+    pub metrics_address: Option<std::net::SocketAddr>,
 }
 
 /// Command-line values that override the file.
@@ -61,6 +64,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let max_icmp = f.take("MaxForwardedIcmpv6")?;
     let secure = f.take_all("SecureQualification");
     let filter = f.take("SystemCallFilter")?;
+    let metrics = f.take("MetricsAddress")?;
 
     let global = |a: Ipv4Addr| match non_global_reason(a) {
         None => Ok(a),
@@ -120,8 +124,9 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
         .map(|d| f.value(d, config::filter_mode))
         .transpose()?
         .unwrap_or(crate::runtime::confinement::FilterMode::Enforce);
+    let metrics_address = metrics.as_ref().map(|d| f.value(d, config::listen_address)).transpose()?;
     f.finish(DIRECTIVES)?;
-    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter })
+    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter, metrics_address })
 }
 
 #[cfg(test)]

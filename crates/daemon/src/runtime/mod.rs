@@ -9,6 +9,7 @@ pub mod drain;
 pub mod error;
 pub mod file_access;
 pub mod logging;
+pub mod metrics;
 pub mod pidfile;
 pub mod privileges;
 pub mod random;
