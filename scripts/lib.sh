@@ -59,3 +59,10 @@ ensure_cargo_fuzz() {
     say "installing cargo-fuzz (once)"
     cargo install --locked cargo-fuzz >/dev/null 2>&1 || die "cargo install cargo-fuzz failed"
 }
+
+# cargo-deb, for the Debian package.
+ensure_cargo_deb() {
+    command -v cargo-deb >/dev/null && return 0
+    say "installing cargo-deb (once)"
+    cargo install --locked cargo-deb >/dev/null 2>&1 || die "cargo install cargo-deb failed"
+}

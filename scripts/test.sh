@@ -44,6 +44,18 @@ for f in "$units"/*.service; do
 done
 rm -rf "$units"
 
+say "Debian package: cargo deb, installed, its units verified, removed"
+ensure_cargo_deb
+cargo deb -p shipworm --locked | tail -n 1
+deb=$(ls target/debian/shipworm_*.deb | tail -n 1)
+dpkg -i "$deb" >/dev/null
+man_check=no
+command -v man >/dev/null && man_check=yes
+systemd-analyze verify --man="$man_check" /lib/systemd/system/shipworm-{client,relay,server}.service
+getent passwd shipworm >/dev/null || die "the package did not create the user shipworm"
+/usr/bin/shipworm check-config /usr/share/doc/shipworm/examples/miredo-server.conf | tail -n 1
+dpkg --purge shipworm >/dev/null
+
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

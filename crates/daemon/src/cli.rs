@@ -36,7 +36,8 @@ pub enum Command {
     /// Run a Teredo client (RFC 4380 §5.2, RFC 5991): IPv6 from behind an IPv4 NAT.
     ///
     /// Reads Miredo's miredo.conf format unchanged (RelayType client, the default).
-    /// Needs root to create its interface; then keeps only CAP_NET_ADMIN.
+    /// Needs root to create its interface; then only its interface helper keeps
+    /// CAP_NET_ADMIN, the client none.
     Client(ClientArgs),
 
     /// Show what a running client is doing: state, address, NAT kind, server, peers,

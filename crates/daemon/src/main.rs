@@ -11,6 +11,8 @@ use shipworm::io;
 mod cli;
 mod cmd;
 mod config;
+#[cfg(test)]
+mod man_pages;
 mod runtime;
 
 use clap::Parser;
@@ -44,6 +46,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(cli.command, cli::Command::Address(_) | cli::Command::Status(_) | cli::Command::CheckConfig(_)) {
+        // A command whose output goes to a pipe stops quietly when the reader leaves
+        // (`| head`), as Unix tools do; the daemons keep ignoring SIGPIPE (sockets).
+        // SAFETY: setting a signal's disposition to its default, before any thread.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         cli::Command::Address(args) => cmd::address::run(&args),
         cli::Command::Server(args) => cmd::server::run(&args),

@@ -113,3 +113,17 @@ fn refuses_bad_input_with_one_line_and_status_2() {
     assert_refused(&["address", "--bogus"], "unexpected argument");
     assert_refused(&["address", "2001:0:303:303::1", "--server", "3.3.3.3"], "cannot be used");
 }
+
+#[test]
+fn output_to_a_reader_that_left_ends_quietly() {
+    // `shipworm address … | head -0`: the pipe's reader is gone before anything is
+    // written; the command stops without a panic's backtrace on stderr.
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let o = Command::new(env!("CARGO_BIN_EXE_shipworm"))
+        .args(["address", "2001:0:303:303:8000:e148:fefe:fefe"])
+        .stdout(writer)
+        .output()
+        .expect("binary runs");
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
