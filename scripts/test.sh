@@ -9,8 +9,10 @@ say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
 # the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
 # UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), systemd
-# (systemd-analyze checks the units).
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables systemd
+# (systemd-analyze checks the units; systemd-nspawn boots the package in a Debian root
+# debootstrap makes).
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables systemd \
+    systemd-container debootstrap
 ensure_shipworm_user
 ensure_rust
 
@@ -44,7 +46,7 @@ for f in "$units"/*.service; do
 done
 rm -rf "$units"
 
-say "Debian package: cargo deb, installed, its units verified, removed"
+say "Debian package: cargo deb, installed, its units verified, removed; then booted under systemd"
 ensure_cargo_deb
 cargo deb -p shipworm --locked | tail -n 1
 deb=$(ls target/debian/shipworm_*.deb | tail -n 1)
@@ -55,6 +57,7 @@ systemd-analyze verify --man="$man_check" /lib/systemd/system/shipworm-{client,r
 getent passwd shipworm >/dev/null || die "the package did not create the user shipworm"
 /usr/bin/shipworm check-config /usr/share/doc/shipworm/examples/miredo-server.conf | tail -n 1
 dpkg --purge shipworm >/dev/null
+scripts/systemd-check.sh "$deb"
 
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The Debian package under a real systemd: a minimal Debian (debootstrap, kept in
+# /var/tmp between runs) booted in a container (systemd-nspawn, its own network), the
+# package installed, a server and a client started by their units. Checks: both report
+# READY with their status line (the client's says it qualified), a SIGKILLed client is
+# restarted and qualifies again, a stalled client is restarted by the watchdog, the
+# records reach the journal with their fields, systemd-analyze security rates each unit.
+# Usage: scripts/systemd-check.sh PACKAGE.deb   (root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+deb=$(realpath "${1:?usage: scripts/systemd-check.sh PACKAGE.deb}")
+base=/var/tmp/shipworm-debian-root
+root=$(mktemp -d /var/tmp/shipworm-systemd-XXXXXX)
+boot_pid=""
+cleanup() {
+    if [ -n "$boot_pid" ] && kill -0 "$boot_pid" 2>/dev/null; then
+        kill "$boot_pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$boot_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$boot_pid" 2>/dev/null || true
+    fi
+    rm -rf "$root"
+}
+trap cleanup EXIT
+
+if [ ! -x "$base/lib/systemd/systemd" ]; then
+    say "debootstrap: a minimal Debian with systemd (once, into $base)"
+    rm -rf "$base"
+    debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,iproute2,adduser,procps \
+        bookworm "$base" http://deb.debian.org/debian >/dev/null || die "debootstrap failed"
+fi
+cp -a "$base/." "$root/"
+nspawn=(systemd-nspawn -q -D "$root" --register=no --keep-unit)
+cp "$deb" "$root/root/shipworm.deb"
+"${nspawn[@]}" --pipe dpkg -i /root/shipworm.deb >/dev/null 2>&1 || die "dpkg -i in the container failed"
+
+# The lab inside: the server's two addresses and the client's on one veth pair.
+mkdir -p "$root/etc/miredo"
+printf 'ServerBindAddress 192.0.2.1\n' >"$root/etc/miredo/miredo-server.conf"
+printf 'InterfaceName teredo\nServerAddress 192.0.2.1\n' >"$root/etc/miredo/miredo.conf"
+cat >"$root/etc/systemd/system/lab-net.service" <<'EOF'
+[Unit]
+Description=The Teredo server's addresses
+Before=shipworm-server.service shipworm-client.service
+DefaultDependencies=no
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/sbin/ip link set lo up
+ExecStart=/sbin/ip link add d0 type veth peer name d1
+ExecStart=/sbin/ip addr add 192.0.2.1/24 dev d0
+ExecStart=/sbin/ip addr add 192.0.2.2/24 dev d0
+ExecStart=/sbin/ip link set d0 up
+ExecStart=/sbin/ip link set d1 up
+[Install]
+WantedBy=multi-user.target
+EOF
+# A stalled daemon is found within 3 s rather than the units' 30.
+mkdir -p "$root/etc/systemd/system/shipworm-client.service.d"
+printf '[Service]\nWatchdogSec=3s\n' >"$root/etc/systemd/system/shipworm-client.service.d/watchdog.conf"
+"${nspawn[@]}" --pipe systemctl enable lab-net shipworm-server shipworm-client >/dev/null 2>&1
+
+say "booting it (systemd-nspawn, a private network)"
+"${nspawn[@]}" --private-network -b --console=passive >/dev/null 2>&1 &
+boot_pid=$!
+init=""
+for _ in $(seq 1 100); do
+    init=$(pgrep -P "$boot_pid" -x systemd || true)
+    [ -n "$init" ] && break
+    sleep 0.1
+done
+[ -n "$init" ] || die "the container's systemd did not start"
+inside() { nsenter -t "$init" -a "$@"; }
+show() { inside systemctl show -p "$2" --value "$1" 2>/dev/null || true; }
+# The host's pid of the container's process $1.
+host_pid() {
+    for f in /proc/[0-9]*/status; do
+        if grep -q "^NSpid:.*[[:space:]]$1\$" "$f" 2>/dev/null && [ "$(cat "${f%status}comm")" = shipworm ]; then
+            basename "$(dirname "$f")"
+            return
+        fi
+    done
+}
+# Wait until unit $1's status line starts with $2 and its main pid differs from $3.
+wait_status() {
+    for _ in $(seq 1 150); do
+        local st pid
+        st=$(show "$1" StatusText)
+        pid=$(show "$1" MainPID)
+        if [[ "$st" == "$2"* ]] && [ "$pid" != "${3:-}" ] && [ "$pid" != 0 ]; then
+            echo "$st"
+            return 0
+        fi
+        sleep 0.1
+    done
+    inside journalctl -u "$1" --no-pager | tail -n 15 >&2
+    die "$1: no status \"$2…\" (now: $(show "$1" StatusText))"
+}
+
+printf '  server: %s\n' "$(wait_status shipworm-server.service serving)"
+printf '  client: %s\n' "$(wait_status shipworm-client.service qualified:)"
+
+old=$(show shipworm-client.service MainPID)
+start=$(date +%s%N)
+kill -9 "$(host_pid "$old")"
+st=$(wait_status shipworm-client.service qualified: "$old")
+printf '  client SIGKILLed: restarted and qualified again in %s ms: %s\n' "$((($(date +%s%N) - start) / 1000000))" "$st"
+
+old=$(show shipworm-client.service MainPID)
+kill -STOP "$(host_pid "$old")"
+start=$(date +%s%N)
+st=$(wait_status shipworm-client.service qualified: "$old")
+inside journalctl -u shipworm-client --no-pager | grep -q 'Watchdog timeout' || die "the stalled client was not stopped by the watchdog"
+printf '  client stalled (SIGSTOP): watchdog restart, qualified again in %s ms\n' "$((($(date +%s%N) - start) / 1000000))"
+
+fields=$(inside journalctl -u shipworm-client -o verbose --no-pager | grep -c 'CODE_FILE=crates/daemon' || true)
+[ "$fields" -gt 0 ] || die "the client's records reached the journal without their fields"
+printf '  journal: %s records with fields (CODE_FILE, PRIORITY, SYSLOG_IDENTIFIER)\n' "$fields"
+for u in client relay server; do
+    inside systemd-analyze security "shipworm-$u.service" --no-pager 2>/dev/null | tail -n 1 | sed 's/^/  /'
+done
+inside systemctl poweroff >/dev/null 2>&1 || true
+wait "$boot_pid" 2>/dev/null || true
+boot_pid=""
