@@ -708,11 +708,13 @@ fn main() {
                     .join()
                     .map_err(|_| "scrape thread panicked".to_string())?
                 };
-                // The value of the sample whose line starts with `series` (name and labels).
+                // The sum of the samples whose lines start with `series` (a name and the
+                // first labels: the relay's packets over all its workers).
                 let value = |text: &str, series: &str| -> u64 {
                     text.lines()
-                        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
-                        .map_or(0, |v| v as u64)
+                        .filter_map(|l| l.strip_prefix(series))
+                        .filter_map(|v| v.rsplit(' ').next()?.trim().parse::<f64>().ok())
+                        .sum::<f64>() as u64
                 };
                 // Published every 250 ms.
                 std::thread::sleep(std::time::Duration::from_millis(600));
@@ -732,17 +734,25 @@ fn main() {
                         return Err(format!("step 3: {who} has no shipworm_info"));
                     }
                 }
-                let to_teredo = "shipworm_relay_packets_total{direction=\"to_teredo\",worker=\"0\"}";
-                let to_ipv6 = "shipworm_relay_packets_total{direction=\"to_ipv6\",worker=\"0\"}";
+                let to_teredo = "shipworm_relay_packets_total{direction=\"to_teredo\",";
+                let to_ipv6 = "shipworm_relay_packets_total{direction=\"to_ipv6\",";
                 let moved = |series: &str| value(&relay, series).saturating_sub(value(&before, series));
-                if moved(to_teredo) < 5 || moved(to_ipv6) < 5 || value(&relay, "shipworm_relay_peers") < 1 {
+                // An echo of ping's 56 data bytes is a 104-byte IPv6 packet.
+                let bytes_ipv6 = "shipworm_relay_bytes_total{direction=\"to_ipv6\",";
+                if moved(bytes_ipv6) < 5 * 104 {
+                    return Err(format!("step 4: relay bytes to IPv6 moved by {} over 5 echoes:\n{relay}", moved(bytes_ipv6)));
+                }
+                if moved(to_teredo) < 5 || moved(to_ipv6) < 5 || value(&relay, "shipworm_relay_peers ") < 1 {
                     return Err(format!("step 4: relay counters did not follow 10 echoes:\n{relay}"));
                 }
-                if value(&server, "shipworm_server_router_advertisements_total") < 1 {
+                if value(&server, "shipworm_server_router_advertisements_total ") < 1 {
                     return Err(format!("step 4: server sent no RA?\n{server}"));
                 }
                 let delivered = value(&client, "shipworm_client_packets_total{direction=\"to_host\"}");
-                if value(&client, "shipworm_client_qualified") != 1 || delivered < 5 {
+                if value(&client, "shipworm_client_bytes_total{direction=\"to_host\"}") < delivered * 104 {
+                    return Err(format!("step 4: client bytes to the host under {delivered} × 104:\n{client}"));
+                }
+                if value(&client, "shipworm_client_qualified ") != 1 || delivered < 5 {
                     return Err(format!("step 4: client metrics:\n{client}"));
                 }
                 let missing = get(&rly, "/")?;
@@ -753,8 +763,8 @@ fn main() {
                     "relay +{} to Teredo, +{} to IPv6 over 10 echoes, {} peer(s); server {} RAs; client qualified, {} delivered; GET / → 404",
                     moved(to_teredo),
                     moved(to_ipv6),
-                    value(&relay, "shipworm_relay_peers"),
-                    value(&server, "shipworm_server_router_advertisements_total"),
+                    value(&relay, "shipworm_relay_peers "),
+                    value(&server, "shipworm_server_router_advertisements_total "),
                     delivered
                 ))
             }),

@@ -327,6 +327,10 @@ pub struct ClientStats {
     pub sent: u64,
     /// Packets delivered to the host.
     pub delivered: u64,
+    /// IPv6 bytes of the packets sent to peers.
+    pub sent_bytes: u64,
+    /// IPv6 bytes of the packets delivered to the host.
+    pub delivered_bytes: u64,
     /// Bubbles sent.
     pub bubbles: u64,
     /// Server Load Reduction: direct bubbles soliciting a silent peer (RFC 6081 §5.7).
@@ -1038,6 +1042,7 @@ impl<R: Random> Client<R> {
     fn deliver(&mut self, packet: &[u8], tx: &mut impl Transmit) {
         tx.tun(packet);
         self.stats.delivered += 1;
+        self.stats.delivered_bytes += packet.len() as u64;
     }
 
     /// From the server, not an RA: indirect bubbles (answer the origin with a direct
@@ -1486,6 +1491,7 @@ impl<R: Random> Client<R> {
         while let Some(packet) = q.next_packet() {
             udp_via(tx, via, to, packet);
             self.stats.sent += 1;
+            self.stats.sent_bytes += packet.len() as u64;
         }
     }
 
@@ -1801,6 +1807,7 @@ impl<R: Random> Client<R> {
                 while let Some(packet) = d.next_packet() {
                     tx.tun(packet);
                     self.stats.delivered += 1;
+                    self.stats.delivered_bytes += packet.len() as u64;
                     self.stats.first_contact_delivered += 1;
                 }
             }
@@ -1843,6 +1850,7 @@ impl<R: Random> Client<R> {
                 }
             }
             self.stats.sent += 1;
+            self.stats.sent_bytes += ip.packet().len() as u64;
             return;
         }
         let teredo = TeredoAddr::decode(&dst);

@@ -134,6 +134,10 @@ pub struct RelayStats {
     pub to_teredo: u64,
     /// Packets delivered to the IPv6 side.
     pub to_native: u64,
+    /// IPv6 bytes of the packets sent to Teredo clients.
+    pub to_teredo_bytes: u64,
+    /// IPv6 bytes of the packets delivered to the IPv6 side.
+    pub to_native_bytes: u64,
     /// Bubbles sent.
     pub bubbles: u64,
     /// Peers given up after their bubbles went unanswered.
@@ -149,6 +153,8 @@ impl RelayStats {
     pub fn add(&mut self, other: &RelayStats) {
         self.to_teredo += other.to_teredo;
         self.to_native += other.to_native;
+        self.to_teredo_bytes += other.to_teredo_bytes;
+        self.to_native_bytes += other.to_native_bytes;
         self.bubbles += other.bubbles;
         self.unreachable_peers += other.unreachable_peers;
         self.icmp_errors += other.icmp_errors;
@@ -357,6 +363,7 @@ impl SharedRelay {
             drop(shard);
             tx.udp(to, ip.packet());
             w.stats.to_teredo += 1;
+            w.stats.to_teredo_bytes += ip.packet().len() as u64;
             return Verdict::Forwarded;
         }
         self.queue_and_bubble(&mut shard, w, now, &ip, (&key, t.mapped), tx)
@@ -512,6 +519,7 @@ impl SharedRelay {
             while let Some(packet) = q.next_packet() {
                 tx.udp(from, packet);
                 w.stats.to_teredo += 1;
+                w.stats.to_teredo_bytes += packet.len() as u64;
             }
         }
         if pkt.is_bubble() {
@@ -533,6 +541,7 @@ impl SharedRelay {
         }
         tx.tun(ip.packet());
         w.stats.to_native += 1;
+        w.stats.to_native_bytes += ip.packet().len() as u64;
         Verdict::Forwarded
     }
 

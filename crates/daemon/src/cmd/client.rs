@@ -145,6 +145,7 @@ fn fds_helper_gone(iface: &Interface) -> bool {
 fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sample> {
     let (s, st) = (c.status(), c.stats());
     const PACKETS: &str = "Packets sent to Teredo peers and delivered to this host.";
+    const BYTES: &str = "IPv6 bytes sent to Teredo peers and delivered to this host.";
     let mut v = vec![
         Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
             .with("role", "client")
@@ -165,6 +166,8 @@ fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sampl
         ),
         Sample::counter("shipworm_client_packets", PACKETS, st.sent).with("direction", "to_peers"),
         Sample::counter("shipworm_client_packets", PACKETS, st.delivered).with("direction", "to_host"),
+        Sample::counter("shipworm_client_bytes", BYTES, st.sent_bytes).with("direction", "to_peers"),
+        Sample::counter("shipworm_client_bytes", BYTES, st.delivered_bytes).with("direction", "to_host"),
         Sample::counter("shipworm_client_bubbles", "Bubbles sent.", st.bubbles),
         Sample::counter("shipworm_client_echoes", "Connectivity-test echoes sent.", st.echoes),
         Sample::counter("shipworm_client_first_contacts", "Native hosts that spoke first, tested.", st.first_contacts),

@@ -131,15 +131,19 @@ impl Crew<'_> {
         let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
             .with("role", "relay")
             .with("version", env!("CARGO_PKG_VERSION"))];
+        const BYTES: &str = "IPv6 bytes the relay forwarded, by direction and worker.";
         // A metric's samples follow each other: every worker's to_teredo, then to_ipv6.
-        for direction in ["to_teredo", "to_ipv6"] {
-            for (i, w) in each.iter().enumerate() {
-                let n = if direction == "to_teredo" { w.to_teredo } else { w.to_native };
-                v.push(
-                    Sample::counter("shipworm_relay_packets", PACKETS, n)
-                        .with("direction", direction)
-                        .with("worker", i.to_string()),
-                );
+        for (name, help, bytes) in [("shipworm_relay_packets", PACKETS, false), ("shipworm_relay_bytes", BYTES, true)] {
+            for direction in ["to_teredo", "to_ipv6"] {
+                for (i, w) in each.iter().enumerate() {
+                    let n = match (direction, bytes) {
+                        ("to_teredo", false) => w.to_teredo,
+                        ("to_teredo", true) => w.to_teredo_bytes,
+                        (_, false) => w.to_native,
+                        (_, true) => w.to_native_bytes,
+                    };
+                    v.push(Sample::counter(name, help, n).with("direction", direction).with("worker", i.to_string()));
+                }
             }
         }
         v.extend([
