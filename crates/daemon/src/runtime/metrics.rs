@@ -232,6 +232,44 @@ mod tests {
         assert_eq!(read_request(&mut endless).len(), REQUEST_BYTES);
     }
 
+    /// The `shipworm_…` names in `text`, a counter's `_total` taken off.
+    fn names(text: &str) -> std::collections::BTreeSet<String> {
+        let mut found = std::collections::BTreeSet::new();
+        for (i, _) in text.match_indices("shipworm_") {
+            let name: String =
+                text[i..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
+            found.insert(name.strip_suffix("_total").unwrap_or(&name).to_string());
+        }
+        found
+    }
+
+    #[test]
+    fn the_dashboard_and_the_readme_name_only_metrics_the_daemons_publish() {
+        let sources = [
+            include_str!("metrics.rs"),
+            include_str!("../cmd/relay.rs"),
+            include_str!("../cmd/server.rs"),
+            include_str!("../cmd/client.rs"),
+        ];
+        // What the code publishes: the names in its samples' string literals.
+        let published: std::collections::BTreeSet<String> = sources
+            .iter()
+            .flat_map(|s| names(&s.split('"').skip(1).step_by(2).collect::<Vec<_>>().join(" ")))
+            .filter(|n| n != "shipworm_")
+            .collect();
+        let dashboard = include_str!("../../../../packaging/grafana/shipworm.json");
+        let readme = include_str!("../../../../README.md");
+        let section = &readme[readme.find("### Metrics").unwrap()..];
+        let section = &section[..section[4..].find("\n### ").map_or(section.len(), |i| i + 4)];
+        for (what, text) in [("packaging/grafana/shipworm.json", dashboard), ("the README's Metrics section", section)]
+        {
+            let unknown: Vec<String> = names(text).difference(&published).cloned().collect();
+            assert!(unknown.is_empty(), "{what} names metrics nobody publishes: {unknown:?}");
+        }
+        let undocumented: Vec<String> = published.difference(&names(section)).cloned().collect();
+        assert!(undocumented.is_empty(), "published but not in the README's Metrics section: {undocumented:?}");
+    }
+
     #[test]
     fn a_daemon_serves_scrapes_over_tcp_while_its_loop_publishes() {
         let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
