@@ -129,7 +129,42 @@ mod refusal {
         }
     }
 
-    extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    /// The refused call's first argument (prctl's option, ioctl's descriptor, socket's
+    /// family…): what tells one use of a call from another in the report.
+    #[cfg(target_arch = "x86_64")]
+    fn first_argument(ctx: *mut libc::c_void) -> Option<u64> {
+        // SAFETY: a SA_SIGINFO handler's third argument is the interrupted ucontext.
+        let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+        Some(uc.uc_mcontext.gregs[libc::REG_RDI as usize] as u64)
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    fn first_argument(ctx: *mut libc::c_void) -> Option<u64> {
+        // SAFETY: a SA_SIGINFO handler's third argument is the interrupted ucontext.
+        let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+        Some(uc.uc_mcontext.regs[0])
+    }
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    fn first_argument(_ctx: *mut libc::c_void) -> Option<u64> {
+        None
+    }
+
+    /// Decimal digits of `v` at the end of `digits`.
+    fn decimal(mut v: u64, digits: &mut [u8; 20]) -> &[u8] {
+        let mut d = digits.len();
+        loop {
+            d -= 1;
+            digits[d] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        &digits[d..]
+    }
+
+    extern "C" fn on_sigsys(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         // In the kernel's siginfo, the union follows three ints (padded to a pointer's
         // alignment); for SIGSYS it starts with the call's address, then its number.
         // SAFETY: the kernel hands a valid siginfo for SIGSYS.
@@ -148,20 +183,14 @@ mod refusal {
         put(b"shipworm: stopping: the ");
         put(Role::from_u8(ROLE.load(Ordering::Relaxed)).name().as_bytes());
         put(b" made system call ");
-        let mut digits = [0u8; 12];
-        let mut d = digits.len();
-        let mut v = nr.unsigned_abs();
-        loop {
-            d -= 1;
-            digits[d] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        put(&digits[d..]);
+        let mut digits = [0u8; 20];
+        put(decimal(nr.unsigned_abs() as u64, &mut digits));
         put(b" (");
         put(super::syscalls::name_of(nr as i64).as_bytes());
+        if let Some(arg) = first_argument(ctx) {
+            put(b", first argument ");
+            put(decimal(arg, &mut digits));
+        }
         put(b"), which is not on its seccomp allow-list: a bug to report; `SystemCallFilter log` lets it run\n");
         // SAFETY: write(2) and _exit(2) are async-signal-safe.
         unsafe {
@@ -180,10 +209,20 @@ mod tests {
     /// In a child: confine as `role`, then make `call`; the exit status says what happened
     /// (0: allowed; 70: stopped by the filter).
     fn in_confined_child(role: Role, call: fn() -> i64) -> i32 {
+        in_confined_child_saying(role, call).0
+    }
+
+    /// [`in_confined_child`], with what the child wrote on stderr.
+    fn in_confined_child_saying(role: Role, call: fn() -> i64) -> (i32, String) {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
         let program = compile(role, FilterMode::Enforce).expect("compiles");
+        let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
         // SAFETY: the child makes only system calls and exits.
         match unsafe { fork() }.expect("fork") {
             ForkResult::Child => {
+                // SAFETY: pointing the child's stderr at the pipe.
+                unsafe { libc::dup2(write_end.as_raw_fd(), 2) };
                 let _ = nix::sys::prctl::set_no_new_privs();
                 refusal::install(role);
                 if seccompiler::apply_filter(&program).is_err() {
@@ -194,11 +233,29 @@ mod tests {
                 // SAFETY: exiting the forked child.
                 unsafe { libc::_exit(if r >= 0 { 0 } else { 1 }) }
             }
-            ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
-                WaitStatus::Exited(_, code) => code,
-                other => panic!("child ended as {other:?}"),
-            },
+            ForkResult::Parent { child } => {
+                drop(write_end);
+                let mut said = String::new();
+                let _ = std::fs::File::from(read_end).read_to_string(&mut said);
+                match waitpid(child, None).expect("waitpid") {
+                    WaitStatus::Exited(_, code) => (code, said),
+                    other => panic!("child ended as {other:?}"),
+                }
+            }
         }
+    }
+
+    #[test]
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn a_refusal_names_the_role_the_call_and_its_first_argument() {
+        // prctl is on every list for thread names (PR_SET_NAME); PR_SET_DUMPABLE is not.
+        // SAFETY: a prctl that only changes this (child) process.
+        let dumpable = || unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as i64 };
+        let (code, said) = in_confined_child_saying(Role::Relay, dumpable);
+        assert_eq!(code, 70, "{said}");
+        let expected =
+            format!("the relay made system call {} (prctl, first argument {})", libc::SYS_prctl, libc::PR_SET_DUMPABLE);
+        assert!(said.contains(&expected), "{said}");
     }
 
     #[test]
