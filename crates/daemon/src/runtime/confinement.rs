@@ -245,6 +245,30 @@ mod tests {
         }
     }
 
+    /// 50 named threads one after another, each doing `work`: 0 when all ran.
+    fn named_threads(work: fn()) -> i64 {
+        for i in 0..50 {
+            let t = std::thread::Builder::new().name(format!("worker-{i}")).spawn(work);
+            if !t.is_ok_and(|t| t.join().is_ok()) {
+                return -1;
+            }
+        }
+        0
+    }
+
+    #[test]
+    fn a_confined_role_starts_named_threads_and_the_client_resolves_names_on_them() {
+        // Every role's metrics thread and the relay's workers are named (Rust names a
+        // thread with prctl); the client looks server names up on a named thread.
+        for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
+            let (code, said) = in_confined_child_saying(role, || named_threads(|| ()));
+            assert_eq!(code, 0, "{}: {said}", role.name());
+        }
+        let resolve = || named_threads(|| drop(std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 3544))));
+        let (code, said) = in_confined_child_saying(Role::Client, resolve);
+        assert_eq!(code, 0, "{said}");
+    }
+
     #[test]
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     fn a_refusal_names_the_role_the_call_and_its_first_argument() {
