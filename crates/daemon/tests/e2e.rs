@@ -748,6 +748,14 @@ fn main() {
                 if value(&server, "shipworm_server_router_advertisements_total ") < 1 {
                     return Err(format!("step 4: server sent no RA?\n{server}"));
                 }
+                // The client's first echo to the native host went through the server (the
+                // relay's discovery), and the relay's bubble came back through it: at
+                // least one packet forwarded, each at least an IPv6 header's bytes.
+                let server_forwarded = value(&server, "shipworm_server_forwarded_total{");
+                let server_bytes = value(&server, "shipworm_server_bytes_total{");
+                if server_forwarded == 0 || server_bytes < server_forwarded * 40 {
+                    return Err(format!("step 4: server bytes {server_bytes} for {server_forwarded} forwarded:\n{server}"));
+                }
                 let delivered = value(&client, "shipworm_client_packets_total{direction=\"to_host\"}");
                 if value(&client, "shipworm_client_bytes_total{direction=\"to_host\"}") < delivered * 104 {
                     return Err(format!("step 4: client bytes to the host under {delivered} × 104:\n{client}"));
@@ -760,11 +768,13 @@ fn main() {
                     return Err(format!("step 5: GET / answered {}", missing.lines().next().unwrap_or("")));
                 }
                 Ok(format!(
-                    "relay +{} to Teredo, +{} to IPv6 over 10 echoes, {} peer(s); server {} RAs; client qualified, {} delivered; GET / → 404",
+                    "relay +{} to Teredo, +{} to IPv6 over 10 echoes, {} peer(s); server {} RAs, {} forwarded ({} B); client qualified, {} delivered; GET / → 404",
                     moved(to_teredo),
                     moved(to_ipv6),
                     value(&relay, "shipworm_relay_peers "),
                     value(&server, "shipworm_server_router_advertisements_total "),
+                    server_forwarded,
+                    server_bytes,
                     delivered
                 ))
             }),

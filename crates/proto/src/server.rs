@@ -132,6 +132,11 @@ pub struct ServerStats {
     pub forwarded_udp: u64,
     /// Packets relayed to native IPv6.
     pub forwarded_native: u64,
+    /// Bytes of the IPv6 packets in `forwarded_udp` (origin indications and trailers not
+    /// counted, as the relay counts).
+    pub forwarded_udp_bytes: u64,
+    /// Bytes of the IPv6 packets in `forwarded_native`.
+    pub forwarded_native_bytes: u64,
     /// Drops by reason.
     pub drops: DropCounters,
 }
@@ -406,6 +411,7 @@ impl Server {
         at += packet_len;
         at += copy_trailers(&pkt.trailers, out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         self.stats.forwarded_udp += 1;
+        self.stats.forwarded_udp_bytes += packet_len as u64;
         Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len: at })
     }
 
@@ -413,6 +419,7 @@ impl Server {
     fn forward_native(&mut self, ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<ServerAction, DropReason> {
         let len = copy_routed(ip, out)?;
         self.stats.forwarded_native += 1;
+        self.stats.forwarded_native_bytes += len as u64;
         Ok(ServerAction::Native { len })
     }
 
@@ -446,6 +453,7 @@ impl Server {
         }
         let len = copy_routed(&ip, out)?;
         self.stats.forwarded_udp += 1;
+        self.stats.forwarded_udp_bytes += len as u64;
         Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len })
     }
 }

@@ -254,6 +254,8 @@ fn case17_bubble_to_our_client_gets_an_origin_indication() {
     // Case 23: that bubble had hop limit 0 and was still forwarded, unchanged.
     assert_eq!(out[8 + 7], 0);
     assert_eq!(s.stats().forwarded_udp, 1);
+    // The IPv6 packet's bytes, not the origin indication's.
+    assert_eq!(s.stats().forwarded_udp_bytes, 40);
 }
 
 #[test]
@@ -298,6 +300,7 @@ fn case20_echo_to_native_goes_out_natively_as_a_router() {
     assert_eq!(p.hop_limit(), 63);
     assert_eq!(p.payload(), &e[40..]);
     assert_eq!(s.stats().forwarded_native, 1);
+    assert_eq!(s.stats().forwarded_native_bytes, e.len() as u64);
 }
 
 #[test]

@@ -214,6 +214,7 @@ const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(250)
 fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
     let s = server.stats();
     const FORWARDED: &str = "Bubbles and echoes forwarded, to Teredo clients (UDP) or native IPv6.";
+    const BYTES: &str = "Bytes of the IPv6 packets forwarded, to Teredo clients (UDP) or native IPv6.";
     let mut v = vec![
         Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
             .with("role", "server")
@@ -221,6 +222,8 @@ fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
         Sample::counter("shipworm_server_router_advertisements", "Router advertisements sent.", s.advertisements),
         Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_udp).with("to", "teredo"),
         Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_native).with("to", "ipv6"),
+        Sample::counter("shipworm_server_bytes", BYTES, s.forwarded_udp_bytes).with("to", "teredo"),
+        Sample::counter("shipworm_server_bytes", BYTES, s.forwarded_native_bytes).with("to", "ipv6"),
     ];
     v.extend(metrics::drops(&s.drops));
     v.extend(metrics::io_errors(&out.io_errors()));
@@ -245,6 +248,8 @@ fn status_json(server: &Server, out: &Out<'_>, cfg: &ServerConfig, start: std::t
             "advertisements": s.advertisements,
             "forwarded_udp": s.forwarded_udp,
             "forwarded_native": s.forwarded_native,
+            "forwarded_udp_bytes": s.forwarded_udp_bytes,
+            "forwarded_native_bytes": s.forwarded_native_bytes,
             "dropped": drops,
         },
         "io_errors": {"native_send_failures": out.native_errors, "udp_send_failures": out.io_errors().udp_send},

@@ -58,7 +58,13 @@ fn server(v: &serde_json::Value) {
     );
     println!("prefix     {} advertised, MTU {}", field(v, "prefix"), field(v, "mtu"));
     println!("RAs        {} sent", field(c, "advertisements"));
-    println!("forwarded  {} to Teredo, {} to IPv6", field(c, "forwarded_udp"), field(c, "forwarded_native"));
+    println!(
+        "forwarded  {} to Teredo ({} B), {} to IPv6 ({} B)",
+        field(c, "forwarded_udp"),
+        field(c, "forwarded_udp_bytes"),
+        field(c, "forwarded_native"),
+        field(c, "forwarded_native_bytes")
+    );
     println!("dropped    {}", drops(v));
     println!("I/O        {}", v.get("io_errors").map(|c| c.to_string()).unwrap_or_default());
 }
