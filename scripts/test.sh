@@ -8,10 +8,11 @@ cd "$(dirname "$0")/.."
 say "checking tools"
 # build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
 # the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
-# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), systemd
+# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), bird2 (the
+# routing daemon announcing a relay's prefix), systemd
 # (systemd-analyze checks the units; systemd-nspawn boots the package in a Debian root
 # debootstrap makes).
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables systemd \
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 systemd \
     systemd-container debootstrap
 ensure_shipworm_user
 ensure_rust

@@ -780,6 +780,86 @@ fn main() {
             }),
         });
     }
+    // BIRD announces the Teredo prefix for the relay (RFC 4380 §5.4): the relay enables
+    // BIRD's protocol once it serves, and on SIGTERM disables it first and forwards for
+    // DrainTime while routing moves the traffic elsewhere. The protocol starts disabled in
+    // BIRD's configuration, so an announcement proves the relay made it.
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "relay and BIRD: announced once serving, withdrawn before a clean stop, drained".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                use nix::sys::signal::Signal;
+                use shipworm_lab::bird::birdc;
+                use std::time::Duration;
+                let mut lab =
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
+                        .map_err(|e| e.to_string())?;
+                let bird_conf = "router id 192.0.2.10;\nprotocol device { scan time 10; }\n\
+                                 protocol static teredo { disabled; ipv6; route 2001::/32 via \"teredo\"; }\n";
+                let ctl = lab.start_bird("rly", bird_conf).map_err(|e| format!("step 1 (BIRD): {e}"))?;
+                let announced = |ctl: &std::path::Path| {
+                    birdc(ctl, &["show", "route", "2001::/32", "protocol", "teredo"]).is_ok_and(|r| r.contains("2001::/32"))
+                };
+                if announced(&ctl) {
+                    return Err("step 1: BIRD announces before the relay started".into());
+                }
+                lab.start_server(&me).map_err(|e| e.to_string())?;
+                let extra = format!("BirdSocket {}\nDrainTime 2\n", ctl.display());
+                lab.start_relay_with(&me, &extra).map_err(|e| e.to_string())?;
+                lab.start_client(0, &me).map_err(|e| e.to_string())?;
+                let addr = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+                if !announced(&ctl) {
+                    return Err(format!("step 2: BIRD does not announce 2001::/32:\n{}", lab.log_tail("relay", 10)));
+                }
+                // The native host pings the client every 20 ms through the relay while it stops.
+                let h6 = lab.ns("h6");
+                let t0 = Instant::now();
+                let pings = std::thread::spawn(move || {
+                    shipworm_lab::traffic::ping_stream(&h6, addr, Duration::from_millis(20), Duration::from_secs(4))
+                });
+                std::thread::sleep(Duration::from_millis(800));
+                let term = t0.elapsed();
+                lab.signal_peer("relay", Signal::SIGTERM).map_err(|e| e.to_string())?;
+                let (mut withdrawn, mut exited) = (None, None);
+                while t0.elapsed() < Duration::from_secs(6) && exited.is_none() {
+                    if withdrawn.is_none() && !announced(&ctl) {
+                        withdrawn = Some(t0.elapsed());
+                    }
+                    if lab.exited("relay").is_some() {
+                        exited = Some(t0.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let echoes = pings.join().map_err(|_| "ping thread panicked".to_string())?.map_err(|e| e.to_string())?;
+                let log = lab.log_tail("relay", 8);
+                let withdrawn = withdrawn.ok_or(format!("step 3: BIRD still announces after SIGTERM:\n{log}"))?;
+                let exited = exited.ok_or(format!("step 3: the relay did not stop within 5 s of SIGTERM:\n{log}"))?;
+                if exited < withdrawn || exited - term < Duration::from_millis(1500) {
+                    return Err(format!(
+                        "step 3: withdrawn {:?} and exited {:?} after SIGTERM: no drain\n{log}",
+                        withdrawn - term,
+                        exited - term
+                    ));
+                }
+                // Echoes sent between the withdrawal and the last 100 ms before the exit:
+                // the relay still forwarded them (the lab has no other relay to move to).
+                let drained: Vec<_> =
+                    echoes.iter().filter(|e| e.sent > withdrawn && e.sent + Duration::from_millis(100) < exited).collect();
+                let answered = drained.iter().filter(|e| e.rtt.is_some()).count();
+                if drained.is_empty() || answered < drained.len() {
+                    return Err(format!("step 4: {answered} of {} echoes answered during the drain\n{log}", drained.len()));
+                }
+                Ok(format!(
+                    "announced once serving; withdrawn {} ms after SIGTERM, exited {:.1} s after it; {answered} of {} echoes answered during the drain",
+                    (withdrawn - term).as_millis(),
+                    (exited - term).as_secs_f64(),
+                    drained.len()
+                ))
+            }),
+        });
+    }
     // Run by systemd (Type=notify, WatchdogSec): each role says READY=1 once it serves,
     // feeds the watchdog from its event loop, says what it does (the client: qualified,
     // with its address) and STOPPING=1 on SIGTERM. The service manager is a datagram

@@ -21,6 +21,7 @@
 //! Namespace names are unique per run; everything is removed when the [`Lab`] is
 //! dropped, on panic, and on Ctrl-C.
 
+pub mod bird;
 pub mod error;
 pub mod igd;
 pub mod names;

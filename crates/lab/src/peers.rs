@@ -111,6 +111,20 @@ impl Lab {
         Ok(())
     }
 
+    /// Send `signal` to the daemon started as `name`.
+    pub fn signal_peer(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
+        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError(format!("no daemon {name}")))?;
+        let c = p.child.as_ref().ok_or_else(|| LabError(format!("{name} is not running")))?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal)
+            .map_err(|e| LabError(format!("signal {name}: {e}")))
+    }
+
+    /// Whether the daemon started as `name` has exited (and then how).
+    pub fn exited(&mut self, name: &str) -> Option<std::process::ExitStatus> {
+        let p = self.peers.iter_mut().find(|p| p.name == name)?;
+        p.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// The log of a daemon started earlier.
     pub fn log_tail(&self, name: &str, lines: usize) -> String {
         self.peers.iter().find(|p| p.name == name).map(|p| tail(&p.log, lines)).unwrap_or_default()

@@ -8,6 +8,7 @@
 
 use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::bird::BirdControl;
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
@@ -34,7 +35,7 @@ use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Datagrams / packets per batch.
@@ -99,11 +100,45 @@ struct Crew<'a> {
     published: &'a [Mutex<(RelayStats, IoErrors, TunOffloadCounts)>],
     /// How long a worker keeps polling without sleeping after its last packet.
     busy_poll: Duration,
+    /// BIRD, told to withdraw the announcement when a stop is asked (`BirdSocket`).
+    bird: Option<Mutex<BirdControl>>,
+    /// How long the workers go on forwarding once BIRD withdrew (`DrainTime`).
+    drain_time: Duration,
+    /// When the drain ends: set by the first worker to see the stop.
+    drain_until: OnceLock<Instant>,
 }
 
 impl Crew<'_> {
+    /// Whether the workers go on: until a stop is asked or a worker failed; with BIRD,
+    /// a stop first withdraws the announcement and the workers forward what routing
+    /// still sends here for the drain time.
     fn running(&self) -> bool {
-        !self.signals.stop_requested() && !self.halt.load(Ordering::Relaxed)
+        if self.halt.load(Ordering::Relaxed) {
+            return false;
+        }
+        if !self.signals.stop_requested() {
+            return true;
+        }
+        let Some(bird) = &self.bird else { return false };
+        Instant::now() < *self.drain_until.get_or_init(|| self.withdraw(bird))
+    }
+
+    /// Tell BIRD to withdraw; the drain's end.
+    fn withdraw(&self, bird: &Mutex<BirdControl>) -> Instant {
+        self.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping();
+        match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).disable() {
+            Ok(said) => {
+                tracing::info!(
+                    "stopping: BIRD says \"{said}\"; forwarding {} s more while routing moves the traffic (DrainTime)",
+                    self.drain_time.as_secs()
+                );
+                Instant::now() + self.drain_time
+            }
+            Err(e) => {
+                tracing::warn!("stopping without a drain: {e}");
+                Instant::now()
+            }
+        }
     }
 
     /// Counters over all workers, as last published.
@@ -275,6 +310,15 @@ fn serve(
     let manager = Mutex::new(ServiceManager::from_env());
     let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
     let hash_keys = OsRandom::open()?.hash_keys();
+    // Connected now: once confined the relay opens nothing. Without BIRD the relay still
+    // serves; its announcement then follows its interface alone.
+    let bird = conf.bird_socket.as_deref().and_then(|path| match BirdControl::connect(path, &conf.bird_protocol) {
+        Ok(b) => Some(Mutex::new(b)),
+        Err(e) => {
+            tracing::warn!("{e}; the prefix's announcement follows the interface only, with no drain on stop");
+            None
+        }
+    });
     // Before any thread starts: capabilities are per thread.
     privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
     confinement::confine(
@@ -330,9 +374,19 @@ fn serve(
         started: Instant::now(),
         published: &published,
         busy_poll: Duration::from_micros(conf.busy_poll_us),
+        bird,
+        drain_time: conf.drain_time,
+        drain_until: OnceLock::new(),
     };
     let ios: Vec<WorkerIo> = socks.into_iter().zip(tuns).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
     manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).ready(&format!("relaying for {prefix}/32"));
+    // Serving: announce (a drain before may have left the protocol disabled).
+    if let Some(bird) = &crew.bird {
+        match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enable() {
+            Ok(said) => tracing::info!("announcing through BIRD: \"{said}\""),
+            Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
+        }
+    }
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
         let crew = &crew;
         let mut ios = ios.into_iter().enumerate();

@@ -43,6 +43,9 @@ pub const DIRECTIVES: &[&str] = &[
     "TunOffload",
     "SystemCallFilter",
     "MetricsAddress",
+    "BirdSocket",
+    "BirdProtocol",
+    "DrainTime",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -122,6 +125,14 @@ pub struct MiredoConf {
     pub system_call_filter: crate::runtime::confinement::FilterMode,
     /// Where Prometheus scrapes `/metrics` (`MetricsAddress`; none by default).
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// BIRD's control socket (`BirdSocket`, relays): the relay enables `bird_protocol`
+    /// once it serves and disables it when asked to stop.
+    pub bird_socket: Option<std::path::PathBuf>,
+    /// The BIRD protocol that announces the Teredo prefix (`BirdProtocol`, default `teredo`).
+    pub bird_protocol: String,
+    /// How long a stopping relay keeps forwarding after BIRD withdrew its announcement
+    /// (`DrainTime`, seconds): the time routing takes to move the traffic elsewhere.
+    pub drain_time: std::time::Duration,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -172,6 +183,9 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
         tun_offload: true,
         system_call_filter: crate::runtime::confinement::FilterMode::Enforce,
         metrics_address: None,
+        bird_socket: None,
+        bird_protocol: "teredo".into(),
+        drain_time: std::time::Duration::from_secs(2),
         warnings: Vec::new(),
     };
     if let Some(d) = f.take("InterfaceName")? {
@@ -228,6 +242,36 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     if let Some(d) = f.take("InterfaceMTU")? {
         if role_only(&d, true) {
             c.mtu = f.value(&d, config::mtu)?;
+        }
+    }
+    if let Some(d) = f.take("BirdSocket")? {
+        if role_only(&d, true) {
+            c.bird_socket = Some(f.value(&d, |v| {
+                if v.starts_with('/') {
+                    Ok(std::path::PathBuf::from(v))
+                } else {
+                    Err("expected the absolute path of BIRD's control socket (e.g. /run/bird/bird.ctl)".into())
+                }
+            })?);
+        }
+    }
+    if let Some(d) = f.take("BirdProtocol")? {
+        if role_only(&d, true) {
+            c.bird_protocol = f.value(&d, |v| {
+                if crate::io::bird::is_protocol_name(v) {
+                    Ok(v.to_string())
+                } else {
+                    Err("expected a BIRD protocol name (letters, digits, '_', not starting with a digit)".into())
+                }
+            })?;
+        }
+    }
+    if let Some(d) = f.take("DrainTime")? {
+        if role_only(&d, true) {
+            c.drain_time = f.value(&d, |v| match config::number(v)? {
+                n @ 0..=600 => Ok(std::time::Duration::from_secs(n as u64)),
+                _ => Err("expected 0 to 600 seconds".into()),
+            })?;
         }
     }
     for (name, for_relay) in [
@@ -437,6 +481,23 @@ mod tests {
             "{e}"
         );
         assert!(load_text("RelayType relay\nBusyPoll 20000\n").unwrap_err().contains("0 to 10000 microseconds"));
+    }
+
+    #[test]
+    fn a_relay_names_its_bird_socket_protocol_and_drain_time() {
+        let c =
+            load_text("RelayType relay\nBirdSocket /run/bird/bird.ctl\nBirdProtocol teredo_v6\nDrainTime 5\n").unwrap();
+        assert_eq!(c.bird_socket.as_deref(), Some(Path::new("/run/bird/bird.ctl")));
+        assert_eq!((c.bird_protocol.as_str(), c.drain_time.as_secs()), ("teredo_v6", 5));
+        let d = load_text("RelayType relay\n").unwrap();
+        assert_eq!((d.bird_socket, d.bird_protocol.as_str(), d.drain_time.as_secs()), (None, "teredo", 2));
+        assert!(load_text("RelayType relay\nBirdSocket bird.ctl\n").unwrap_err().contains("absolute path"));
+        assert!(load_text("RelayType relay\nBirdProtocol 1x\n").unwrap_err().contains("BIRD protocol name"));
+        assert!(load_text("RelayType relay\nDrainTime 601\n").unwrap_err().contains("0 to 600 seconds"));
+        // A client has no announcement to withdraw.
+        let client = load_text("ServerAddress 192.0.2.1\nBirdSocket /run/bird/bird.ctl\n").unwrap();
+        assert_eq!(client.bird_socket, None);
+        assert!(client.warnings.iter().any(|w| w.contains("BirdSocket is for relays")), "{:?}", client.warnings);
         assert_eq!(load_text("RelayType autoclient\nServerAddress 192.0.2.1\n").unwrap().role, RelayType::Client);
         let sns = |v: &str| load_text(&format!("ServerAddress 192.0.2.1\nSymmetricNatSupport {v}\n"));
         assert!(load_text("ServerAddress 192.0.2.1\n").unwrap().symmetric_nat_support, "on by default");

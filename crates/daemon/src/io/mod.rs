@@ -1,8 +1,9 @@
 //! The daemon's I/O floor: UDP sockets in batches (recvmmsg/sendmmsg, segmented
 //! sends, coalesced receives), a client's per-peer random ports, socket buffer sizing,
 //! the TUN device and its batches (offloads: super-packets cut and joined) and
-//! rtnetlink. Nothing here knows Teredo; the roles in `cmd/` drive it.
+//! rtnetlink, BIRD's control socket. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
+pub mod bird;
 pub mod helper_protocol;
 pub mod netlink;
 pub mod port_mapping;

@@ -1,0 +1,37 @@
+//! BIRD 2, the routing daemon operators run beside relays: started in a lab namespace
+//! with a configuration the case writes, asked through its control socket as `birdc`.
+
+use crate::error::{err, LabError, Result};
+use crate::{netns, Lab};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+impl Lab {
+    /// Start BIRD in namespace `short` (`rly`, …) with `config`, in the foreground so
+    /// that the lab stops it; its control socket's path once it answers.
+    pub fn start_bird(&mut self, short: &str, config: &str) -> Result<PathBuf> {
+        let ns = self.ns(short);
+        let name = format!("bird-{short}");
+        let conf = self.write_conf(&format!("{name}.conf"), config)?;
+        let ctl = self.dir().join(format!("{name}.ctl"));
+        let ctl_arg = ctl.display().to_string();
+        self.spawn(&name, &ns, &["bird", "-f", "-c", &conf, "-s", &ctl_arg])?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            self.check_alive(&name)?;
+            if birdc(&ctl, &["show", "status"]).is_ok_and(|s| s.contains("Daemon is up")) {
+                return Ok(ctl);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        err(format!("{name} did not answer on {ctl_arg} within 5 s:\n{}", self.log_tail(&name, 15)))
+    }
+}
+
+/// `birdc -s ctl args…`: BIRD's answer.
+pub fn birdc(ctl: &Path, args: &[&str]) -> Result<String> {
+    let ctl = ctl.display().to_string();
+    let mut all = vec!["-s", ctl.as_str()];
+    all.extend_from_slice(args);
+    netns::run("birdc", &all).map_err(|e| LabError(format!("birdc {}: {e}", args.join(" "))))
+}
