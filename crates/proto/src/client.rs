@@ -1939,9 +1939,14 @@ impl<R: Random> Client<R> {
                     }
                 }
                 // The direct bubble (an opening one first, unless our NAT is a cone that
-                // lets anyone in), then the indirect one.
+                // lets anyone in), then the indirect one. With our port mapped, none
+                // until the peer has spoken: anyone reaches us at our address's
+                // endpoint, and a packet of ours would open a session of our NAT on a
+                // random port, which shadows the mapping — the peer's answer then
+                // clashes with it and is dropped or comes in under another port.
                 let (mapped, echo) = (p.mapped, p.nonce_received);
                 let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+                let direct = !self.mapped_inbound || p.trusted;
                 drop(p);
                 // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
                 // address, and our own announcement, which it needs to take our answer.
@@ -1953,12 +1958,14 @@ impl<R: Random> Client<R> {
                 }
                 let echo_running = self.open_random_port(now, &me, dst, t, tx);
                 let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
-                if opening {
+                if !direct {
+                } else if opening {
                     tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
+                    self.stats.bubbles += 1;
                 } else {
                     tx.udp(mapped, &self.scratch[..n]);
+                    self.stats.bubbles += 1;
                 }
-                self.stats.bubbles += 1;
                 // Port prediction first: a running Echo Test sends the indirect bubble
                 // when it has its answer.
                 if !echo_running && !self.random_port_bubbles(now, &me, dst, t, echo, Bubbling::Poke, tx) {

@@ -1176,3 +1176,33 @@ fn a_peer_embedding_a_host_of_our_own_subnet_is_never_sent_to_nor_trusted() {
     c.on_udp(secs(3), Via::Service, sa("203.0.113.7:3544"), &data, &mut w);
     assert_eq!(w.tun, vec![data]);
 }
+
+#[test]
+fn with_its_port_mapped_a_client_sends_nothing_direct_before_the_peer_spoke() {
+    // Behind a symmetric NAT whose gateway maps our port (PCP/UPnP): anyone reaches us at
+    // our address's endpoint. A direct bubble of ours would open a session of our NAT on
+    // a random port, and the peer's answer to the mapped port would clash with it (Linux
+    // drops it or moves it to another port): only the indirect bubble goes.
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    let me = up_address(&ev);
+    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Symmetric, .. }), "{ev:?}");
+    c.set_port_mapping(Some(sa(M)));
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544, server P
+    let mut w = Rec::default();
+    c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    c.on_timer(secs(5), &mut w);
+    assert!(!w.udp.is_empty(), "the indirect bubble goes");
+    assert!(w.udp.iter().all(|(to, _)| *to.ip() == P), "only to the server: {:?}", w.udp);
+    // The peer's direct bubble arrives through the mapping: from then on we answer it
+    // directly, and the host's packet follows.
+    let mut w = Rec::default();
+    c.on_udp(secs(6), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &me.to_string()), &mut w);
+    assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
+    // Without a mapping the direct (opening) bubble goes at once, as before.
+    let mut c = client(&[P]);
+    let me = up_address(&qualify(&mut c, secs(1), M, "192.0.2.45:51234", false));
+    let mut w = Rec::default();
+    c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
+}
