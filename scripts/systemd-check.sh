@@ -110,7 +110,16 @@ old=$(show shipworm-client.service MainPID)
 kill -STOP "$(host_pid "$old")"
 start=$(date +%s%N)
 st=$(wait_status shipworm-client.service qualified: "$old")
-inside journalctl -u shipworm-client --no-pager | grep -q 'Watchdog timeout' || die "the stalled client was not stopped by the watchdog"
+# systemd's own line about it reaches the journal asynchronously: give it a moment.
+seen=""
+for _ in $(seq 1 50); do
+    inside journalctl -u shipworm-client --no-pager | grep -q 'Watchdog timeout' && { seen=1; break; }
+    sleep 0.1
+done
+if [ -z "$seen" ]; then
+    inside journalctl -u shipworm-client --no-pager | tail -n 20 >&2
+    die "the stalled client was not stopped by the watchdog"
+fi
 printf '  client stalled (SIGSTOP): watchdog restart, qualified again in %s ms\n' "$((($(date +%s%N) - start) / 1000000))"
 
 fields=$(inside journalctl -u shipworm-client -o verbose --no-pager | grep -c 'CODE_FILE=crates/daemon' || true)
