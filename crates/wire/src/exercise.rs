@@ -28,7 +28,7 @@ pub fn teredo_payload(data: &[u8]) {
     };
     let headers = TeredoHeaderRepr { auth: p.auth_repr(), origin: p.origin };
     assert_eq!(headers.buffer_len(), p.ipv6_offset, "header length mismatch");
-    let mut scratch = [0u8; 512 + 16];
+    let mut scratch = [0u8; TeredoHeaderRepr::MAX_LEN];
     let n = headers.emit(&mut scratch).expect("parsed headers must emit");
     assert_eq!(&scratch[..n], &data[..p.ipv6_offset], "headers do not round-trip");
     if let Some(a) = &p.auth {

@@ -8,7 +8,7 @@
 
 use crate::{Error, Result};
 
-mod field {
+pub(crate) mod field {
     #![allow(non_snake_case)]
     use crate::field::*;
 

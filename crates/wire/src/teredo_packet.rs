@@ -96,6 +96,11 @@ pub struct TeredoHeaderRepr<'a> {
 }
 
 impl TeredoHeaderRepr<'_> {
+    /// The most bytes the headers can take: an authentication header whose client
+    /// identifier and authentication value are both 255 bytes long (their one-byte
+    /// lengths' limit), then an origin indication.
+    pub const MAX_LEN: usize = crate::teredo_auth::field::CONFIRMATION(255, 255) + 1 + teredo_origin::LEN;
+
     /// Bytes the headers need.
     pub fn buffer_len(&self) -> usize {
         self.auth.map_or(0, |a| a.buffer_len()) + self.origin.map_or(0, |_| teredo_origin::LEN)
