@@ -1957,13 +1957,13 @@ impl<R: Random> Client<R> {
                     self.stats.bubbles += 1;
                 }
                 let echo_running = self.open_random_port(now, &me, dst, t, tx);
-                let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
-                if !direct {
-                } else if opening {
-                    tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
-                    self.stats.bubbles += 1;
-                } else {
-                    tx.udp(mapped, &self.scratch[..n]);
+                if direct {
+                    let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
+                    if opening {
+                        tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
+                    } else {
+                        tx.udp(mapped, &self.scratch[..n]);
+                    }
                     self.stats.bubbles += 1;
                 }
                 // Port prediction first: a running Echo Test sends the indirect bubble

@@ -21,6 +21,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 /// Longest answer line we read: BIRD's are short; a longer one is not BIRD.
 const LINE_MAX: usize = 4096;
 
+/// Most lines an answer to enable/disable may take (BIRD's take two).
+const LINES_MAX: usize = 64;
+
 /// A connection to BIRD's control socket, for one protocol.
 pub struct BirdControl {
     reader: BufReader<UnixStream>,
@@ -86,7 +89,7 @@ impl BirdControl {
     /// 9xxx are errors).
     fn answer(&mut self) -> Result<String, String> {
         let mut text: Vec<String> = Vec::new();
-        loop {
+        for _ in 0..LINES_MAX {
             let mut line = String::new();
             let n = std::io::Read::take(&mut self.reader, LINE_MAX as u64)
                 .read_line(&mut line)
@@ -114,6 +117,7 @@ impl BirdControl {
                 return Ok(text.join("; "));
             }
         }
+        Err(format!("an answer of more than {LINES_MAX} lines is not BIRD's"))
     }
 }
 
@@ -196,6 +200,10 @@ mod tests {
         let (path, _bird) = fake_bird(|_| "0011-".to_string() + &"x".repeat(LINE_MAX * 4));
         let mut c = BirdControl::connect(&path, "teredo").unwrap();
         assert!(c.enable().is_err());
+        // So is an answer that never ends.
+        let (path, _bird) = fake_bird(|_| "0011-teredo: enabled\n".repeat(LINES_MAX * 4));
+        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        assert!(c.enable().unwrap_err().contains("more than"));
     }
 
     #[test]
