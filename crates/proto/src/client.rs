@@ -76,6 +76,10 @@ pub const RS_TRIES: u8 = 3;
 pub const RETRY: Duration = Duration::from_secs(2);
 /// Bubbles or echoes per peer before giving up.
 pub const PEER_TRIES: u8 = 4;
+/// A native peer we have sent to for this long without a word back is tested again: its
+/// relay may be gone. TCP's first retransmission comes within it, so a stalled upload
+/// moves to the new relay at its second.
+pub const RELAY_SILENCE: Duration = Duration::from_secs(1);
 /// Why port-prediction bubbles go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Bubbling {
@@ -343,6 +347,9 @@ pub struct ClientStats {
     pub echoes: u64,
     /// Connectivity tests started because a native host spoke first.
     pub first_contacts: u64,
+    /// Connectivity tests started again because a native host we sent to fell silent
+    /// (its relay may have gone).
+    pub silent_retests: u64,
     /// Packets delivered after their first contact's test.
     pub first_contact_delivered: u64,
     /// Drops by reason.
@@ -1840,7 +1847,7 @@ impl<R: Random> Client<R> {
             self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
             return self.dropped(DropReason::SourceMismatch);
         }
-        if let Some(to) = self.peers.send_to(&self.peers.key(&dst), now) {
+        if let Some((to, unanswered)) = self.peers.send_to_watching(&self.peers.key(&dst), now) {
             let to = self.peer_target(&dst, to);
             let via = self.ports.via(&dst);
             udp_via(tx, via, to, ip.packet());
@@ -1851,6 +1858,9 @@ impl<R: Random> Client<R> {
             }
             self.stats.sent += 1;
             self.stats.sent_bytes += ip.packet().len() as u64;
+            if unanswered >= RELAY_SILENCE && TeredoAddr::decode(&dst).is_none() {
+                self.retest(now, dst, tx);
+            }
             return;
         }
         let teredo = TeredoAddr::decode(&dst);
@@ -1880,6 +1890,27 @@ impl<R: Random> Client<R> {
         if !queued {
             self.dropped(DropReason::QueueFull);
         }
+        self.poke(now, dst, tx);
+    }
+
+    /// A native peer we keep sending to has said nothing for [`RELAY_SILENCE`]: its
+    /// relay may be gone (an anycast relay fails, and routing moves the peer's side to
+    /// another one, which has nothing to send us until our traffic reaches the peer
+    /// again). The direct IPv6 connectivity test runs again through the server, while
+    /// our traffic still goes where it went: the reply comes back through whichever
+    /// relay serves the peer now, and that relay takes our traffic from then on (as for
+    /// any test's reply). A peer that is only quiet costs one echo
+    /// per second of one-way traffic; one that answers within the second costs nothing.
+    fn retest(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        let Some(mut p) = self.peers.get_mut(&dst) else { return };
+        if p.waiting {
+            return;
+        }
+        p.waiting = true;
+        p.bubbles = 0;
+        drop(p);
+        self.pending.push_back(dst);
+        self.stats.silent_retests += 1;
         self.poke(now, dst, tx);
     }
 
@@ -2068,9 +2099,14 @@ impl<R: Random> Client<R> {
                 self.discard_held(&dst);
                 continue;
             }
-            if p.queue().is_empty() && TeredoAddr::decode(&dst).is_none() && !self.held.contains(&dst) {
+            if p.queue().is_empty()
+                && TeredoAddr::decode(&dst).is_none()
+                && !self.held.contains(&dst)
+                && !p.is_valid(now)
+            {
                 // A first contact whose held packets expired: nothing left to test for
-                // (keeps forged sources from spending the echo budget).
+                // (keeps forged sources from spending the echo budget). A valid peer's
+                // test (ours, after it fell silent) runs its course of tries.
                 self.give_up(now, dst, tx);
                 continue;
             }

@@ -865,6 +865,28 @@ mod native_speaks_first {
         })
     }
 
+    /// How many connectivity-test echoes to HOST are among `w.udp`.
+    fn echoes_to_host(w: &Rec, me: Ipv6Addr) -> usize {
+        w.udp
+            .iter()
+            .filter(|(dst, b)| {
+                let one = Rec { udp: vec![(*dst, b.clone())], ..Rec::default() };
+                echo_request(&one, me, HOST).is_some()
+            })
+            .count()
+    }
+
+    /// The server's answers to whatever RS `w` holds, so the client stays qualified.
+    fn serve(c: &mut Client<Rng>, t: Duration, w: &Rec) {
+        for (to, rs) in &w.udp {
+            if *to == SocketAddrV4::new(P, 3544) {
+                if let Some((from, ra)) = answer(P, Local::Primary, M, rs) {
+                    c.on_udp(t, Via::Service, from, &ra, &mut Rec::default());
+                }
+            }
+        }
+    }
+
     fn echo_reply(from: &str, me: Ipv6Addr, (ident, seq_no, nonce): &(u16, u16, Vec<u8>)) -> Vec<u8> {
         let r = Icmpv6Repr::EchoReply { ident: *ident, seq_no: *seq_no, data: nonce };
         let mut b = vec![0u8; 40 + r.buffer_len()];
@@ -1030,6 +1052,122 @@ mod native_speaks_first {
         assert_eq!(w.udp.last().unwrap().0, sa(RELAY2));
     }
 
+    /// A host trusted through RELAY, met cold (it spoke first).
+    fn trusted_through_relay() -> (Client<Rng>, Ipv6Addr) {
+        let (mut c, me) = qualified();
+        let mut w = Rec::default();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+        let echo = echo_request(&w, me, HOST).unwrap();
+        c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun.len(), 1);
+        (c, me)
+    }
+
+    #[test]
+    fn a_host_whose_relay_went_silent_while_we_sent_is_tested_and_followed_to_its_new_relay() {
+        let (mut c, me) = trusted_through_relay();
+        let out = |n: u8| ipv6(&me.to_string(), HOST, 17, &[n; 8]);
+        // RELAY dies at 3 s; the host sends nothing (our upload stalls): every 200 ms
+        // our retransmission goes to RELAY, unanswered.
+        let mut w = Rec::default();
+        let mut echo = None;
+        let mut t = secs(3);
+        while t <= secs(5) && echo.is_none() {
+            c.on_tun(t, &out(1), &mut w);
+            c.on_timer(t, &mut w);
+            echo = echo_request(&w, me, HOST).map(|e| (t, e));
+            t += ms(200);
+        }
+        let (tested_at, echo) = echo.expect("a silent host is tested again");
+        assert_eq!(tested_at, secs(4), "one second after the first unanswered packet");
+        assert_eq!(c.stats().silent_retests, 1);
+        assert!(w.udp.iter().filter(|(to, _)| *to == sa(RELAY)).count() >= 6, "traffic kept going meanwhile");
+        // While the test runs, nothing more is asked: one echo per try, not per packet.
+        let mut w = Rec::default();
+        c.on_tun(tested_at + ms(100), &out(2), &mut w);
+        c.on_timer(tested_at + ms(100), &mut w);
+        assert!(echo_request(&w, me, HOST).is_none());
+        assert_eq!(w.udp.last().unwrap().0, sa(RELAY), "the old relay until the answer");
+        // Routing moved the host's side to RELAY2: the reply comes through it, and our
+        // traffic follows.
+        c.on_udp(tested_at + ms(150), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+        assert!(w.tun.is_empty(), "the reply is ours, not the host's");
+        let mut w = Rec::default();
+        c.on_tun(tested_at + ms(200), &out(3), &mut w);
+        assert_eq!(w.udp, vec![(sa(RELAY2), out(3))]);
+        // And the host's packets through RELAY2 go straight in.
+        c.on_udp(tested_at + ms(210), Via::Service, sa(RELAY2), &datagram(HOST, me, 4), &mut w);
+        assert_eq!(w.tun.len(), 1);
+    }
+
+    #[test]
+    fn a_host_that_answers_within_the_second_is_never_tested_again() {
+        let (mut c, me) = trusted_through_relay();
+        let mut echoes = 0;
+        // Request and answer every 100 ms for 20 s, then after a 10-s pause a burst of 20
+        // packets in 50 ms before the answer: all quick, no test.
+        let mut t = secs(3);
+        let mut w = Rec::default();
+        let mut exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Rec| {
+            for n in 0..burst {
+                c.on_tun(t + Duration::from_micros(2500 * u64::from(n)), &ipv6(&me.to_string(), HOST, 17, &[n; 8]), w);
+            }
+            c.on_udp(t + ms(60), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
+            c.on_timer(t + ms(60), w);
+        };
+        while t < secs(23) {
+            exchange(&mut c, t, 1, &mut w);
+            t += ms(100);
+        }
+        exchange(&mut c, secs(33), 20, &mut w);
+        echoes += echoes_to_host(&w, me);
+        assert_eq!((echoes, c.stats().silent_retests), (0, 0));
+        assert!(w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P), "data to RELAY, refreshes to the server");
+    }
+
+    #[test]
+    fn a_host_that_only_listens_costs_one_echo_per_second_and_keeps_its_relay() {
+        let (mut c, me) = trusted_through_relay();
+        // One-way traffic for 10 s, one packet every 20 ms; each test is answered through
+        // the same relay.
+        let mut t = secs(3);
+        let mut echoes = 0;
+        while t < secs(13) {
+            let mut w = Rec::default();
+            c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+            c.on_timer(t, &mut w);
+            if let Some(echo) = echo_request(&w, me, HOST) {
+                echoes += 1;
+                c.on_udp(t + ms(5), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+            }
+            assert!(w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P));
+            t += ms(20);
+        }
+        assert!((9..=10).contains(&echoes), "{echoes} echoes in 10 s of one-way traffic");
+    }
+
+    #[test]
+    fn a_silent_host_with_no_relay_left_is_tested_a_bounded_number_of_times_then_expires() {
+        let (mut c, me) = trusted_through_relay();
+        // Nothing ever answers again; the host sends every 100 ms for a minute.
+        let mut t = secs(3);
+        let mut echoes = 0;
+        let mut refused = 0;
+        while t < secs(63) {
+            let mut w = Rec::default();
+            c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+            c.on_timer(t, &mut w);
+            serve(&mut c, t, &w);
+            echoes += echoes_to_host(&w, me);
+            refused += w.tun.len();
+            t += ms(100);
+        }
+        // Tests of 4 tries, 2 s apart, while the entry is valid (30 s), then the normal
+        // course of an unknown destination: queued, tested, given up, the host told.
+        assert!((8..=4 * 60 / 8 + 4).contains(&echoes), "{echoes} echoes in a minute");
+        assert!(refused > 0, "the host is told the destination is unreachable");
+    }
+
     #[test]
     fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
         let (mut c, me) = qualified();
@@ -1047,7 +1185,10 @@ mod native_speaks_first {
         assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1, "the forged packet is dropped");
         let mut w = Rec::default();
         c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-        assert_eq!(w.udp, vec![(sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8]))], "still trusted via RELAY");
+        // Still trusted via RELAY. (Silent for 12 s while the forged test's echoes went
+        // unanswered, the host is tested again too; the genuine one would answer through
+        // RELAY.)
+        assert_eq!(w.udp[0], (sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8])), "still trusted via RELAY");
     }
 
     #[test]

@@ -171,6 +171,11 @@ fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sampl
         Sample::counter("shipworm_client_bubbles", "Bubbles sent.", st.bubbles),
         Sample::counter("shipworm_client_echoes", "Connectivity-test echoes sent.", st.echoes),
         Sample::counter("shipworm_client_first_contacts", "Native hosts that spoke first, tested.", st.first_contacts),
+        Sample::counter(
+            "shipworm_client_silent_retests",
+            "Native hosts tested again after falling silent while sent to (their relay may have gone).",
+            st.silent_retests,
+        ),
         Sample::gauge("shipworm_client_peers", "Peers in the client's list.", s.peers as u64),
     ];
     v.extend(metrics::drops(&st.drops));
@@ -277,6 +282,7 @@ fn status_json(
             "echoes": st.echoes,
             "first_contacts": st.first_contacts,
             "first_contact_delivered": st.first_contact_delivered,
+            "silent_retests": st.silent_retests,
             "peer_solicitations": st.peer_solicitations,
             "peer_advertisements": st.peer_advertisements,
             "echo_tests": st.echo_tests,

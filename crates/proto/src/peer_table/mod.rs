@@ -337,6 +337,21 @@ impl PeerTable {
         Some(p.mapped)
     }
 
+    /// Where to send to `key` right now, as [`PeerTable::send_to`], for a sender that
+    /// watches for silence: the transmission is recorded only when it is the first since
+    /// the peer last spoke, and the answer also says for how long that first one has gone
+    /// unanswered (zero for the first itself).
+    pub fn send_to_watching(&mut self, key: &Key, now: Duration) -> Option<(SocketAddrV4, Duration)> {
+        let mut p = self.get_mut_keyed(key)?;
+        if !p.is_valid(now) {
+            return None;
+        }
+        if p.last_tx <= p.last_rx {
+            p.last_tx = now;
+        }
+        Some((p.mapped, now.saturating_sub(p.last_tx)))
+    }
+
     /// `addr` leaves the waiting list to make room: if it is waiting, a trusted entry
     /// stops waiting and drops its queue, an untrusted one is removed. Returns the
     /// packets lost, or `None` if it was not waiting (answered or gone since).
