@@ -4,6 +4,9 @@
 //! when a case does otherwise, including a case that starts passing (so expectations
 //! are updated when a role lands). Needs root; `scripts/test.sh` provides it.
 
+#[path = "e2e/anycast.rs"]
+mod anycast;
+
 use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{Impl, NatKind};
 use std::sync::{Arc, Mutex};
@@ -850,13 +853,27 @@ fn main() {
                         exited - term
                     ));
                 }
-                // Echoes sent between the withdrawal and the last 100 ms before the exit:
-                // the relay still forwarded them (the lab has no other relay to move to).
-                let drained: Vec<_> =
-                    echoes.iter().filter(|e| e.sent > withdrawn && e.sent + Duration::from_millis(100) < exited).collect();
+                // Echoes sent between the withdrawal and the last 50 ms of the drain (2 s
+                // from SIGTERM; then the relay closes, which takes a moment before it
+                // exits): the relay still forwarded them (the lab has no other relay to
+                // move to).
+                let drain_end = term + Duration::from_secs(2);
+                let drained: Vec<_> = echoes
+                    .iter()
+                    .filter(|e| e.sent > withdrawn && e.sent + Duration::from_millis(50) < drain_end)
+                    .collect();
                 let answered = drained.iter().filter(|e| e.rtt.is_some()).count();
                 if drained.is_empty() || answered < drained.len() {
-                    return Err(format!("step 4: {answered} of {} echoes answered during the drain\n{log}", drained.len()));
+                    let lost: Vec<String> = drained
+                        .iter()
+                        .filter(|e| e.rtt.is_none())
+                        .map(|e| format!("{} ms", (drain_end.as_millis() as i64) - (e.sent.as_millis() as i64)))
+                        .collect();
+                    return Err(format!(
+                        "step 4: {answered} of {} echoes answered during the drain (lost: sent {} before the drain's end)\n{log}",
+                        drained.len(),
+                        lost.join(", ")
+                    ));
                 }
                 Ok(format!(
                     "announced once serving; withdrawn {} ms after SIGTERM, exited {:.1} s after it; {answered} of {} echoes answered during the drain",
@@ -1106,6 +1123,7 @@ fn main() {
             }),
         });
     }
+    cases.extend(anycast::cases(&me));
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
 

@@ -5,7 +5,9 @@
 //! 2001:db8:1::/64) joins:
 //!
 //! * a Teredo server with two consecutive addresses (192.0.2.1 and .2) and native IPv6;
-//! * a relay (192.0.2.10, 2001:db8:1::10) that the native side routes 2001::/32 to;
+//! * a relay (192.0.2.10, 2001:db8:1::10) that the native side routes 2001::/32 to —
+//!   or, in a lab with a routed core, two relays announcing it by BGP to a router the
+//!   native side routes it through ([`anycast`]);
 //! * a native IPv6 host (2001:db8:1::100);
 //! * NAT boxes (192.0.2.21, .22, …) built with nftables, each with a private
 //!   10.k.0.0/24 behind it and clients on it.
@@ -21,6 +23,7 @@
 //! Namespace names are unique per run; everything is removed when the [`Lab`] is
 //! dropped, on panic, and on Ctrl-C.
 
+pub mod anycast;
 pub mod bird;
 pub mod error;
 pub mod igd;
@@ -92,12 +95,17 @@ pub struct LabSpec {
     /// send native traffic between it and the native host through the relay host's
     /// kernel: the benchmark's reference path.
     pub generator: bool,
+    /// A routed core for anycast relays: a second relay host (`rlyb`, 192.0.2.11,
+    /// 2001:db8:1::11) and a router (`rtr`, 2001:db8:1::fe) that the native host and the
+    /// server route 2001::/32 through, and that learns the relays' announcements of it
+    /// by BGP (see [`anycast`]).
+    pub anycast: bool,
 }
 
 impl LabSpec {
     /// NAT boxes with clients, one server.
     pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
-        LabSpec { nats, second_server: false, generator: false }
+        LabSpec { nats, second_server: false, generator: false, anycast: false }
     }
 }
 
@@ -138,6 +146,9 @@ impl Lab {
             daemon_env: Vec::new(),
         };
         lab.build_core(spec.second_server)?;
+        if spec.anycast {
+            lab.build_anycast_core()?;
+        }
         if spec.generator {
             lab.build_generator()?;
         }
@@ -180,7 +191,7 @@ impl Lab {
             .collect()
     }
 
-    fn host(&self, short: &str, veth: usize) -> Result<String> {
+    pub(crate) fn host(&self, short: &str, veth: usize) -> Result<String> {
         let ns = self.ns(short);
         netns::add(&ns)?;
         let core = self.ns("core");
@@ -206,7 +217,7 @@ impl Lab {
         })
     }
 
-    fn addr(ns: &str, cidr: &str, dev: &str) -> Result<()> {
+    pub(crate) fn addr(ns: &str, cidr: &str, dev: &str) -> Result<()> {
         let mut args = vec!["-n", ns, "addr", "add", cidr, "dev", dev];
         if cidr.contains(':') {
             args.push("nodad");

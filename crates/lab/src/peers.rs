@@ -1,8 +1,9 @@
 //! The Teredo daemons in the lab: shipworm's own roles or Debian's Miredo, started in
 //! their namespaces with configuration files written for them, logs kept for reports.
 
+use crate::anycast::Place;
 use crate::error::{err, LabError, Result};
-use crate::{netns, Lab, RELAY_V4, SERVER_V4};
+use crate::{netns, Lab, SERVER_V4};
 use std::fmt;
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
@@ -119,6 +120,35 @@ impl Lab {
             .map_err(|e| LabError(format!("signal {name}: {e}")))
     }
 
+    /// Send `signal` to the daemon started as `name` and to every process it forked
+    /// (Miredo's privileged parent and its unprivileged tunnel process, say): the whole
+    /// daemon dies at once, as when its host fails.
+    pub fn signal_peer_tree(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
+        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError(format!("no daemon {name}")))?;
+        let root = p.child.as_ref().ok_or_else(|| LabError(format!("{name} is not running")))?.id();
+        // Parent of every process, from /proc/PID/stat ("pid (comm) state ppid …").
+        let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+            .map_err(|e| LabError(format!("/proc: {e}")))?
+            .filter_map(|d| {
+                let pid: u32 = d.ok()?.file_name().to_str()?.parse().ok()?;
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+                Some((pid, ppid))
+            })
+            .collect();
+        let mut tree = vec![root];
+        let mut i = 0;
+        while i < tree.len() {
+            let parent = tree[i];
+            tree.extend(parents.iter().filter(|&&(_, pp)| pp == parent).map(|&(pid, _)| pid));
+            i += 1;
+        }
+        for pid in tree {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        }
+        Ok(())
+    }
+
     /// Whether the daemon started as `name` has exited (and then how).
     pub fn exited(&mut self, name: &str) -> Option<std::process::ExitStatus> {
         let p = self.peers.iter_mut().find(|p| p.name == name)?;
@@ -203,28 +233,34 @@ impl Lab {
 
     /// Start the relay with extra configuration lines (shipworm's own directives).
     pub fn start_relay_with(&mut self, imp: &Impl, extra: &str) -> Result<()> {
-        let ns = self.ns("rly");
+        self.start_relay_at(Place::A, imp, extra)
+    }
+
+    /// Start a relay at `place` (relay A is the lab's relay; B exists in a lab with a
+    /// routed core), bound to the place's address (port 3545, so that its packets are
+    /// told from the server's), with extra configuration lines.
+    pub fn start_relay_at(&mut self, place: Place, imp: &Impl, extra: &str) -> Result<()> {
+        let (name, short, addr) = (place.daemon(), place.short(), place.v4());
+        let ns = self.ns(short);
         let conf = self.write_conf(
-            "relay.conf",
-            &format!(
-                "# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {RELAY_V4}\nBindPort 3545\n{extra}"
-            ),
+            &format!("{name}.conf"),
+            &format!("# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {addr}\nBindPort 3545\n{extra}"),
         )?;
-        let pid = self.dir().join("relay.pid");
+        let pid = self.dir().join(format!("{name}.pid"));
         let pid_arg = pid.display().to_string();
         match imp {
             Impl::Shipworm(bin) => {
                 let bin = bin.display().to_string();
-                let control = self.daemon_socket("relay").display().to_string();
-                self.spawn("relay", &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg, "--control", &control])?;
+                let control = self.daemon_socket(name).display().to_string();
+                self.spawn(name, &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg, "--control", &control])?;
             }
             Impl::Miredo => {
-                self.spawn("relay", &ns, &["miredo", "-f", "-p", &pid_arg, "-c", &conf])?;
+                self.spawn(name, &ns, &["miredo", "-f", "-p", &pid_arg, "-c", &conf])?;
             }
         }
-        self.wait_udp("relay", &ns, 3545, Duration::from_secs(10))?;
-        self.wait_route("relay", &ns, "2001::/32", Duration::from_secs(10))?;
-        self.check_pidfile("relay", &pid)
+        self.wait_udp(name, &ns, 3545, Duration::from_secs(10))?;
+        self.wait_route(name, &ns, "2001::/32", Duration::from_secs(10))?;
+        self.check_pidfile(name, &pid)
     }
 
     fn wait_route(&mut self, name: &str, ns: &str, prefix: &str, within: Duration) -> Result<()> {

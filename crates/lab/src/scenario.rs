@@ -342,7 +342,8 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
 /// The client's server dies: a shipworm client configured with a fallback server must
 /// qualify with it. Returns the time from the kill to the new address.
 pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str)) -> Result<(Lab, Duration)> {
-    let spec = LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true, generator: false };
+    let spec =
+        LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true, generator: false, anycast: false };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(client).map_err(|e| step(2, "start the servers", e))?;
     lab.start_server_b(client).map_err(|e| step(2, "start the servers", e))?;

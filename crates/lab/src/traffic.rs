@@ -201,14 +201,32 @@ pub struct Echo {
 /// unbound ICMPv6 socket — so each request takes whatever source address the host has
 /// at that moment, as an application's traffic would across a handoff.
 pub fn ping_stream(ns: &str, dst: Ipv6Addr, interval: Duration, total: Duration) -> Result<Vec<Echo>> {
+    ping_stream_from(ns, dst, interval, total, Instant::now())
+}
+
+/// The identifier of every [`ping_stream`]'s echo requests (its sequence numbers count
+/// from 0), for an [`echo_requests_heard`] at the other end.
+pub fn stream_ident() -> u16 {
+    (std::process::id() as u16) ^ 0x5a5a
+}
+
+/// A [`ping_stream`] whose echoes' times count from `start` (an instant shared with
+/// other threads' records), which is when it begins.
+pub fn ping_stream_from(
+    ns: &str,
+    dst: Ipv6Addr,
+    interval: Duration,
+    total: Duration,
+    start: Instant,
+) -> Result<Vec<Echo>> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     netns::enter(ns)?;
     let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
         .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
     s.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
     let to = SockAddr::from(std::net::SocketAddrV6::new(dst, 0, 0, 0));
-    let ident = (std::process::id() as u16) ^ 0x5a5a;
-    let start = Instant::now();
+    let ident = stream_ident();
+    std::thread::sleep(start.saturating_duration_since(Instant::now()));
     let mut echoes: Vec<Echo> = Vec::new();
     let mut next = start;
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
@@ -238,6 +256,31 @@ pub fn ping_stream(ns: &str, dst: Ipv6Addr, interval: Duration, total: Duration)
         std::thread::sleep(Duration::from_millis(2));
     }
     Ok(echoes)
+}
+
+/// The echo requests of a [`ping_stream`] (from whichever source address) that arrive in namespace `ns`
+/// within `total`: each one's sequence number and when it arrived, counted from `start`.
+/// The other half of a one-way measurement: which requests crossed, and when.
+pub fn echo_requests_heard(ns: &str, total: Duration, start: Instant) -> Result<Vec<(u16, Duration)>> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    netns::enter(ns)?;
+    // A raw ICMPv6 socket gets a copy of every ICMPv6 message the host receives,
+    // echo requests included (the kernel still answers them itself).
+    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
+        .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| LabError(e.to_string()))?;
+    let ident = stream_ident();
+    let mut heard = Vec::new();
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    while start.elapsed() < total {
+        let Ok(n) = s.recv(&mut buf) else { continue };
+        // SAFETY: recv initialised the first n bytes.
+        let b: Vec<u8> = buf[..n.min(8)].iter().map(|x| unsafe { x.assume_init() }).collect();
+        if b.len() == 8 && b[0] == 128 && u16::from_be_bytes([b[4], b[5]]) == ident {
+            heard.push((u16::from_be_bytes([b[6], b[7]]), start.elapsed()));
+        }
+    }
+    Ok(heard)
 }
 
 /// What a SIP call achieved.

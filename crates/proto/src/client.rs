@@ -1100,12 +1100,17 @@ impl<R: Random> Client<R> {
         // §5.2.3; practice answers with a bubble rather than a ping): to the mapping a
         // trusted peer proved (RFC 6081 §6.1 step 10), else to the origin indication,
         // else to the mapping its Teredo address embeds. It echoes the peer's nonce.
+        // A native host's bubble comes from the relay that holds its packets for us now,
+        // which the origin names: after a relay change (an anycast relay failed) that is
+        // not the relay we trusted, and only a bubble to it lets its packets through.
         let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
-        let to = match self.peers.get(&src) {
-            Some(p) if p.trusted => Some(self.peer_target(&src, p.mapped)),
-            _ => origin,
-        };
-        let trusted = self.peers.get(&src).is_some_and(|p| p.trusted);
+        let proven = self
+            .peers
+            .get(&src)
+            .filter(|p| p.trusted && (TeredoAddr::decode(&src).is_some() || pkt.origin.is_none()))
+            .map(|p| p.mapped);
+        let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
+        let trusted = proven.is_some();
         if let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) {
             let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
             udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);

@@ -1108,7 +1108,7 @@ mod native_speaks_first {
         // packets in 50 ms before the answer: all quick, no test.
         let mut t = secs(3);
         let mut w = Rec::default();
-        let mut exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Rec| {
+        let exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Rec| {
             for n in 0..burst {
                 c.on_tun(t + Duration::from_micros(2500 * u64::from(n)), &ipv6(&me.to_string(), HOST, 17, &[n; 8]), w);
             }
@@ -1122,7 +1122,10 @@ mod native_speaks_first {
         exchange(&mut c, secs(33), 20, &mut w);
         echoes += echoes_to_host(&w, me);
         assert_eq!((echoes, c.stats().silent_retests), (0, 0));
-        assert!(w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P), "data to RELAY, refreshes to the server");
+        assert!(
+            w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P),
+            "data to RELAY, refreshes to the server"
+        );
     }
 
     #[test]
@@ -1166,6 +1169,26 @@ mod native_speaks_first {
         // course of an unknown destination: queued, tested, given up, the host told.
         assert!((8..=4 * 60 / 8 + 4).contains(&echoes), "{echoes} echoes in a minute");
         assert!(refused > 0, "the host is told the destination is unreachable");
+    }
+
+    #[test]
+    fn a_trusted_hosts_bubble_through_another_relay_is_answered_at_that_relay() {
+        let (mut c, me) = trusted_through_relay();
+        // Routing moved the host's side to RELAY2, which holds its packets and asks us
+        // through our server (its origin indication).
+        let mut d = vec![0u8; 48];
+        TeredoHeaderRepr { auth: None, origin: Some(sa(RELAY2)) }.emit(&mut d).unwrap();
+        emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
+        let mut w = Rec::default();
+        c.on_udp(secs(3), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+        assert_eq!(w.udp.len(), 1);
+        assert_eq!(w.udp[0].0, sa(RELAY2), "the relay holding the host's packets, not the one we trusted");
+        // What RELAY2 then brings is tested before it counts, and followed.
+        let moved = datagram(HOST, me, 2);
+        c.on_udp(secs(3) + ms(1), Via::Service, sa(RELAY2), &moved, &mut w);
+        let echo = echo_request(&w, me, HOST).expect("tested");
+        c.on_udp(secs(3) + ms(2), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+        assert_eq!(w.tun, vec![moved]);
     }
 
     #[test]

@@ -1,0 +1,264 @@
+//! Anycast relays (RFC 4380 §5.4): two relays announce 2001::/32 by BGP to the native
+//! side's router, each through its own BIRD with BFD; the router prefers relay A. A
+//! native host and a Teredo client exchange echoes every 20 ms through A; A dies or
+//! stops, and each case tells how long traffic took to come back through B in each
+//! direction, from the moment A went.
+
+use super::{Case, Expect};
+use nix::sys::signal::Signal;
+use shipworm_lab::anycast::{Health, Place};
+use shipworm_lab::traffic::{echo_requests_heard, ping_stream_from, Echo};
+use shipworm_lab::{Impl, Lab, LabSpec, NatKind, HOST6_V6};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Echoes every 20 ms; relay A goes 1.5 s into the stream, which lasts 5 s.
+const INTERVAL: Duration = Duration::from_millis(20);
+const BEFORE: Duration = Duration::from_millis(1500);
+const STREAM: Duration = Duration::from_secs(5);
+
+/// How relay A goes.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// The relay is killed (SIGKILL, every process of it): its interface goes, and its
+    /// BIRD withdraws the route bound to it.
+    Killed,
+    /// The relay is stopped (SIGTERM): it withdraws first, then drains.
+    Stopped,
+    /// The relay host is cut off (its link goes down): nothing is withdrawn, the router
+    /// notices through BFD.
+    CutOff,
+}
+
+/// Who sends the echo requests.
+#[derive(Clone, Copy, PartialEq)]
+enum Caller {
+    /// The native host pings the client: its requests are the native → client traffic.
+    Native,
+    /// The client pings the native host: only its own traffic can tell it A is gone.
+    Client,
+}
+
+/// How traffic fared across relay A's end: for each direction, the time from the end
+/// to the first packet sent after it that arrived, and the packets lost.
+struct Moved {
+    native_to_client: Option<Duration>,
+    client_to_native: Option<Duration>,
+    lost_requests: usize,
+    lost_replies: usize,
+    requests: usize,
+    /// The daemons' last words, for a failure's report.
+    logs: String,
+}
+
+impl Moved {
+    fn ms(d: Option<Duration>) -> String {
+        d.map_or("never (within the stream)".into(), |d| format!("{} ms", d.as_millis()))
+    }
+}
+
+/// The one-way figures from the caller's echoes and the requests heard at the callee,
+/// relay A having gone at `end` (all times from the stream's start).
+fn moved(caller: Caller, echoes: &[Echo], heard: &[(u16, Duration)], end: Duration) -> Moved {
+    let arrived = |seq: usize| heard.iter().find(|(s, _)| usize::from(*s) == seq).map(|(_, at)| *at);
+    let after: Vec<(usize, &Echo)> = echoes.iter().enumerate().filter(|(_, e)| e.sent >= end).collect();
+    let first_request = after.iter().find_map(|&(i, _)| arrived(i)).map(|at| at - end);
+    let first_reply = after.iter().find_map(|(_, e)| e.rtt.map(|r| e.sent + r - end));
+    let lost_requests = after.iter().filter(|&&(i, _)| arrived(i).is_none()).count();
+    let lost_replies = after.iter().filter(|&&(i, e)| arrived(i).is_some() && e.rtt.is_none()).count();
+    let (native_to_client, client_to_native) = match caller {
+        Caller::Native => (first_request, first_reply),
+        Caller::Client => (first_reply, first_request),
+    };
+    Moved {
+        native_to_client,
+        client_to_native,
+        lost_requests,
+        lost_replies,
+        requests: after.len(),
+        logs: String::new(),
+    }
+}
+
+/// Relay A (`a`, with BIRD health as it can) and relay B (shipworm) announce through
+/// the router; echoes flow through A; A ends as `end_by` says 1.5 s into the stream.
+fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> Result<(Moved, String), String> {
+    let ship = Impl::Shipworm(me.to_path_buf());
+    let spec = LabSpec { anycast: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
+    let mut lab = Lab::build(&spec).map_err(|e| e.to_string())?;
+    let rtr = lab.start_router_bird().map_err(|e| format!("step 1 (the router's BIRD): {e}"))?;
+    for (place, imp) in [(Place::A, a), (Place::B, &ship)] {
+        let health = if matches!(imp, Impl::Miredo) { Health::Interface } else { Health::InterfaceAndControl };
+        let ctl = lab.start_relay_bird(place, health).map_err(|e| format!("step 1 (BIRD at relay {place:?}): {e}"))?;
+        let extra = match imp {
+            Impl::Shipworm(_) => format!("BirdSocket {}\nDrainTime 1\n", ctl.display()),
+            Impl::Miredo => String::new(),
+        };
+        if place == Place::A {
+            lab.start_server(&ship).map_err(|e| format!("step 1 (server): {e}"))?;
+        }
+        lab.start_relay_at(place, imp, &extra).map_err(|e| format!("step 1 (relay {place:?}): {e}"))?;
+    }
+    lab.start_client(0, client).map_err(|e| e.to_string())?;
+    let client = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| format!("step 1: {e}"))?;
+    lab.wait_anycast(&rtr, Place::A, &[Place::B], Duration::from_secs(20)).map_err(|e| format!("step 2: {e}"))?;
+
+    let (h6, c) = (lab.ns("h6"), lab.clients[0].ns.clone());
+    let (from_ns, to_ns, to) = match caller {
+        Caller::Native => (h6, c, client),
+        Caller::Client => (c, h6, HOST6_V6),
+    };
+    let start = Instant::now() + Duration::from_millis(100);
+    let listen = STREAM + Duration::from_millis(600);
+    let heard = std::thread::spawn(move || echo_requests_heard(&to_ns, listen, start));
+    let pings = std::thread::spawn(move || ping_stream_from(&from_ns, to, INTERVAL, STREAM, start));
+    std::thread::sleep((start + BEFORE).saturating_duration_since(Instant::now()));
+    let through_a = lab.anycast_relay();
+    let end = start.elapsed();
+    match end_by {
+        // Miredo's relay is two processes: both go.
+        End::Killed => lab.signal_peer_tree(Place::A.daemon(), Signal::SIGKILL).map_err(|e| e.to_string())?,
+        End::Stopped => lab.signal_peer(Place::A.daemon(), Signal::SIGTERM).map_err(|e| e.to_string())?,
+        End::CutOff => {
+            shipworm_lab::netns::ip(&["-n", &lab.ns(Place::A.short()), "link", "set", "eth0", "down"])
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    // When the router stopped routing through A.
+    let mut rerouted = None;
+    while start.elapsed() < STREAM {
+        if rerouted.is_none() && lab.anycast_relay() != Some(Place::A) {
+            rerouted = Some(start.elapsed() - end);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let echoes = pings.join().map_err(|_| "ping thread panicked")?.map_err(|e| e.to_string())?;
+    let heard = heard.join().map_err(|_| "listening thread panicked")?.map_err(|e| e.to_string())?;
+    let before: Vec<&Echo> = echoes.iter().filter(|e| e.sent + Duration::from_millis(200) < end).collect();
+    let answered = before.iter().filter(|e| e.rtt.is_some()).count();
+    if through_a != Some(Place::A) || answered + 2 < before.len() {
+        return Err(format!(
+            "step 3: before relay A went, the router routed through {through_a:?} and {answered} of {} echoes were answered",
+            before.len()
+        ));
+    }
+    if lab.anycast_relay() != Some(Place::B) {
+        let routes = shipworm_lab::bird::birdc(&rtr, &["show", "route", "2001::/32", "all"]).unwrap_or_default();
+        let a_left = lab.exited(Place::A.daemon()).map_or("still running".to_string(), |s| s.to_string());
+        return Err(format!(
+            "step 4: the router routes through {:?}, not relay B (relay A {a_left}):\n{routes}",
+            lab.anycast_relay()
+        ));
+    }
+    let m = moved(caller, &echoes, &heard, end);
+    let how = match lab.client_status(0) {
+        Some(st) => format!(
+            "rerouted {} after; client: {} silent re-test(s), {} first contact(s)",
+            Moved::ms(rerouted),
+            st["counters"]["silent_retests"],
+            st["counters"]["first_contacts"]
+        ),
+        None => format!("rerouted {} after", Moved::ms(rerouted)),
+    };
+    let logs = format!(
+        "relay B:\n{}\nclient:\n{}\nserver:\n{}",
+        lab.log_tail(Place::B.daemon(), 8),
+        lab.log_tail("client0", 8),
+        lab.log_tail("server", 4)
+    );
+    Ok((Moved { logs, ..m }, how))
+}
+
+fn report(m: &Moved, how: &str) -> String {
+    format!(
+        "traffic moved in {} native → client, {} client → native; {} of {} requests and {} replies lost; {how}",
+        Moved::ms(m.native_to_client),
+        Moved::ms(m.client_to_native),
+        m.lost_requests,
+        m.requests,
+        m.lost_replies
+    )
+}
+
+/// What a case must show to pass.
+#[derive(Clone, Copy)]
+enum Bar {
+    /// Native → client traffic back within this long.
+    NativeWithin(Duration),
+    /// Client → native traffic back within this long.
+    ClientWithin(Duration),
+    /// Not one echo request or reply lost.
+    NothingLost,
+}
+
+impl Bar {
+    fn met(self, m: &Moved) -> bool {
+        match self {
+            Bar::NativeWithin(d) => m.native_to_client.is_some_and(|t| t < d),
+            Bar::ClientWithin(d) => m.client_to_native.is_some_and(|t| t < d),
+            Bar::NothingLost => m.lost_requests + m.lost_replies == 0 && m.requests > 0,
+        }
+    }
+}
+
+/// The anycast cases.
+pub fn cases(me: &Path) -> Vec<Case> {
+    let ship = Impl::Shipworm(me.to_path_buf());
+    let second = Duration::from_secs(1);
+    let native = "the native host pings the client";
+    let mut table = Vec::new();
+    // The native host pings the client (the case): its requests must come back
+    // within a second, through B, whichever relay A was and whichever client.
+    for (a, client) in [(ship.clone(), ship.clone()), (Impl::Miredo, ship.clone()), (ship.clone(), Impl::Miredo)] {
+        let name = format!("relay A ({a}) killed, {native} ({client}); native → client within 1 s");
+        table.push((name, a, client, End::Killed, Caller::Native, Bar::NativeWithin(second)));
+    }
+    // The client pings: nothing comes back through B until the client's own traffic
+    // finds it (the native host answers only what reaches it). The client tests the
+    // silent host again after a second and follows the reply to B.
+    table.push((
+        "relay A (shipworm) killed, the client pings the native host; client → native within 2 s".into(),
+        ship.clone(),
+        ship.clone(),
+        End::Killed,
+        Caller::Client,
+        Bar::ClientWithin(2 * second),
+    ));
+    // The relay host is cut off: BFD (three missed 50-ms hellos) ends the BGP session.
+    table.push((
+        format!("relay host A cut off (BFD), {native}; native → client within 1 s"),
+        ship.clone(),
+        ship.clone(),
+        End::CutOff,
+        Caller::Native,
+        Bar::NativeWithin(second),
+    ));
+    // A clean stop: the relay withdraws first and forwards while routing moves.
+    table.push((
+        format!("relay A (shipworm) stopped cleanly, {native}; no echo lost"),
+        ship.clone(),
+        ship,
+        End::Stopped,
+        Caller::Native,
+        Bar::NothingLost,
+    ));
+    table
+        .into_iter()
+        .map(|(name, a, client, end_by, caller, bar)| {
+            let me = me.to_path_buf();
+            Case {
+                name: format!("anycast relays: {name}"),
+                expect: Expect::Pass,
+                run: Box::new(move || {
+                    let (m, how) = failover(&me, &a, &client, end_by, caller)?;
+                    let text = report(&m, &how);
+                    if bar.met(&m) {
+                        Ok(text)
+                    } else {
+                        Err(format!("step 5: {text}\n{}", m.logs))
+                    }
+                }),
+            }
+        })
+        .collect()
+}
