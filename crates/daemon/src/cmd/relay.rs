@@ -125,7 +125,7 @@ impl Crew<'_> {
 
     /// Tell BIRD to withdraw; the drain's end.
     fn withdraw(&self, bird: &Mutex<BirdControl>) -> Instant {
-        self.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping();
+        self.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping_after(self.drain_time);
         match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).disable() {
             Ok(said) => {
                 tracing::info!(

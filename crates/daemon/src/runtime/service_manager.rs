@@ -78,6 +78,14 @@ impl ServiceManager {
         self.send("STOPPING=1");
     }
 
+    /// A clean stop has begun that goes on forwarding for `drain` first: the manager is
+    /// asked to wait that long and a little more before it kills us (systemd's stop
+    /// timeout, 90 s by default, would otherwise cut a long `DrainTime` short).
+    pub fn stopping_after(&mut self, drain: std::time::Duration) {
+        let usec = (drain + STOP_MARGIN).as_micros();
+        self.send(&format!("STOPPING=1\nEXTEND_TIMEOUT_USEC={usec}"));
+    }
+
     fn send(&self, message: &str) {
         if let Some(s) = &self.sock {
             // Best effort, as sd_notify: a manager that went away or lags changes
@@ -88,6 +96,9 @@ impl ServiceManager {
 }
 
 /// A status is one line of the protocol's `KEY=value` list.
+/// What a daemon needs after its drain to close down (interfaces, routes, sockets).
+const STOP_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn one_line(s: &str) -> String {
     s.replace('\n', " ")
 }
@@ -144,6 +155,8 @@ mod tests {
         m.tick(t0 + Duration::from_millis(900));
         m.tick(t0 + Duration::from_millis(1000));
         m.stopping();
+        // A relay's drain asks for its length and a margin.
+        m.stopping_after(Duration::from_secs(300));
         assert_eq!(
             received(&systemd),
             [
@@ -151,7 +164,8 @@ mod tests {
                 "STATUS=qualified as 2001:0:c000:201::1",
                 "WATCHDOG=1",
                 "WATCHDOG=1",
-                "STOPPING=1"
+                "STOPPING=1",
+                "STOPPING=1\nEXTEND_TIMEOUT_USEC=310000000"
             ]
         );
         let _ = std::fs::remove_file(path);
