@@ -96,7 +96,7 @@ fn pairings(impls: &[Impl]) -> Vec<(Impl, Impl, Impl)> {
 }
 
 fn step_of(err: &str) -> Option<u32> {
-    err.strip_prefix("step ")?.split_whitespace().next()?.parse().ok()
+    err.strip_prefix("step ")?.split_whitespace().next()?.trim_end_matches(':').parse().ok()
 }
 
 /// Server, relay and client all shipworm's, behind a port-restricted NAT, with `extra`

@@ -216,14 +216,18 @@ pub fn cases(me: &Path) -> Vec<Case> {
     // The client pings: nothing comes back through B until the client's own traffic
     // finds it (the native host answers only what reaches it). The client tests the
     // silent host again after a second and follows the reply to B.
-    table.push((
-        "relay A (shipworm) killed, the client pings the native host; client → native within 2 s".into(),
-        ship.clone(),
-        ship.clone(),
-        End::Killed,
-        Caller::Client,
-        Bar::ClientWithin(2 * second),
-    ));
+    for client in [ship.clone(), Impl::Miredo] {
+        table.push((
+            format!(
+                "relay A (shipworm) killed, the client ({client}) pings the native host; client → native within 2 s"
+            ),
+            ship.clone(),
+            client,
+            End::Killed,
+            Caller::Client,
+            Bar::ClientWithin(2 * second),
+        ));
+    }
     // The relay host is cut off: BFD (three missed 50-ms hellos) ends the BGP session.
     table.push((
         format!("relay host A cut off (BFD), {native}; native → client within 1 s"),
@@ -248,7 +252,13 @@ pub fn cases(me: &Path) -> Vec<Case> {
             let me = me.to_path_buf();
             Case {
                 name: format!("anycast relays: {name}"),
-                expect: Expect::Pass,
+                expect: match (&client, caller) {
+                    (Impl::Miredo, Caller::Client) => Expect::Fail(
+                        5,
+                        "Miredo's client sends to the relay it trusted until the peer entry expires, 30 s after the host's last packet: nothing tests a native host that fell silent",
+                    ),
+                    _ => Expect::Pass,
+                },
                 run: Box::new(move || {
                     let (m, how) = failover(&me, &a, &client, end_by, caller)?;
                     let text = report(&m, &how);
