@@ -149,8 +149,13 @@ impl Lab {
         Self::addr(&rtr, &format!("{ROUTER_V6}/64"), "eth0")?;
         netns::exec(&rtr, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
         let (h6, srv) = (self.ns("h6"), self.ns("srv"));
+        let (via, host) = (ROUTER_V6.to_string(), crate::HOST6_V6.to_string());
+        // The native host talks to Teredo clients from its first address (not whichever
+        // of its two the kernel picks), so that its traffic and the client's to it are
+        // one peer's.
+        netns::ip(&["-n", &h6, "-6", "route", "replace", "2001::/32", "via", &via, "src", &host])?;
+        netns::ip(&["-n", &srv, "-6", "route", "replace", "2001::/32", "via", &via])?;
         for ns in [&h6, &srv] {
-            netns::ip(&["-n", ns, "-6", "route", "replace", "2001::/32", "via", &ROUTER_V6.to_string()])?;
             // The router forwards out of the interface the packet came in by: its
             // redirects would teach the hosts the relay's address and skip routing.
             netns::exec(

@@ -201,23 +201,25 @@ pub struct Echo {
 /// unbound ICMPv6 socket — so each request takes whatever source address the host has
 /// at that moment, as an application's traffic would across a handoff.
 pub fn ping_stream(ns: &str, dst: Ipv6Addr, interval: Duration, total: Duration) -> Result<Vec<Echo>> {
-    ping_stream_from(ns, dst, interval, total, Instant::now())
+    ping_stream_from(ns, dst, interval, total, Instant::now(), stream_ident())
 }
 
-/// The identifier of every [`ping_stream`]'s echo requests (its sequence numbers count
-/// from 0), for an [`echo_requests_heard`] at the other end.
+/// The identifier of a [`ping_stream`]'s echo requests (its sequence numbers count
+/// from 0).
 pub fn stream_ident() -> u16 {
     (std::process::id() as u16) ^ 0x5a5a
 }
 
 /// A [`ping_stream`] whose echoes' times count from `start` (an instant shared with
-/// other threads' records), which is when it begins.
+/// other threads' records), which is when it begins, with identifier `ident` (for an
+/// [`echo_requests_heard`] at the other end, and to tell streams apart).
 pub fn ping_stream_from(
     ns: &str,
     dst: Ipv6Addr,
     interval: Duration,
     total: Duration,
     start: Instant,
+    ident: u16,
 ) -> Result<Vec<Echo>> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     netns::enter(ns)?;
@@ -225,7 +227,6 @@ pub fn ping_stream_from(
         .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
     s.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
     let to = SockAddr::from(std::net::SocketAddrV6::new(dst, 0, 0, 0));
-    let ident = stream_ident();
     std::thread::sleep(start.saturating_duration_since(Instant::now()));
     let mut echoes: Vec<Echo> = Vec::new();
     let mut next = start;
@@ -258,10 +259,11 @@ pub fn ping_stream_from(
     Ok(echoes)
 }
 
-/// The echo requests of a [`ping_stream`] (from whichever source address) that arrive in namespace `ns`
-/// within `total`: each one's sequence number and when it arrived, counted from `start`.
-/// The other half of a one-way measurement: which requests crossed, and when.
-pub fn echo_requests_heard(ns: &str, total: Duration, start: Instant) -> Result<Vec<(u16, Duration)>> {
+/// The echo requests with identifier `ident` (a [`ping_stream_from`]'s, from whichever
+/// source address) that arrive in namespace `ns` within `total` of `start`: each one's
+/// sequence number and when it arrived, counted from `start`. The other half of a
+/// one-way measurement: which requests crossed, and when.
+pub fn echo_requests_heard(ns: &str, ident: u16, total: Duration, start: Instant) -> Result<Vec<(u16, Duration)>> {
     use socket2::{Domain, Protocol, Socket, Type};
     netns::enter(ns)?;
     // A raw ICMPv6 socket gets a copy of every ICMPv6 message the host receives,
@@ -269,7 +271,6 @@ pub fn echo_requests_heard(ns: &str, total: Duration, start: Instant) -> Result<
     let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
         .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
     s.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| LabError(e.to_string()))?;
-    let ident = stream_ident();
     let mut heard = Vec::new();
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
     while start.elapsed() < total {

@@ -64,7 +64,7 @@ use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOU
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -370,6 +370,9 @@ pub struct Client<R: Random> {
     home: Option<([u8; 8], Duration)>,
     peers: PeerTable,
     pending: VecDeque<Ipv6Addr>,
+    /// Native peers under a test of ours (they fell silent while we sent): never more
+    /// than the waiting list holds.
+    retests: HashSet<Ipv6Addr>,
     held: FirstContacts,
     random_bits: Option<(SocketAddrV4, u16)>,
     /// The service socket's own address and port, where peers behind the same NAT
@@ -427,6 +430,7 @@ impl<R: Random> Client<R> {
             maint: None,
             home: None,
             pending: VecDeque::new(),
+            retests: HashSet::new(),
             random_bits: None,
             local: None,
             port_preserving: false,
@@ -1107,7 +1111,7 @@ impl<R: Random> Client<R> {
         let proven = self
             .peers
             .get(&src)
-            .filter(|p| p.trusted && (TeredoAddr::decode(&src).is_some() || pkt.origin.is_none()))
+            .filter(|p| p.trusted && (TeredoAddr::decode(&src).is_some() || pkt.origin.is_none_or(|o| o == p.mapped)))
             .map(|p| p.mapped);
         let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
         let trusted = proven.is_some();
@@ -1125,7 +1129,9 @@ impl<R: Random> Client<R> {
                 }
             }
             self.stats.bubbles += 1;
-            if let Some(mut p) = self.peers.get_mut(&src) {
+            // A native host's last transmission is our traffic's (its silence is timed
+            // from it): bubbles that anyone can draw through the server do not move it.
+            if let Some(mut p) = self.peers.get_mut(&src).filter(|_| TeredoAddr::decode(&src).is_some()) {
                 p.last_tx = now;
             }
             // Our echo of its nonce now proves us to a peer met through hairpinning:
@@ -1484,6 +1490,7 @@ impl<R: Random> Client<R> {
     }
 
     fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut impl Transmit) {
+        self.retests.remove(addr);
         let Some(mut p) = self.peers.get_mut(addr) else {
             return;
         };
@@ -1852,7 +1859,17 @@ impl<R: Random> Client<R> {
             self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
             return self.dropped(DropReason::SourceMismatch);
         }
-        if let Some((to, unanswered)) = self.peers.send_to_watching(&self.peers.key(&dst), now) {
+        // A native peer's silence is watched (its relay may go); a Teredo peer's
+        // transmissions are all recorded, as its bubbles' and solicitations' pacing
+        // reads them.
+        let key = self.peers.key(&dst);
+        let native = TeredoAddr::decode(&dst).is_none();
+        let sent = if native {
+            self.peers.send_to_watching(&key, now)
+        } else {
+            self.peers.send_to(&key, now).map(|to| (to, Duration::ZERO))
+        };
+        if let Some((to, unanswered)) = sent {
             let to = self.peer_target(&dst, to);
             let via = self.ports.via(&dst);
             udp_via(tx, via, to, ip.packet());
@@ -1863,7 +1880,7 @@ impl<R: Random> Client<R> {
             }
             self.stats.sent += 1;
             self.stats.sent_bytes += ip.packet().len() as u64;
-            if unanswered >= RELAY_SILENCE && TeredoAddr::decode(&dst).is_none() {
+            if native && unanswered >= RELAY_SILENCE {
                 self.retest(now, dst, tx);
             }
             return;
@@ -1906,7 +1923,15 @@ impl<R: Random> Client<R> {
     /// relay serves the peer now, and that relay takes our traffic from then on (as for
     /// any test's reply). A peer that is only quiet costs one echo
     /// per second of one-way traffic; one that answers within the second costs nothing.
+    ///
+    /// The host asked for it, so it never waits on the first contacts' echo budget
+    /// (forged first contacts cannot hold it off); it takes no room from the waiting
+    /// list either: with the list full, a later packet tries again.
     fn retest(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+        let room = self.cfg.pending_capacity.max(1);
+        if self.pending.len() >= room || self.retests.len() >= room {
+            return;
+        }
         let Some(mut p) = self.peers.get_mut(&dst) else { return };
         if p.waiting {
             return;
@@ -1914,6 +1939,7 @@ impl<R: Random> Client<R> {
         p.waiting = true;
         p.bubbles = 0;
         drop(p);
+        self.retests.insert(dst);
         self.pending.push_back(dst);
         self.stats.silent_retests += 1;
         self.poke(now, dst, tx);
@@ -1941,7 +1967,11 @@ impl<R: Random> Client<R> {
         // contacts must not turn the client into a source of echoes. A refused one is
         // tried next tick. Tests the host asked for (its packets queued) never wait on
         // that budget.
-        if TeredoAddr::decode(&dst).is_none() && p.queue().is_empty() && !self.held.allow_test(now) {
+        if TeredoAddr::decode(&dst).is_none()
+            && p.queue().is_empty()
+            && !self.retests.contains(&dst)
+            && !self.held.allow_test(now)
+        {
             return;
         }
         match TeredoAddr::decode(&dst) {
@@ -2096,22 +2126,24 @@ impl<R: Random> Client<R> {
             };
             let Some(p) = self.peers.get(&dst) else {
                 self.discard_held(&dst);
+                self.retests.remove(&dst);
                 continue;
             };
             if !p.waiting {
                 // Settled another way (its trusted relay spoke): what another relay
                 // brought stays unproven.
                 self.discard_held(&dst);
+                self.retests.remove(&dst);
                 continue;
             }
             if p.queue().is_empty()
                 && TeredoAddr::decode(&dst).is_none()
                 && !self.held.contains(&dst)
-                && !p.is_valid(now)
+                && !self.retests.contains(&dst)
             {
                 // A first contact whose held packets expired: nothing left to test for
-                // (keeps forged sources from spending the echo budget). A valid peer's
-                // test (ours, after it fell silent) runs its course of tries.
+                // (keeps forged sources from spending the echo budget). Our own test of
+                // a silent peer runs its course of tries.
                 self.give_up(now, dst, tx);
                 continue;
             }
@@ -2171,6 +2203,7 @@ impl<R: Random> Client<R> {
 
     fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
         self.discard_held(&dst);
+        self.retests.remove(&dst);
         // A peer still valid through its relay keeps it: a test that another relay's
         // (maybe forged) packets started and that failed says nothing against it.
         if let Some(mut p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {

@@ -876,6 +876,52 @@ mod native_speaks_first {
             .count()
     }
 
+    /// Our host sends to HOST every `step` from `from` until `until`, time passing (the
+    /// server answering refreshes) and nothing else answering: the echoes to HOST that
+    /// went out, and what the host was told back (ICMPv6 errors).
+    fn host_sends(
+        c: &mut Client<Rng>,
+        me: Ipv6Addr,
+        from: Duration,
+        until: Duration,
+        step: Duration,
+    ) -> (usize, usize) {
+        let (mut echoes, mut told) = (0, 0);
+        let mut t = from;
+        while t < until {
+            let mut w = Rec::default();
+            c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+            c.on_timer(t, &mut w);
+            serve(c, t, &w);
+            echoes += echoes_to_host(&w, me);
+            told += w.tun.len();
+            t += step;
+        }
+        (echoes, told)
+    }
+
+    /// Our host sends to HOST every 100 ms from 3 s, unanswered, `meanwhile` happening
+    /// before each packet: when the client first tests HOST through the server (within
+    /// 6 s).
+    fn when_tested(
+        c: &mut Client<Rng>,
+        me: Ipv6Addr,
+        mut meanwhile: impl FnMut(&mut Client<Rng>, Duration),
+    ) -> Option<Duration> {
+        let mut t = secs(3);
+        while t < secs(6) {
+            meanwhile(c, t);
+            let mut w = Rec::default();
+            c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+            c.on_timer(t, &mut w);
+            if echo_request(&w, me, HOST).is_some() {
+                return Some(t);
+            }
+            t += ms(100);
+        }
+        None
+    }
+
     /// The server's answers to whatever RS `w` holds, so the client stays qualified.
     fn serve(c: &mut Client<Rng>, t: Duration, w: &Rec) {
         for (to, rs) in &w.udp {
@@ -1101,6 +1147,54 @@ mod native_speaks_first {
     }
 
     #[test]
+    fn bubbles_drawn_through_the_server_do_not_hold_off_the_test_of_a_silent_host() {
+        let (mut c, me) = trusted_through_relay();
+        // Someone has the server pass us a bubble in the host's name every 300 ms (each
+        // answered at its origin) while our traffic to the host goes unanswered.
+        let mut d = vec![0u8; 48];
+        TeredoHeaderRepr { auth: None, origin: Some(sa("198.51.100.66:4444")) }.emit(&mut d).unwrap();
+        emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
+        let tested = when_tested(&mut c, me, |c, t| {
+            if (t.as_millis() % 300) == 0 {
+                c.on_udp(t, Via::Service, SocketAddrV4::new(P, 3544), &d, &mut Rec::default());
+            }
+        });
+        assert_eq!(tested, Some(secs(4)), "tested one second after our first unanswered packet");
+    }
+
+    #[test]
+    fn forged_first_contacts_spending_the_echo_budget_do_not_hold_off_the_test_of_a_silent_host() {
+        let (mut c, me) = trusted_through_relay();
+        let tested = when_tested(&mut c, me, |c, t| {
+            let mut w = Rec::default();
+            // 50 forged native sources every 100 ms, through any endpoint.
+            for i in 0..50u16 {
+                let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (t.as_millis() / 100) as u16, i).to_string();
+                c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, 0), &mut w);
+            }
+            // Their tests' retries take every echo the budget refills.
+            c.on_timer(t, &mut w);
+        });
+        assert_eq!(tested, Some(secs(4)), "our own test goes out on time");
+    }
+
+    #[test]
+    fn a_silent_host_whose_test_fails_stays_with_its_relay() {
+        let (mut c, me) = trusted_through_relay();
+        // Four unanswered tries from 4 s to 10 s; the host still sends through RELAY
+        // meanwhile, and the entry is valid until 32 s.
+        let t = secs(11);
+        let (echoes, _) = host_sends(&mut c, me, secs(3), t, ms(500));
+        assert!(echoes >= 4, "{echoes} echoes");
+        // The host speaks through RELAY again: taken, straight through.
+        let mut w = Rec::default();
+        c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 9), &mut w);
+        assert_eq!(w.tun.len(), 1);
+        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[2; 8]), &mut w);
+        assert_eq!(w.udp.last().unwrap().0, sa(RELAY));
+    }
+
+    #[test]
     fn a_host_that_answers_within_the_second_is_never_tested_again() {
         let (mut c, me) = trusted_through_relay();
         let mut echoes = 0;
@@ -1153,18 +1247,7 @@ mod native_speaks_first {
     fn a_silent_host_with_no_relay_left_is_tested_a_bounded_number_of_times_then_expires() {
         let (mut c, me) = trusted_through_relay();
         // Nothing ever answers again; the host sends every 100 ms for a minute.
-        let mut t = secs(3);
-        let mut echoes = 0;
-        let mut refused = 0;
-        while t < secs(63) {
-            let mut w = Rec::default();
-            c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
-            c.on_timer(t, &mut w);
-            serve(&mut c, t, &w);
-            echoes += echoes_to_host(&w, me);
-            refused += w.tun.len();
-            t += ms(100);
-        }
+        let (echoes, refused) = host_sends(&mut c, me, secs(3), secs(63), ms(100));
         // Tests of 4 tries, 2 s apart, while the entry is valid (30 s), then the normal
         // course of an unknown destination: queued, tested, given up, the host told.
         assert!((8..=4 * 60 / 8 + 4).contains(&echoes), "{echoes} echoes in a minute");
@@ -1212,6 +1295,8 @@ mod native_speaks_first {
         // unanswered, the host is tested again too; the genuine one would answer through
         // RELAY.)
         assert_eq!(w.udp[0], (sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8])), "still trusted via RELAY");
+        assert_eq!(w.udp.len(), 2);
+        assert!(echo_request(&w, me, HOST).is_some(), "and the silent host tested through the server");
     }
 
     #[test]

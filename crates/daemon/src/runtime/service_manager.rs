@@ -12,6 +12,9 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
+/// What a daemon needs after its drain to close down (interfaces, routes, sockets).
+const STOP_MARGIN: Duration = Duration::from_secs(10);
+
 /// The daemon's line to its service manager, or nothing.
 #[derive(Debug, Default)]
 pub struct ServiceManager {
@@ -81,7 +84,7 @@ impl ServiceManager {
     /// A clean stop has begun that goes on forwarding for `drain` first: the manager is
     /// asked to wait that long and a little more before it kills us (systemd's stop
     /// timeout, 90 s by default, would otherwise cut a long `DrainTime` short).
-    pub fn stopping_after(&mut self, drain: std::time::Duration) {
+    pub fn stopping_after(&mut self, drain: Duration) {
         let usec = (drain + STOP_MARGIN).as_micros();
         self.send(&format!("STOPPING=1\nEXTEND_TIMEOUT_USEC={usec}"));
     }
@@ -96,9 +99,6 @@ impl ServiceManager {
 }
 
 /// A status is one line of the protocol's `KEY=value` list.
-/// What a daemon needs after its drain to close down (interfaces, routes, sockets).
-const STOP_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
-
 fn one_line(s: &str) -> String {
     s.replace('\n', " ")
 }

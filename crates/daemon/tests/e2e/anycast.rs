@@ -7,7 +7,7 @@
 use super::{Case, Expect};
 use nix::sys::signal::Signal;
 use shipworm_lab::anycast::{Health, Place};
-use shipworm_lab::traffic::{echo_requests_heard, ping_stream_from, Echo};
+use shipworm_lab::traffic::{echo_requests_heard, ping_stream_from, stream_ident, Echo};
 use shipworm_lab::{Impl, Lab, LabSpec, NatKind, HOST6_V6};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -16,6 +16,15 @@ use std::time::{Duration, Instant};
 const INTERVAL: Duration = Duration::from_millis(20);
 const BEFORE: Duration = Duration::from_millis(1500);
 const STREAM: Duration = Duration::from_secs(5);
+
+/// A running echo stream and its listener at the other end.
+type Streams = (
+    std::thread::JoinHandle<shipworm_lab::Result<Vec<Echo>>>,
+    std::thread::JoinHandle<shipworm_lab::Result<Vec<(u16, Duration)>>>,
+);
+
+/// Which packets of a stream arrived (by sequence number), and when.
+type Arrivals = Vec<(usize, Duration)>;
 
 /// How relay A goes.
 #[derive(Clone, Copy, PartialEq)]
@@ -39,45 +48,58 @@ enum Caller {
     Client,
 }
 
-/// How traffic fared across relay A's end: for each direction, the time from the end
-/// to the first packet sent after it that arrived, and the packets lost.
+/// One direction's packets across relay A's end (times from the stream's start).
+struct Direction {
+    /// From the end to the first arrival of a packet sent after it.
+    moved: Option<Duration>,
+    /// The longest time without an arrival, from the last one before the end on.
+    silence: Option<Duration>,
+    /// Packets sent after the end, and those of them that never arrived.
+    sent: usize,
+    lost: usize,
+}
+
+impl Direction {
+    /// From when each packet was sent and when (by sequence number) those that crossed
+    /// arrived, relay A having gone at `end`.
+    fn across(sent: &[Duration], arrivals: &[(usize, Duration)], end: Duration) -> Direction {
+        let arrival = |seq: usize| arrivals.iter().find(|(s, _)| *s == seq).map(|(_, at)| *at);
+        let after: Vec<usize> = (0..sent.len()).filter(|&i| sent[i] >= end).collect();
+        let moved = after.iter().filter_map(|&i| arrival(i)).min().map(|at| at - end);
+        let mut times: Vec<Duration> = arrivals.iter().map(|(_, at)| *at).collect();
+        times.sort();
+        let from = times.iter().rposition(|&at| at <= end).unwrap_or(0);
+        let silence = moved.and(times[from..].windows(2).map(|w| w[1] - w[0]).max());
+        let lost = after.iter().filter(|&&i| arrival(i).is_none()).count();
+        Direction { moved, silence, sent: after.len(), lost }
+    }
+
+    fn within(&self, d: Duration) -> bool {
+        self.moved.is_some_and(|m| m < d) && self.silence.is_some_and(|s| s < d)
+    }
+
+    fn describe(&self, way: &str) -> String {
+        format!(
+            "{way}: traffic moved in {} (longest silence {}, {} of {} lost)",
+            ms(self.moved),
+            ms(self.silence),
+            self.lost,
+            self.sent
+        )
+    }
+}
+
+/// A figure in milliseconds, or "never" (within the stream).
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("never".to_string(), |d| format!("{} ms", d.as_millis()))
+}
+
+/// How traffic fared across relay A's end, each way.
 struct Moved {
-    native_to_client: Option<Duration>,
-    client_to_native: Option<Duration>,
-    lost_requests: usize,
-    lost_replies: usize,
-    requests: usize,
+    native_to_client: Direction,
+    client_to_native: Direction,
     /// The daemons' last words, for a failure's report.
     logs: String,
-}
-
-impl Moved {
-    fn ms(d: Option<Duration>) -> String {
-        d.map_or("never (within the stream)".into(), |d| format!("{} ms", d.as_millis()))
-    }
-}
-
-/// The one-way figures from the caller's echoes and the requests heard at the callee,
-/// relay A having gone at `end` (all times from the stream's start).
-fn moved(caller: Caller, echoes: &[Echo], heard: &[(u16, Duration)], end: Duration) -> Moved {
-    let arrived = |seq: usize| heard.iter().find(|(s, _)| usize::from(*s) == seq).map(|(_, at)| *at);
-    let after: Vec<(usize, &Echo)> = echoes.iter().enumerate().filter(|(_, e)| e.sent >= end).collect();
-    let first_request = after.iter().find_map(|&(i, _)| arrived(i)).map(|at| at - end);
-    let first_reply = after.iter().find_map(|(_, e)| e.rtt.map(|r| e.sent + r - end));
-    let lost_requests = after.iter().filter(|&&(i, _)| arrived(i).is_none()).count();
-    let lost_replies = after.iter().filter(|&&(i, e)| arrived(i).is_some() && e.rtt.is_none()).count();
-    let (native_to_client, client_to_native) = match caller {
-        Caller::Native => (first_request, first_reply),
-        Caller::Client => (first_reply, first_request),
-    };
-    Moved {
-        native_to_client,
-        client_to_native,
-        lost_requests,
-        lost_replies,
-        requests: after.len(),
-        logs: String::new(),
-    }
 }
 
 /// Relay A (`a`, with BIRD health as it can) and relay B (shipworm) announce through
@@ -104,17 +126,21 @@ fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> 
     lab.wait_anycast(&rtr, Place::A, &[Place::B], Duration::from_secs(20)).map_err(|e| format!("step 2: {e}"))?;
 
     let (h6, c) = (lab.ns("h6"), lab.clients[0].ns.clone());
-    let (from_ns, to_ns, to) = match caller {
-        Caller::Native => (h6, c, client),
-        Caller::Client => (c, h6, HOST6_V6),
-    };
+    // One stream each way (the native host's only when it calls), each heard at the
+    // other end: one-way arrivals.
     let start = Instant::now() + Duration::from_millis(100);
     let listen = STREAM + Duration::from_millis(600);
-    let heard = std::thread::spawn(move || echo_requests_heard(&to_ns, listen, start));
-    let pings = std::thread::spawn(move || ping_stream_from(&from_ns, to, INTERVAL, STREAM, start));
+    let (to_client, to_native) = (stream_ident(), stream_ident() ^ 0x0101);
+    let stream = |from: &str, to_ns: &str, dst, ident| {
+        let (from, to_ns) = (from.to_string(), to_ns.to_string());
+        let heard = std::thread::spawn(move || echo_requests_heard(&to_ns, ident, listen, start));
+        let pings = std::thread::spawn(move || ping_stream_from(&from, dst, INTERVAL, STREAM, start, ident));
+        (pings, heard)
+    };
+    let native_stream = (caller == Caller::Native).then(|| stream(&h6, &c, client, to_client));
+    let client_stream = stream(&c, &h6, HOST6_V6, to_native);
     std::thread::sleep((start + BEFORE).saturating_duration_since(Instant::now()));
     let through_a = lab.anycast_relay();
-    let end = start.elapsed();
     match end_by {
         // Miredo's relay is two processes: both go.
         End::Killed => lab.signal_peer_tree(Place::A.daemon(), Signal::SIGKILL).map_err(|e| e.to_string())?,
@@ -124,6 +150,9 @@ fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> 
                 .map_err(|e| e.to_string())?;
         }
     }
+    // Relay A is gone (or going) once the call returns: whatever is sent from here on
+    // must find B.
+    let end = start.elapsed();
     // When the router stopped routing through A.
     let mut rerouted = None;
     while start.elapsed() < STREAM {
@@ -132,9 +161,27 @@ fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> 
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let echoes = pings.join().map_err(|_| "ping thread panicked")?.map_err(|e| e.to_string())?;
-    let heard = heard.join().map_err(|_| "listening thread panicked")?.map_err(|e| e.to_string())?;
-    let before: Vec<&Echo> = echoes.iter().filter(|e| e.sent + Duration::from_millis(200) < end).collect();
+    let join = |(pings, heard): Streams| -> Result<(Vec<Echo>, Arrivals), String> {
+        let echoes = pings.join().map_err(|_| "ping thread panicked")?.map_err(|e| e.to_string())?;
+        let heard = heard.join().map_err(|_| "listening thread panicked")?.map_err(|e| e.to_string())?;
+        Ok((echoes, heard.into_iter().map(|(seq, at)| (usize::from(seq), at)).collect()))
+    };
+    let sent = |echoes: &[Echo]| echoes.iter().map(|e| e.sent).collect::<Vec<_>>();
+    let (client_echoes, client_heard) = join(client_stream)?;
+    let client_to_native = Direction::across(&sent(&client_echoes), &client_heard, end);
+    let native_to_client = match native_stream {
+        Some(st) => {
+            let (echoes, heard) = join(st)?;
+            Direction::across(&sent(&echoes), &heard, end)
+        }
+        // Only the client calls: the native side's traffic is the replies.
+        None => {
+            let replies: Vec<(usize, Duration)> =
+                client_echoes.iter().enumerate().filter_map(|(i, e)| e.rtt.map(|r| (i, e.sent + r))).collect();
+            Direction::across(&sent(&client_echoes), &replies, end)
+        }
+    };
+    let before: Vec<&Echo> = client_echoes.iter().filter(|e| e.sent + Duration::from_millis(200) < end).collect();
     let answered = before.iter().filter(|e| e.rtt.is_some()).count();
     if through_a != Some(Place::A) || answered + 2 < before.len() {
         return Err(format!(
@@ -150,15 +197,14 @@ fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> 
             lab.anycast_relay()
         ));
     }
-    let m = moved(caller, &echoes, &heard, end);
     let how = match lab.client_status(0) {
         Some(st) => format!(
             "rerouted {} after; client: {} silent re-test(s), {} first contact(s)",
-            Moved::ms(rerouted),
+            ms(rerouted),
             st["counters"]["silent_retests"],
             st["counters"]["first_contacts"]
         ),
-        None => format!("rerouted {} after", Moved::ms(rerouted)),
+        None => format!("rerouted {} after", ms(rerouted)),
     };
     let logs = format!(
         "relay B:\n{}\nclient:\n{}\nserver:\n{}",
@@ -166,37 +212,34 @@ fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> 
         lab.log_tail("client0", 8),
         lab.log_tail("server", 4)
     );
-    Ok((Moved { logs, ..m }, how))
+    Ok((Moved { native_to_client, client_to_native, logs }, how))
 }
 
 fn report(m: &Moved, how: &str) -> String {
     format!(
-        "traffic moved in {} native → client, {} client → native; {} of {} requests and {} replies lost; {how}",
-        Moved::ms(m.native_to_client),
-        Moved::ms(m.client_to_native),
-        m.lost_requests,
-        m.requests,
-        m.lost_replies
+        "{}; {}; {how}",
+        m.native_to_client.describe("native → client"),
+        m.client_to_native.describe("client → native")
     )
 }
 
 /// What a case must show to pass.
 #[derive(Clone, Copy)]
 enum Bar {
-    /// Native → client traffic back within this long.
+    /// Native → client traffic back within this long, and never silent as long.
     NativeWithin(Duration),
-    /// Client → native traffic back within this long.
+    /// Client → native traffic back within this long, and never silent as long.
     ClientWithin(Duration),
-    /// Not one echo request or reply lost.
+    /// Not one packet lost either way.
     NothingLost,
 }
 
 impl Bar {
     fn met(self, m: &Moved) -> bool {
         match self {
-            Bar::NativeWithin(d) => m.native_to_client.is_some_and(|t| t < d),
-            Bar::ClientWithin(d) => m.client_to_native.is_some_and(|t| t < d),
-            Bar::NothingLost => m.lost_requests + m.lost_replies == 0 && m.requests > 0,
+            Bar::NativeWithin(d) => m.native_to_client.within(d),
+            Bar::ClientWithin(d) => m.client_to_native.within(d),
+            Bar::NothingLost => [&m.native_to_client, &m.client_to_native].iter().all(|d| d.lost == 0 && d.sent > 0),
         }
     }
 }
