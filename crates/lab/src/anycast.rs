@@ -117,13 +117,14 @@ pub fn relay_bird_config(place: Place, health: Health) -> String {
     )
 }
 
-/// The router's BIRD configuration: both relays as BGP neighbours with BFD, relay A
-/// preferred, the best route exported to the router's kernel.
+/// The router's BIRD configuration: both relays as BGP neighbours with BFD, taking only
+/// the Teredo prefix from them, relay A preferred, the best route exported to the
+/// router's kernel.
 pub fn router_bird_config() -> String {
     let neighbour = |p: Place, pref: u32| {
         format!(
             "protocol bgp relay_{name} {{\n    local {ROUTER_V6} as {ROUTER_AS};\n    neighbor {v6} as {asn};\n    bfd on;\n    {QUICK_CONNECT}\n    \
-             ipv6 {{ import filter {{ bgp_local_pref = {pref}; accept; }}; export none; }};\n}}\n",
+             ipv6 {{ import filter {{ if net != 2001::/32 then reject; bgp_local_pref = {pref}; accept; }}; export none; }};\n}}\n",
             name = if p == Place::A { "a" } else { "b" },
             v6 = p.v6(),
             asn = p.asn(),
