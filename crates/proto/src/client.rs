@@ -370,8 +370,8 @@ pub struct Client<R: Random> {
     home: Option<([u8; 8], Duration)>,
     peers: PeerTable,
     pending: VecDeque<Ipv6Addr>,
-    /// Native peers under a test of ours (they fell silent while we sent): never more
-    /// than the waiting list holds.
+    /// Native peers under a test of ours (they fell silent while we sent): each is on
+    /// the waiting list too, and leaves this set when it leaves the list.
     retests: HashSet<Ipv6Addr>,
     held: FirstContacts,
     random_bits: Option<(SocketAddrV4, u16)>,
@@ -537,6 +537,7 @@ impl<R: Random> Client<R> {
     fn make_room_to_wait(&mut self) {
         while self.pending.len() >= self.cfg.pending_capacity.max(1) {
             let Some(old) = self.pending.pop_front() else { break };
+            self.retests.remove(&old);
             // A stale list entry (answered or gone since) is passed over: what it may hold
             // is the timer's to settle, or a packet just held for a new wait.
             let Some(lost) = self.peers.give_way(&old) else { continue };
@@ -806,6 +807,7 @@ impl<R: Random> Client<R> {
             // Peers were learned under the old mapping: start afresh.
             self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
             self.pending.clear();
+            self.retests.clear();
             // Another network: another link.
             self.local_peers.clear();
             // Their random ports were for the old mapping too.

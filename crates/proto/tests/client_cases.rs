@@ -1179,6 +1179,57 @@ mod native_speaks_first {
     }
 
     #[test]
+    fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
+        // A waiting list of 4, and 8 native hosts trusted through RELAY (each spoke first).
+        let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+        cfg.local_discovery = false;
+        cfg.pending_capacity = 4;
+        let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
+        let me = up_address(&qualify(&mut c, secs(1), M, M, false));
+        let hosts: Vec<String> = (0..8).map(|i| format!("2001:db8:1::2{i}")).collect();
+        for h in &hosts {
+            let mut w = Rec::default();
+            c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(h, me, 1), &mut w);
+            let echo = echo_request(&w, me, h).expect("tested");
+            c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(h, me, &echo), &mut w);
+        }
+        // The first four fall silent while we send: tested, the list full.
+        let tested = |c: &mut Client<Rng>, from: Duration, to: Duration, hosts: &[String]| {
+            let mut t = from;
+            let mut n = 0;
+            while t < to {
+                let mut w = Rec::default();
+                for h in hosts {
+                    c.on_tun(t, &ipv6(&me.to_string(), h, 17, &[1; 8]), &mut w);
+                }
+                c.on_timer(t, &mut w);
+                serve(c, t, &w);
+                n += hosts.iter().filter(|h| echo_request(&w, me, h).is_some()).count();
+                t += ms(100);
+            }
+            n
+        };
+        assert!(tested(&mut c, secs(3), ms(4500), &hosts[..4]) >= 4);
+        // Four native sources speaking first push them off the list.
+        for i in 0..4 {
+            let src = format!("2001:db8:2::{i}");
+            c.on_udp(ms(4500), Via::Service, sa(RELAY2), &datagram(&src, me, 1), &mut Rec::default());
+        }
+        // Once those tests are over, the other four fall silent: each is tested.
+        let quiet = |c: &mut Client<Rng>| {
+            let mut t = ms(4600);
+            while t < secs(13) {
+                let mut w = Rec::default();
+                c.on_timer(t, &mut w);
+                serve(c, t, &w);
+                t += ms(100);
+            }
+        };
+        quiet(&mut c);
+        assert_eq!(tested(&mut c, secs(13), secs(15), &hosts[4..]), 4);
+    }
+
+    #[test]
     fn a_silent_host_whose_test_fails_stays_with_its_relay() {
         let (mut c, me) = trusted_through_relay();
         // Four unanswered tries from 4 s to 10 s; the host still sends through RELAY
