@@ -275,9 +275,12 @@ pub fn echo_requests_heard(ns: &str, ident: u16, total: Duration, start: Instant
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
     while start.elapsed() < total {
         let Ok(n) = s.recv(&mut buf) else { continue };
-        // SAFETY: recv initialised the first n bytes.
-        let b: Vec<u8> = buf[..n.min(8)].iter().map(|x| unsafe { x.assume_init() }).collect();
-        if b.len() == 8 && b[0] == 128 && u16::from_be_bytes([b[4], b[5]]) == ident {
+        if n < 8 {
+            continue;
+        }
+        // SAFETY: recv initialised the first n ≥ 8 bytes.
+        let b: [u8; 8] = std::array::from_fn(|i| unsafe { buf[i].assume_init() });
+        if b[0] == 128 && u16::from_be_bytes([b[4], b[5]]) == ident {
             heard.push((u16::from_be_bytes([b[6], b[7]]), start.elapsed()));
         }
     }

@@ -1109,11 +1109,12 @@ impl<R: Random> Client<R> {
         // A native host's bubble comes from the relay that holds its packets for us now,
         // which the origin names: after a relay change (an anycast relay failed) that is
         // not the relay we trusted, and only a bubble to it lets its packets through.
+        let src_teredo = TeredoAddr::decode(&src).is_some();
         let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
         let proven = self
             .peers
             .get(&src)
-            .filter(|p| p.trusted && (TeredoAddr::decode(&src).is_some() || pkt.origin.is_none_or(|o| o == p.mapped)))
+            .filter(|p| p.trusted && (src_teredo || pkt.origin.is_none_or(|o| o == p.mapped)))
             .map(|p| p.mapped);
         let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
         let trusted = proven.is_some();
@@ -1133,7 +1134,7 @@ impl<R: Random> Client<R> {
             self.stats.bubbles += 1;
             // A native host's last transmission is our traffic's (its silence is timed
             // from it): bubbles that anyone can draw through the server do not move it.
-            if let Some(mut p) = self.peers.get_mut(&src).filter(|_| TeredoAddr::decode(&src).is_some()) {
+            if let Some(mut p) = self.peers.get_mut(&src).filter(|_| src_teredo) {
                 p.last_tx = now;
             }
             // Our echo of its nonce now proves us to a peer met through hairpinning:
@@ -1865,7 +1866,8 @@ impl<R: Random> Client<R> {
         // transmissions are all recorded, as its bubbles' and solicitations' pacing
         // reads them.
         let key = self.peers.key(&dst);
-        let native = TeredoAddr::decode(&dst).is_none();
+        let teredo = TeredoAddr::decode(&dst);
+        let native = teredo.is_none();
         let sent = if native {
             self.peers.send_to_watching(&key, now)
         } else {
@@ -1887,7 +1889,6 @@ impl<R: Random> Client<R> {
             }
             return;
         }
-        let teredo = TeredoAddr::decode(&dst);
         if let Some(t) = &teredo {
             // Cases 4/5: never send to a non-global embedded address (§7.4.3), nor to
             // one on a subnet we are attached to (CVE-2006-6264).

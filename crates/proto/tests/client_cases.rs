@@ -159,13 +159,20 @@ fn case30_symmetric_nat_is_reported_and_no_address_claimed() {
     assert_eq!(c.status().nat, NatKind::Symmetric);
 }
 
+/// A client qualified behind a symmetric NAT (the secondary sees another port), which
+/// it reports: its address.
+fn qualified_symmetric() -> (Client<Rng>, Ipv6Addr) {
+    let mut c = client(&[P]);
+    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
+    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Symmetric, .. }), "{ev:?}");
+    let addr = up_address(&ev);
+    (c, addr)
+}
+
 #[test]
 fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
     // RFC 6081 §5.2: the address is built from the primary's RA, the NAT reported.
-    let mut c = client(&[P]);
-    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
-    let addr = up_address(&ev);
-    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Symmetric, .. }), "{ev:?}");
+    let (mut c, addr) = qualified_symmetric();
     assert_eq!(TeredoAddr::decode(&addr).unwrap().mapped, sa(M), "the primary's mapping, not the secondary's");
     assert_eq!(c.status().state, "qualified");
     // A relay behind its indirect bubble is answered from wherever the NAT maps us:
@@ -1483,10 +1490,7 @@ fn with_its_port_mapped_a_client_sends_nothing_direct_before_the_peer_spoke() {
     // our address's endpoint. A direct bubble of ours would open a session of our NAT on
     // a random port, and the peer's answer to the mapped port would clash with it (Linux
     // drops it or moves it to another port): only the indirect bubble goes.
-    let mut c = client(&[P]);
-    let ev = qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
-    let me = up_address(&ev);
-    assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Symmetric, .. }), "{ev:?}");
+    let (mut c, me) = qualified_symmetric();
     c.set_port_mapping(Some(sa(M)));
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544, server P
     let mut w = Rec::default();
@@ -1500,8 +1504,7 @@ fn with_its_port_mapped_a_client_sends_nothing_direct_before_the_peer_spoke() {
     c.on_udp(secs(6), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &me.to_string()), &mut w);
     assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
     // Without a mapping the direct (opening) bubble goes at once, as before.
-    let mut c = client(&[P]);
-    let me = up_address(&qualify(&mut c, secs(1), M, "192.0.2.45:51234", false));
+    let (mut c, me) = qualified_symmetric();
     let mut w = Rec::default();
     c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
