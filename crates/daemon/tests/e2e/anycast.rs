@@ -102,14 +102,20 @@ struct Moved {
     logs: String,
 }
 
-/// Relay A (`a`, with BIRD health as it can) and relay B (shipworm) announce through
-/// the router; echoes flow through A; A ends as `end_by` says 1.5 s into the stream.
-fn failover(me: &Path, a: &Impl, client: &Impl, end_by: End, caller: Caller) -> Result<(Moved, String), String> {
+/// Relays A and B (`relays`, each with BIRD health as it can) announce through the
+/// router; echoes flow through A; A ends as `end_by` says 1.5 s into the stream.
+fn failover(
+    me: &Path,
+    relays: &(Impl, Impl),
+    client: &Impl,
+    end_by: End,
+    caller: Caller,
+) -> Result<(Moved, String), String> {
     let ship = Impl::Shipworm(me.to_path_buf());
     let spec = LabSpec { anycast: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| e.to_string())?;
     let rtr = lab.start_router_bird().map_err(|e| format!("step 1 (the router's BIRD): {e}"))?;
-    for (place, imp) in [(Place::A, a), (Place::B, &ship)] {
+    for (place, imp) in [(Place::A, &relays.0), (Place::B, &relays.1)] {
         let health = if matches!(imp, Impl::Miredo) { Health::Interface } else { Health::InterfaceAndControl };
         let ctl = lab.start_relay_bird(place, health).map_err(|e| format!("step 1 (BIRD at relay {place:?}): {e}"))?;
         let extra = match imp {
@@ -251,11 +257,22 @@ pub fn cases(me: &Path) -> Vec<Case> {
     let native = "the native host pings the client";
     let mut table = Vec::new();
     // The native host pings the client (the case): its requests must come back
-    // within a second, through B, whichever relay A was and whichever client.
-    for (a, client) in [(ship.clone(), ship.clone()), (Impl::Miredo, ship.clone()), (ship.clone(), Impl::Miredo)] {
-        let name = format!("relay A ({a}) killed, {native} ({client}); native → client within 1 s");
-        table.push((name, a, client, End::Killed, Caller::Native, Bar::NativeWithin(second)));
+    // within a second, through B, whichever relays and whichever client. Relay B's first
+    // packet to the client is cold: its bubble through the server, answered at its origin.
+    let (m, s) = (Impl::Miredo, ship.clone());
+    for (relays, client) in [
+        ((s.clone(), s.clone()), s.clone()),
+        ((m.clone(), s.clone()), s.clone()),
+        ((s.clone(), m.clone()), s.clone()),
+        ((s.clone(), s.clone()), m.clone()),
+    ] {
+        let name = format!(
+            "relay A ({}) killed, relay B ({}), {native} ({client}); native → client within 1 s",
+            relays.0, relays.1
+        );
+        table.push((name, relays, client, End::Killed, Caller::Native, Bar::NativeWithin(second)));
     }
+    let both = (ship.clone(), ship.clone());
     // The client pings: nothing comes back through B until the client's own traffic
     // finds it (the native host answers only what reaches it). The client tests the
     // silent host again after a second and follows the reply to B.
@@ -264,7 +281,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
             format!(
                 "relay A (shipworm) killed, the client ({client}) pings the native host; client → native within 2 s"
             ),
-            ship.clone(),
+            both.clone(),
             client,
             End::Killed,
             Caller::Client,
@@ -274,7 +291,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
     // The relay host is cut off: BFD (three missed 50-ms hellos) ends the BGP session.
     table.push((
         format!("relay host A cut off (BFD), {native}; native → client within 1 s"),
-        ship.clone(),
+        both.clone(),
         ship.clone(),
         End::CutOff,
         Caller::Native,
@@ -283,7 +300,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
     // A clean stop: the relay withdraws first and forwards while routing moves.
     table.push((
         format!("relay A (shipworm) stopped cleanly, {native}; no echo lost"),
-        ship.clone(),
+        both,
         ship,
         End::Stopped,
         Caller::Native,
@@ -291,7 +308,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
     ));
     table
         .into_iter()
-        .map(|(name, a, client, end_by, caller, bar)| {
+        .map(|(name, relays, client, end_by, caller, bar)| {
             let me = me.to_path_buf();
             Case {
                 name: format!("anycast relays: {name}"),
@@ -303,7 +320,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
                     _ => Expect::Pass,
                 },
                 run: Box::new(move || {
-                    let (m, how) = failover(&me, &a, &client, end_by, caller)?;
+                    let (m, how) = failover(&me, &relays, &client, end_by, caller)?;
                     let text = report(&m, &how);
                     if bar.met(&m) {
                         Ok(text)
