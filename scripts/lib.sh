@@ -1,7 +1,26 @@
 # Shared set-up for the project's scripts: install what is missing, say what is done.
 # Sourced, not run.
 
-say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+# Each phase prints the time the one before it took, and the run's time so far (a
+# script called by another counts from the caller's start: RUN_T0 is exported).
+export RUN_T0=${RUN_T0:-$(date +%s)}
+PHASE_T0=
+PHASE_NAME=
+say() {
+    local now
+    now=$(date +%s)
+    [ -n "$PHASE_NAME" ] && printf '    (%s: %d s; %d s since the start)\n' "$PHASE_NAME" $((now - PHASE_T0)) $((now - RUN_T0))
+    PHASE_T0=$now
+    PHASE_NAME=$*
+    printf '\033[1m==> %s\033[0m\n' "$*"
+}
+# Closes the last phase, for a script's end.
+phase_done() {
+    local now
+    now=$(date +%s)
+    [ -n "$PHASE_NAME" ] && printf '    (%s: %d s; %d s since the start)\n' "$PHASE_NAME" $((now - PHASE_T0)) $((now - RUN_T0))
+    PHASE_NAME=
+}
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
 # Install Debian packages that are missing. Needs root (apt-get).

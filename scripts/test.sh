@@ -64,6 +64,7 @@ say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
+phase_done
 # One closing line over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 }
      END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, i; exit (p == 0 || f > 0) }' "$log"

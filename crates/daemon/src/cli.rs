@@ -44,10 +44,6 @@ pub enum Command {
     /// counters.
     Status(StatusArgs),
 
-    /// Build a little Internet of network namespaces (server, relay, NAT, client,
-    /// native IPv6 host), run Teredo in it, and check ping6 and TCP both ways. Root.
-    Lab(LabArgs),
-
     /// Check a configuration file without starting anything: prints what it means, or
     /// one line naming the file, line and reason (exit status 2).
     CheckConfig(CheckConfigArgs),
@@ -189,36 +185,4 @@ pub struct AddressArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-}
-
-/// Arguments of `shipworm lab`.
-#[derive(Debug, Args)]
-pub struct LabArgs {
-    /// The NAT in front of the client: full-cone, address-restricted, port-restricted,
-    /// symmetric (a random port per destination), sequential (the next port per flow),
-    /// port-preserving (symmetric, but an endpoint's first flow keeps its port),
-    /// symmetric-upnp or symmetric-pcp (symmetric, with miniupnpd as UPnP or PCP gateway).
-    #[arg(long, value_name = "KIND", default_value = "port-restricted")]
-    pub nat: String,
-
-    /// Leave the lab running and print how to enter each namespace.
-    #[arg(long)]
-    pub keep: bool,
-
-    /// `miredo`: Debian's Miredo plays the server and the relay (interop).
-    #[arg(long, value_name = "IMPL", value_parser = ["miredo"])]
-    pub peer: Option<String>,
-
-    /// Bytes in each TCP transfer.
-    #[arg(long, default_value_t = 10_000_000)]
-    pub bytes: usize,
-
-    /// Who sends the very first packet: `native` (the native host calls the client) or
-    /// `client`.
-    #[arg(long, value_name = "SIDE", default_value = "native", value_parser = ["native", "client"])]
-    pub first: String,
-
-    /// Remove what earlier runs left (after --keep, or a crash), then exit.
-    #[arg(long)]
-    pub cleanup: bool,
 }

@@ -59,7 +59,6 @@ fn main() -> ExitCode {
         cli::Command::Client(args) => cmd::client::run(&args),
         cli::Command::Status(args) => cmd::status::run(&args),
         cli::Command::CheckConfig(args) => cmd::check_config::run(&args),
-        cli::Command::Lab(args) => cmd::lab::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

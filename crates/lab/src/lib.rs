@@ -1,6 +1,6 @@
 //! # shipworm-lab
 //!
-//! A little Internet made of network namespaces, for `shipworm lab` and the end-to-end
+//! A little Internet made of network namespaces, for `shipworm-lab` and the end-to-end
 //! suite. One "public" segment (a bridge in a `core` namespace, 192.0.2.0/24 and
 //! 2001:db8:1::/64) joins:
 //!
@@ -175,7 +175,7 @@ impl Lab {
         self.daemon_env.push((key.to_string(), value.to_string()));
     }
 
-    /// Leave everything running when dropped (`shipworm lab --keep`).
+    /// Leave everything running when dropped (`shipworm-lab --keep`).
     pub fn keep(&mut self) {
         self.keep = true;
     }
@@ -411,7 +411,7 @@ impl Lab {
 impl Drop for Lab {
     fn drop(&mut self) {
         if self.keep {
-            // Leave the daemons running; `shipworm lab --cleanup` removes them later.
+            // Leave the daemons running; `shipworm-lab --cleanup` removes them later.
             for p in &mut self.peers {
                 p.detach();
             }

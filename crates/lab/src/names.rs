@@ -39,7 +39,7 @@ impl Lab {
         // One try, one second: a lookup that reaches DNS fails fast (nothing listens).
         write(
             &dir.join("resolv.conf"),
-            "# shipworm lab: no DNS leaves the namespace\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
+            "# shipworm-lab: no DNS leaves the namespace\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n",
         )?;
         Ok(hosts)
     }

@@ -2,7 +2,7 @@
 //! client behind a NAT, then a cold first contact (a single echo request, the first
 //! packet between the two, which must be answered), then ping6 and TCP both ways with
 //! the native host. Used by
-//! `shipworm lab` (which prints the steps) and by the end-to-end suite (which asserts
+//! `shipworm-lab` (which prints the steps) and by the end-to-end suite (which asserts
 //! the outcome).
 
 use crate::error::{err, LabError, Result};

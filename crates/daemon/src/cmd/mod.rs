@@ -6,7 +6,6 @@ pub mod address;
 pub mod check_config;
 pub mod client;
 pub mod client_helper;
-pub mod lab;
 pub mod relay;
 pub mod server;
 pub mod status;

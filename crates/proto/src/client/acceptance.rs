@@ -1,0 +1,235 @@
+//! Which packets from peers are taken (RFC 4380 §5.2.3's rules, RFC 6081 §5.2.4.4's
+//! nonces, local discovery's peers) and what accepting one changes: the peer's
+//! mapping, the socket that carries it, what its trailers ask.
+
+use super::*;
+
+impl<R: Random> Client<R> {
+    /// A packet from a peer, on the service port (`port` 0) or on a random port.
+    pub(super) fn on_peer_packet(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        port: u16,
+        tx: &mut impl Transmit,
+    ) {
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if !self.our_address(&dst) {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        if !src.is_forwardable() {
+            // Forged RAs and the like never reach the host stack, nor does anything
+            // posing as the host's own site (unique-local) or as loopback.
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        // A random port hears only the peer it was opened for.
+        if port != 0 && self.ports.get(&src).map(|e| e.local) != Some(port) {
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        // 2. The echo reply of our connectivity test, from wherever it comes: the relay
+        // it came through serves the peer from now on (also when the peer was trusted
+        // through another relay: that is how a relay change is followed). The reply is
+        // ours, not the host's.
+        if self.peers.get(&src).and_then(|p| p.nonce()).is_some_and(|n| is_echo_reply_with(ip, &n)) {
+            if let Some(mut p) = self.peers.get_mut(&src) {
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+            }
+            self.release_held(&src, from, tx);
+            return self.flush(&src, from, tx);
+        }
+        let embedded = TeredoAddr::decode(&src);
+        let nonce = self.nonce_in(pkt);
+        // A peer proven at a port its address does not embed: behind a symmetric NAT.
+        let mut learned_port = false;
+        // Accepted on the strength of our nonce.
+        let mut proven = false;
+        // Trusted at this very endpoint before this packet (may be answered): rule 1.
+        let mut known = false;
+        // A peer heard by local discovery writing from where it announced itself takes
+        // our packets from our own local address too (it heard ours): nothing to prove.
+        let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
+        let accepted = match self.peers.get_mut(&src) {
+            // 1. A trusted peer from its mapping.
+            Some(mut p) if p.trusted && p.mapped == from => {
+                p.last_rx = now;
+                p.bubbles = 0;
+                known = true;
+                true
+            }
+            // RFC 6081 §5.2.4.4: a direct bubble echoing our last indirect bubble's
+            // nonce, from wherever the peer's NAT sent it; that is its mapping now.
+            // A peer that never sent a nonce (Miredo) answering our bubbles from another
+            // port of its address is taken too, while we wait for it: the extension
+            // would drop it, and a symmetric-NAT Miredo client could not be reached.
+            // A nonce proves one exchange, once, and only while we are still reaching the
+            // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
+            Some(mut p)
+                if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
+                    || (p.waiting
+                        && pkt.is_bubble()
+                        && nonce == 0
+                        && !p.knows_trailers
+                        && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
+            {
+                learned_port =
+                    (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
+                proven = nonce != 0;
+                if proven {
+                    p.nonce_sent = 0;
+                }
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+                true
+            }
+            _ => false,
+        };
+        let accepted = accepted || {
+            // 3. A Teredo source whose embedded mapping is where it came from.
+            // 5. Or a peer local discovery found, from where it was heard.
+            let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
+            // Never for an embedded address on a subnet we are attached to: that host
+            // is met by local discovery, not this way (CVE-2006-6264).
+            let direct = embedded.is_some_and(|t| t.mapped == from && self.unreachable_embedded(*from.ip()).is_none());
+            if direct || local() {
+                // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping while
+                // it is valid: a packet claiming the embedded one is taken (RFC 4380 case
+                // 3) but moves nothing.
+                let elsewhere = self.peers.get(&src).is_some_and(|p| p.is_valid(now) && p.mapped != from);
+                let mut p = Peer::new(src, from, now);
+                p.trusted = true;
+                p.last_rx = now;
+                // Trusted afresh at this mapping; what it queued, its last transmission
+                // and what it told us of itself stay.
+                let renewed = !elsewhere
+                    && self
+                        .peers
+                        .get_mut(&src)
+                        .map(|mut old| {
+                            p.last_tx = old.last_tx;
+                            p.nonce_received = old.nonce_received;
+                            p.knows_trailers = old.knows_trailers;
+                            *old = p;
+                            old.set_nonce(None);
+                        })
+                        .is_some();
+                elsewhere || renewed || self.peers.insert(p, now).is_ok()
+            } else {
+                false
+            }
+        };
+        // Which of our sockets carries this peer from now on (RFC 6081 §5.4.4.5).
+        let mut new_route = false;
+        if accepted && !self.ports.is_empty() {
+            if let Some(e) = self.ports.get_mut(&src) {
+                if port != 0 && e.local == port {
+                    // It answered on our random port: everything to it leaves from there.
+                    new_route = !e.via_local;
+                    e.via_local = true;
+                    e.touched = now;
+                } else if port == 0 && proven && e.local != 0 && !e.via_local {
+                    // It answered on the service port: the random one is not needed.
+                    tx.close_port(e.local);
+                    (e.local, e.predicted, e.echo) = (0, 0, None);
+                }
+            }
+        }
+        // The peer now sees us where our address does not say (its proven port
+        // changed, or our packets leave from a random port): it takes them only once we
+        // echoed a nonce of its own.
+        let reprove = learned_port || new_route;
+        let echo = if reprove { self.peers.get(&src).map_or(0, |p| p.nonce_received) } else { 0 };
+        if reprove && echo != 0 {
+            // Tell it at once, through the port its NAT opened towards us: its own
+            // bubbles to our address's mapping may all have been dropped, and it
+            // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
+            // step 10) to trust us.
+            let n = self.bubble(&dst, &src, echo);
+            let to = self.peer_target(&src, from);
+            udp_via(tx, port, to, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+        }
+        // Without its nonce yet (its indirect bubble is still on its way through the
+        // servers), what the host queued waits for it: sent now, it would be dropped.
+        let hold = reprove && echo == 0;
+        if accepted {
+            if pkt.is_bubble() && !pkt.trailers.is_empty() {
+                self.on_peer_trailers(now, &dst, &src, from, port, known, pkt, tx);
+            }
+            if !hold {
+                self.flush(&src, from, tx);
+            }
+            if !pkt.is_bubble() {
+                self.deliver(ip.packet(), tx);
+            }
+            return;
+        }
+        // 6. A native source through an endpoint not (yet) its own: hold and test.
+        if embedded.is_none() && !pkt.is_bubble() {
+            return self.first_contact(now, from, src, ip.packet(), tx);
+        }
+        self.dropped(DropReason::SourceMismatch)
+    }
+
+    /// Trailers of an accepted direct bubble from `src` at `from`: the peer knows RFC
+    /// 6081, and a Server Load Reduction solicitation is answered with an advertisement
+    /// (§5.7.4.2) — only now that the bubble passed the acceptance rules, so a forged
+    /// solicitation cannot make us send to an address of its choosing.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn on_peer_trailers(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        src: &Ipv6Addr,
+        from: SocketAddrV4,
+        port: u16,
+        known: bool,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
+            return;
+        }
+        let solicited = matches!(
+            pkt.trailers.get(trailer_type::NEIGHBOR_DISCOVERY),
+            Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
+        );
+        // Only a peer trusted at this endpoint before this packet is answered, once per
+        // bubble spacing: a packet spoofed from an address its source embeds would
+        // otherwise turn us into a reflector.
+        let mut answer = false;
+        if let Some(mut p) = self.peers.get_mut(src) {
+            p.knows_trailers = true;
+            answer = known && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
+            if answer && solicited {
+                p.last_tx = now;
+            }
+        }
+        if solicited && answer && self.cfg.server_load_reduction {
+            let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
+            let n = self.bubble_with(me, src, Some(ad));
+            udp_via(tx, port, from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+            self.stats.peer_advertisements += 1;
+        }
+    }
+}
+
+/// Whether `ip` is an ICMPv6 echo reply (no extension headers) carrying `nonce`.
+pub(super) fn is_echo_reply_with(ip: &Ipv6Packet<&[u8]>, nonce: &[u8; 8]) -> bool {
+    if ip.next_header() != ip_protocol::ICMPV6 {
+        return false;
+    }
+    let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else {
+        return false;
+    };
+    icmp.msg_type() == message::ECHO_REPLY
+        && icmp.verify_checksum(&ip.src_addr(), &ip.dst_addr())
+        && icmp.payload() == nonce
+}

@@ -1,0 +1,154 @@
+//! What comes from our server that is not an advertisement: indirect bubbles (answered
+//! with a direct bubble, and with an indirect one of ours when the peer speaks RFC
+//! 6081) and relayed ICMPv6.
+
+use super::*;
+
+impl<R: Random> Client<R> {
+    /// From the server, not an RA: indirect bubbles (answer the origin with a direct
+    /// bubble) and relayed ICMPv6.
+    pub(super) fn on_server_packet(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+        let Some(me) = self.address() else {
+            return self.dropped(DropReason::LocalDestination);
+        };
+        let ip = &pkt.ipv6;
+        let src = ip.src_addr();
+        if !self.our_address(&ip.dst_addr()) {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        // Miredo's relay sends its indirect bubbles from a link-local address: fine for
+        // a bubble, which is answered and consumed; nothing link-local reaches the host.
+        if !pkt.is_bubble() && !src.is_forwardable() {
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        let nonce = self.nonce_in(pkt);
+        let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
+        // Hairpinning (§5.6.4.2): a malformed Alternate Address trailer spoils the bubble.
+        // At most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD).
+        let mut alternates = [None; 2];
+        if nonce != 0 && self.cfg.hairpinning {
+            if let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) {
+                match TrailerRepr::parse(&t) {
+                    Ok(TrailerRepr::AlternateAddress(list)) => {
+                        for (slot, a) in alternates.iter_mut().zip(list.iter()) {
+                            *slot = Some(a);
+                        }
+                    }
+                    _ => return self.dropped(DropReason::BadValue),
+                }
+            }
+        }
+        // Whether this is the peer's answer to an indirect bubble of ours.
+        let first = self.peers.get(&src).is_none_or(|p| p.nonce_sent == 0);
+        let answer_indirect = match teredo {
+            Some(t) => self.remember_nonce(now, src, t, nonce),
+            None => false,
+        };
+        let new_peer_port = teredo.is_some() && nonce != 0 && self.remember_peer_port(now, src, pkt);
+        let mut echo_running = false;
+        if let (Some(t), true) = (teredo, answer_indirect) {
+            echo_running = self.open_random_port(now, &me, src, t, tx);
+        }
+        // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
+        // §5.2.3; practice answers with a bubble rather than a ping): to the mapping a
+        // trusted peer proved (RFC 6081 §6.1 step 10), else to the origin indication,
+        // else to the mapping its Teredo address embeds. It echoes the peer's nonce.
+        // A native host's bubble comes from the relay that holds its packets for us now,
+        // which the origin names: after a relay change (an anycast relay failed) that is
+        // not the relay we trusted, and only a bubble to it lets its packets through.
+        let src_teredo = TeredoAddr::decode(&src).is_some();
+        let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
+        let proven = self
+            .peers
+            .get(&src)
+            .filter(|p| p.trusted && (src_teredo || pkt.origin.is_none_or(|o| o == p.mapped)))
+            .map(|p| p.mapped);
+        let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
+        let trusted = proven.is_some();
+        if let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) {
+            let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
+            udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);
+            // With our port mapped, a peer whose origin is not its embedded mapping (a
+            // symmetric NAT) gets one at its embedded mapping too: if it holds a
+            // mapping as well, that one passes (RFC 6081 §5.3.4.2).
+            let extra = answer_indirect && self.mapped_inbound;
+            if let (false, Some(t)) = (trusted, teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip())) {
+                if self.unreachable_embedded(*t.mapped.ip()).is_none() {
+                    tx.udp(t.mapped, &self.scratch[..n]);
+                    self.stats.bubbles += 1;
+                }
+            }
+            self.stats.bubbles += 1;
+            // A native host's last transmission is our traffic's (its silence is timed
+            // from it): bubbles that anyone can draw through the server do not move it.
+            if let Some(mut p) = self.peers.get_mut(&src).filter(|_| src_teredo) {
+                p.last_tx = now;
+            }
+            // Our echo of its nonce now proves us to a peer met through hairpinning:
+            // what waited for it follows the bubble.
+            if trusted && nonce != 0 {
+                self.flush(&src, o, tx);
+            }
+        }
+        if answer_indirect {
+            // A direct bubble to each address the peer listed, with its nonce: one may
+            // be on our side of a NAT that does not hairpin.
+            let own = self.local;
+            for to in alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
+                let n = self.bubble(&me, &src, nonce);
+                tx.udp(to, &self.scratch[..n]);
+                self.stats.bubbles += 1;
+            }
+            if let Some(t) = teredo {
+                if !echo_running && !self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx) {
+                    self.send_indirect(now, &me, src, t.server, tx);
+                }
+            }
+        } else if let (Some(t), true) = (teredo, nonce != 0 && (!first || (new_peer_port && self.held.allow_test(now))))
+        {
+            // The answer to our own indirect bubble, or a port to try that we did not
+            // know: where to send from our random port is known now, not at our next
+            // retry.
+            self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx);
+        }
+        if pkt.is_bubble() {
+            return;
+        }
+        if ip.next_header() == ip_protocol::ICMPV6 {
+            self.deliver(ip.packet(), tx);
+        } else {
+            self.dropped(DropReason::NotBubbleOrIcmpv6);
+        }
+    }
+
+    /// An indirect bubble from Teredo peer `src`, carrying `nonce` (0: none): keep the
+    /// nonce to echo (RFC 6081 §5.2.4.3), and say whether to answer with an indirect
+    /// bubble of ours: the peer speaks the extension, we do not trust it yet, and
+    /// neither its bubble budget nor the shared echo budget is spent. A peer entry is
+    /// made for that answer's nonce (untrusted entries give way when the table is full).
+    pub(super) fn remember_nonce(&mut self, now: Duration, src: Ipv6Addr, t: TeredoAddr, nonce: u32) -> bool {
+        let reachable =
+            self.unreachable_embedded(*t.mapped.ip()).is_none() && self.unreachable_embedded(t.server).is_none();
+        // A new entry only within the shared budget: forged indirect bubbles must not
+        // crowd out the peers the host is reaching.
+        let mut budget_spent = false;
+        if nonce != 0 && reachable && self.peers.get(&src).is_none() {
+            if !self.held.allow_test(now) {
+                return false;
+            }
+            budget_spent = true;
+            let _ = self.peers.insert(Peer::new(src, t.mapped, now), now);
+        }
+        let Some(mut p) = self.peers.get_mut(&src) else {
+            return false;
+        };
+        p.nonce_received = nonce;
+        p.knows_trailers |= nonce != 0;
+        let may = nonce != 0
+            && reachable
+            && !p.trusted
+            && p.bubbles < PEER_TRIES
+            && (p.bubbles == 0 || now.saturating_sub(p.last_tx) >= RETRY);
+        may && (budget_spent || self.held.allow_test(now))
+    }
+}

@@ -1,0 +1,63 @@
+//! Local discovery on the link (RFC 4380 §5.2.8): our announcements and the peers'
+//! (the peers heard are kept in [`crate::local_discovery`]).
+
+use super::*;
+
+impl<R: Random> Client<R> {
+    /// A discovery bubble heard on the link (RFC 4380 §5.2.8): from a Teredo address
+    /// behind our own NAT (its address embeds our public one, Miredo's check) and from
+    /// our own network (the same /24: the client does not know its netmask). The peer is
+    /// noted, not trusted, and gets a bubble straight back; a peer new to us also gets
+    /// our announcement (it may have missed our last one).
+    pub(super) fn on_discovery(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.phase) else {
+            return self.dropped(DropReason::LocalDestination);
+        };
+        let ours = *ra.mapped.ip();
+        let ip = &pkt.ipv6;
+        let src = ip.src_addr();
+        if !self.cfg.local_discovery || !pkt.is_bubble() || ip.dst_addr() != ALL_NODES || src == me {
+            return self.dropped(DropReason::LocalDestination);
+        }
+        let on_link = self.local.is_some_and(|l| u32::from(*l.ip()) >> 8 == u32::from(*from.ip()) >> 8);
+        match TeredoAddr::decode(&src) {
+            Some(t) if *t.mapped.ip() == ours && on_link => {}
+            _ => return self.dropped(DropReason::SourceMismatch),
+        }
+        // Only a peer new to us (or moved) is answered, and announced to: a flood of
+        // announcements, or forged ones naming a victim on our link, draws nothing more.
+        if self.local_peers.heard(src, from, now) {
+            let n = self.bubble(&me, &src, 0);
+            tx.udp(from, &self.scratch[..n]);
+            self.stats.bubbles += 1;
+            // It may have missed our last announcement (it was not there yet): ours
+            // again now, unless one went out a moment ago.
+            self.announce_within(now, Duration::from_millis(200), tx);
+        }
+    }
+
+    /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble
+    /// spacing; the next one in 200 to 300 s.
+    pub(super) fn announce(&mut self, now: Duration, tx: &mut impl Transmit) {
+        self.announce_within(now, RETRY, tx);
+    }
+
+    /// An announcement, unless the last one went out less than `spacing` ago.
+    pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut impl Transmit) {
+        let Some(me) = self.address() else { return };
+        if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < spacing) {
+            return;
+        }
+        let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
+        tx.udp(GROUP, &self.scratch[..n]);
+        self.stats.bubbles += 1;
+        self.last_announce = Some(now);
+        self.next_announce = now + Duration::from_secs(200 + self.rng.below(101));
+    }
+}

@@ -1,0 +1,484 @@
+//! The Teredo client (RFC 4380 §5.2, RFC 5991), with NAT kind detection, server
+//! failover and immediate re-qualification on network changes.
+//!
+//! Qualification, in one round trip more than the RFC's minimum:
+//! 1. A restricted RS (C = 0, fresh random nonce) goes to the server's primary address
+//!    from the service port; at the same time a cone RS (C = 1) goes to the same address
+//!    from a second, probe-only port. The cone RS is answered from the *secondary*
+//!    address: it arrives only through a full-cone NAT. (Probing from another port keeps
+//!    that unsolicited answer from disturbing the service port's mapping.)
+//! 2. The primary's RA gives mapping M1. A restricted RS to the secondary address gives
+//!    M2. M1 = M2: cone (if the probe's RA came) or restricted; M1 ≠ M2: symmetric.
+//! 3. The address is prefix + flags (C = 0, 12 random bits, RFC 5991) + ~port + ~IPv4
+//!    of the primary's mapping, announced to the daemon. Behind a symmetric NAT too
+//!    (RFC 6081 §5.2, Symmetric NAT Support: keep the RFC 4380 address from the primary
+//!    server's RA); RFC 4380 alone would claim none, which `symmetric_nat_support`
+//!    off restores. A relay or peer learns the port the NAT gave it from our direct
+//!    bubble, which answers its indirect one (see the README for what works with whom).
+//!
+//! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
+//! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
+//! ignored on send (always bubble, as RFC 5991 advises). Local discovery (§5.2.8) is
+//! in [`crate::local_discovery`].
+//!
+//! Peers behind NATs (RFC 6081 §5.2, Symmetric NAT Support): every indirect bubble
+//! carries a fresh Nonce trailer, every direct bubble echoes the nonce of the peer's
+//! last indirect one, and a direct bubble from a port the peer's address does not embed
+//! is accepted when it echoes ours. A peer whose indirect bubble carries a nonce and
+//! that we do not trust yet gets an indirect bubble back: behind a symmetric NAT, our
+//! direct bubble cannot reach it, but its answer to our indirect one reaches us (RFC
+//! 6081 §6.1). A peer without nonces (Miredo) answering our bubbles from another port
+//! of its address is still accepted while we wait for it, or a symmetric-NAT Miredo
+//! client could not be reached at all.
+//!
+//! Linux NATs (most home routers) map a port-restricted client's packet to another port
+//! when an unanswered packet from that same peer already reached the NAT: conntrack
+//! holds the inbound packet's entry, whose reply direction clashes with the mapping
+//! the client's own packet would get. RFC 4380's first direct bubble does exactly that
+//! to the peer's NAT, so two clients behind such NATs never met. The first direct bubble
+//! to a peer therefore goes with a small TTL (`opening_bubble_ttl`): it opens our NAT
+//! for the peer and dies on the way; the peer's answer to our indirect bubble then
+//! passes our NAT, and its NAT has seen nothing from us yet. Later tries go with the
+//! full TTL, as RFC 4380 has them (the small TTL may stop short of an outer NAT).
+//!
+//! A native host may speak first (RFC 4380 §5.2.3 case 6): its packet arrives through
+//! a relay the client has never heard of. It is held (see [`crate::first_contact`])
+//! while the direct IPv6 connectivity test (§5.2.9) runs through the server; the echo
+//! reply comes back through the relay that serves that host, which then becomes the
+//! peer's mapping, and the held packets are delivered if they came from it. That costs
+//! the first packet one round trip through the server and the relay.
+
+use crate::drop_reason::{DropCounters, DropReason};
+use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
+use crate::icmp_error::{self, RateLimit};
+use crate::local_discovery::{LocalPeers, ALL_NODES, GROUP};
+use crate::peer_table::{KeyedHash, Peer, PeerTable};
+use crate::port_prediction::{EchoTest, PortTable};
+use crate::secure;
+use crate::transmit::{udp_via, Random, Transmit};
+use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
+use shipworm_wire::ip_protocol;
+use shipworm_wire::ipv4_scope::is_global_unicast;
+use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
+use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED, TEREDO_PORT};
+use shipworm_wire::teredo_auth::AuthRepr;
+use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
+use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
+use std::collections::{HashSet, VecDeque};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::time::Duration;
+
+mod acceptance;
+mod bubbles;
+mod config;
+mod indirect;
+mod link;
+mod qualifier;
+mod random_ports;
+mod reaching;
+mod status;
+
+pub use config::{ClientConfig, ServerAddrs};
+use qualifier::Phase;
+use random_ports::Bubbling;
+pub use status::{ClientEvent, ClientStats, ClientStatus, NatKind};
+
+/// RS retransmission timer (RFC 4380 §5.2.1).
+pub const RS_TIMEOUT: Duration = Duration::from_secs(4);
+/// RSs per phase.
+pub const RS_TRIES: u8 = 3;
+/// Bubble and connectivity-test spacing.
+pub const RETRY: Duration = Duration::from_secs(2);
+/// Bubbles or echoes per peer before giving up.
+pub const PEER_TRIES: u8 = 4;
+/// A native peer we have sent to for this long without a word back is tested again: its
+/// relay may be gone. TCP's first retransmission comes within it, so a stalled upload
+/// moves to the new relay at its second.
+pub const RELAY_SILENCE: Duration = Duration::from_secs(1);
+
+/// Server Load Reduction solicitations before falling back to indirect bubbles (RFC
+/// 6081 §5.7.2).
+pub const SOLICITATIONS: u8 = 3;
+/// The client's link-local address on the Teredo interface.
+pub const LINK_LOCAL: Ipv6Addr = RS_SOURCE_RESTRICTED;
+
+/// Which of the client's sockets a datagram arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The service port: everything.
+    Service,
+    /// The probe-only port (NAT detection).
+    Probe,
+    /// A random port opened for one peer (`Transmit::open_port`).
+    Port(u16),
+    /// The local discovery socket (224.0.0.253:3544).
+    Discovery,
+}
+
+/// The client state machine.
+pub struct Client<R: Random> {
+    cfg: ClientConfig,
+    rng: R,
+    phase: Phase,
+    nat: NatKind,
+    cone_nonce: Option<([u8; 8], usize)>,
+    cone_seen: bool,
+    last_server_rx: Duration,
+    refresh_after: Duration,
+    maint: Option<([u8; 8], Duration, u8)>,
+    home: Option<([u8; 8], Duration)>,
+    peers: PeerTable,
+    pending: VecDeque<Ipv6Addr>,
+    /// Native peers under a test of ours (they fell silent while we sent): each is on
+    /// the waiting list too, and leaves this set when it leaves the list.
+    retests: HashSet<Ipv6Addr>,
+    held: FirstContacts,
+    random_bits: Option<(SocketAddrV4, u16)>,
+    /// The service socket's own address and port, where peers behind the same NAT
+    /// reach us (RFC 6081 §5.6).
+    local: Option<SocketAddrV4>,
+    /// Behind a port-preserving symmetric NAT (RFC 6081 §5.4.3): the primary's mapping
+    /// kept our port.
+    port_preserving: bool,
+    /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
+    ports: PortTable,
+    /// Random ports to close at the next chance (their peers were forgotten).
+    closing: Vec<u16>,
+    /// The address the interface keeps while we qualify again (network change, going
+    /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
+    held_address: Option<Ipv6Addr>,
+    /// The public endpoint a port mapping on our NAT (PCP) gives the service port.
+    port_mapping: Option<SocketAddrV4>,
+    /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
+    /// UPnP-enabled symmetric NAT, reached with PCP).
+    mapped_inbound: bool,
+    /// Peers heard by local discovery, and when we last and next announce ourselves.
+    local_peers: LocalPeers,
+    last_announce: Option<Duration>,
+    next_announce: Duration,
+    events: VecDeque<ClientEvent>,
+    icmp: RateLimit,
+    /// The IPv4 subnets this host is attached to (network, mask): peers whose address
+    /// embeds a host of one, or its broadcast, are never sent to (CVE-2006-6264).
+    attached: Vec<(u32, u32)>,
+    stats: ClientStats,
+    scratch: Vec<u8>,
+}
+
+fn keys(cfg: &ClientConfig) -> KeyedHash {
+    KeyedHash::new(cfg.hash_keys.0, cfg.hash_keys.1)
+}
+
+impl<R: Random> Client<R> {
+    /// A client that starts qualifying at the first `on_timer` call.
+    pub fn new(cfg: ClientConfig, rng: R) -> Self {
+        assert!(!cfg.servers.is_empty(), "a client needs a server");
+        Client {
+            peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
+            held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
+            ports: PortTable::new(cfg.random_ports, keys(&cfg)),
+            local_peers: LocalPeers::new(256, keys(&cfg)),
+            cfg,
+            rng,
+            phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
+            nat: NatKind::Unknown,
+            cone_nonce: None,
+            cone_seen: false,
+            last_server_rx: Duration::ZERO,
+            refresh_after: Duration::from_secs(30),
+            maint: None,
+            home: None,
+            pending: VecDeque::new(),
+            retests: HashSet::new(),
+            random_bits: None,
+            local: None,
+            port_preserving: false,
+            closing: Vec::new(),
+            held_address: None,
+            port_mapping: None,
+            mapped_inbound: false,
+            last_announce: None,
+            next_announce: Duration::ZERO,
+            events: VecDeque::new(),
+            icmp: RateLimit::new(10),
+            attached: Vec::new(),
+            stats: ClientStats::default(),
+            scratch: vec![0u8; 2048],
+        }
+    }
+
+    /// The service socket's address on its own network (the daemon finds it, and
+    /// tells again after a network change); listed to peers for hairpinning.
+    pub fn set_local_address(&mut self, local: Option<SocketAddrV4>) {
+        self.local = local.filter(|l| !l.ip().is_unspecified() && l.port() != 0);
+    }
+
+    /// The IPv4 subnets the host is attached to, as (address, prefix length) (the
+    /// daemon lists them, and again after a network change). A Teredo address that
+    /// embeds a host of one of them, or its directed broadcast, names a machine on our
+    /// side of any firewall: whoever wrote to it could use us to reach into the site
+    /// (CVE-2006-6264). Peers there are met by local discovery, never this way.
+    pub fn set_attached_subnets(&mut self, subnets: &[(Ipv4Addr, u8)]) {
+        self.attached = subnets
+            .iter()
+            .filter(|(_, len)| *len <= 32)
+            .map(|&(a, len)| {
+                let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+                (u32::from(a) & mask, mask)
+            })
+            .collect();
+    }
+
+    /// Why the client will not send to IPv4 address `ip` that a Teredo address embeds
+    /// (its mapping or its server), if it will not.
+    fn unreachable_embedded(&self, ip: Ipv4Addr) -> Option<DropReason> {
+        if !is_global_unicast(ip) {
+            return Some(DropReason::DestinationMappingNotGlobal);
+        }
+        let a = u32::from(ip);
+        self.attached.iter().any(|&(net, mask)| a & mask == net).then_some(DropReason::AttachedSubnet)
+    }
+
+    /// The public endpoint the NAT maps our service port to, open to anyone (a PCP MAP
+    /// of the very port the server saw), or `None`. It counts only while it is the
+    /// mapping our address embeds.
+    pub fn set_port_mapping(&mut self, mapping: Option<SocketAddrV4>) {
+        self.port_mapping = mapping;
+        self.update_mapped_inbound();
+    }
+
+    fn update_mapped_inbound(&mut self) {
+        self.mapped_inbound = match (&self.phase, self.port_mapping) {
+            (Phase::Up { ra, .. }, Some(m)) => ra.mapped == m,
+            _ => false,
+        };
+    }
+
+    /// Where to send to `peer`, whose proven mapping is `to`. With our port mapped and
+    /// the peer seen at a port its address does not embed (a symmetric NAT), its
+    /// embedded mapping: the bet of RFC 6081 §5.3.4.3 that it holds a mapping too,
+    /// since its other ports answer only the endpoint they wrote to.
+    fn peer_target(&self, peer: &Ipv6Addr, to: SocketAddrV4) -> SocketAddrV4 {
+        if !self.mapped_inbound {
+            return to;
+        }
+        // Only another port of the address the peer was proven at: an address of its
+        // choosing would make us send our host's traffic to a third party.
+        match TeredoAddr::decode(peer) {
+            Some(t) if t.mapped != to && t.mapped.ip() == to.ip() => t.mapped,
+            _ => to,
+        }
+    }
+
+    /// Next thing the daemon must do to the interface.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ClientStats {
+        &self.stats
+    }
+
+    /// Peers waiting for an answer (bubbles or a connectivity test).
+    pub fn waiting_peers(&self) -> usize {
+        self.pending.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
+    }
+
+    /// Bytes held in the peers' queues (a walk over the table).
+    pub fn queued_bytes(&self) -> usize {
+        self.peers.queued_bytes()
+    }
+
+    /// The configured address, if qualified.
+    pub fn address(&self) -> Option<Ipv6Addr> {
+        match self.phase {
+            Phase::Up { address, .. } => Some(address),
+            Phase::Primary { .. } | Phase::Secondary { .. } => self.held_address,
+            Phase::Offline { .. } => None,
+        }
+    }
+
+    /// A snapshot for `shipworm status`.
+    pub fn status(&self) -> ClientStatus {
+        let (state, server, mapped, mtu) = match &self.phase {
+            Phase::Offline { .. } => ("offline", None, None, 1280),
+            Phase::Primary { server, .. } => ("qualifying", Some(*server), None, 1280),
+            Phase::Secondary { server, first, .. } => ("probing", Some(*server), Some(first.mapped), first.mtu),
+            Phase::Up { server, ra, .. } => ("qualified", Some(*server), Some(ra.mapped), ra.mtu),
+        };
+        ClientStatus {
+            state,
+            address: self.address(),
+            server: server.map(|i| self.cfg.servers[i].primary),
+            mapped,
+            nat: self.nat,
+            mtu,
+            peers: self.peers.len(),
+            first_contacts: self.held.len(),
+            port_preserving: self.port_preserving,
+            port_prediction: match (self.nat, self.cfg.symmetric_nat_support, self.port_preserving) {
+                (NatKind::Symmetric, true, true) => "same port",
+                (NatKind::Symmetric, true, false) => "echo test",
+                _ => "none",
+            },
+            random_ports: self.ports.open_ports(),
+            random_port_peers: self.ports.routed_peers(),
+            extensions: self.extensions(),
+            mapped_inbound: self.mapped_inbound,
+        }
+    }
+
+    /// The RFC 6081 extensions in use, by the RFC's section titles.
+    fn extensions(&self) -> Vec<&'static str> {
+        let c = &self.cfg;
+        let mut v = Vec::new();
+        if c.symmetric_nat_support {
+            v.push("symmetric NAT support");
+            if c.random_ports > 0 && c.service_port != 0 {
+                v.extend(["port-preserving symmetric NAT", "sequential port-symmetric NAT"]);
+            }
+            if c.hairpinning {
+                v.push("hairpinning");
+            }
+        }
+        if c.server_load_reduction {
+            v.push("server load reduction");
+        }
+        if c.local_discovery {
+            v.push("local discovery (RFC 4380)");
+        }
+        v
+    }
+
+    fn dropped(&mut self, r: DropReason) {
+        self.stats.drops.count(r);
+    }
+
+    /// A datagram arrived on socket `via` from `from`.
+    pub fn on_udp(&mut self, now: Duration, via: Via, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
+        let pkt = match TeredoPacket::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => return self.dropped(e.into()),
+        };
+        if via == Via::Probe {
+            return self.on_probe(datagram, &pkt, from);
+        }
+        if via == Via::Discovery {
+            return self.on_discovery(now, from, &pkt, tx);
+        }
+        let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
+        if let Via::Port(port) = via {
+            // A random port hears its peer, and the servers' answers to its Echo Test.
+            if ra_like && self.is_server(&from).is_some() {
+                return self.on_echo_answer(now, &pkt, tx);
+            }
+            return self.on_peer_packet(now, from, &pkt, port, tx);
+        }
+        if let Some(idx) = self.is_server(&from) {
+            if ra_like {
+                return self.on_ra(now, idx, from, datagram, &pkt, tx);
+            }
+            if Some(idx) == self.current_server() {
+                self.last_server_rx = now;
+            }
+            return self.on_server_packet(now, &pkt, tx);
+        }
+        self.on_peer_packet(now, from, &pkt, 0, tx);
+    }
+
+    fn our_address(&self, dst: &Ipv6Addr) -> bool {
+        self.address() == Some(*dst)
+    }
+
+    fn deliver(&mut self, packet: &[u8], tx: &mut impl Transmit) {
+        tx.tun(packet);
+        self.stats.delivered += 1;
+        self.stats.delivered_bytes += packet.len() as u64;
+    }
+
+    /// A packet from the host stack.
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) {
+        let Ok(ip) = Ipv6Packet::new_checked(packet) else {
+            return self.dropped(DropReason::MalformedVersion);
+        };
+        let ip = Ipv6Packet::new_unchecked(ip.packet());
+        let dst = ip.dst_addr();
+        let Some(me) = self.address() else {
+            self.error_to_host(now, &ip, unreachable::ADDRESS, tx);
+            return self.dropped(DropReason::LocalDestination);
+        };
+        if dst.is_multicast() || dst.is_link_local() {
+            return self.dropped(DropReason::DestinationNotGlobal);
+        }
+        if ip.src_addr() != me {
+            self.error_to_host(now, &ip, unreachable::ADMIN_PROHIBITED, tx);
+            return self.dropped(DropReason::SourceMismatch);
+        }
+        // A native peer's silence is watched (its relay may go); a Teredo peer's
+        // transmissions are all recorded, as its bubbles' and solicitations' pacing
+        // reads them.
+        let key = self.peers.key(&dst);
+        let teredo = TeredoAddr::decode(&dst);
+        let native = teredo.is_none();
+        let sent = if native {
+            self.peers.send_to_watching(&key, now)
+        } else {
+            self.peers.send_to(&key, now).map(|to| (to, Duration::ZERO))
+        };
+        if let Some((to, unanswered)) = sent {
+            let to = self.peer_target(&dst, to);
+            let via = self.ports.via(&dst);
+            udp_via(tx, via, to, ip.packet());
+            if via != 0 {
+                if let Some(e) = self.ports.get_mut(&dst) {
+                    (e.last_data, e.refreshes) = (now, 0);
+                }
+            }
+            self.stats.sent += 1;
+            self.stats.sent_bytes += ip.packet().len() as u64;
+            if native && unanswered >= RELAY_SILENCE {
+                self.retest(now, dst, tx);
+            }
+            return;
+        }
+        if let Some(t) = &teredo {
+            // Cases 4/5: never send to a non-global embedded address (§7.4.3), nor to
+            // one on a subnet we are attached to (CVE-2006-6264).
+            if let Some(why) = self.unreachable_embedded(*t.mapped.ip()).or(self.unreachable_embedded(t.server)) {
+                return self.dropped(why);
+            }
+        }
+        let mapped = teredo.map_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), |t| t.mapped);
+        if self.peers.get(&dst).is_none_or(|p| !p.waiting) {
+            self.make_room_to_wait();
+        }
+        if self.peers.get(&dst).is_none() && self.peers.insert(Peer::new(dst, mapped, now), now).is_err() {
+            return self.dropped(DropReason::TableFull);
+        }
+        let cap = self.cfg.queue_bytes;
+        let mut p = self.peers.get_mut(&dst).expect("present");
+        let queued = p.queue_mut().push(ip.packet(), cap);
+        let newly = !p.waiting;
+        p.waiting = true;
+        drop(p);
+        if newly {
+            self.pending.push_back(dst);
+        }
+        if !queued {
+            self.dropped(DropReason::QueueFull);
+        }
+        self.try_to_reach(now, dst, tx);
+    }
+
+    /// Time passes: RS retries, failover, maintenance, peers' bubbles and echoes.
+    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+        self.on_qualifier_timer(now, tx);
+        self.retry_waiting(now, tx);
+        self.peers.sweep(now, 256);
+        self.tend_random_ports(now, tx);
+        // A test ends within PEER_TRIES retries; anything older lost its peer entry.
+        let stale = self.held.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
+        self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);
+    }
+}

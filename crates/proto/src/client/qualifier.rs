@@ -1,0 +1,491 @@
+//! Qualification (RFC 4380 §5.2.1, RFC 5991) and what keeps it: the router
+//! solicitations to the primary and secondary addresses and the cone probe, the checks
+//! an advertisement must pass, the address with its random bits, NAT kind detection,
+//! failover between servers, back-off, the refresh of the mapping and the return to
+//! the first server. The address the interface keeps while qualifying again lives here
+//! too (`held_address`).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Waiting before trying again.
+    Offline { retry_at: Duration, backoff: Duration },
+    /// RS to `server`'s primary address.
+    Primary { server: usize, nonce: [u8; 8], sent_at: Duration, tries: u8 },
+    /// RS to its secondary address, knowing the primary's answer.
+    Secondary { server: usize, first: Ra, nonce: [u8; 8], sent_at: Duration, tries: u8 },
+    /// Qualified.
+    Up { server: usize, ra: Ra, address: Ipv6Addr },
+}
+
+/// What an RA must match: who sends it, our nonce, the RS source it answers, and the
+/// primary address its prefix must name.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wanted {
+    from: Ipv4Addr,
+    nonce: [u8; 8],
+    rs_src: Ipv6Addr,
+    primary: Ipv4Addr,
+}
+
+/// What a valid RA says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ra {
+    pub(super) mapped: SocketAddrV4,
+    pub(super) prefix: [u8; 8],
+    pub(super) mtu: u32,
+}
+
+impl<R: Random> Client<R> {
+    /// Eight random bytes: a solicitation's authentication nonce, or the payload a
+    /// connectivity test's echo reply must carry (unrelated to the bubbles' 32-bit
+    /// Nonce trailers, [`Client::bubble_nonce`]).
+    pub(super) fn auth_nonce(&mut self) -> [u8; 8] {
+        let mut n = [0u8; 8];
+        self.rng.fill(&mut n);
+        n
+    }
+
+    /// Build an RS from `src` with `nonce` into the scratch buffer.
+    pub(super) fn rs(&mut self, src: Ipv6Addr, nonce: [u8; 8]) -> usize {
+        let dst = crate::server::ALL_ROUTERS;
+        let zero = [0u8; secure::MAC_LEN];
+        let auth = match &self.cfg.credentials {
+            Some(c) => AuthRepr { client_id: &c.client_id, auth_value: &zero, nonce, confirmation: 0 },
+            None => AuthRepr::with_nonce(nonce),
+        };
+        let at = TeredoHeaderRepr { auth: Some(auth), origin: None }.emit(&mut self.scratch).expect("fits");
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: ip_protocol::ICMPV6, payload_len: 8, hop_limit: 255 }
+            .emit(&mut self.scratch[at..])
+            .expect("fits");
+        Icmpv6Repr::RouterSolicit.emit(&src, &dst, &mut self.scratch[at + 40..]).expect("fits");
+        if let Some(c) = &self.cfg.credentials {
+            secure::sign(&c.secret, &mut self.scratch[..at + 48]);
+        }
+        self.stats.solicitations += 1;
+        at + 48
+    }
+
+    pub(super) fn send_rs(&mut self, to: Ipv4Addr, nonce: [u8; 8], tx: &mut impl Transmit) {
+        let n = self.rs(RS_SOURCE_RESTRICTED, nonce);
+        tx.udp(SocketAddrV4::new(to, TEREDO_PORT), &self.scratch[..n]);
+    }
+
+    /// Start qualifying with server `server` now.
+    pub(super) fn qualify(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+        let s = self.cfg.servers[server];
+        let nonce = self.auth_nonce();
+        self.send_rs(s.primary, nonce, tx);
+        // The cone test, from the probe port: answered from the secondary address.
+        let cone = self.auth_nonce();
+        let n = self.rs(RS_SOURCE_CONE, cone);
+        tx.udp_second(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
+        self.cone_nonce = Some((cone, server));
+        self.cone_seen = false;
+        if let Phase::Up { address, .. } = self.phase {
+            self.held_address = Some(address);
+        }
+        self.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };
+    }
+
+    /// The network changed (new IPv4 address or default route): qualify again at once.
+    /// The interface keeps the old address until the new RA says otherwise, so a
+    /// change that keeps the mapping costs nothing.
+    pub fn on_network_change(&mut self, now: Duration, tx: &mut impl Transmit) {
+        let server = match self.phase {
+            Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => server,
+            Phase::Offline { .. } => 0,
+        };
+        self.maint = None;
+        self.qualify(now, server, tx);
+    }
+
+    /// Check an RA against what we asked: from `expect`:3544, our nonce, sent to
+    /// `rs_src`, exactly one /64 prefix naming `primary`, an origin indication with a
+    /// global mapping, an acceptable MTU. RFC 4861 checks too (link-local source, hop
+    /// limit 255, checksum, code, options).
+    pub(super) fn check_ra(
+        &self,
+        datagram: &[u8],
+        pkt: &TeredoPacket<'_>,
+        from: SocketAddrV4,
+        want: Wanted,
+    ) -> Result<Ra, DropReason> {
+        let Wanted { from: expect, nonce, rs_src, primary } = want;
+        let (nonce, rs_src) = (&nonce, &rs_src);
+        if from != SocketAddrV4::new(expect, TEREDO_PORT) {
+            return Err(DropReason::SourceMismatch);
+        }
+        let auth = pkt.auth_repr().ok_or(DropReason::AuthenticationFailed)?;
+        if auth.nonce != *nonce || auth.confirmation != 0 {
+            return Err(DropReason::AuthenticationFailed);
+        }
+        if let Some(c) = &self.cfg.credentials {
+            let h = pkt.auth.as_ref().expect("checked above");
+            if auth.client_id != c.client_id.as_slice() || !secure::verify(&c.secret, h, datagram) {
+                return Err(DropReason::AuthenticationFailed);
+            }
+        }
+        let mapped = pkt.origin.ok_or(DropReason::BadValue)?;
+        if !is_global_unicast(*mapped.ip()) {
+            return Err(DropReason::DestinationMappingNotGlobal);
+        }
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if dst != *rs_src || !src.is_link_local() || ip.hop_limit() != 255 || ip.next_header() != ip_protocol::ICMPV6 {
+            return Err(DropReason::InvalidSolicitation);
+        }
+        let icmp = Icmpv6Packet::new_checked(ip.payload())?;
+        let Icmpv6Repr::RouterAdvert(ra) = Icmpv6Repr::parse(&src, &dst, &icmp)? else {
+            return Err(DropReason::InvalidSolicitation);
+        };
+        let pio = match (ra.prefix_info_count, ra.prefix_info) {
+            (1, Some(p)) if p.prefix_len == 64 => p,
+            _ => return Err(DropReason::BadValue),
+        };
+        let o = pio.prefix.octets();
+        if o[4..8] != primary.octets() || o[0] & 0xe0 != 0x20 {
+            return Err(DropReason::BadValue);
+        }
+        let mtu = ra.mtu.unwrap_or(1280);
+        if !(1280..=65535).contains(&mtu) {
+            return Err(DropReason::BadValue);
+        }
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&o[..8]);
+        if prefix[..4] == teredo_addr::PREFIX_EXPERIMENTAL.to_be_bytes() {
+            // Old Microsoft servers: Miredo rewrites to the RFC prefix, so do we.
+            prefix[..4].copy_from_slice(&teredo_addr::PREFIX.to_be_bytes());
+        }
+        Ok(Ra { mapped, prefix, mtu })
+    }
+
+    /// The address for `ra`: RFC 5991 random bits, drawn again only when the mapping
+    /// changes.
+    pub(super) fn address_for(&mut self, ra: &Ra) -> Ipv6Addr {
+        let bits = match self.random_bits {
+            Some((m, b)) if m == ra.mapped => b,
+            _ => {
+                let b = (self.rng.below(0x0fff) + 1) as u16; // never 0: 0 reads as RFC 4380-only
+                self.random_bits = Some((ra.mapped, b));
+                b
+            }
+        };
+        let mut o = [0u8; 16];
+        o[..8].copy_from_slice(&ra.prefix);
+        let t = TeredoAddr {
+            prefix: u32::from_be_bytes([o[0], o[1], o[2], o[3]]),
+            server: Ipv4Addr::new(o[4], o[5], o[6], o[7]),
+            flags: Flags::new(false, bits),
+            mapped: ra.mapped,
+        };
+        t.to_ipv6()
+    }
+
+    pub(super) fn schedule_refresh(&mut self) {
+        // RFC 4380: uniform in 75–100 % of the refresh interval.
+        let r = self.cfg.refresh.as_millis() as u64;
+        let jitter = self.rng.below(r / 4 + 1);
+        self.refresh_after = Duration::from_millis(r - jitter);
+    }
+
+    pub(super) fn come_up(&mut self, now: Duration, server: usize, ra: Ra) {
+        let address = self.address_for(&ra);
+        let changed = match self.phase {
+            Phase::Up { address: old, .. } => old != address,
+            _ => self.held_address != Some(address),
+        };
+        self.held_address = None;
+        if changed {
+            // Peers were learned under the old mapping: start afresh.
+            self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
+            self.pending.clear();
+            self.retests.clear();
+            // Another network: another link.
+            self.local_peers.clear();
+            // Their random ports were for the old mapping too.
+            for peer in self.ports.peers() {
+                if let Some(e) = self.ports.remove(&peer) {
+                    self.closing.extend((e.local != 0).then_some(e.local));
+                }
+            }
+            let lost = self.held.clear();
+            self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
+            self.stats.addresses += 1;
+        }
+        // §5.4.3: behind a symmetric NAT that kept our port towards the primary, a random
+        // port of ours keeps its number outside too; otherwise it is counted out in
+        // sequence, and an Echo Test predicts it (§3.4).
+        self.port_preserving =
+            self.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
+        self.phase = Phase::Up { server, ra, address };
+        self.update_mapped_inbound();
+        if changed {
+            // Tell the link at once: a peer there may be calling us already.
+            self.next_announce = now;
+            self.last_announce = None;
+        }
+        self.last_server_rx = now;
+        self.maint = None;
+        self.schedule_refresh();
+        if changed || self.events.is_empty() {
+            self.events.push_back(ClientEvent::Up {
+                address,
+                mtu: ra.mtu,
+                server: self.cfg.servers[server].primary,
+                nat: self.nat,
+            });
+        }
+    }
+
+    pub(super) fn go_down(
+        &mut self,
+        now: Duration,
+        why: &'static str,
+        next_server: Option<usize>,
+        tx: &mut impl Transmit,
+    ) {
+        if matches!(self.phase, Phase::Up { .. }) {
+            self.events.push_back(ClientEvent::Down(why));
+        }
+        self.maint = None;
+        self.home = None;
+        self.mapped_inbound = false;
+        match next_server {
+            Some(s) => {
+                self.qualify(now, s, tx);
+                // The interface lost the address with the Down event.
+                self.held_address = None;
+            }
+            None => {
+                let backoff = match self.phase {
+                    Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),
+                    _ => Duration::from_secs(10),
+                };
+                self.phase = Phase::Offline { retry_at: now + backoff, backoff };
+            }
+        }
+    }
+
+    pub(super) fn is_server(&self, from: &SocketAddrV4) -> Option<usize> {
+        if from.port() != TEREDO_PORT {
+            return None;
+        }
+        self.cfg.servers.iter().position(|s| s.primary == *from.ip() || s.secondary == *from.ip())
+    }
+
+    pub(super) fn current_server(&self) -> Option<usize> {
+        match self.phase {
+            Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => Some(server),
+            Phase::Offline { .. } => None,
+        }
+    }
+
+    pub(super) fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
+        let Some((nonce, server)) = self.cone_nonce else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let s = self.cfg.servers[server];
+        match self.check_ra(
+            datagram,
+            pkt,
+            from,
+            Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_CONE, primary: s.primary },
+        ) {
+            Ok(_) => {
+                self.cone_seen = true;
+                self.cone_nonce = None;
+                if self.nat == NatKind::Restricted {
+                    self.nat = NatKind::Cone;
+                    self.events.push_back(ClientEvent::Nat(NatKind::Cone));
+                }
+            }
+            Err(r) => self.dropped(r),
+        }
+    }
+
+    pub(super) fn on_ra(
+        &mut self,
+        now: Duration,
+        idx: usize,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let s = self.cfg.servers[idx];
+        match self.phase {
+            Phase::Primary { server, nonce, .. } if server == idx => {
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
+                    Ok(first) => {
+                        self.stats.advertisements += 1;
+                        let nonce = self.auth_nonce();
+                        self.send_rs(s.secondary, nonce, tx);
+                        self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            Phase::Secondary { server, first, nonce, .. } if server == idx => {
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
+                    Ok(second) => {
+                        self.stats.advertisements += 1;
+                        let nat = if second.mapped != first.mapped {
+                            NatKind::Symmetric
+                        } else if self.cone_seen {
+                            NatKind::Cone
+                        } else {
+                            NatKind::Restricted
+                        };
+                        self.nat = nat;
+                        if nat == NatKind::Symmetric && !self.cfg.symmetric_nat_support {
+                            self.events.push_back(ClientEvent::Nat(nat));
+                            self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
+                        } else {
+                            self.come_up(now, server, first);
+                        }
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            Phase::Up { server, ra: old, .. } if server == idx => {
+                let Some((nonce, _, _)) = self.maint else {
+                    return self.on_home_ra(now, idx, from, datagram, pkt, tx);
+                };
+                match self.check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                ) {
+                    Ok(ra) => {
+                        self.stats.advertisements += 1;
+                        self.last_server_rx = now;
+                        if ra.mapped != old.mapped || ra.prefix != old.prefix {
+                            // A new mapping: a new address; check the NAT again too.
+                            self.qualify(now, server, tx);
+                        } else {
+                            self.come_up(now, server, ra);
+                        }
+                    }
+                    Err(r) => self.dropped(r),
+                }
+            }
+            _ => self.on_home_ra(now, idx, from, datagram, pkt, tx),
+        }
+    }
+
+    /// An answer from the first server while we use another: go back to it.
+    pub(super) fn on_home_ra(
+        &mut self,
+        now: Duration,
+        idx: usize,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        pkt: &TeredoPacket<'_>,
+        tx: &mut impl Transmit,
+    ) {
+        let Some((nonce, _)) = self.home else {
+            return self.dropped(DropReason::AuthenticationFailed);
+        };
+        let s = self.cfg.servers[idx];
+        if idx != 0
+            || self
+                .check_ra(
+                    datagram,
+                    pkt,
+                    from,
+                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
+                )
+                .is_err()
+        {
+            return self.dropped(DropReason::AuthenticationFailed);
+        }
+        self.home = None;
+        self.qualify(now, 0, tx);
+    }
+
+    pub(super) fn maintain(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+        let s = self.cfg.servers[server];
+        match self.maint {
+            // Nothing from the server for the randomized refresh interval: ask it.
+            None if now.saturating_sub(self.last_server_rx) >= self.refresh_after => {
+                let nonce = self.auth_nonce();
+                self.send_rs(s.primary, nonce, tx);
+                self.maint = Some((nonce, now, 1));
+            }
+            Some((nonce, sent, tries)) if now.saturating_sub(sent) >= RS_TIMEOUT => {
+                // With another server to go to, one unanswered refresh is enough: the
+                // mapping is kept alive by the new server sooner than by insisting.
+                let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
+                let tries_left = if next.is_some() { tries < 1 } else { tries < RS_TRIES };
+                if tries_left {
+                    self.send_rs(s.primary, nonce, tx);
+                    self.maint = Some((nonce, now, tries + 1));
+                } else {
+                    // The server stopped answering: qualify again, with failover.
+                    self.go_down(now, "server stopped answering", next.or(Some(0)), tx);
+                    return;
+                }
+            }
+            _ => {}
+        }
+        // On a fallback server: now and then, see whether the first one is back.
+        if server != 0 {
+            match self.home {
+                Some((_, sent)) if now.saturating_sub(sent) < self.cfg.home_check => {}
+                _ => {
+                    let nonce = self.auth_nonce();
+                    self.send_rs(self.cfg.servers[0].primary, nonce, tx);
+                    self.home = Some((nonce, now));
+                }
+            }
+        }
+    }
+
+    /// Time for qualification: RS retries, failover, back-off, and once qualified the
+    /// refresh and our announcement on the link.
+    pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+        match self.phase {
+            Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
+            Phase::Primary { server, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+                if tries < RS_TRIES {
+                    self.send_rs(self.cfg.servers[server].primary, nonce, tx);
+                    self.phase = Phase::Primary { server, nonce, sent_at: now, tries: tries + 1 };
+                } else {
+                    // Failover: the next server, or back-off after the last.
+                    let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
+                    self.go_down(now, "server does not answer", next, tx);
+                }
+            }
+            Phase::Secondary { server, first, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
+                if tries < RS_TRIES {
+                    self.send_rs(self.cfg.servers[server].secondary, nonce, tx);
+                    self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: tries + 1 };
+                } else {
+                    // The secondary address is silent: usable, NAT kind unknown.
+                    self.nat = NatKind::Unknown;
+                    self.come_up(now, server, first);
+                }
+            }
+            Phase::Up { server, .. } => {
+                self.maintain(now, server, tx);
+                if now >= self.next_announce {
+                    self.announce(now, tx);
+                }
+            }
+            _ => {}
+        }
+    }
+}
