@@ -4,6 +4,35 @@
 
 use super::*;
 
+/// On what ground a packet from a peer is taken, or why it is not (RFC 4380 §5.2.3's
+/// numbered rules, RFC 6081 §5.2.4.4). Taking it has already updated the peer's entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Acceptance {
+    /// Rule 2: the echo reply of our connectivity test, from wherever it came; the
+    /// relay it came through serves the peer from now on. The reply is ours, not the
+    /// host's.
+    TestReply,
+    /// Rule 1: a peer trusted at this very endpoint before this packet.
+    Trusted,
+    /// A direct bubble echoing our last indirect bubble's nonce (`by_nonce`), or a
+    /// peer without nonces (Miredo) answering from another port of its address while
+    /// we reach it: the endpoint is its mapping now. `learned_port`: a port its address
+    /// does not embed (it is behind a symmetric NAT).
+    Proven {
+        /// Our nonce proved it.
+        by_nonce: bool,
+        /// It came from a port its address does not embed.
+        learned_port: bool,
+    },
+    /// Rule 3: its address embeds where it came from; or rule 5: local discovery heard
+    /// it there.
+    Embedded,
+    /// Rule 6: a native host through an endpoint not (yet) its own: hold and test.
+    FirstContact,
+    /// Not taken, for this reason.
+    Refused(DropReason),
+}
+
 impl<R: Random> Client<R> {
     /// A packet from a peer, on the service port (`port` 0) or on a random port.
     pub(super) fn on_peer_packet(
@@ -16,130 +45,18 @@ impl<R: Random> Client<R> {
     ) {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        if !self.our_address(&dst) {
-            return self.dropped(DropReason::LocalDestination);
-        }
-        if !src.is_forwardable() {
-            // Forged RAs and the like never reach the host stack, nor does anything
-            // posing as the host's own site (unique-local) or as loopback.
-            return self.dropped(DropReason::SourceMismatch);
-        }
-        // A random port hears only the peer it was opened for.
-        if port != 0 && self.ports.get(&src).map(|e| e.local) != Some(port) {
-            return self.dropped(DropReason::SourceMismatch);
-        }
-        // 2. The echo reply of our connectivity test, from wherever it comes: the relay
-        // it came through serves the peer from now on (also when the peer was trusted
-        // through another relay: that is how a relay change is followed). The reply is
-        // ours, not the host's.
-        if self.peers.get(&src).and_then(|p| p.nonce()).is_some_and(|n| is_echo_reply_with(ip, &n)) {
-            if let Some(mut p) = self.peers.get_mut(&src) {
-                p.trusted = true;
-                p.mapped = from;
-                p.last_rx = now;
-                p.bubbles = 0;
+        let (learned_port, proven, known) = match self.accept(now, from, pkt, port) {
+            Acceptance::Refused(why) => return self.dropped(why),
+            Acceptance::FirstContact => return self.first_contact(now, from, src, ip.packet(), tx),
+            Acceptance::TestReply => {
+                self.release_held(&src, from, tx);
+                return self.flush(&src, from, tx);
             }
-            self.release_held(&src, from, tx);
-            return self.flush(&src, from, tx);
-        }
-        let embedded = TeredoAddr::decode(&src);
-        let nonce = self.nonce_in(pkt);
-        // A peer proven at a port its address does not embed: behind a symmetric NAT.
-        let mut learned_port = false;
-        // Accepted on the strength of our nonce.
-        let mut proven = false;
-        // Trusted at this very endpoint before this packet (may be answered): rule 1.
-        let mut known = false;
-        // A peer heard by local discovery writing from where it announced itself takes
-        // our packets from our own local address too (it heard ours): nothing to prove.
-        let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
-        let accepted = match self.peers.get_mut(&src) {
-            // 1. A trusted peer from its mapping.
-            Some(mut p) if p.trusted && p.mapped == from => {
-                p.last_rx = now;
-                p.bubbles = 0;
-                known = true;
-                true
-            }
-            // RFC 6081 §5.2.4.4: a direct bubble echoing our last indirect bubble's
-            // nonce, from wherever the peer's NAT sent it; that is its mapping now.
-            // A peer that never sent a nonce (Miredo) answering our bubbles from another
-            // port of its address is taken too, while we wait for it: the extension
-            // would drop it, and a symmetric-NAT Miredo client could not be reached.
-            // A nonce proves one exchange, once, and only while we are still reaching the
-            // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
-            Some(mut p)
-                if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
-                    || (p.waiting
-                        && pkt.is_bubble()
-                        && nonce == 0
-                        && !p.knows_trailers
-                        && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
-            {
-                learned_port =
-                    (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
-                proven = nonce != 0;
-                if proven {
-                    p.nonce_sent = 0;
-                }
-                p.trusted = true;
-                p.mapped = from;
-                p.last_rx = now;
-                p.bubbles = 0;
-                true
-            }
-            _ => false,
+            Acceptance::Trusted => (false, false, true),
+            Acceptance::Proven { by_nonce, learned_port } => (learned_port, by_nonce, false),
+            Acceptance::Embedded => (false, false, false),
         };
-        let accepted = accepted || {
-            // 3. A Teredo source whose embedded mapping is where it came from.
-            // 5. Or a peer local discovery found, from where it was heard.
-            let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
-            // Never for an embedded address on a subnet we are attached to: that host
-            // is met by local discovery, not this way (CVE-2006-6264).
-            let direct = embedded.is_some_and(|t| t.mapped == from && self.unreachable_embedded(*from.ip()).is_none());
-            if direct || local() {
-                // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping while
-                // it is valid: a packet claiming the embedded one is taken (RFC 4380 case
-                // 3) but moves nothing.
-                let elsewhere = self.peers.get(&src).is_some_and(|p| p.is_valid(now) && p.mapped != from);
-                let mut p = Peer::new(src, from, now);
-                p.trusted = true;
-                p.last_rx = now;
-                // Trusted afresh at this mapping; what it queued, its last transmission
-                // and what it told us of itself stay.
-                let renewed = !elsewhere
-                    && self
-                        .peers
-                        .get_mut(&src)
-                        .map(|mut old| {
-                            p.last_tx = old.last_tx;
-                            p.nonce_received = old.nonce_received;
-                            p.knows_trailers = old.knows_trailers;
-                            *old = p;
-                            old.set_nonce(None);
-                        })
-                        .is_some();
-                elsewhere || renewed || self.peers.insert(p, now).is_ok()
-            } else {
-                false
-            }
-        };
-        // Which of our sockets carries this peer from now on (RFC 6081 §5.4.4.5).
-        let mut new_route = false;
-        if accepted && !self.ports.is_empty() {
-            if let Some(e) = self.ports.get_mut(&src) {
-                if port != 0 && e.local == port {
-                    // It answered on our random port: everything to it leaves from there.
-                    new_route = !e.via_local;
-                    e.via_local = true;
-                    e.touched = now;
-                } else if port == 0 && proven && e.local != 0 && !e.via_local {
-                    // It answered on the service port: the random one is not needed.
-                    tx.close_port(e.local);
-                    (e.local, e.predicted, e.echo) = (0, 0, None);
-                }
-            }
-        }
+        let new_route = self.route_through(now, &src, port, proven, tx);
         // The peer now sees us where our address does not say (its proven port
         // changed, or our packets leave from a random port): it takes them only once we
         // echoed a nonce of its own.
@@ -158,23 +75,160 @@ impl<R: Random> Client<R> {
         // Without its nonce yet (its indirect bubble is still on its way through the
         // servers), what the host queued waits for it: sent now, it would be dropped.
         let hold = reprove && echo == 0;
-        if accepted {
-            if pkt.is_bubble() && !pkt.trailers.is_empty() {
-                self.on_peer_trailers(now, &dst, &src, from, port, known, pkt, tx);
-            }
-            if !hold {
-                self.flush(&src, from, tx);
-            }
-            if !pkt.is_bubble() {
-                self.deliver(ip.packet(), tx);
-            }
-            return;
+        if pkt.is_bubble() && !pkt.trailers.is_empty() {
+            self.on_peer_trailers(now, &dst, &src, from, port, known, pkt, tx);
         }
-        // 6. A native source through an endpoint not (yet) its own: hold and test.
+        if !hold {
+            self.flush(&src, from, tx);
+        }
+        if !pkt.is_bubble() {
+            self.deliver(ip.packet(), tx);
+        }
+    }
+
+    /// Whether a packet from `from` (on the service port, `port` 0, or a random port)
+    /// is taken, and on what ground; a taken one is recorded in the peer's entry.
+    fn accept(&mut self, now: Duration, from: SocketAddrV4, pkt: &TeredoPacket<'_>, port: u16) -> Acceptance {
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if !self.our_address(&dst) {
+            return Acceptance::Refused(DropReason::LocalDestination);
+        }
+        if !src.is_forwardable() {
+            // Forged RAs and the like never reach the host stack, nor does anything
+            // posing as the host's own site (unique-local) or as loopback.
+            return Acceptance::Refused(DropReason::SourceMismatch);
+        }
+        // A random port hears only the peer it was opened for.
+        if port != 0 && self.ports.get(&src).map(|e| e.local) != Some(port) {
+            return Acceptance::Refused(DropReason::SourceMismatch);
+        }
+        // Also when the peer was trusted through another relay: that is how a relay
+        // change is followed.
+        if self.peers.get(&src).and_then(|p| p.nonce()).is_some_and(|n| is_echo_reply_with(ip, &n)) {
+            if let Some(mut p) = self.peers.get_mut(&src) {
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+            }
+            return Acceptance::TestReply;
+        }
+        let embedded = TeredoAddr::decode(&src);
+        let nonce = self.nonce_in(pkt);
+        // A peer heard by local discovery writing from where it announced itself takes
+        // our packets from our own local address too (it heard ours): nothing to prove.
+        let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
+        match self.peers.get_mut(&src) {
+            Some(mut p) if p.trusted && p.mapped == from => {
+                p.last_rx = now;
+                p.bubbles = 0;
+                return Acceptance::Trusted;
+            }
+            // A nonce proves one exchange, once, and only while we are still reaching the
+            // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
+            // Without the Miredo rule, a symmetric-NAT Miredo client could not be reached.
+            Some(mut p)
+                if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
+                    || (p.waiting
+                        && pkt.is_bubble()
+                        && nonce == 0
+                        && !p.knows_trailers
+                        && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
+            {
+                let learned_port =
+                    (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
+                let by_nonce = nonce != 0;
+                if by_nonce {
+                    p.nonce_sent = 0;
+                }
+                p.trusted = true;
+                p.mapped = from;
+                p.last_rx = now;
+                p.bubbles = 0;
+                return Acceptance::Proven { by_nonce, learned_port };
+            }
+            _ => {}
+        }
+        if self.take_at_embedded_mapping(now, from, src, embedded) {
+            return Acceptance::Embedded;
+        }
         if embedded.is_none() && !pkt.is_bubble() {
-            return self.first_contact(now, from, src, ip.packet(), tx);
+            return Acceptance::FirstContact;
         }
-        self.dropped(DropReason::SourceMismatch)
+        Acceptance::Refused(DropReason::SourceMismatch)
+    }
+
+    /// Rules 3 and 5: a Teredo source whose embedded mapping is where it came from, or
+    /// a peer local discovery found, from where it was heard; trusted there (a new
+    /// entry, or the old one renewed). False when neither holds, or the table is full.
+    fn take_at_embedded_mapping(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        src: Ipv6Addr,
+        embedded: Option<TeredoAddr>,
+    ) -> bool {
+        let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
+        // Never for an embedded address on a subnet we are attached to: that host
+        // is met by local discovery, not this way (CVE-2006-6264).
+        let direct = embedded.is_some_and(|t| t.mapped == from && self.unreachable_embedded(*from.ip()).is_none());
+        if direct || local() {
+            // A peer proven elsewhere (behind a symmetric NAT) keeps that mapping while
+            // it is valid: a packet claiming the embedded one is taken (RFC 4380 case
+            // 3) but moves nothing.
+            let elsewhere = self.peers.get(&src).is_some_and(|p| p.is_valid(now) && p.mapped != from);
+            let mut p = Peer::new(src, from, now);
+            p.trusted = true;
+            p.last_rx = now;
+            // Trusted afresh at this mapping; what it queued, its last transmission
+            // and what it told us of itself stay.
+            let renewed = !elsewhere
+                && self
+                    .peers
+                    .get_mut(&src)
+                    .map(|mut old| {
+                        p.last_tx = old.last_tx;
+                        p.nonce_received = old.nonce_received;
+                        p.knows_trailers = old.knows_trailers;
+                        *old = p;
+                        old.set_nonce(None);
+                    })
+                    .is_some();
+            elsewhere || renewed || self.peers.insert(p, now).is_ok()
+        } else {
+            false
+        }
+    }
+
+    /// Which of our sockets carries `src` from now on (RFC 6081 §5.4.4.5), after a
+    /// packet taken on `port` (0: the service port): true when that moved to a random
+    /// port of ours. A random port is closed when the peer proved itself on the service
+    /// port instead.
+    fn route_through(
+        &mut self,
+        now: Duration,
+        src: &Ipv6Addr,
+        port: u16,
+        proven: bool,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        let mut new_route = false;
+        if !self.ports.is_empty() {
+            if let Some(e) = self.ports.get_mut(src) {
+                if port != 0 && e.local == port {
+                    // It answered on our random port: everything to it leaves from there.
+                    new_route = !e.via_local;
+                    e.via_local = true;
+                    e.touched = now;
+                } else if port == 0 && proven && e.local != 0 && !e.via_local {
+                    // It answered on the service port: the random one is not needed.
+                    tx.close_port(e.local);
+                    (e.local, e.predicted, e.echo) = (0, 0, None);
+                }
+            }
+        }
+        new_route
     }
 
     /// Trailers of an accepted direct bubble from `src` at `from`: the peer knows RFC
