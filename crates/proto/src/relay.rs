@@ -133,11 +133,11 @@ pub struct RelayStats {
     /// Packets sent to Teredo clients.
     pub to_teredo: u64,
     /// Packets delivered to the IPv6 side.
-    pub to_native: u64,
+    pub to_ipv6: u64,
     /// IPv6 bytes of the packets sent to Teredo clients.
     pub to_teredo_bytes: u64,
     /// IPv6 bytes of the packets delivered to the IPv6 side.
-    pub to_native_bytes: u64,
+    pub to_ipv6_bytes: u64,
     /// Bubbles sent.
     pub bubbles: u64,
     /// Peers given up after their bubbles went unanswered.
@@ -152,9 +152,9 @@ impl RelayStats {
     /// Add `other`'s counts to these (the daemon sums its workers').
     pub fn add(&mut self, other: &RelayStats) {
         self.to_teredo += other.to_teredo;
-        self.to_native += other.to_native;
+        self.to_ipv6 += other.to_ipv6;
         self.to_teredo_bytes += other.to_teredo_bytes;
-        self.to_native_bytes += other.to_native_bytes;
+        self.to_ipv6_bytes += other.to_ipv6_bytes;
         self.bubbles += other.bubbles;
         self.unreachable_peers += other.unreachable_peers;
         self.icmp_errors += other.icmp_errors;
@@ -540,8 +540,8 @@ impl SharedRelay {
             return w.dropped(DropReason::NotServed);
         }
         tx.tun(ip.packet());
-        w.stats.to_native += 1;
-        w.stats.to_native_bytes += ip.packet().len() as u64;
+        w.stats.to_ipv6 += 1;
+        w.stats.to_ipv6_bytes += ip.packet().len() as u64;
         Verdict::Forwarded
     }
 

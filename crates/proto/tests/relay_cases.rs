@@ -424,7 +424,7 @@ mod sharded {
             sum.add(t);
         }
         let n = 4 * u64::from(PER_THREAD);
-        assert_eq!((sum.to_teredo, sum.to_native, sum.bubbles, sum.drops.total()), (2 * n, n, n, 0));
+        assert_eq!((sum.to_teredo, sum.to_ipv6, sum.bubbles, sum.drops.total()), (2 * n, n, n, 0));
         assert_eq!(shared.peer_count(), n as usize);
         assert_eq!(shared.pending_len(), 0);
         assert!(shared.peer(&client(7).0).is_some_and(|p| p.trusted && p.mapped == client(7).1));

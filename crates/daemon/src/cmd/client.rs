@@ -16,11 +16,13 @@ use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::confinement;
+use crate::runtime::counters::Counters;
 use crate::runtime::logging;
 use crate::runtime::metrics::{self, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
+use crate::runtime::report::{IoErrors, TunOffloadCounts};
 use crate::runtime::server_names::{replace_now, ServerNames};
 use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
@@ -29,7 +31,7 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via, LINK_LOCAL};
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientStats, NatKind, ServerAddrs, Via, LINK_LOCAL};
 use shipworm_proto::transmit::Transmit;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
@@ -141,11 +143,79 @@ fn fds_helper_gone(iface: &Interface) -> bool {
     nix::poll::poll(&mut fd, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
 }
 
-/// The counters for Prometheus.
-fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sample> {
-    let (s, st) = (c.status(), c.stats());
+/// The client's counters: every view of them (`/metrics`, the status JSON, the log
+/// line) is made from this one table.
+pub(crate) fn counters(
+    st: &ClientStats,
+    peers: usize,
+    first_contacts_waiting: usize,
+    io: &IoErrors,
+    tun: &TunOffloadCounts,
+) -> Counters {
     const PACKETS: &str = "Packets sent to Teredo peers and delivered to this host.";
     const BYTES: &str = "IPv6 bytes sent to Teredo peers and delivered to this host.";
+    let mut t = Counters::new("client");
+    t.counter("router_solicitations", "Router solicitations sent.", st.solicitations);
+    t.counter("router_advertisements", "Router advertisements accepted.", st.advertisements);
+    t.counter("address_changes", "Addresses configured or changed (qualifications, handoffs).", st.addresses);
+    t.counter("packets", PACKETS, st.sent).label("direction", "to_peers");
+    t.counter("packets", PACKETS, st.delivered).label("direction", "to_host");
+    t.counter("bytes", BYTES, st.sent_bytes).label("direction", "to_peers");
+    t.counter("bytes", BYTES, st.delivered_bytes).label("direction", "to_host");
+    t.counter("bubbles", "Bubbles sent.", st.bubbles);
+    t.counter("echoes", "Connectivity-test echoes sent.", st.echoes);
+    t.counter("first_contacts", "Native hosts that spoke first, tested.", st.first_contacts);
+    t.counter(
+        "first_contact_delivered",
+        "Packets of native hosts that spoke first, delivered once their test passed.",
+        st.first_contact_delivered,
+    );
+    t.counter(
+        "silent_retests",
+        "Native hosts tested again after falling silent while sent to (their relay may have gone).",
+        st.silent_retests,
+    );
+    t.counter(
+        "peer_solicitations",
+        "Server Load Reduction: silent peers asked directly (RFC 6081 §5.7).",
+        st.peer_solicitations,
+    );
+    t.counter("peer_advertisements", "Server Load Reduction: peers' solicitations answered.", st.peer_advertisements);
+    t.counter("echo_tests", "Echo Tests run to predict a sequential NAT's port (RFC 6081 §5.5).", st.echo_tests);
+    t.gauge("peers", "Peers in the client's list.", peers as u64);
+    t.gauge(
+        "first_contacts_waiting",
+        "Native hosts that spoke first, waiting for their test.",
+        first_contacts_waiting as u64,
+    );
+    t.drops(&st.drops);
+    t.io_errors(io);
+    t.tun_offloads(tun);
+    t
+}
+
+/// The counters of this client (a client still resolving its servers' names counts
+/// only what its sockets and TUN did).
+fn client_counters(client: Option<&Client<OsRandom>>, out: &Out<'_>, tun_in: &TunReader) -> Counters {
+    let io = IoErrors {
+        udp_send: out.batch.failed() + out.probe_errors + out.ports.failures,
+        tun_write: out.tun_out.failed(),
+        tun_read: tun_in.refused(),
+        raw_send: 0,
+    };
+    let tun = TunOffloadCounts { super_packets_read: tun_in.super_packets(), joined_writes: out.tun_out.written().1 };
+    match client {
+        Some(c) => {
+            let s = c.status();
+            counters(c.stats(), s.peers, s.first_contacts, &io, &tun)
+        }
+        None => counters(&ClientStats::default(), 0, 0, &io, &tun),
+    }
+}
+
+/// The samples for Prometheus: the role, the state, and the counters.
+fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sample> {
+    let s = c.status();
     let mut v = vec![
         Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
             .with("role", "client")
@@ -157,33 +227,8 @@ fn samples(c: &Client<OsRandom>, out: &Out<'_>, tun_in: &TunReader) -> Vec<Sampl
         ),
         Sample::gauge("shipworm_client_nat", "The NAT kind as probed (the sample of value 1).", 1)
             .with("kind", s.nat.as_str()),
-        Sample::counter("shipworm_client_router_solicitations", "Router solicitations sent.", st.solicitations),
-        Sample::counter("shipworm_client_router_advertisements", "Router advertisements accepted.", st.advertisements),
-        Sample::counter(
-            "shipworm_client_address_changes",
-            "Addresses configured or changed (qualifications, handoffs).",
-            st.addresses,
-        ),
-        Sample::counter("shipworm_client_packets", PACKETS, st.sent).with("direction", "to_peers"),
-        Sample::counter("shipworm_client_packets", PACKETS, st.delivered).with("direction", "to_host"),
-        Sample::counter("shipworm_client_bytes", BYTES, st.sent_bytes).with("direction", "to_peers"),
-        Sample::counter("shipworm_client_bytes", BYTES, st.delivered_bytes).with("direction", "to_host"),
-        Sample::counter("shipworm_client_bubbles", "Bubbles sent.", st.bubbles),
-        Sample::counter("shipworm_client_echoes", "Connectivity-test echoes sent.", st.echoes),
-        Sample::counter("shipworm_client_first_contacts", "Native hosts that spoke first, tested.", st.first_contacts),
-        Sample::counter(
-            "shipworm_client_silent_retests",
-            "Native hosts tested again after falling silent while sent to (their relay may have gone).",
-            st.silent_retests,
-        ),
-        Sample::gauge("shipworm_client_peers", "Peers in the client's list.", s.peers as u64),
     ];
-    v.extend(metrics::drops(&st.drops));
-    v.extend(metrics::io_errors(&crate::runtime::report::IoErrors {
-        udp_send: out.batch.failed() + out.probe_errors + out.ports.failures,
-        tun_write: out.tun_out.failed(),
-        tun_read: tun_in.refused(),
-    }));
+    v.extend(client_counters(Some(c), out, tun_in).samples());
     v
 }
 
@@ -207,17 +252,8 @@ fn status_json(
     tun_in: &TunReader,
     mapping: Option<&PortMapping>,
 ) -> String {
-    let io_errors = serde_json::json!({
-        "udp_send_failures": out.batch.failed() + out.probe_errors + out.ports.failures,
-        "tun_write_failures": out.tun_out.failed(),
-        "tun_reads_not_understood": tun_in.refused(),
-    });
-    // What the TUN offloads did: reads that were super-packets, writes that joined a row.
-    let tun = serde_json::json!({
-        "offloads": out.tun.offloads().to_string(),
-        "super_packets_read": tun_in.super_packets(),
-        "joined_writes": out.tun_out.written().1,
-    });
+    let counters = client_counters(client, out, tun_in).json();
+    let offloads = out.tun.offloads().to_string();
     let Some(c) = client else {
         // Nothing resolved yet: no state machine to ask, the same shape all the same.
         let waiting: Vec<&str> = names.failing().iter().map(|(n, _)| n.as_str()).collect();
@@ -234,19 +270,15 @@ fn status_json(
             "nat": "unknown",
             "mtu": 1280,
             "peers": 0,
-            "counters": {},
-            "io_errors": io_errors,
-            "tun": tun,
+            "tun_offloads": offloads,
+            "counters": counters,
         })
         .to_string();
     };
     let s = c.status();
-    let st = c.stats();
     let decoded = s.address.and_then(|a| TeredoAddr::decode(&a)).map(|t| {
         serde_json::json!({"server": t.server.to_string(), "mapped": t.mapped.to_string(), "random_bits": t.flags.random_bits()})
     });
-    let drops: serde_json::Map<String, serde_json::Value> =
-        st.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
     serde_json::json!({
         "role": "client",
         "interface": iface,
@@ -271,25 +303,8 @@ fn status_json(
         }),
         "mtu": s.mtu,
         "peers": s.peers,
-        "first_contacts_waiting": s.first_contacts,
-        "counters": {
-            "solicitations": st.solicitations,
-            "advertisements": st.advertisements,
-            "addresses": st.addresses,
-            "sent": st.sent,
-            "delivered": st.delivered,
-            "bubbles": st.bubbles,
-            "echoes": st.echoes,
-            "first_contacts": st.first_contacts,
-            "first_contact_delivered": st.first_contact_delivered,
-            "silent_retests": st.silent_retests,
-            "peer_solicitations": st.peer_solicitations,
-            "peer_advertisements": st.peer_advertisements,
-            "echo_tests": st.echo_tests,
-            "drops": drops,
-        },
-        "io_errors": io_errors,
-        "tun": tun,
+        "tun_offloads": offloads,
+        "counters": counters,
     })
     .to_string()
 }
@@ -667,6 +682,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
             }
         }
         if signals.take_report_request() {
+            tracing::info!("counters: {}", client_counters(client.as_ref(), &out, &tun_in).log_line());
             tracing::info!(
                 "status: {}",
                 status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held())
@@ -675,7 +691,38 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         status.serve(|| status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     }
     manager.stopping();
+    tracing::info!("counters: {}", client_counters(client.as_ref(), &out, &tun_in).log_line());
     tracing::info!("stopping: {}", status_json(client.as_ref(), &names, &iface.name, &out, &tun_in, mapping.held()));
     mapping.release_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod counters_tests {
+    use super::*;
+    use crate::runtime::counters::tests::assert_views_agree;
+    use shipworm_proto::DropReason;
+
+    #[test]
+    fn the_clients_metrics_status_and_log_line_list_the_same_counters() {
+        let mut st = ClientStats {
+            solicitations: 1,
+            advertisements: 2,
+            addresses: 3,
+            sent: 4,
+            delivered: 5,
+            ..Default::default()
+        };
+        (st.sent_bytes, st.delivered_bytes, st.bubbles, st.echoes, st.first_contacts) = (6, 7, 8, 9, 10);
+        (st.first_contact_delivered, st.silent_retests, st.peer_solicitations) = (11, 12, 13);
+        (st.peer_advertisements, st.echo_tests) = (14, 15);
+        st.drops.count(DropReason::QueueFull);
+        let io = IoErrors { udp_send: 16, tun_write: 17, tun_read: 18, raw_send: 0 };
+        let tun = TunOffloadCounts { super_packets_read: 19, joined_writes: 20 };
+        let t = counters(&st, 21, 22, &io, &tun);
+        assert_views_agree(&t);
+        let j = t.json();
+        assert_eq!((j["packets"]["to_peers"].as_u64(), j["silent_retests"].as_u64()), (Some(4), Some(12)));
+        assert_eq!(j["dropped"]["queue_full"], 1);
+    }
 }

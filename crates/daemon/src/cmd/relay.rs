@@ -16,12 +16,13 @@ use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
 use crate::runtime::confinement;
+use crate::runtime::counters::Counters;
 use crate::runtime::logging;
 use crate::runtime::metrics::{self, Board, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
-use crate::runtime::report::{self, IoErrors, TunOffloadCounts};
+use crate::runtime::report::{IoErrors, TunOffloadCounts};
 use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::{self, StatusListener};
@@ -58,7 +59,12 @@ struct Out<'a> {
 
 impl Out<'_> {
     fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
-        IoErrors { udp_send: self.batch.failed(), tun_write: self.tun_out.failed(), tun_read: tun_in.refused() }
+        IoErrors {
+            udp_send: self.batch.failed(),
+            tun_write: self.tun_out.failed(),
+            tun_read: tun_in.refused(),
+            raw_send: 0,
+        }
     }
 
     fn offloads(&self, tun_in: &TunReader) -> TunOffloadCounts {
@@ -153,60 +159,30 @@ impl Crew<'_> {
         (sum, io, tun)
     }
 
-    /// The counters for Prometheus: packets per worker, the rest over all workers (as
-    /// last published).
-    fn samples(&self, peers: usize) -> Vec<Sample> {
+    /// The relay's counters over all workers (packets and bytes per worker), as last
+    /// published: every view of them (`/metrics`, the status JSON, the log line) is made
+    /// from this one table.
+    fn counters(&self) -> Counters {
         let each: Vec<RelayStats> = self
             .published
             .iter()
             .map(|p| p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone())
             .collect();
-        let (s, io, _) = self.totals();
-        const PACKETS: &str = "Packets the relay forwarded, by direction and worker.";
+        let (s, io, tun) = self.totals();
+        relay_counters(&each, &s, &io, &tun, self.relay.peer_count(), self.relay.pending_len())
+    }
+
+    /// The samples for Prometheus: the role, and the counters.
+    fn samples(&self) -> Vec<Sample> {
         let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
             .with("role", "relay")
             .with("version", env!("CARGO_PKG_VERSION"))];
-        const BYTES: &str = "IPv6 bytes the relay forwarded, by direction and worker.";
-        // A metric's samples follow each other: every worker's to_teredo, then to_ipv6.
-        for (name, help, bytes) in [("shipworm_relay_packets", PACKETS, false), ("shipworm_relay_bytes", BYTES, true)] {
-            for direction in ["to_teredo", "to_ipv6"] {
-                for (i, w) in each.iter().enumerate() {
-                    let n = match (direction, bytes) {
-                        ("to_teredo", false) => w.to_teredo,
-                        ("to_teredo", true) => w.to_teredo_bytes,
-                        (_, false) => w.to_native,
-                        (_, true) => w.to_native_bytes,
-                    };
-                    v.push(Sample::counter(name, help, n).with("direction", direction).with("worker", i.to_string()));
-                }
-            }
-        }
-        v.extend([
-            Sample::counter("shipworm_relay_bubbles", "Bubbles sent to new peers.", s.bubbles),
-            Sample::counter(
-                "shipworm_relay_unreachable_peers",
-                "Peers given up, their bubbles unanswered.",
-                s.unreachable_peers,
-            ),
-            Sample::counter("shipworm_icmpv6_errors", "ICMPv6 errors sent.", s.icmp_errors),
-            Sample::gauge("shipworm_relay_peers", "Peers in the table.", peers as u64),
-            Sample::gauge(
-                "shipworm_relay_waiting_peers",
-                "Peers waiting for a bubble's answer.",
-                self.relay.pending_len() as u64,
-            ),
-        ]);
-        v.extend(metrics::drops(&s.drops));
-        v.extend(metrics::io_errors(&io));
+        v.extend(self.counters().samples());
         v
     }
 
-    /// The status document: peers, counters over all workers (as last published, at
-    /// most a tick old), drops by reason.
+    /// The status document: what serves, and the counters.
     fn status_json(&self) -> String {
-        let (s, io, tun) = self.totals();
-        let drops: serde_json::Map<String, serde_json::Value> =
-            s.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
         serde_json::json!({
             "role": "relay",
             "interface": self.interface,
@@ -215,23 +191,46 @@ impl Crew<'_> {
             "workers": self.workers,
             "peers": self.relay.peer_count(),
             "waiting_peers": self.relay.pending_len(),
-            "counters": {
-                "to_teredo": s.to_teredo,
-                "to_native": s.to_native,
-                "bubbles": s.bubbles,
-                "unreachable_peers": s.unreachable_peers,
-                "icmp_errors": s.icmp_errors,
-                "dropped": drops,
-            },
-            "io_errors": {
-                "udp_send_failures": io.udp_send,
-                "tun_write_failures": io.tun_write,
-                "tun_reads_not_understood": io.tun_read,
-            },
-            "tun": {"offloads_used": tun.to_string()},
+            "counters": self.counters().json(),
         })
         .to_string()
     }
+}
+
+/// The relay's table of counters: `each` worker's stats, their sum `s`.
+pub(crate) fn relay_counters(
+    each: &[RelayStats],
+    s: &RelayStats,
+    io: &IoErrors,
+    tun: &TunOffloadCounts,
+    peers: usize,
+    waiting: usize,
+) -> Counters {
+    const PACKETS: &str = "Packets the relay forwarded, by direction and worker.";
+    const BYTES: &str = "IPv6 bytes the relay forwarded, by direction and worker.";
+    let mut t = Counters::new("relay");
+    for (name, help, bytes) in [("packets", PACKETS, false), ("bytes", BYTES, true)] {
+        for direction in ["to_teredo", "to_ipv6"] {
+            for (i, w) in each.iter().enumerate() {
+                let n = match (direction, bytes) {
+                    ("to_teredo", false) => w.to_teredo,
+                    ("to_teredo", true) => w.to_teredo_bytes,
+                    (_, false) => w.to_ipv6,
+                    (_, true) => w.to_ipv6_bytes,
+                };
+                t.counter(name, help, n).label("direction", direction).label("worker", i.to_string());
+            }
+        }
+    }
+    t.counter("bubbles", "Bubbles sent to new peers.", s.bubbles);
+    t.counter("unreachable_peers", "Peers given up, their bubbles unanswered.", s.unreachable_peers);
+    t.counter("icmpv6_errors", "ICMPv6 errors sent.", s.icmp_errors);
+    t.gauge("peers", "Peers in the table.", peers as u64);
+    t.gauge("waiting_peers", "Peers waiting for a bubble's answer.", waiting as u64);
+    t.drops(&s.drops);
+    t.io_errors(io);
+    t.tun_offloads(tun);
+    t
 }
 
 /// `shipworm relay`: load the file (refusing a client's), then serve.
@@ -503,7 +502,7 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
                     m.status(&format!("relaying for {peers} peer{}", if peers == 1 { "" } else { "s" }));
                     drop(m);
                     if let Some(b) = crew.board {
-                        b.publish(crew.samples(peers));
+                        b.publish(crew.samples());
                     }
                     // Requests that came while the worker was busy polling.
                     crew.status.serve(|| crew.status_json());
@@ -525,15 +524,36 @@ fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure>
 }
 
 fn report(crew: &Crew<'_>, what: &str) {
-    let (s, io, tun) = crew.totals();
-    tracing::info!(
-        "{what}: {} peers, {} to Teredo, {} to IPv6, {} bubbles, {} unreachable peers, {} ICMPv6 errors, {}; {io}; {tun}",
-        crew.relay.peer_count(),
-        s.to_teredo,
-        s.to_native,
-        s.bubbles,
-        s.unreachable_peers,
-        s.icmp_errors,
-        report::dropped(&s.drops)
-    );
+    tracing::info!("{what}: {}", crew.counters().log_line());
+}
+
+#[cfg(test)]
+mod counters_tests {
+    use super::*;
+    use crate::runtime::counters::tests::assert_views_agree;
+    use shipworm_proto::DropReason;
+
+    #[test]
+    fn the_relays_metrics_status_and_log_line_list_the_same_counters() {
+        let w0 = RelayStats { to_teredo: 1, to_ipv6: 2, to_teredo_bytes: 3, to_ipv6_bytes: 4, ..Default::default() };
+        let w1 = RelayStats {
+            to_teredo: 5,
+            to_ipv6: 6,
+            to_teredo_bytes: 7,
+            to_ipv6_bytes: 8,
+            bubbles: 9,
+            ..Default::default()
+        };
+        let mut sum = w0.clone();
+        sum.add(&w1);
+        sum.icmp_errors = 10;
+        sum.drops.count(DropReason::LoopGuard);
+        let io = IoErrors { udp_send: 11, tun_write: 12, tun_read: 13, raw_send: 0 };
+        let tun = TunOffloadCounts { super_packets_read: 14, joined_writes: 15 };
+        let t = relay_counters(&[w0, w1], &sum, &io, &tun, 16, 17);
+        assert_views_agree(&t);
+        let j = t.json();
+        assert_eq!(j["packets"]["to_ipv6"]["1"], 6, "the IPv6 side is to_ipv6 in every view: {j}");
+        assert_eq!(j["dropped"]["loop_guard"], 1);
+    }
 }

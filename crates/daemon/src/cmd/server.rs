@@ -7,12 +7,13 @@ use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::confinement;
+use crate::runtime::counters::Counters;
 use crate::runtime::logging;
 use crate::runtime::metrics::{self, Sample};
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
-use crate::runtime::report::{self, IoErrors};
+use crate::runtime::report::IoErrors;
 use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::{self, StatusListener};
@@ -20,7 +21,7 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::server::{Local, Server, ServerConfig};
+use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
 use shipworm_proto::transmit::Transmit;
 use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::TEREDO_PORT;
@@ -172,8 +173,8 @@ impl Out<'_> {
     fn io_errors(&self) -> IoErrors {
         IoErrors {
             udp_send: self.batches.iter().map(SendBatch::failed).sum(),
-            tun_write: self.native_errors,
-            tun_read: 0,
+            raw_send: self.native_errors,
+            ..IoErrors::default()
         }
     }
 }
@@ -210,31 +211,33 @@ fn send_native(raw: &Socket, packet: &[u8]) -> bool {
 /// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
 const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The counters for Prometheus.
-fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
-    let s = server.stats();
+/// The server's counters: every view of them (`/metrics`, the status JSON, the log
+/// line) is made from this one table.
+pub(crate) fn counters(s: &ServerStats, io: &IoErrors) -> Counters {
     const FORWARDED: &str = "Bubbles and echoes forwarded, to Teredo clients (UDP) or native IPv6.";
     const BYTES: &str = "Bytes of the IPv6 packets forwarded, to Teredo clients (UDP) or native IPv6.";
-    let mut v = vec![
-        Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
-            .with("role", "server")
-            .with("version", env!("CARGO_PKG_VERSION")),
-        Sample::counter("shipworm_server_router_advertisements", "Router advertisements sent.", s.advertisements),
-        Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_udp).with("to", "teredo"),
-        Sample::counter("shipworm_server_forwarded", FORWARDED, s.forwarded_native).with("to", "ipv6"),
-        Sample::counter("shipworm_server_bytes", BYTES, s.forwarded_udp_bytes).with("to", "teredo"),
-        Sample::counter("shipworm_server_bytes", BYTES, s.forwarded_native_bytes).with("to", "ipv6"),
-    ];
-    v.extend(metrics::drops(&s.drops));
-    v.extend(metrics::io_errors(&out.io_errors()));
+    let mut t = Counters::new("server");
+    t.counter("router_advertisements", "Router advertisements sent.", s.advertisements);
+    t.counter("forwarded", FORWARDED, s.forwarded_udp).label("to", "teredo");
+    t.counter("forwarded", FORWARDED, s.forwarded_native).label("to", "ipv6");
+    t.counter("bytes", BYTES, s.forwarded_udp_bytes).label("to", "teredo");
+    t.counter("bytes", BYTES, s.forwarded_native_bytes).label("to", "ipv6");
+    t.drops(&s.drops);
+    t.io_errors(io);
+    t
+}
+
+/// The samples for Prometheus: the role, and the counters.
+fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
+    let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+        .with("role", "server")
+        .with("version", env!("CARGO_PKG_VERSION"))];
+    v.extend(counters(server.stats(), &out.io_errors()).samples());
     v
 }
 
-/// The status document: addresses served, counters, drops by reason.
+/// The status document: addresses served, and the counters.
 fn status_json(server: &Server, out: &Out<'_>, cfg: &ServerConfig, start: std::time::Instant) -> String {
-    let s = server.stats();
-    let drops: serde_json::Map<String, serde_json::Value> =
-        s.drops.nonzero().map(|(r, n)| (r.as_str().to_string(), n.into())).collect();
     serde_json::json!({
         "role": "server",
         "state": "serving",
@@ -244,27 +247,37 @@ fn status_json(server: &Server, out: &Out<'_>, cfg: &ServerConfig, start: std::t
         "prefix": format!("{}/64", server.client_prefix()),
         "mtu": cfg.mtu,
         "secure_qualification": !cfg.clients.is_empty(),
-        "counters": {
-            "advertisements": s.advertisements,
-            "forwarded_udp": s.forwarded_udp,
-            "forwarded_native": s.forwarded_native,
-            "forwarded_udp_bytes": s.forwarded_udp_bytes,
-            "forwarded_native_bytes": s.forwarded_native_bytes,
-            "dropped": drops,
-        },
-        "io_errors": {"native_send_failures": out.native_errors, "udp_send_failures": out.io_errors().udp_send},
+        "counters": counters(server.stats(), &out.io_errors()).json(),
     })
     .to_string()
 }
 
 fn report(server: &Server, out: &Out<'_>, what: &str) {
-    let s = server.stats();
-    tracing::info!(
-        "{what}: {} advertisements, {} forwarded to Teredo, {} forwarded natively, {}; {}",
-        s.advertisements,
-        s.forwarded_udp,
-        s.forwarded_native,
-        report::dropped(&s.drops),
-        out.io_errors()
-    );
+    tracing::info!("{what}: {}", counters(server.stats(), &out.io_errors()).log_line());
+}
+
+#[cfg(test)]
+mod counters_tests {
+    use super::*;
+    use crate::runtime::counters::tests::assert_views_agree;
+    use shipworm_proto::DropReason;
+
+    #[test]
+    fn the_servers_metrics_status_and_log_line_list_the_same_counters() {
+        let mut s = ServerStats {
+            advertisements: 1,
+            forwarded_udp: 2,
+            forwarded_native: 3,
+            forwarded_udp_bytes: 4,
+            forwarded_native_bytes: 5,
+            ..Default::default()
+        };
+        s.drops.count(DropReason::RateLimited);
+        let t = counters(&s, &IoErrors { udp_send: 6, raw_send: 7, ..Default::default() });
+        assert_views_agree(&t);
+        let j = t.json();
+        assert_eq!(j["io_errors"]["raw_send"], 7, "raw-socket failures are raw_send, not tun_write: {j}");
+        assert!(j["io_errors"].get("tun_write").is_none());
+        assert_eq!(j["forwarded"]["ipv6"], 3);
+    }
 }

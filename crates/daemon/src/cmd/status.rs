@@ -1,7 +1,7 @@
 //! `shipworm status`: what a running daemon says on its status socket, as text or JSON.
 
 use crate::cli;
-use crate::runtime::{status_socket, Failure};
+use crate::runtime::{counters, status_socket, Failure};
 
 /// Ask the daemon and print its answer.
 pub fn run(args: &cli::StatusArgs) -> Result<(), Failure> {
@@ -25,14 +25,15 @@ fn field(v: &serde_json::Value, k: &str) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-/// "reason n, reason n" of a daemon's drop counters, or "none".
-fn drops(v: &serde_json::Value) -> String {
-    let Some(d) = v["counters"]["dropped"].as_object().filter(|d| !d.is_empty()) else { return "none".into() };
-    d.iter().map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(", ")
+/// The counters, one a line, under the names `/metrics` and the log use.
+fn counters(v: &serde_json::Value) {
+    println!("counters");
+    for line in counters::text_lines(&v["counters"]) {
+        println!("{line}");
+    }
 }
 
 fn relay(v: &serde_json::Value) {
-    let c = &v["counters"];
     println!(
         "role       relay on {}, {} worker(s), up {} s",
         field(v, "interface"),
@@ -40,16 +41,10 @@ fn relay(v: &serde_json::Value) {
         field(v, "uptime_s")
     );
     println!("peers      {} ({} waiting for a bubble's answer)", field(v, "peers"), field(v, "waiting_peers"));
-    println!("to Teredo  {} packets", field(c, "to_teredo"));
-    println!("to IPv6    {} packets", field(c, "to_native"));
-    println!("bubbles    {} sent, {} peers never answered", field(c, "bubbles"), field(c, "unreachable_peers"));
-    println!("ICMPv6     {} errors sent", field(c, "icmp_errors"));
-    println!("dropped    {}", drops(v));
-    println!("I/O        {}", v.get("io_errors").map(|c| c.to_string()).unwrap_or_default());
+    counters(v);
 }
 
 fn server(v: &serde_json::Value) {
-    let c = &v["counters"];
     println!(
         "role       server on {} and {}, up {} s",
         field(v, "primary"),
@@ -57,16 +52,7 @@ fn server(v: &serde_json::Value) {
         field(v, "uptime_s")
     );
     println!("prefix     {} advertised, MTU {}", field(v, "prefix"), field(v, "mtu"));
-    println!("RAs        {} sent", field(c, "advertisements"));
-    println!(
-        "forwarded  {} to Teredo ({} B), {} to IPv6 ({} B)",
-        field(c, "forwarded_udp"),
-        field(c, "forwarded_udp_bytes"),
-        field(c, "forwarded_native"),
-        field(c, "forwarded_native_bytes")
-    );
-    println!("dropped    {}", drops(v));
-    println!("I/O        {}", v.get("io_errors").map(|c| c.to_string()).unwrap_or_default());
+    counters(v);
 }
 
 fn client(v: &serde_json::Value) {
@@ -87,9 +73,5 @@ fn client(v: &serde_json::Value) {
     println!("server     {}", get("server"));
     println!("MTU        {}", get("mtu"));
     println!("peers      {}", get("peers"));
-    println!(
-        "held       {} native host(s) that spoke first, under their connectivity test",
-        get("first_contacts_waiting")
-    );
-    println!("counters   {}", v.get("counters").map(|c| c.to_string()).unwrap_or_default());
+    counters(v);
 }

@@ -1,10 +1,12 @@
 //! What every role's daemon shares around its event loop: the error it exits with,
-//! logging, when to busy-poll, dropping privileges, confinement (seccomp, no_new_privs), signals, the pid file, the status socket and the
+//! logging, when to busy-poll, dropping privileges, confinement (seccomp, no_new_privs), signals, the pid file, the status socket, the
+//! table of counters every view of them is made from, and the
 //! background resolution of server names.
 
 pub mod bind;
 pub mod busy_poll;
 pub mod confinement;
+pub mod counters;
 pub mod drain;
 pub mod error;
 pub mod file_access;

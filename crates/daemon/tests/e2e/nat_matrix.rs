@@ -1,0 +1,180 @@
+//! Every NAT kind × every pairing of shipworm and Miredo as server, relay and client, the
+//! data path with and without TUN offloads, and the NAT kind each client reports.
+
+use super::*;
+
+/// The cases of this topic.
+pub fn cases(me: &std::path::Path) -> Vec<Case> {
+    let me = me.to_path_buf();
+    let impls = [Impl::Shipworm(me.clone()), Impl::Miredo];
+    let mut cases: Vec<Case> = Vec::new();
+    // Each pairing twice: the native host speaking first, and the client. Each lab is
+    // new, so the first packet of the case is the first the relay and client see.
+    // Every one must pass. Behind the symmetric NAT a Miredo client answers relays from
+    // a port its address does not embed; Miredo's relay accepts that (a Miredo
+    // extension) and so does ours, for a bubble answering its own from the embedded
+    // IPv4 address; shipworm's client keeps the primary server's mapping there (RFC 6081
+    // §5.2) and is answered the same way.
+    for first in [Side::Native, Side::Client] {
+        for nat in NatKind::ALL {
+            // The kinds RFC 4380 names in every pairing; the RFC 6081 symmetric kinds with
+            // each relay and each client, through shipworm's server (whose part in a
+            // relay exchange is the same for every kind).
+            let servers = if NatKind::RFC4380.contains(&nat) { impls.to_vec() } else { vec![impls[0].clone()] };
+            for server in &servers {
+                for relay in &impls {
+                    for client in &impls {
+                        let s = Scenario {
+                            nat,
+                            server: server.clone(),
+                            relay: relay.clone(),
+                            client: client.clone(),
+                            transfer_bytes: BYTES,
+                            pings: 5,
+                            keep_on_failure: false,
+                            first,
+                            shipworm_extra: "",
+                        };
+                        cases.push(Case {
+                        name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
+                        expect: Expect::Pass,
+                        run: Box::new(move || {
+                            let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                            Ok(format!(
+                                "qualified {:.2} s; first contact {:.1} ms, second {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+                                o.qualify_secs,
+                                o.first_ms,
+                                o.second_ms,
+                                o.ping_out,
+                                o.ping_in,
+                                o.tcp_out.mbit_per_s(),
+                                o.tcp_in.mbit_per_s()
+                            ))
+                        }),
+                    });
+                    }
+                }
+            }
+        }
+    }
+    // The offloads are on the paths the transfers above check: TCP each way through a
+    // shipworm client and relay, and the client read super-packets from its TUN (the
+    // host's TCP segments, cut by us) and wrote joined rows (the relay's rows of one
+    // flow, joined by us).
+    {
+        let s = shipworm_chain(&me, Side::Client, "");
+        cases.push(Case {
+            name: "TUN offloads in use: TCP both ways through a shipworm client and relay".into(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                let st = lab.client_status(0).ok_or("step 6: the client's status socket did not answer")?;
+                let offloads = st["tun_offloads"].as_str().unwrap_or("?").to_string();
+                let read = st["counters"]["tun_super_packets_read"].as_u64().unwrap_or(0);
+                let joined = st["counters"]["tun_joined_writes"].as_u64().unwrap_or(0);
+                if offloads == "no offloads" {
+                    return Err("step 6: the kernel granted the client no TUN offloads".into());
+                }
+                if read == 0 || joined == 0 {
+                    return Err(format!(
+                        "step 6: {offloads} granted but not used: {read} super-packets read, {joined} joined writes"
+                    ));
+                }
+                // The relay says the same in its counters (SIGUSR1).
+                let pid = std::fs::read_to_string(lab.dir().join("relay.pid")).map_err(|e| format!("relay.pid: {e}"))?;
+                let pid = nix::unistd::Pid::from_raw(pid.trim().parse().map_err(|e| format!("relay.pid: {e}"))?);
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGUSR1).map_err(|e| e.to_string())?;
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                let log = lab.log_tail("relay", 5);
+                // `counters: … tun_super_packets_read=N tun_joined_writes=M`
+                let line = log.lines().rev().find(|l| l.contains("tun_super_packets_read=")).unwrap_or("");
+                let count = |name: &str| -> Option<u64> {
+                    line.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+                };
+                let counts: Vec<u64> =
+                    [count("tun_super_packets_read"), count("tun_joined_writes")].into_iter().flatten().collect();
+                if counts.len() != 2 || counts.contains(&0) {
+                    return Err(format!("step 6: the relay's counters show no offloads in use:\n{log}"));
+                }
+                Ok(format!(
+                    "client {offloads}: {read} super-packets read, {joined} joined writes; relay: {} and {}; TCP {:.0}/{:.0} Mbit/s, intact",
+                    counts[0],
+                    counts[1],
+                    o.tcp_out.mbit_per_s(),
+                    o.tcp_in.mbit_per_s()
+                ))
+            }),
+        });
+    }
+    // The data path without TUN offloads (what a kernel that refuses them gives): one
+    // packet per read and write, both ways, each side speaking first, the transfers
+    // checked intact as above.
+    for first in [Side::Native, Side::Client] {
+        let s = shipworm_chain(&me, first, "TunOffload no\n");
+        cases.push(Case {
+            name: format!("{first:<12} without TUN offloads (TunOffload no), relay and client"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                for name in ["relay", "client0"] {
+                    if !lab.log_tail(name, 200).contains("no offloads") {
+                        let log = lab.log_tail(name, 20);
+                        return Err(format!("step 4: {name} did not run without TUN offloads; its log:\n{log}"));
+                    }
+                }
+                Ok(format!("TCP {:.0}/{:.0} Mbit/s, intact", o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()))
+            }),
+        });
+    }
+    for nat in NatKind::ALL {
+        cases.push(Case {
+            name: format!("NAT behaviour {nat}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(nat, 1)]))
+                    .map_err(|e| e.to_string())?;
+                let got = lab.probe_nat(0).map_err(|e| e.to_string())?;
+                let want = nat.expected_behaviour();
+                if got == want {
+                    Ok(format!("{got:?}"))
+                } else {
+                    Err(format!("step 0 (probe the NAT) failed: got {got:?}, a {nat} NAT must give {want:?}"))
+                }
+            }),
+        });
+    }
+    // The shipworm client says what NAT it is behind (Miredo dropped this probe).
+    for nat in NatKind::ALL {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: format!("NAT detection {nat}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let mut lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(nat, 1)]))
+                    .map_err(|e| e.to_string())?;
+                lab.start_server(&me).map_err(|e| e.to_string())?;
+                lab.start_client(0, &me).map_err(|e| e.to_string())?;
+                let want = match nat {
+                    NatKind::FullCone => "cone",
+                    NatKind::AddressRestricted | NatKind::PortRestricted => "restricted",
+                    _ => "symmetric",
+                };
+                let deadline = Instant::now() + std::time::Duration::from_secs(10);
+                loop {
+                    let got = lab.client_status(0).map(|s| s["nat"].as_str().unwrap_or("").to_string());
+                    if got.as_deref() == Some(want) {
+                        return Ok(format!("client reports {want}"));
+                    }
+                    if Instant::now() > deadline {
+                        return Err(format!(
+                            "step 4 (detect the NAT) failed: client reports {got:?}, want {want}; client log:\n{}",
+                            lab.log_tail("client0", 15)
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            }),
+        });
+    }
+    cases
+}
