@@ -12,11 +12,12 @@
 use crate::client::{Client, ClientConfig, ServerAddrs, Via};
 use crate::relay::{Relay, RelayConfig};
 use crate::server::{Local, Server, ServerConfig};
-use crate::transmit::{Random, Transmit};
+use crate::transmit::{Random, Recorder, Source};
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU16;
 use std::time::Duration;
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -60,46 +61,21 @@ enum Party {
     Client,
 }
 
+impl Party {
+    fn name(self) -> &'static str {
+        match self {
+            Party::Server => "the server",
+            Party::Relay => "the relay",
+            Party::Client => "the client",
+        }
+    }
+}
+
 /// A datagram on its way.
 struct Datagram {
     from: SocketAddrV4,
     to: SocketAddrV4,
     data: Vec<u8>,
-}
-
-/// What one party's call sent.
-#[derive(Default)]
-struct Out {
-    udp: Vec<(Option<u16>, bool, SocketAddrV4, Vec<u8>)>,
-    tun: Vec<Vec<u8>>,
-    ports: Vec<u16>,
-    next_port: u16,
-}
-
-impl Transmit for Out {
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.udp.push((None, false, to, payload.to_vec()));
-    }
-    fn tun(&mut self, packet: &[u8]) {
-        self.tun.push(packet.to_vec());
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.udp.push((None, true, to, payload.to_vec()));
-    }
-    fn open_port(&mut self) -> Option<u16> {
-        if self.ports.len() >= CLIENT_PORTS * 2 {
-            return None;
-        }
-        self.next_port = self.next_port.max(50_000).wrapping_add(1).max(50_001);
-        self.ports.push(self.next_port);
-        Some(self.next_port)
-    }
-    fn close_port(&mut self, port: u16) {
-        self.ports.retain(|&p| p != port);
-    }
-    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], _ttl: Option<u8>) {
-        self.udp.push((Some(port), false, to, payload.to_vec()));
-    }
 }
 
 /// Deterministic randomness for the client (xorshift).
@@ -146,8 +122,9 @@ struct World {
     server: Server,
     relay: Relay,
     client: Client<Rng>,
-    ports: Vec<u16>,
-    next_port: u16,
+    /// The client's random ports open, and the last number given.
+    ports: Vec<NonZeroU16>,
+    last_port: u16,
     flight: VecDeque<Datagram>,
     native: VecDeque<Vec<u8>>,
     seen: VecDeque<Vec<u8>>,
@@ -180,7 +157,7 @@ impl World {
             relay: Relay::new(relay_cfg),
             client: Client::new(client_cfg, Rng(seed | 1)),
             ports: Vec::new(),
-            next_port: 0,
+            last_port: 0,
             flight: VecDeque::new(),
             native: VecDeque::new(),
             seen: VecDeque::new(),
@@ -197,16 +174,18 @@ impl World {
 
     /// Route what `who` sent: datagrams into the air, IPv6 packets to the native side
     /// (server, relay) or the host (client).
-    fn route(&mut self, who: Party, out: Out) {
-        for (port, second, to, data) in out.udp {
+    fn route(&mut self, who: Party, out: Recorder) {
+        for sent in out.sent {
+            let (to, data) = (sent.to, sent.payload);
             assert!(data.len() <= UDP_MAX, "a UDP payload of {} bytes", data.len());
-            let from = match (who, port, second) {
-                (Party::Server, _, false) => SocketAddrV4::new(SERVER, 3544),
-                (Party::Server, _, true) => SocketAddrV4::new(SERVER2, 3544),
-                (Party::Relay, _, _) => RELAY,
-                (Party::Client, Some(p), _) => SocketAddrV4::new(CLIENT_IP, p),
-                (Party::Client, None, false) => SocketAddrV4::new(CLIENT_IP, CLIENT_PORT),
-                (Party::Client, None, true) => SocketAddrV4::new(CLIENT_IP, PROBE_PORT),
+            let from = match (who, sent.from) {
+                (Party::Server, Source::Service) => SocketAddrV4::new(SERVER, 3544),
+                (Party::Server, Source::Secondary) => SocketAddrV4::new(SERVER2, 3544),
+                (Party::Relay, Source::Service) => RELAY,
+                (Party::Client, Source::Port(p)) => SocketAddrV4::new(CLIENT_IP, p.get()),
+                (Party::Client, Source::Service) => SocketAddrV4::new(CLIENT_IP, CLIENT_PORT),
+                (Party::Client, Source::Probe) => SocketAddrV4::new(CLIENT_IP, PROBE_PORT),
+                (who, from) => panic!("{} sent from a socket it does not have: {from:?}", who.name()),
             };
             self.remember(&data);
             if self.flight.len() == FLIGHT {
@@ -214,7 +193,7 @@ impl World {
             }
             self.flight.push_back(Datagram { from, to, data });
         }
-        for packet in out.tun {
+        for packet in out.delivered {
             assert!(packet.len() <= IPV6_MAX, "an IPv6 packet of {} bytes", packet.len());
             self.remember(&packet);
             if matches!(who, Party::Client) {
@@ -227,13 +206,19 @@ impl World {
             }
         }
         if matches!(who, Party::Client) {
-            self.ports = out.ports;
-            self.next_port = out.next_port;
+            self.ports = out.open;
+            self.last_port = out.last_port;
         }
     }
 
-    fn out(&self) -> Out {
-        Out { ports: self.ports.clone(), next_port: self.next_port, ..Out::default() }
+    /// A recorder for the next call, holding the client's random ports as they are.
+    fn out(&self) -> Recorder {
+        Recorder {
+            open: self.ports.clone(),
+            last_port: self.last_port,
+            port_cap: Some(CLIENT_PORTS * 2),
+            ..Recorder::default()
+        }
     }
 
     fn deliver(&mut self, d: Datagram) {
@@ -256,8 +241,10 @@ impl World {
                 let via = match port {
                     CLIENT_PORT => Via::Service,
                     PROBE_PORT => Via::Probe,
-                    p if self.ports.contains(&p) => Via::Port(p),
-                    _ => return,
+                    p => match NonZeroU16::new(p).filter(|p| self.ports.contains(p)) {
+                        Some(p) => Via::Port(p),
+                        None => return,
+                    },
                 };
                 self.client.on_udp(now, via, d.from, &d.data, &mut out);
                 Party::Client
@@ -308,7 +295,7 @@ impl World {
             2 => RELAY,
             3 => SocketAddrV4::new(SERVER, 3544),
             4 => SocketAddrV4::new(SERVER2, 3544),
-            _ => SocketAddrV4::new(CLIENT_IP, self.ports.first().copied().unwrap_or(CLIENT_PORT)),
+            _ => SocketAddrV4::new(CLIENT_IP, self.ports.first().map_or(CLIENT_PORT, |p| p.get())),
         }
     }
 

@@ -14,19 +14,22 @@
 //! such a port, each entry a socket in the daemon.
 
 use crate::peer_table::KeyedHash;
+use crate::transmit::Source;
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
+use std::num::NonZeroU16;
 use std::time::Duration;
 
 /// An Echo Test under way (§5.5.4.1.1): the nonces of the router solicitations sent
 /// to the primary and the secondary server from the random port, and the external
-/// ports their answers saw (0: not yet).
+/// ports their answers saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EchoTest {
     /// Nonces of the solicitations to the primary and the secondary address.
     pub nonces: [[u8; 8]; 2],
-    /// External ports the primary's and the secondary's answers reported.
-    pub ports: [u16; 2],
+    /// External ports the primary's and the secondary's answers reported (`None`: not
+    /// yet).
+    pub ports: [Option<NonZeroU16>; 2],
     /// Tests run so far for this peer (the failover timer waits this many seconds).
     pub tries: u8,
     /// When to give up on this test.
@@ -36,22 +39,23 @@ pub struct EchoTest {
 impl EchoTest {
     /// The predicted port, once both answers came: between the two observations, where
     /// the bubble sent between them went out (§5.5.4.4, read as the midpoint).
-    pub fn prediction(&self) -> Option<u16> {
-        let [lower, upper] = self.ports;
-        (lower != 0 && upper != 0).then(|| ((u32::from(lower) + u32::from(upper)) / 2) as u16)
+    pub fn prediction(&self) -> Option<NonZeroU16> {
+        let [Some(lower), Some(upper)] = self.ports else { return None };
+        // The midpoint of two ports above zero is above zero.
+        NonZeroU16::new(((u32::from(lower.get()) + u32::from(upper.get())) / 2) as u16)
     }
 }
 
 /// The random ports of one peer.
 #[derive(Debug, Clone, Default)]
 pub struct PeerPorts {
-    /// Our random local port for this peer (0: none open).
-    pub local: u16,
+    /// Our random local port for this peer, if one is open.
+    pub local: Option<NonZeroU16>,
     /// The external port we expect our NAT to give `local` towards the peer, which the
-    /// Random Port trailer announces (0: not known).
-    pub predicted: u16,
-    /// The random port the peer announced (Peer Random Port; 0: none).
-    pub peer: u16,
+    /// Random Port trailer announces, if known.
+    pub predicted: Option<NonZeroU16>,
+    /// The random port the peer announced (Peer Random Port), if any.
+    pub peer: Option<NonZeroU16>,
     /// The peer answered on our random port: everything to it leaves from there
     /// (DR-Random).
     pub via_local: bool,
@@ -116,17 +120,17 @@ impl PortTable {
     }
 
     /// The socket to send to `peer` from: its random port once the peer answered there,
-    /// else 0 (the service port).
-    pub fn via(&self, peer: &Ipv6Addr) -> u16 {
+    /// else the service socket.
+    pub fn via(&self, peer: &Ipv6Addr) -> Source {
         if self.map.is_empty() {
-            return 0;
+            return Source::Service;
         }
-        self.map.get(peer).filter(|p| p.via_local).map_or(0, |p| p.local)
+        Source::service_or(self.map.get(peer).filter(|p| p.via_local).and_then(|p| p.local))
     }
 
     /// The peer whose random port is `port`.
-    pub fn owner(&self, port: u16) -> Option<Ipv6Addr> {
-        self.map.iter().find(|(_, p)| p.local == port && port != 0).map(|(a, _)| *a)
+    pub fn owner(&self, port: NonZeroU16) -> Option<Ipv6Addr> {
+        self.map.iter().find(|(_, p)| p.local == Some(port)).map(|(a, _)| *a)
     }
 
     /// The peer whose Echo Test sent `nonce`, and which of its two solicitations.
@@ -139,12 +143,12 @@ impl PortTable {
 
     /// Random ports open.
     pub fn open_ports(&self) -> usize {
-        self.map.values().filter(|p| p.local != 0).count()
+        self.map.values().filter(|p| p.local.is_some()).count()
     }
 
     /// Peers whose traffic goes through our random port for them.
     pub fn routed_peers(&self) -> usize {
-        self.map.values().filter(|p| p.via_local && p.local != 0).count()
+        self.map.values().filter(|p| p.via_local && p.local.is_some()).count()
     }
 
     /// Every peer, for the timer's rounds.
@@ -159,12 +163,13 @@ mod tests {
 
     #[test]
     fn midpoint_of_the_two_observations() {
-        let mut e = EchoTest { nonces: [[1; 8], [2; 8]], ports: [1200, 0], tries: 1, due: Duration::ZERO };
+        let port = |p: u16| NonZeroU16::new(p);
+        let mut e = EchoTest { nonces: [[1; 8], [2; 8]], ports: [port(1200), None], tries: 1, due: Duration::ZERO };
         assert_eq!(e.prediction(), None);
-        e.ports[1] = 1202;
-        assert_eq!(e.prediction(), Some(1201));
-        e.ports = [65534, 65535];
-        assert_eq!(e.prediction(), Some(65534));
+        e.ports[1] = port(1202);
+        assert_eq!(e.prediction(), port(1201));
+        e.ports = [port(65534), port(65535)];
+        assert_eq!(e.prediction(), port(65534));
     }
 
     #[test]
@@ -175,11 +180,12 @@ mod tests {
         assert!(t.entry(a(2), Duration::ZERO).is_some());
         assert!(t.entry(a(3), Duration::ZERO).is_none(), "a third peer is refused");
         assert!(t.entry(a(1), Duration::ZERO).is_some(), "a known peer still is");
-        t.get_mut(&a(1)).unwrap().local = 5000;
-        assert_eq!(t.via(&a(1)), 0, "not before the peer answered there");
+        let port = NonZeroU16::new(5000).unwrap();
+        t.get_mut(&a(1)).unwrap().local = Some(port);
+        assert_eq!(t.via(&a(1)), Source::Service, "not before the peer answered there");
         t.get_mut(&a(1)).unwrap().via_local = true;
-        assert_eq!(t.via(&a(1)), 5000);
-        assert_eq!(t.owner(5000), Some(a(1)));
-        assert_eq!(t.owner(0), None);
+        assert_eq!(t.via(&a(1)), Source::Port(port));
+        assert_eq!(t.owner(port), Some(a(1)));
+        assert_eq!(t.owner(NonZeroU16::new(5001).unwrap()), None);
     }
 }

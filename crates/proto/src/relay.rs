@@ -26,7 +26,7 @@ use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
-pub use crate::transmit::Transmit;
+pub use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
@@ -361,7 +361,7 @@ impl SharedRelay {
         let mut shard = lock(self.shard(&key));
         if let Some(to) = shard.peers.send_to(&key, now) {
             drop(shard);
-            tx.udp(to, ip.packet());
+            tx.send(Source::Service, to, ip.packet(), None);
             w.stats.to_teredo += 1;
             w.stats.to_teredo_bytes += ip.packet().len() as u64;
             return Verdict::Forwarded;
@@ -463,10 +463,10 @@ impl SharedRelay {
         p.bubbles += 1;
         drop(p);
         let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
-        tx.udp(SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n]);
+        tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n], None);
         w.stats.bubbles += 1;
         if let Some(mapped) = direct {
-            tx.udp(mapped, &w.scratch[..n]);
+            tx.send(Source::Service, mapped, &w.scratch[..n], None);
             w.stats.bubbles += 1;
         }
         true
@@ -517,7 +517,7 @@ impl SharedRelay {
         };
         if let Some(mut q) = queue {
             while let Some(packet) = q.next_packet() {
-                tx.udp(from, packet);
+                tx.send(Source::Service, from, packet, None);
                 w.stats.to_teredo += 1;
                 w.stats.to_teredo_bytes += packet.len() as u64;
             }
@@ -539,7 +539,7 @@ impl SharedRelay {
         if !served {
             return w.dropped(DropReason::NotServed);
         }
-        tx.tun(ip.packet());
+        tx.deliver(ip.packet());
         w.stats.to_ipv6 += 1;
         w.stats.to_ipv6_bytes += ip.packet().len() as u64;
         Verdict::Forwarded
@@ -624,7 +624,7 @@ impl SharedRelay {
         if let Some(n) =
             icmp_error::build(&from, offending, |q| Icmpv6Repr::DstUnreachable { code, invoking: q }, &mut out)
         {
-            tx.tun(&out[..n]);
+            tx.deliver(&out[..n]);
             w.stats.icmp_errors += 1;
         }
     }

@@ -17,7 +17,7 @@
 use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::secure;
-use crate::transmit::Transmit;
+use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
@@ -209,7 +209,7 @@ impl Server {
     }
 
     /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
-    /// goes out through `tx` (from the secondary address with `udp_second`); anything
+    /// goes out through `tx` (from the secondary address as `Source::Secondary`); anything
     /// else is dropped and counted.
     pub fn on_udp(&mut self, now: Duration, local: Local, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
         let mut out = std::mem::take(&mut self.scratch);
@@ -220,9 +220,11 @@ impl Server {
 
     fn emit(&mut self, action: Result<ServerAction, DropReason>, out: &[u8], tx: &mut impl Transmit) {
         match action {
-            Ok(ServerAction::Udp { from: Local::Primary, to, len }) => tx.udp(to, &out[..len]),
-            Ok(ServerAction::Udp { from: Local::Secondary, to, len }) => tx.udp_second(to, &out[..len]),
-            Ok(ServerAction::Native { len }) => tx.tun(&out[..len]),
+            Ok(ServerAction::Udp { from: Local::Primary, to, len }) => tx.send(Source::Service, to, &out[..len], None),
+            Ok(ServerAction::Udp { from: Local::Secondary, to, len }) => {
+                tx.send(Source::Secondary, to, &out[..len], None)
+            }
+            Ok(ServerAction::Native { len }) => tx.deliver(&out[..len]),
             Err(reason) => self.drop(reason),
         }
     }

@@ -1,54 +1,146 @@
-//! Where a state machine's output goes: the one output style of every role (server,
+//! Where a state machine's output goes: the one output contract of every role (server,
 //! relay, client). A state machine calls it while it handles an input, as many times
 //! as that input asks (a relay's flushed queue, a client's two bubbles); the daemon
 //! implements it over its sockets and TUN, batching as it likes, and tests record
-//! into vectors.
+//! everything into a [`Recorder`].
+//!
+//! Two calls: [`Transmit::send`] a datagram from one of the node's sockets, and
+//! [`Transmit::deliver`] an IPv6 packet to the IPv6 side. The client alone also opens
+//! and closes sockets ([`Ports`]); a role that has none does not implement it, so no
+//! call of one role's can silently do nothing in another's.
 
 use std::net::SocketAddrV4;
+use std::num::NonZeroU16;
 
-/// Output of the server, relay and client state machines.
-pub trait Transmit {
-    /// Send a UDP datagram whose payload is `payload` to `to`, from the service socket
-    /// (the server's primary address).
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]);
-    /// As [`udp`](Self::udp), with the IPv4 TTL limited to `ttl` hops: the client's
-    /// opening bubble, which must pass its own NAT (and open it) but die before it
-    /// reaches the peer's. Only the client sends these.
-    fn udp_hop_limited(&mut self, to: SocketAddrV4, payload: &[u8], ttl: u8) {
-        let _ = ttl;
-        self.udp(to, payload);
-    }
-    /// Write an IPv6 packet to the IPv6 side: the host stack (client), the native
-    /// network (relay, and the server's connectivity-test echoes).
-    fn tun(&mut self, packet: &[u8]);
-    /// Send from the node's second socket: the client's probe-only port (NAT kind
-    /// detection), the server's secondary address (the cone test). The relay has none.
-    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        let _ = (to, payload);
-    }
-    /// Open a UDP socket on a new random local port: a client's port for one peer (RFC
-    /// 6081 §5.4). Its number, or `None` when none can be opened; datagrams to it come
-    /// back as `Via::Port`. Only the client asks.
-    fn open_port(&mut self) -> Option<u16> {
-        None
-    }
-    /// Close a port [`open_port`](Self::open_port) gave.
-    fn close_port(&mut self, port: u16) {
-        let _ = port;
-    }
-    /// Send from a port [`open_port`](Self::open_port) gave, the TTL limited to `ttl`
-    /// hops if given.
-    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
-        let _ = (port, to, payload, ttl);
+/// Which of the node's UDP sockets a datagram leaves from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The service socket: the server's primary address, the relay's and the client's
+    /// Teredo port.
+    Service,
+    /// The server's secondary address (the answer to the cone test).
+    Secondary,
+    /// The client's probe-only socket (NAT kind detection).
+    Probe,
+    /// A client's random port for one peer (RFC 6081 §5.4), as [`Ports::open_port`]
+    /// gave it.
+    Port(NonZeroU16),
+}
+
+impl Source {
+    /// The service socket, or the random port `port` if there is one.
+    pub fn service_or(port: Option<NonZeroU16>) -> Source {
+        port.map_or(Source::Service, Source::Port)
     }
 }
 
-/// Send from the service socket (`port` 0) or from a client's random port.
-pub fn udp_via(tx: &mut impl Transmit, port: u16, to: SocketAddrV4, payload: &[u8]) {
-    if port == 0 {
-        tx.udp(to, payload);
-    } else {
-        tx.udp_from(port, to, payload, None);
+/// Output of the server, relay and client state machines.
+pub trait Transmit {
+    /// Send a UDP datagram whose payload is `payload` to `to`, from socket `from`, with
+    /// the IPv4 TTL limited to `ttl` hops if given: the client's opening bubble, which
+    /// must pass its own NAT (and open it) but die before it reaches the peer's.
+    fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>);
+
+    /// Write an IPv6 packet to the IPv6 side: the host stack (client), the native
+    /// network (relay, and the server's connectivity-test echoes).
+    fn deliver(&mut self, packet: &[u8]);
+}
+
+/// The client's random ports (RFC 6081 §5.4): a UDP socket of its own for one peer.
+pub trait Ports {
+    /// Open a socket on a new random local port: its number, or `None` when none can be
+    /// opened. Datagrams to it come back as `client::Via::Port`.
+    fn open_port(&mut self) -> Option<NonZeroU16>;
+    /// Close a port [`open_port`](Self::open_port) gave.
+    fn close_port(&mut self, port: NonZeroU16);
+}
+
+/// One datagram a state machine sent, whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    /// The socket it left from.
+    pub from: Source,
+    /// Where it went.
+    pub to: SocketAddrV4,
+    /// The UDP payload.
+    pub payload: Vec<u8>,
+    /// The TTL asked for (`None`: the socket's).
+    pub ttl: Option<u8>,
+}
+
+impl Sent {
+    /// A datagram from the service socket with the socket's TTL.
+    pub fn service(to: SocketAddrV4, payload: Vec<u8>) -> Sent {
+        Sent { from: Source::Service, to, payload, ttl: None }
+    }
+}
+
+/// A [`Transmit`] and [`Ports`] that keeps everything, in order, losing nothing (the
+/// source socket and the TTL too): for tests and tools.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    /// The datagrams sent.
+    pub sent: Vec<Sent>,
+    /// The IPv6 packets delivered.
+    pub delivered: Vec<Vec<u8>>,
+    /// Random ports open now.
+    pub open: Vec<NonZeroU16>,
+    /// Every port opened, in order.
+    pub opened: Vec<NonZeroU16>,
+    /// Every port closed.
+    pub closed: Vec<NonZeroU16>,
+    /// The most ports open at once.
+    pub most_open: usize,
+    /// The last port number given (the next is above it, from 50001 on).
+    pub last_port: u16,
+    /// At most this many ports open at once (`None`: no cap).
+    pub port_cap: Option<usize>,
+}
+
+impl Recorder {
+    /// A recorder that opens at most `cap` ports at once.
+    pub fn with_port_cap(cap: usize) -> Recorder {
+        Recorder { port_cap: Some(cap), ..Recorder::default() }
+    }
+
+    /// The datagrams sent from `from`, as (destination, payload).
+    pub fn from(&self, from: Source) -> impl Iterator<Item = (SocketAddrV4, &[u8])> {
+        self.sent.iter().filter(move |s| s.from == from).map(|s| (s.to, s.payload.as_slice()))
+    }
+
+    /// Forget what was sent and delivered (the ports stay as they are).
+    pub fn clear(&mut self) {
+        self.sent.clear();
+        self.delivered.clear();
+    }
+}
+
+impl Transmit for Recorder {
+    fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        self.sent.push(Sent { from, to, payload: payload.to_vec(), ttl });
+    }
+
+    fn deliver(&mut self, packet: &[u8]) {
+        self.delivered.push(packet.to_vec());
+    }
+}
+
+impl Ports for Recorder {
+    fn open_port(&mut self) -> Option<NonZeroU16> {
+        if self.port_cap.is_some_and(|cap| self.open.len() >= cap) {
+            return None;
+        }
+        self.last_port = self.last_port.max(50_000).checked_add(1).unwrap_or(50_001);
+        let port = NonZeroU16::new(self.last_port)?;
+        self.open.push(port);
+        self.opened.push(port);
+        self.most_open = self.most_open.max(self.open.len());
+        Some(port)
+    }
+
+    fn close_port(&mut self, port: NonZeroU16) {
+        self.open.retain(|&p| p != port);
+        self.closed.push(port);
     }
 }
 

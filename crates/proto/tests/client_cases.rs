@@ -4,7 +4,6 @@
 
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
-use shipworm_proto::transmit::Transmit;
 use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
@@ -20,41 +19,8 @@ const M: &str = "192.0.2.45:40000";
 const MP: &str = "192.0.2.45:40001"; // the probe port's mapping
 
 mod common;
-use common::Rng;
-
-#[derive(Default)]
-struct Rec {
-    udp: Vec<(SocketAddrV4, Vec<u8>)>,
-    probe: Vec<(SocketAddrV4, Vec<u8>)>,
-    tun: Vec<Vec<u8>>,
-    /// Random ports open now, and the most open at once.
-    open_ports: Vec<u16>,
-    most_open: usize,
-    next_port: u16,
-}
-impl Transmit for Rec {
-    fn open_port(&mut self) -> Option<u16> {
-        self.next_port = self.next_port.max(50000) + 1;
-        self.open_ports.push(self.next_port);
-        self.most_open = self.most_open.max(self.open_ports.len());
-        Some(self.next_port)
-    }
-    fn close_port(&mut self, port: u16) {
-        self.open_ports.retain(|&p| p != port);
-    }
-    fn udp_from(&mut self, _port: u16, to: SocketAddrV4, p: &[u8], _ttl: Option<u8>) {
-        self.udp.push((to, p.to_vec()));
-    }
-    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.udp.push((to, p.to_vec()));
-    }
-    fn tun(&mut self, p: &[u8]) {
-        self.tun.push(p.to_vec());
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.probe.push((to, p.to_vec()));
-    }
-}
+use common::{ClientSends, Rng};
+use shipworm_proto::transmit::{Recorder, Source};
 
 fn a(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
@@ -80,24 +46,26 @@ fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
 /// What server `primary` answers to `rs` arriving on `local` from `from`.
 fn answer(primary: Ipv4Addr, local: Local, from: &str, rs: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
     let mut s = Server::new(ServerConfig::new(primary));
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     s.on_udp(secs(1), local, sa(from), rs, &mut w);
-    let via = |l| SocketAddrV4::new(s.address(l), 3544);
-    w.udp
-        .pop()
-        .map(|(_, b)| (via(Local::Primary), b))
-        .or_else(|| w.probe.pop().map(|(_, b)| (via(Local::Secondary), b)))
+    let sent = w.sent.pop()?;
+    let from = match sent.from {
+        Source::Service => Local::Primary,
+        Source::Secondary => Local::Secondary,
+        other => panic!("the server sent from {other:?}"),
+    };
+    Some((SocketAddrV4::new(s.address(from), 3544), sent.payload))
 }
 
 /// Run qualification against server P with the NAT mapping the service port to
 /// `m1` towards the primary and `m2` towards the secondary; `cone` says whether the
 /// probe's RA gets through. Returns the events.
 fn qualify(c: &mut Client<Rng>, now: Duration, m1: &str, m2: &str, cone: bool) -> Vec<ClientEvent> {
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_timer(now, &mut w);
-    let (to, rs) = w.udp.pop().expect("RS to the primary");
+    let (to, rs) = w.pop_udp().expect("RS to the primary");
     assert_eq!(to, SocketAddrV4::new(P, 3544));
-    let (pto, prs) = w.probe.pop().expect("cone RS from the probe port");
+    let (pto, prs) = w.pop_probe().expect("cone RS from the probe port");
     assert_eq!(pto, SocketAddrV4::new(P, 3544));
     if cone {
         let (from, ra) = answer(P, Local::Primary, MP, &prs).unwrap();
@@ -106,7 +74,7 @@ fn qualify(c: &mut Client<Rng>, now: Duration, m1: &str, m2: &str, cone: bool) -
     }
     let (from, ra) = answer(P, Local::Primary, m1, &rs).unwrap();
     c.on_udp(now + ms(1), Via::Service, from, &ra, &mut w);
-    let (to2, rs2) = w.udp.pop().expect("RS to the secondary");
+    let (to2, rs2) = w.pop_udp().expect("RS to the secondary");
     assert_eq!(to2, SocketAddrV4::new(P1, 3544));
     let (from2, ra2) = answer(P, Local::Secondary, m2, &rs2).unwrap();
     c.on_udp(now + ms(2), Via::Service, from2, &ra2, &mut w);
@@ -177,16 +145,17 @@ fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
     assert_eq!(c.status().state, "qualified");
     // A relay behind its indirect bubble is answered from wherever the NAT maps us:
     // the direct bubble goes to the origin indication, so the relay learns that port.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let relay = "2001:db8:1::10";
     let mut b = vec![0u8; 48];
     let at = TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut b).unwrap();
     emit_bubble(&a(relay), &addr, 0, &mut b[at..]).unwrap();
     b.truncate(at + 40);
     c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &b, &mut w);
-    assert_eq!(w.udp.len(), 1);
-    assert_eq!(w.udp[0].0, sa("192.0.2.10:3545"));
-    let bubble = TeredoPacket::parse(&w.udp[0].1).unwrap();
+    assert_eq!(w.udp().len(), 1);
+    assert_eq!(w.udp()[0].0, sa("192.0.2.10:3545"));
+    let sent = w.udp();
+    let bubble = TeredoPacket::parse(&sent[0].1).unwrap();
     assert!(bubble.is_bubble());
     assert_eq!((bubble.ipv6.src_addr(), bubble.ipv6.dst_addr()), (addr, a(relay)));
 }
@@ -230,7 +199,7 @@ fn forged_indirect_bubbles_cannot_open_unbounded_ports_or_answers() {
     let cap = cfg.random_ports;
     let mut c = Client::new(cfg, Rng(11));
     let me = up_address(&qualify(&mut c, secs(1), M, "192.0.2.45:51234", false));
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     for i in 0..2000u32 {
         let src = TeredoAddr {
             prefix: 0x2001_0000,
@@ -249,25 +218,25 @@ fn forged_indirect_bubbles_cannot_open_unbounded_ports_or_answers() {
     assert!(w.most_open > 0, "the flood did reach the port table");
     // One direct answer each at most, and indirect answers within the budget (50/s
     // over two seconds of flood, plus the burst).
-    let indirect = w.udp.iter().filter(|(to, _)| *to == SocketAddrV4::new(Q, 3544)).count();
+    let indirect = w.udp().iter().filter(|(to, _)| *to == SocketAddrV4::new(Q, 3544)).count();
     assert!(indirect <= 50 * 3 + 50, "{indirect} indirect answers");
-    assert!(w.udp.len() <= 2000 * 2 + indirect, "{} datagrams", w.udp.len());
+    assert!(w.udp().len() <= 2000 * 2 + indirect, "{} datagrams", w.udp().len());
     println!(
         "2000 forged bubbles: {} ports open at most, {indirect} indirect answers, {} datagrams",
         w.most_open,
-        w.udp.len()
+        w.udp().len()
     );
     // Nobody answers on those ports: after a minute they are all closed.
     for t in 0..70 {
         c.on_timer(secs(5 + t), &mut w);
     }
-    assert!(w.open_ports.is_empty(), "{} ports still open", w.open_ports.len());
+    assert!(w.open.is_empty(), "{} ports still open", w.open.len());
 }
 
 /// Drive to the first RS and return it.
-fn first_rs(c: &mut Client<Rng>, w: &mut Rec) -> Vec<u8> {
+fn first_rs(c: &mut Client<Rng>, w: &mut Recorder) -> Vec<u8> {
     c.on_timer(secs(1), w);
-    w.udp.pop().unwrap().1
+    w.pop_udp().unwrap().1
 }
 
 fn nonce_of(rs: &[u8]) -> [u8; 8] {
@@ -300,10 +269,10 @@ fn pio(prefix: &str, len: u8) -> Vec<u8> {
     o
 }
 
-fn still_qualifying(c: &mut Client<Rng>, w: &mut Rec) {
+fn still_qualifying(c: &mut Client<Rng>, w: &mut Recorder) {
     assert!(c.poll_event().is_none());
     assert_eq!(c.status().state, "qualifying");
-    assert!(w.udp.is_empty(), "no RS to the secondary: the RA was not accepted");
+    assert!(w.udp().is_empty(), "no RS to the secondary: the RA was not accepted");
 }
 
 #[test]
@@ -359,16 +328,16 @@ fn case24_to_28_bad_ras_are_ignored() {
     ];
     for (name, make) in cases {
         let mut c = client(&[P]);
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         let n = nonce_of(&first_rs(&mut c, &mut w));
-        w = Rec::default();
+        w = Recorder::default();
         c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &make(n), &mut w);
         still_qualifying(&mut c, &mut w);
         // The crafted RA itself is right once the flaw is removed (the test is sound).
         if name == "24 wrong nonce" {
             let ok = crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &pio(good_prefix, 64));
             c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ok, &mut w);
-            assert_eq!(w.udp.len(), 1, "a correct crafted RA moves on to the secondary probe");
+            assert_eq!(w.udp().len(), 1, "a correct crafted RA moves on to the secondary probe");
         }
     }
 }
@@ -376,7 +345,7 @@ fn case24_to_28_bad_ras_are_ignored() {
 #[test]
 fn ra_from_the_wrong_address_or_port_is_ignored() {
     let mut c = client(&[P]);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let rs = first_rs(&mut c, &mut w);
     let (_, ra) = answer(P, Local::Primary, M, &rs).unwrap();
     c.on_udp(secs(1), Via::Service, sa("65.54.227.120:3545"), &ra, &mut w);
@@ -387,12 +356,12 @@ fn ra_from_the_wrong_address_or_port_is_ignored() {
 #[test]
 fn case29_three_rs_four_seconds_apart_then_offline() {
     let mut c = client(&[P]);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let mut times = Vec::new();
     for t in (1000..30_000u64).step_by(250) {
-        let before = w.udp.len();
+        let before = w.udp().len();
         c.on_timer(ms(t), &mut w);
-        if w.udp.len() > before {
+        if w.udp().len() > before {
             times.push(t / 1000);
         }
         if t == 14_000 {
@@ -408,25 +377,25 @@ fn case29_three_rs_four_seconds_apart_then_offline() {
 #[test]
 fn failover_to_the_next_server_and_back_home() {
     let mut c = client(&[P, Q]);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     for t in (1000..13_500u64).step_by(250) {
         c.on_timer(ms(t), &mut w);
     }
     // Three RSs to P, then one to Q.
-    let to: Vec<Ipv4Addr> = w.udp.iter().map(|(t, _)| *t.ip()).collect();
+    let to: Vec<Ipv4Addr> = w.udp().iter().map(|(t, _)| *t.ip()).collect();
     assert_eq!(to, vec![P, P, P, Q]);
-    let rs = w.udp.pop().unwrap().1;
+    let rs = w.pop_udp().unwrap().1;
     let (from, ra) = answer(Q, Local::Primary, M, &rs).unwrap();
     c.on_udp(ms(13_500), Via::Service, from, &ra, &mut w);
-    let rs2 = w.udp.pop().unwrap().1;
+    let rs2 = w.pop_udp().unwrap().1;
     let (from2, ra2) = answer(Q, Local::Secondary, M, &rs2).unwrap();
     c.on_udp(ms(13_501), Via::Service, from2, &ra2, &mut w);
     let ev: Vec<ClientEvent> = std::iter::from_fn(|| c.poll_event()).collect();
     assert!(matches!(ev[0], ClientEvent::Up { server, .. } if server == Q), "{ev:?}");
     // On the fallback, the first server is tried again; when it answers, we go home.
-    w = Rec::default();
+    w = Recorder::default();
     c.on_timer(ms(14_000), &mut w);
-    let home = w.udp.iter().find(|(t, _)| *t.ip() == P).expect("home check").1.clone();
+    let home = w.udp().iter().find(|(t, _)| *t.ip() == P).expect("home check").1.clone();
     let (from, ra) = answer(P, Local::Primary, M, &home).unwrap();
     c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
     assert_eq!(c.status().state, "qualifying");
@@ -437,19 +406,19 @@ fn failover_to_the_next_server_and_back_home() {
 fn case31_new_mapping_means_new_address_and_fresh_peers() {
     let (mut c, old) = qualified();
     // A peer is known.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &old.to_string()), &mut w);
     assert_eq!(c.status().peers, 1);
     // Refresh: nothing from the server for the randomized interval (22.5–30 s).
-    w = Rec::default();
+    w = Recorder::default();
     for t in (3..40u64).map(secs) {
         c.on_timer(t, &mut w);
-        if !w.udp.is_empty() {
+        if !w.udp().is_empty() {
             break;
         }
     }
-    let (to, rs) = w.udp.pop().expect("maintenance RS");
+    let (to, rs) = w.pop_udp().expect("maintenance RS");
     assert_eq!(to, SocketAddrV4::new(P, 3544));
     // The NAT now maps us to another port: a new address after a new NAT check.
     let (from, ra) = answer(P, Local::Primary, "192.0.2.45:40123", &rs).unwrap();
@@ -464,14 +433,14 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
 }
 
 /// After a re-qualification's primary RA was fed: answer the RSs that follow.
-fn qualify_rest(c: &mut Client<Rng>, w: &mut Rec, mapping: &str) -> Vec<ClientEvent> {
+fn qualify_rest(c: &mut Client<Rng>, w: &mut Recorder, mapping: &str) -> Vec<ClientEvent> {
     // The re-qualification starts over: RS to primary (and probe), then secondary.
-    if let Some((to, rs)) = w.udp.pop() {
+    if let Some((to, rs)) = w.pop_udp() {
         let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
         c.on_udp(secs(41), Via::Service, from, &ra, w);
     }
-    if let Some((to, rs)) = w.udp.pop() {
+    if let Some((to, rs)) = w.pop_udp() {
         let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
         c.on_udp(secs(42), Via::Service, from, &ra, w);
@@ -482,26 +451,26 @@ fn qualify_rest(c: &mut Client<Rng>, w: &mut Rec, mapping: &str) -> Vec<ClientEv
 #[test]
 fn maintenance_with_the_same_mapping_keeps_the_address() {
     let (mut c, old) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     for t in (3..40u64).map(secs) {
         c.on_timer(t, &mut w);
-        if !w.udp.is_empty() {
+        if !w.udp().is_empty() {
             break;
         }
     }
-    let (_, rs) = w.udp.pop().unwrap();
+    let (_, rs) = w.pop_udp().unwrap();
     let (from, ra) = answer(P, Local::Primary, M, &rs).unwrap();
     c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
     assert_eq!(c.address(), Some(old));
-    assert!(w.udp.is_empty(), "no re-qualification");
+    assert!(w.udp().is_empty(), "no re-qualification");
 }
 
 #[test]
 fn network_change_requalifies_at_once() {
     let (mut c, old) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_network_change(secs(5), &mut w);
-    assert_eq!(w.udp.len(), 1, "RS sent immediately");
+    assert_eq!(w.udp().len(), 1, "RS sent immediately");
     let ev = qualify_rest(&mut c, &mut w, "203.0.113.77:6000");
     let new = up_address(&ev);
     assert_ne!(new, old);
@@ -513,29 +482,29 @@ fn requalifying_with_the_same_mapping_keeps_peers_and_traffic_flowing() {
     // A network event that leaves the mapping as it was (a new DHCP lease, a second
     // route) must not cost the peers their trust, nor the host its packets meanwhile.
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     c.on_network_change(secs(5), &mut w);
     assert_eq!(c.address(), Some(me), "the interface keeps its address while we ask again");
     // Meanwhile the host's packet goes straight to the trusted peer, not back as
     // unreachable.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(secs(5), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
-    assert_eq!(w.udp.iter().filter(|(to, _)| *to == sa("198.51.100.7:3544")).count(), 1);
-    assert!(w.tun.is_empty(), "no ICMPv6 error to the host");
+    assert_eq!(w.udp().iter().filter(|(to, _)| *to == sa("198.51.100.7:3544")).count(), 1);
+    assert!(w.delivered.is_empty(), "no ICMPv6 error to the host");
     // The RA gives the same mapping: same address, no new Up, the peer still trusted.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_network_change(secs(6), &mut w);
     let ev = qualify_rest(&mut c, &mut w, M);
     assert!(!ev.iter().any(|e| matches!(e, ClientEvent::Up { address, .. } if *address != me)), "{ev:?}");
     assert_eq!(c.address(), Some(me));
     assert_eq!(c.stats().addresses, 1, "no address change counted");
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(43), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[2; 8]), &mut w);
     c.on_tun(secs(43), &ipv6(&me.to_string(), peer, 17, &[3; 8]), &mut w);
-    let bubbles = w.udp.iter().filter(|(_, p)| TeredoPacket::parse(p).unwrap().is_bubble()).count();
-    assert_eq!((w.udp.len(), bubbles), (1, 0), "straight to the peer, no bubbles: it is still trusted");
+    let bubbles = w.udp().iter().filter(|(_, p)| TeredoPacket::parse(p).unwrap().is_bubble()).count();
+    assert_eq!((w.udp().len(), bubbles), (1, 0), "straight to the peer, no bubbles: it is still trusted");
 }
 
 fn bubble(src: &str, dst: &str) -> Vec<u8> {
@@ -556,37 +525,37 @@ fn ipv6(src: &str, dst: &str, nh: u8, payload: &[u8]) -> Vec<u8> {
 #[test]
 fn case32_matching_teredo_source_is_delivered_and_trusted() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     let data = ipv6(peer, &me.to_string(), 17, &[0; 8]);
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &data, &mut w);
-    assert_eq!(w.tun, vec![data]);
+    assert_eq!(w.delivered, vec![data]);
     // Trusted: the host's answer goes straight to the mapping.
-    w = Rec::default();
+    w = Recorder::default();
     c.on_tun(secs(3), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
-    assert_eq!(w.udp.len(), 1);
-    assert_eq!(w.udp[0].0, sa("198.51.100.7:3544"));
+    assert_eq!(w.udp().len(), 1);
+    assert_eq!(w.udp()[0].0, sa("198.51.100.7:3544"));
 }
 
 #[test]
 fn case33_mismatched_source_is_not_delivered() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
 }
 
 #[test]
 fn case34_35_connectivity_test_through_the_server() {
     let (mut c, me) = qualified();
     let me_s = me.to_string();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let data = ipv6(&me_s, "2001:db8::1", 17, &[7; 8]);
     c.on_tun(secs(2), &data, &mut w);
     // An echo request with an 8-byte unpredictable payload goes to our server; no data.
-    assert_eq!(w.udp.len(), 1);
-    let (to, echo) = w.udp.pop().unwrap();
+    assert_eq!(w.udp().len(), 1);
+    let (to, echo) = w.pop_udp().unwrap();
     assert_eq!(to, SocketAddrV4::new(P, 3544));
     let ip = Ipv6Packet::new_checked(&echo[..]).unwrap();
     assert_eq!((ip.src_addr(), ip.dst_addr()), (me, a("2001:db8::1")));
@@ -614,29 +583,29 @@ fn case34_35_connectivity_test_through_the_server() {
     };
     // Case 35: a reply with the wrong nonce from a relay is ignored…
     c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(&[0u8; 8]), &mut w);
-    assert!(w.udp.is_empty() && w.tun.is_empty());
+    assert!(w.udp().is_empty() && w.delivered.is_empty());
     // …the right one makes the relay trusted and releases the queued packet to it.
     c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(nonce), &mut w);
-    assert_eq!(w.udp, vec![(sa("203.0.113.9:5555"), data)]);
+    assert_eq!(w.udp(), vec![(sa("203.0.113.9:5555"), data)]);
     // The reply with the wrong nonce came from a relay the client did not know: held
     // as a first contact, and delivered now that the relay is proven. The matching
     // reply is the client's own, not the host's.
-    assert_eq!(w.tun, vec![reply(&[0u8; 8])]);
+    assert_eq!(w.delivered, vec![reply(&[0u8; 8])]);
 }
 
 #[test]
 fn case36_never_send_to_a_private_embedded_address() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     // C=1, mapped ~10.1.2.3 = f5fe:fdfc.
     c.on_tun(secs(2), &ipv6(&me.to_string(), "2001:0:4136:e378:8000:f227:f5fe:fdfc", 17, &[0; 8]), &mut w);
-    assert!(w.udp.is_empty());
+    assert!(w.udp().is_empty());
 }
 
 #[test]
 fn case37_bubbles_at_0_2_4_6_then_unreachable() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     for _ in 0..20 {
         c.on_tun(secs(10), &ipv6(&me.to_string(), peer, 17, &[0; 600]), &mut w);
@@ -645,15 +614,15 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
     let mut last = 0;
     for t in (10_000..30_000u64).step_by(250) {
         c.on_timer(ms(t), &mut w);
-        if w.udp.len() != last {
-            times.push((t / 1000, w.udp.len() - last));
-            last = w.udp.len();
+        if w.udp().len() != last {
+            times.push((t / 1000, w.udp().len() - last));
+            last = w.udp().len();
         }
     }
     // Two bubbles each time (direct to the mapping, indirect via the peer's server).
-    assert_eq!(w.udp.iter().filter(|(t, _)| *t == sa("198.51.100.7:3544")).count(), 4);
+    assert_eq!(w.udp().iter().filter(|(t, _)| *t == sa("198.51.100.7:3544")).count(), 4);
     let bubbles_via_server = w
-        .udp
+        .udp()
         .iter()
         .filter(|(t, p)| *t == SocketAddrV4::new(P, 3544) && TeredoPacket::parse(p).unwrap().is_bubble())
         .count();
@@ -665,74 +634,74 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
         "{times:?}"
     );
     // Then the host hears the destination is unreachable; the queue was bounded (4 KiB).
-    assert!(!w.tun.is_empty() && w.tun.len() <= 6, "{} errors", w.tun.len());
+    assert!(!w.delivered.is_empty() && w.delivered.len() <= 6, "{} errors", w.delivered.len());
 }
 
 #[test]
 fn case38_indirect_bubble_is_answered_directly_to_the_origin() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let relay_src = "2001:db8::10";
     let mut d = vec![0u8; 48];
     TeredoHeaderRepr { auth: None, origin: Some(sa("203.0.113.9:5555")) }.emit(&mut d).unwrap();
     emit_bubble(&a(relay_src), &me, 0, &mut d[8..]).unwrap();
     c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
-    assert_eq!(w.udp.len(), 1);
-    let (to, b) = &w.udp[0];
+    assert_eq!(w.udp().len(), 1);
+    let (to, b) = &w.udp()[0];
     assert_eq!(*to, sa("203.0.113.9:5555"));
     let p = TeredoPacket::parse(b).unwrap();
     assert!(p.is_bubble());
     assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (me, a(relay_src)));
-    assert!(w.tun.is_empty(), "nothing delivered");
+    assert!(w.delivered.is_empty(), "nothing delivered");
 }
 
 #[test]
 fn indirect_bubble_from_a_link_local_source_is_answered_too() {
     // Miredo's relay sends its bubbles from a link-local address.
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let mut d = vec![0u8; 48];
     TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
     emit_bubble(&a("fe80::81:fc12:b00d:c42d"), &me, 0, &mut d[8..]).unwrap();
     c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
-    assert_eq!(w.udp.len(), 1);
-    assert_eq!(w.udp[0].0, sa("192.0.2.10:3545"));
-    assert!(w.tun.is_empty());
+    assert_eq!(w.udp().len(), 1);
+    assert_eq!(w.udp()[0].0, sa("192.0.2.10:3545"));
+    assert!(w.delivered.is_empty());
     // A link-local non-bubble relayed by the server is still not delivered.
     let mut d = vec![0u8; 8];
     TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
     d.extend_from_slice(&ipv6("fe80::1", &me.to_string(), 58, &[129, 0, 0, 0, 0, 0, 0, 0]));
     c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
 }
 
 #[test]
 fn case39_link_local_from_a_peer_never_reaches_the_host() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let forged = ipv6("fe80::1", &me.to_string(), 58, &[134, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &forged, &mut w);
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
 }
 
 #[test]
 fn case40_discovery_bubbles_are_ignored() {
     let (mut c, me) = qualified();
     let _ = me;
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let mut b = vec![0u8; 40];
     emit_bubble(&a("2001:0:4136:e378:0:f227:39cc:9bf8"), &a("ff02::1"), 1, &mut b).unwrap();
     c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &b, &mut w);
-    assert!(w.tun.is_empty() && w.udp.is_empty());
+    assert!(w.delivered.is_empty() && w.udp().is_empty());
 }
 
 #[test]
 fn unqualified_client_answers_the_host_with_unreachable() {
     let mut c = client(&[P]);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(secs(1), &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]), &mut w);
-    assert_eq!(w.tun.len(), 1);
-    let ip = Ipv6Packet::new_checked(&w.tun[0][..]).unwrap();
+    assert_eq!(w.delivered.len(), 1);
+    let ip = Ipv6Packet::new_checked(&w.delivered[0][..]).unwrap();
     assert_eq!(ip.payload()[0], 1, "destination unreachable");
 }
 
@@ -747,11 +716,11 @@ fn first_connectivity_test_goes_at_once_right_after_start() {
     let mut c = client(&[P]);
     let ev = qualify(&mut c, ms(100), M, M, false);
     let me = up_address(&ev);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(ms(200), &ipv6(&me.to_string(), "2001:db8::1", 17, &[0; 8]), &mut w);
-    assert_eq!(w.udp.len(), 1, "the echo request leaves at once");
+    assert_eq!(w.udp().len(), 1, "the echo request leaves at once");
     c.on_tun(ms(250), &ipv6(&me.to_string(), "2001:0:4136:e378:0:f227:39cc:9bf8", 17, &[0; 8]), &mut w);
-    assert_eq!(w.udp.len(), 3, "and the first bubbles too");
+    assert_eq!(w.udp().len(), 3, "and the first bubbles too");
 }
 
 /// Cold first contacts from native hosts (RFC 4380 §5.2.3 case 6, §5.2.9): held, tested
@@ -764,7 +733,7 @@ fn peers_the_host_calls_wait_within_a_cap_and_so_do_their_queued_bytes() {
     // A program on the host (a web page, say) sends to thousands of Teredo addresses
     // that never answer: each waits with a queue. The list is capped, the oldest gives way.
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let cap = 1024;
     for i in 0..5000u32 {
         let b = i.to_be_bytes();
@@ -797,16 +766,16 @@ fn icmpv6_from_the_server_reaches_the_host_only_from_internet_sources() {
     let me = me.to_string();
     let server = SocketAddrV4::new(P, 3544);
     let echo = [128, 0, 0, 0, 0, 1, 0, 1];
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     for src in ["::1", "fec0::1", "fd00::1", "::ffff:192.0.2.1", "fe80::1", "ff02::1"] {
         c.on_udp(secs(2), Via::Service, server, &ipv6(src, &me, 58, &echo), &mut w);
-        assert!(w.tun.is_empty(), "{src} reached the host");
+        assert!(w.delivered.is_empty(), "{src} reached the host");
     }
     // An echo relayed by the server from another Teredo client does.
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     let ok = ipv6(peer, &me, 58, &echo);
     c.on_udp(secs(2), Via::Service, server, &ok, &mut w);
-    assert_eq!(w.tun, vec![ok]);
+    assert_eq!(w.delivered, vec![ok]);
 }
 
 #[test]
@@ -814,24 +783,24 @@ fn a_peer_embedding_a_host_of_our_own_subnet_is_never_sent_to_nor_trusted() {
     let (mut c, me) = qualified();
     let me = me.to_string();
     c.set_attached_subnets(&[("198.51.100.0".parse().unwrap(), 24)]);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let inside = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     c.on_tun(secs(2), &ipv6(&me, inside, 17, &[0; 8]), &mut w);
-    assert!(w.udp.is_empty(), "sent {:?}", w.udp);
+    assert!(w.udp().is_empty(), "sent {:?}", w.udp());
     assert_eq!(c.stats().drops.get(DropReason::AttachedSubnet), 1);
     // Its broadcast, as a server field: the same.
     let via_bcast = "2001:0:c633:64ff:0:f227:34ff:8ef8"; // server 198.51.100.255
     c.on_tun(secs(2), &ipv6(&me, via_bcast, 17, &[0; 8]), &mut w);
-    assert!(w.udp.is_empty(), "sent {:?}", w.udp);
+    assert!(w.udp().is_empty(), "sent {:?}", w.udp());
     // A packet from the address it embeds is not taken as proof.
     c.on_udp(secs(3), Via::Service, sa("198.51.100.7:3544"), &ipv6(inside, &me, 17, &[0; 8]), &mut w);
-    assert!(w.tun.is_empty());
-    assert!(w.udp.iter().all(|(to, _)| !to.ip().octets().starts_with(&[198, 51, 100])), "{:?}", w.udp);
+    assert!(w.delivered.is_empty());
+    assert!(w.udp().iter().all(|(to, _)| !to.ip().octets().starts_with(&[198, 51, 100])), "{:?}", w.udp());
     // A peer elsewhere, as ever (case 32).
     let outside = "2001:0:4136:e378:0:f227:34ff:8ef8"; // mapped 203.0.113.7:3544
     let data = ipv6(outside, &me, 17, &[0; 8]);
     c.on_udp(secs(3), Via::Service, sa("203.0.113.7:3544"), &data, &mut w);
-    assert_eq!(w.tun, vec![data]);
+    assert_eq!(w.delivered, vec![data]);
 }
 
 #[test]
@@ -843,19 +812,19 @@ fn with_its_port_mapped_a_client_sends_nothing_direct_before_the_peer_spoke() {
     let (mut c, me) = qualified_symmetric();
     c.set_port_mapping(Some(sa(M)));
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544, server P
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     c.on_timer(secs(5), &mut w);
-    assert!(!w.udp.is_empty(), "the indirect bubble goes");
-    assert!(w.udp.iter().all(|(to, _)| *to.ip() == P), "only to the server: {:?}", w.udp);
+    assert!(!w.udp().is_empty(), "the indirect bubble goes");
+    assert!(w.udp().iter().all(|(to, _)| *to.ip() == P), "only to the server: {:?}", w.udp());
     // The peer's direct bubble arrives through the mapping: from then on we answer it
     // directly, and the host's packet follows.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(6), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &me.to_string()), &mut w);
-    assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
+    assert!(w.udp().iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp());
     // Without a mapping the direct (opening) bubble goes at once, as before.
     let (mut c, me) = qualified_symmetric();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
-    assert!(w.udp.iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp);
+    assert!(w.udp().iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp());
 }

@@ -14,13 +14,14 @@
 
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
-use shipworm_proto::transmit::Transmit;
+use shipworm_proto::transmit::{Recorder, Sent, Source};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_packet::TeredoPacket;
 use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU16;
 use std::time::Duration;
 
 const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
@@ -166,55 +167,6 @@ struct Datagram {
     bytes: Vec<u8>,
 }
 
-/// A client's output, with the socket it leaves from.
-#[derive(Default)]
-struct Out {
-    udp: Vec<(Via, SocketAddrV4, Vec<u8>, u8)>,
-    tun: Vec<Vec<u8>>,
-    /// The client's random ports: the last number given, opened and closed in this call.
-    next_port: u16,
-    opened: Vec<u16>,
-    closed: Vec<u16>,
-}
-impl Transmit for Out {
-    fn open_port(&mut self) -> Option<u16> {
-        self.next_port += 1;
-        self.opened.push(self.next_port);
-        Some(self.next_port)
-    }
-    fn close_port(&mut self, port: u16) {
-        self.closed.push(port);
-    }
-    fn udp_from(&mut self, port: u16, to: SocketAddrV4, p: &[u8], ttl: Option<u8>) {
-        self.udp.push((Via::Port(port), to, p.to_vec(), ttl.unwrap_or(TTL)));
-    }
-    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.udp.push((Via::Service, to, p.to_vec(), TTL));
-    }
-    fn udp_hop_limited(&mut self, to: SocketAddrV4, p: &[u8], ttl: u8) {
-        self.udp.push((Via::Service, to, p.to_vec(), ttl));
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.udp.push((Via::Probe, to, p.to_vec(), TTL));
-    }
-    fn tun(&mut self, p: &[u8]) {
-        self.tun.push(p.to_vec());
-    }
-}
-
-/// The server's output.
-#[derive(Default)]
-struct ServerOut(Vec<(Local, SocketAddrV4, Vec<u8>)>);
-impl Transmit for ServerOut {
-    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.0.push((Local::Primary, to, p.to_vec()));
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.0.push((Local::Secondary, to, p.to_vec()));
-    }
-    fn tun(&mut self, _: &[u8]) {}
-}
-
 struct Net {
     now: Duration,
     server: Server,
@@ -225,7 +177,7 @@ struct Net {
     /// The NAT each client is behind (both behind the first: one network).
     nat_of: [usize; 2],
     /// Each client's open random ports, and the last number given.
-    open: [Vec<u16>; 2],
+    open: [Vec<NonZeroU16>; 2],
     next_port: [u16; 2],
     /// What reached each client's host stack.
     delivered: [Vec<Vec<u8>>; 2],
@@ -282,10 +234,10 @@ impl Net {
                 Some((k, Via::Service))
             } else if self.inside[k].1 == at {
                 Some((k, Via::Probe))
-            } else if *self.inside[k].0.ip() == *at.ip() && self.open[k].contains(&at.port()) {
-                Some((k, Via::Port(at.port())))
             } else {
-                None
+                NonZeroU16::new(at.port())
+                    .filter(|p| *self.inside[k].0.ip() == *at.ip() && self.open[k].contains(p))
+                    .map(|p| (k, Via::Port(p)))
             }
         })
     }
@@ -405,11 +357,16 @@ impl Net {
                 self.deliver(k, via, &d, &mut queue);
             } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
                 let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
-                let mut out = ServerOut::default();
+                let mut out = Recorder::default();
                 self.server.on_udp(self.now, local, d.from, &d.bytes, &mut out);
-                let forwarded = !out.0.is_empty();
+                let forwarded = !out.sent.is_empty();
                 self.note(&d, if forwarded { "delivered" } else { "dropped by the server" });
-                for (l, to, bytes) in out.0 {
+                for Sent { from, to, payload: bytes, .. } in out.sent {
+                    let l = match from {
+                        Source::Service => Local::Primary,
+                        Source::Secondary => Local::Secondary,
+                        other => panic!("the server sent from {other:?}"),
+                    };
                     let from = SocketAddrV4::new(self.server.address(l), 3544);
                     queue.push_back((Node::Server(l), Datagram { from, to, ttl: TTL, sent_ttl: TTL, bytes }));
                 }
@@ -420,24 +377,25 @@ impl Net {
     }
 
     /// An output recorder for client `i`, numbering its random ports on.
-    fn out(&self, i: usize) -> Out {
-        Out { next_port: self.next_port[i], ..Out::default() }
+    fn out(&self, i: usize) -> Recorder {
+        Recorder { last_port: self.next_port[i], ..Recorder::default() }
     }
 
-    fn collect(&mut self, i: usize, out: Out, queue: &mut VecDeque<(Node, Datagram)>) {
-        self.next_port[i] = out.next_port;
+    fn collect(&mut self, i: usize, out: Recorder, queue: &mut VecDeque<(Node, Datagram)>) {
+        self.next_port[i] = out.last_port;
         self.open[i].extend(&out.opened);
         self.open[i].retain(|p| !out.closed.contains(p));
-        for (via, to, bytes, ttl) in out.udp {
-            let from = match via {
-                Via::Service => self.inside[i].0,
-                Via::Probe => self.inside[i].1,
-                Via::Port(p) => SocketAddrV4::new(*self.inside[i].0.ip(), p),
-                Via::Discovery => unreachable!("clients send from their service, probe or random ports"),
+        for Sent { from, to, payload: bytes, ttl } in out.sent {
+            let (via, from) = match from {
+                Source::Service => (Via::Service, self.inside[i].0),
+                Source::Probe => (Via::Probe, self.inside[i].1),
+                Source::Port(p) => (Via::Port(p), SocketAddrV4::new(*self.inside[i].0.ip(), p.get())),
+                Source::Secondary => unreachable!("clients send from their service, probe or random ports"),
             };
+            let ttl = ttl.unwrap_or(TTL);
             queue.push_back((Node::Client(i, via), Datagram { from, to, ttl, sent_ttl: ttl, bytes }));
         }
-        self.delivered[i].extend(out.tun);
+        self.delivered[i].extend(out.delivered);
         while let Some(ev) = self.clients[i].poll_event() {
             if let ClientEvent::Up { address, .. } = ev {
                 self.addresses[i] = Some(address);
@@ -584,8 +542,8 @@ fn a_forged_nonce_does_not_move_a_peer() {
         p.extend_from_slice(b"bye");
         let mut out = net.out(1);
         net.clients[1].on_tun(net.now, &p, &mut out);
-        assert_eq!(out.udp.len(), 1);
-        assert_ne!(out.udp[0].1, forger, "nonce {nonce:08x} moved the peer to the forger");
+        assert_eq!(out.sent.len(), 1);
+        assert_ne!(out.sent[0].to, forger, "nonce {nonce:08x} moved the peer to the forger");
     }
 }
 
@@ -695,7 +653,7 @@ fn two_clients_behind_one_nat_meet_by_local_discovery() {
         .unwrap();
     let mut out = net.out(0);
     net.clients[0].on_udp(net.now, Via::Discovery, SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 9), 4000), &b, &mut out);
-    assert!(out.udp.is_empty(), "a stranger's announcement is not answered");
+    assert!(out.sent.is_empty(), "a stranger's announcement is not answered");
     let _ = me;
 }
 

@@ -1,28 +1,14 @@
 //! The relay against the black-box cases 41–48 of the requirements reference and
 //! RFC 4380 §5.4, in virtual time.
 
-use shipworm_proto::relay::{Relay, RelayConfig, Served, Transmit, Verdict};
+use shipworm_proto::relay::{Relay, RelayConfig, Served, Verdict};
+use shipworm_proto::transmit::{Recorder, Sent};
 use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
 use std::net::{Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
-
-#[derive(Default)]
-struct Wire {
-    udp: Vec<(SocketAddrV4, Vec<u8>)>,
-    tun: Vec<Vec<u8>>,
-}
-
-impl Transmit for Wire {
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.udp.push((to, payload.to_vec()));
-    }
-    fn tun(&mut self, packet: &[u8]) {
-        self.tun.push(packet.to_vec());
-    }
-}
 
 fn a(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
@@ -64,7 +50,7 @@ fn bubble(src: &str, dst: &str) -> Vec<u8> {
 }
 
 /// Bring B to trusted: a native packet, then B's answering bubble.
-fn establish(r: &mut Relay, w: &mut Wire, now: Duration) {
+fn establish(r: &mut Relay, w: &mut Recorder, now: Duration) {
     assert_eq!(r.on_tun(now, &udp_packet(NATIVE, B), w), Verdict::Queued);
     assert_eq!(r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w), Verdict::Consumed);
 }
@@ -72,86 +58,86 @@ fn establish(r: &mut Relay, w: &mut Wire, now: Duration) {
 #[test]
 fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
     assert_eq!(r.on_tun(secs(100), &pkt, &mut w), Verdict::Queued);
     // One indirect bubble, to B's server, from the packet's source to B.
-    assert_eq!(w.udp.len(), 1);
-    let (to, b) = &w.udp[0];
+    assert_eq!(w.sent.len(), 1);
+    let Sent { to, payload: b, .. } = &w.sent[0];
     assert_eq!(*to, sa(B_SERVER));
     let p = TeredoPacket::parse(b).unwrap();
     assert!(p.is_bubble());
     assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (a(NATIVE), a(B)));
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     // B answers with a bubble from its mapping: the queued packet goes there, intact.
-    w.udp.clear();
+    w.sent.clear();
     assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Verdict::Consumed);
-    assert_eq!(w.udp, vec![(sa(B_MAPPED), pkt.clone())]);
-    assert!(w.tun.is_empty(), "bubbles are never delivered");
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt.clone())]);
+    assert!(w.delivered.is_empty(), "bubbles are never delivered");
     // From now on, straight to the mapping.
-    w.udp.clear();
+    w.sent.clear();
     assert_eq!(r.on_tun(secs(102), &pkt, &mut w), Verdict::Forwarded);
-    assert_eq!(w.udp, vec![(sa(B_MAPPED), pkt)]);
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt)]);
     assert_eq!(r.pending_len(), 0);
 }
 
 #[test]
 fn restricted_mode_also_bubbles_the_mapping_directly() {
     let mut r = Relay::new(RelayConfig { direct_bubbles: true, ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
-    let to: Vec<SocketAddrV4> = w.udp.iter().map(|(t, _)| *t).collect();
+    let to: Vec<SocketAddrV4> = w.sent.iter().map(|s| s.to).collect();
     assert_eq!(to, vec![sa(B_SERVER), sa(B_MAPPED)]);
 }
 
 #[test]
 fn trusted_client_reaches_the_native_side() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
-    w.tun.clear();
+    w.delivered.clear();
     let up = udp_packet(B, NATIVE);
     assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w), Verdict::Forwarded);
-    assert_eq!(w.tun, vec![up]);
+    assert_eq!(w.delivered, vec![up]);
 }
 
 #[test]
 fn case42_non_teredo_source_is_dropped() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet("2001:db8::5", "2001:db8::6"), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
-    assert!(w.tun.is_empty() && w.udp.is_empty());
+    assert!(w.delivered.is_empty() && w.sent.is_empty());
 }
 
 #[test]
 fn case43_mapping_mismatch_is_dropped() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
-    w.tun.clear();
+    w.delivered.clear();
     let v = r.on_udp(secs(11), sa("198.51.100.7:3545"), &udp_packet(B, NATIVE), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
 }
 
 #[test]
 fn symmetric_nat_client_is_learned_from_its_bubble() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
     assert_eq!(r.on_tun(secs(10), &pkt, &mut w), Verdict::Queued);
-    w.udp.clear();
+    w.sent.clear();
     // Data from another port is still refused; the answering bubble is not.
     let other = sa("198.51.100.7:61000");
     assert_eq!(r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w), Verdict::Dropped(DropReason::SourceMismatch));
     assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Verdict::Consumed);
-    assert_eq!(w.udp, vec![(other, pkt.clone())], "queue flushed to the learned port");
+    assert_eq!(w.sent, vec![Sent::service(other, pkt.clone())], "queue flushed to the learned port");
     // From now on that port is the peer's, both ways.
     assert_eq!(r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
-    w.udp.clear();
+    w.sent.clear();
     assert_eq!(r.on_tun(secs(11), &pkt, &mut w), Verdict::Forwarded);
-    assert_eq!(w.udp[0].0, other);
+    assert_eq!(w.sent[0].to, other);
     // A bubble from another IPv4 address is never accepted.
     let mut r = relay();
     r.on_tun(secs(10), &pkt, &mut w);
@@ -162,16 +148,16 @@ fn symmetric_nat_client_is_learned_from_its_bubble() {
 #[test]
 fn unknown_teredo_sources_are_dropped() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::NoPeerEntry));
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
 }
 
 #[test]
 fn case44_non_global_embedded_addresses_get_no_udp() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     // Mapped 224.0.0.1, 255.255.255.255, 192.88.99.1, 0.0.0.0 (inverted in the address).
     for dst in [
         "2001:0:4136:e378:0:f227:1fff:fffe",
@@ -183,21 +169,21 @@ fn case44_non_global_embedded_addresses_get_no_udp() {
         let v = r.on_tun(secs(1), &udp_packet(NATIVE, dst), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::DestinationMappingNotGlobal), "{dst}");
     }
-    assert!(w.udp.is_empty());
+    assert!(w.sent.is_empty());
 }
 
 #[test]
 fn case45_destinations_outside_the_served_range_are_dropped() {
     let mut r = Relay::new(RelayConfig { served: Served::Only(vec![a("2001:db8::5")]), ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
-    w.tun.clear();
+    w.delivered.clear();
     for dst in ["2001:db8::6", "fe80::1", "ff0e::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
     }
     assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, "2001:db8::5"), &mut w), Verdict::Forwarded);
-    assert_eq!(w.tun.len(), 1);
+    assert_eq!(w.delivered.len(), 1);
     // A full relay still refuses Teredo, link-local and multicast destinations.
     let mut r = relay();
     establish(&mut r, &mut w, secs(10));
@@ -210,7 +196,7 @@ fn case45_destinations_outside_the_served_range_are_dropped() {
 #[test]
 fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let big = ipv6(NATIVE, B, 17, &[0u8; 1240]);
     assert_eq!(big.len(), 1280);
     let mut queued = 0;
@@ -234,8 +220,8 @@ fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
     assert_eq!(r.peer_count(), 0, "entry removed");
     assert_eq!(r.stats().unreachable_peers, 1);
     // Each queued packet earned an address-unreachable (UDP, so allowed), ≤ 1280 bytes.
-    assert_eq!(w.tun.len(), 3);
-    for e in &w.tun {
+    assert_eq!(w.delivered.len(), 3);
+    for e in &w.delivered {
         assert!(e.len() <= 1280);
         let ip = Ipv6Packet::new_checked(&e[..]).unwrap();
         assert_eq!(ip.dst_addr(), a(NATIVE));
@@ -250,43 +236,43 @@ fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
 #[test]
 fn case47_no_error_about_an_error() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let err = ipv6(NATIVE, B, 58, &[1, 3, 0, 0, 0, 0, 0, 0]);
     r.on_tun(secs(100), &err, &mut w);
     for t in 101..120 {
         r.on_timer(secs(t), &mut w);
     }
     assert_eq!(r.stats().unreachable_peers, 1);
-    assert!(w.tun.is_empty(), "no ICMPv6 error about an ICMPv6 error");
+    assert!(w.delivered.is_empty(), "no ICMPv6 error about an ICMPv6 error");
 }
 
 #[test]
 fn case48_errors_are_rate_limited() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     // 1000 packets to non-Teredo destinations: routing errors, at most 10 per second.
     for i in 0..1000u32 {
         let dst = format!("2001:db8:1::{:x}", i + 1);
         r.on_tun(secs(50) + Duration::from_micros(u64::from(i)), &udp_packet(NATIVE, &dst), &mut w);
     }
-    assert!(w.tun.len() <= 10, "{} errors", w.tun.len());
-    assert!(!w.tun.is_empty());
-    assert!(w.tun.iter().all(|e| e.len() <= 1280));
+    assert!(w.delivered.len() <= 10, "{} errors", w.delivered.len());
+    assert!(!w.delivered.is_empty());
+    assert!(w.delivered.iter().all(|e| e.len() <= 1280));
 }
 
 #[test]
 fn bubbles_stop_at_four_per_300_seconds() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     // Data keeps arriving every 500 ms for a peer that never answers; the peer is
     // given up after four bubbles and re-created, but bubbles stay ≥ 2 s apart.
     let mut last = None;
     for ms in (0..20_000u64).step_by(500) {
         let now = secs(1000) + Duration::from_millis(ms);
-        let before = w.udp.len();
+        let before = w.sent.len();
         r.on_tun(now, &udp_packet(NATIVE, B), &mut w);
         r.on_timer(now, &mut w);
-        if w.udp.len() > before {
+        if w.sent.len() > before {
             if let Some(l) = last {
                 assert!(now - l >= Duration::from_secs(2), "bubbles {:?} apart", now - l);
             }
@@ -298,7 +284,7 @@ fn bubbles_stop_at_four_per_300_seconds() {
 #[test]
 fn flood_of_new_destinations_keeps_established_peers_served() {
     let mut r = Relay::new(RelayConfig { capacity: 1000, pending_capacity: 64, ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
     // 100 000 packets to 100 000 made-up clients (all with global mappings).
     for i in 0..100_000u32 {
@@ -312,19 +298,19 @@ fn flood_of_new_destinations_keeps_established_peers_served() {
     }
     assert!(r.pending_len() <= 64);
     assert!(r.peer_count() <= 1000);
-    w.udp.clear();
+    w.sent.clear();
     assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Forwarded);
-    assert_eq!(w.udp[0].0, sa(B_MAPPED));
+    assert_eq!(w.sent[0].to, sa(B_MAPPED));
 }
 
 #[test]
 fn non_teredo_destinations_get_a_routing_error() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let v = r.on_tun(secs(1), &udp_packet(NATIVE, "2001:db8:2::1"), &mut w);
     assert_eq!(v, Verdict::Dropped(DropReason::NotOurClient));
-    assert_eq!(w.tun.len(), 1);
-    assert!(w.udp.is_empty());
+    assert_eq!(w.delivered.len(), 1);
+    assert!(w.sent.is_empty());
 }
 
 mod fuzz {
@@ -337,7 +323,7 @@ mod fuzz {
         #[test]
         fn relay_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>(), as_tun in any::<bool>(), valid in any::<bool>()) {
             let mut r = relay();
-            let mut w = Wire::default();
+            let mut w = Recorder::default();
             establish(&mut r, &mut w, secs(5));
             let mut d = data;
             if valid && d.len() >= 40 {
@@ -349,7 +335,7 @@ mod fuzz {
                 r.on_udp(secs(6), SocketAddrV4::new("198.51.100.7".parse().unwrap(), port), &d, &mut w);
             }
             r.on_timer(secs(9), &mut w);
-            prop_assert!(w.udp.iter().all(|(_, p)| p.len() <= 2048));
+            prop_assert!(w.sent.iter().all(|s| s.payload.len() <= 2048));
         }
     }
 }
@@ -359,9 +345,9 @@ fn first_bubble_goes_at_once_even_right_after_start() {
     // Daemons count time from their start: a peer seen in the first seconds must still
     // be bubbled immediately.
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     assert_eq!(r.on_tun(Duration::from_millis(300), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
-    assert_eq!(w.udp.len(), 1);
+    assert_eq!(w.sent.len(), 1);
 }
 
 /// The relay cut into shards, used by several threads at once (the daemon's workers).
@@ -397,7 +383,7 @@ mod sharded {
                     let shared = &shared;
                     s.spawn(move || {
                         let mut worker = shared.worker();
-                        let mut w = Wire::default();
+                        let mut w = Recorder::default();
                         let now = secs(10);
                         for i in t * PER_THREAD..(t + 1) * PER_THREAD {
                             let (addr, mapped) = client(i);
@@ -407,7 +393,7 @@ mod sharded {
                             let v = shared.on_udp(&mut worker, now, mapped, &bubble(&dst, NATIVE), &mut w);
                             assert_eq!(v, Verdict::Consumed);
                             // The queued packet left for the mapping the bubble came from.
-                            assert_eq!(w.udp.last().map(|(to, b)| (*to, b.clone())), Some((mapped, p.clone())));
+                            assert_eq!(w.sent.last().map(|s| (s.to, s.payload.clone())), Some((mapped, p.clone())));
                             // Now both ways without bubbles.
                             assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Verdict::Forwarded);
                             let back = udp_packet(&dst, NATIVE);
@@ -436,14 +422,14 @@ mod sharded {
         let cfg = RelayConfig { capacity: 200_000, per_address: 200_000, hash_keys: (7, 8), ..RelayConfig::default() };
         let shared = SharedRelay::new(cfg, 4);
         let mut worker = shared.worker();
-        let mut w = Wire::default();
+        let mut w = Recorder::default();
         let n = FETCH_AHEAD_FROM as u32;
         for i in 0..n {
             let (addr, mapped) = client(i);
             let dst = addr.to_string();
             shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &dst), &mut w);
             shared.on_udp(&mut worker, secs(10), mapped, &bubble(&dst, NATIVE), &mut w);
-            w.udp.clear();
+            w.sent.clear();
             if i == n - 2 {
                 shared.on_timer(&mut worker, secs(10), &mut w);
                 assert!(!shared.fetches_ahead(), "one peer short of the threshold");
@@ -476,7 +462,7 @@ mod sharded {
         let cfg = RelayConfig { capacity: 1000, pending_capacity: 64, hash_keys: (5, 6), ..RelayConfig::default() };
         let shared = SharedRelay::new(cfg, 8);
         let mut worker = shared.worker();
-        let mut w = Wire::default();
+        let mut w = Recorder::default();
         for i in 0..50 {
             let (addr, mapped) = client(i);
             shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &addr.to_string()), &mut w);
@@ -490,11 +476,11 @@ mod sharded {
                 let shared = &shared;
                 s.spawn(move || {
                     let mut worker = shared.worker();
-                    let mut w = Wire::default();
+                    let mut w = Recorder::default();
                     for i in 0..50_000u32 {
                         let (addr, _) = client(1000 + t * 50_000 + i);
                         shared.on_tun(&mut worker, secs(11), &udp_packet(NATIVE, &addr.to_string()), &mut w);
-                        w.udp.clear();
+                        w.sent.clear();
                     }
                 });
             }
@@ -503,9 +489,9 @@ mod sharded {
         assert!(shared.pending_len() <= 64, "{} waiting", shared.pending_len());
         for i in 0..50 {
             let (addr, mapped) = client(i);
-            w.udp.clear();
+            w.sent.clear();
             let v = shared.on_tun(&mut worker, secs(12), &udp_packet(NATIVE, &addr.to_string()), &mut w);
-            assert_eq!((v, w.udp[0].0), (Verdict::Forwarded, mapped), "established peer {i}");
+            assert_eq!((v, w.sent[0].to), (Verdict::Forwarded, mapped), "established peer {i}");
         }
     }
 
@@ -525,7 +511,7 @@ mod sharded {
     fn peers_spread_over_the_shards() {
         let shared = SharedRelay::new(RelayConfig { hash_keys: (11, 12), ..RelayConfig::default() }, 16);
         let mut worker = shared.worker();
-        let mut w = Wire::default();
+        let mut w = Recorder::default();
         for i in 0..1600 {
             shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
         }
@@ -539,19 +525,19 @@ mod sharded {
         let cfg = RelayConfig { icmp_source: Some(a("2001:db8::ff")), icmp_rate: 1000, ..RelayConfig::default() };
         let shared = SharedRelay::new(cfg, 16);
         let mut worker = shared.worker();
-        let mut w = Wire::default();
+        let mut w = Recorder::default();
         for i in 0..200 {
             shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
         }
         assert_eq!(shared.pending_len(), 200);
-        w.udp.clear();
+        w.sent.clear();
         shared.on_timer(&mut worker, secs(3), &mut w);
-        assert_eq!(w.udp.len(), 200, "one repeated bubble per waiting peer, whatever its shard");
+        assert_eq!(w.sent.len(), 200, "one repeated bubble per waiting peer, whatever its shard");
         for t in [5, 7, 9, 11] {
             shared.on_timer(&mut worker, secs(t), &mut w);
         }
         assert_eq!((shared.peer_count(), worker.stats().unreachable_peers), (0, 200));
-        assert_eq!(w.tun.len(), 200, "an address-unreachable for each queued packet");
+        assert_eq!(w.delivered.len(), 200, "an address-unreachable for each queued packet");
     }
 
     #[test]
@@ -562,20 +548,20 @@ mod sharded {
         let (addr, mapped) = client(42);
         let p = udp_packet(NATIVE, &addr.to_string());
         let mut tun_side = shared.worker();
-        let mut w = Wire::default();
+        let mut w = Recorder::default();
         assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Queued);
         let sent = std::thread::scope(|s| {
             s.spawn(|| {
                 let mut udp_side = shared.worker();
-                let mut w2 = Wire::default();
+                let mut w2 = Recorder::default();
                 let v = shared.on_udp(&mut udp_side, secs(1), mapped, &bubble(&addr.to_string(), NATIVE), &mut w2);
                 assert_eq!(v, Verdict::Consumed);
-                w2.udp
+                w2.sent
             })
             .join()
             .unwrap()
         });
-        assert_eq!(sent, vec![(mapped, p.clone())]);
+        assert_eq!(sent, vec![Sent::service(mapped, p.clone())]);
         assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Forwarded);
     }
 }
@@ -597,7 +583,7 @@ fn one_endpoint_answering_for_many_addresses_cannot_lock_newcomers_out() {
     // bubble, so each entry is trusted, and it keeps them fresh.
     use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
     let mut r = Relay::new(RelayConfig { capacity: 1000, per_address: 64, ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let attacker = sa("203.0.113.254:40000");
     for round in 0..3u64 {
         for i in 0..2000u32 {
@@ -623,7 +609,7 @@ fn one_endpoint_answering_for_many_addresses_cannot_lock_newcomers_out() {
 fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
     let cfg = RelayConfig { pending_capacity: 32, queue_bytes: 4096, ..RelayConfig::default() };
     let mut r = Relay::new(cfg);
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     for i in 0..300 {
         let (c, mapped) = client(i);
         r.on_tun(secs(10), &udp_packet(NATIVE, &c), &mut w);
@@ -652,14 +638,14 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
 #[test]
 fn a_trusted_client_reaches_neither_site_addresses_nor_other_tunnels() {
     let mut r = relay();
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
-    w.tun.clear();
+    w.delivered.clear();
     for dst in ["fd00::1", "fc12::5", "2002:c000:201::1", "::ffff:192.0.2.7", "::192.0.2.7", "fec0::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
     }
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
 }
 
@@ -667,7 +653,7 @@ fn a_trusted_client_reaches_neither_site_addresses_nor_other_tunnels() {
 fn a_relay_on_another_prefix_never_routes_back_into_it() {
     use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX_EXPERIMENTAL};
     let mut r = Relay::new(RelayConfig { prefix: PREFIX_EXPERIMENTAL, ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let t = |mapped: &str| {
         let server = "65.54.227.120".parse().unwrap();
         TeredoAddr { prefix: PREFIX_EXPERIMENTAL, server, flags: Flags(0), mapped: sa(mapped) }.to_ipv6().to_string()
@@ -675,13 +661,13 @@ fn a_relay_on_another_prefix_never_routes_back_into_it() {
     let b = t(B_MAPPED);
     r.on_tun(secs(10), &udp_packet(NATIVE, &b), &mut w);
     assert_eq!(r.on_udp(secs(10), sa(B_MAPPED), &bubble(&b, NATIVE), &mut w), Verdict::Consumed);
-    w.tun.clear();
+    w.delivered.clear();
     // To another client of the same prefix, or of 2001::/32: not through the native side.
     for dst in [t("198.51.100.8:3544"), "2001:0:4136:e378::1".to_string()] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, &dst), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
     }
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, NATIVE), &mut w), Verdict::Forwarded);
 }
 
@@ -690,7 +676,7 @@ fn made_up_addresses_naming_one_server_aim_a_bounded_stream_of_bubbles_at_it() {
     use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
     let (rate, burst) = shipworm_proto::relay::BUBBLES_PER_TARGET;
     let mut r = Relay::new(RelayConfig { capacity: 100_000, pending_capacity: 100_000, ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let victim = std::net::Ipv4Addr::new(198, 51, 100, 77);
     // 20 000 native packets over 2 s, each to a new address whose server field is the
     // victim, and the relay's retries as time passes.
@@ -703,15 +689,15 @@ fn made_up_addresses_naming_one_server_aim_a_bounded_stream_of_bubbles_at_it() {
             r.on_timer(now, &mut w);
         }
     }
-    let to_victim = w.udp.iter().filter(|(to, _)| *to.ip() == victim).count();
+    let to_victim = w.sent.iter().filter(|s| *s.to.ip() == victim).count();
     let most = (burst + 2 * rate) as usize + 1;
     assert!(to_victim <= most, "{to_victim} bubbles to one server, at most {most}");
     assert!(to_victim >= burst as usize, "{to_victim}");
     assert!(r.stats().drops.get(DropReason::RateLimited) > 0);
     // A peer served by another server is bubbled at once.
-    w.udp.clear();
+    w.sent.clear();
     assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
-    assert_eq!(w.udp.iter().map(|(to, _)| *to).collect::<Vec<_>>(), vec![sa(B_SERVER)]);
+    assert_eq!(w.sent.iter().map(|s| s.to).collect::<Vec<_>>(), vec![sa(B_SERVER)]);
 }
 
 #[test]
@@ -719,7 +705,7 @@ fn an_attached_subnets_broadcast_is_never_a_mapping_or_a_server() {
     use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
     let bcast = std::net::Ipv4Addr::new(198, 51, 100, 255);
     let mut r = Relay::new(RelayConfig { local_broadcasts: vec![bcast], ..RelayConfig::default() });
-    let mut w = Wire::default();
+    let mut w = Recorder::default();
     let server = "65.54.227.120".parse().unwrap();
     let to_bcast = TeredoAddr { prefix: PREFIX, server, flags: Flags(0), mapped: SocketAddrV4::new(bcast, 3544) };
     let via_bcast = TeredoAddr { prefix: PREFIX, server: bcast, flags: Flags(0), mapped: sa(B_MAPPED) };
@@ -727,6 +713,6 @@ fn an_attached_subnets_broadcast_is_never_a_mapping_or_a_server() {
         let v = r.on_tun(secs(1), &udp_packet(NATIVE, &t.to_ipv6().to_string()), &mut w);
         assert_eq!(v, Verdict::Dropped(DropReason::AttachedSubnet));
     }
-    assert!(w.udp.is_empty());
+    assert!(w.sent.is_empty());
     assert_eq!(r.on_tun(secs(1), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
 }

@@ -2,7 +2,7 @@
 //! cases 1–23) and the admission rules of RFC 4380 §5.3, byte vectors in, actions out.
 
 use shipworm_proto::server::{Local, Server, ServerConfig};
-use shipworm_proto::transmit::Transmit;
+use shipworm_proto::transmit::{Recorder, Source};
 use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
@@ -77,29 +77,31 @@ enum ServerAction {
     Native { len: usize },
 }
 
-/// Everything the server sent, in order.
-#[derive(Default)]
-struct Rec(Vec<(ServerAction, Vec<u8>)>);
-impl Transmit for Rec {
-    fn udp(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.0.push((ServerAction::Udp { from: Local::Primary, to, len: p.len() }, p.to_vec()));
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, p: &[u8]) {
-        self.0.push((ServerAction::Udp { from: Local::Secondary, to, len: p.len() }, p.to_vec()));
-    }
-    fn tun(&mut self, p: &[u8]) {
-        self.0.push((ServerAction::Native { len: p.len() }, p.to_vec()));
-    }
+/// What the server sent, as its actions: each datagram (from which address, its TTL
+/// the sockets' own) and each packet to the native side.
+fn actions(w: &Recorder) -> Vec<(ServerAction, Vec<u8>)> {
+    let sent = w.sent.iter().map(|d| {
+        assert_eq!(d.ttl, None, "the server sends with its sockets' TTL");
+        let from = match d.from {
+            Source::Service => Local::Primary,
+            Source::Secondary => Local::Secondary,
+            other => panic!("the server sent from a socket it does not have: {other:?}"),
+        };
+        (ServerAction::Udp { from, to: d.to, len: d.payload.len() }, d.payload.clone())
+    });
+    let native = w.delivered.iter().map(|p| (ServerAction::Native { len: p.len() }, p.clone()));
+    sent.chain(native).collect()
 }
 
 /// What `input` did to `s`: at most one output (the server answers or forwards once),
 /// or the one drop it counted.
-fn outcome(s: &mut Server, input: impl FnOnce(&mut Server, &mut Rec)) -> (ServerAction, Vec<u8>) {
+fn outcome(s: &mut Server, input: impl FnOnce(&mut Server, &mut Recorder)) -> (ServerAction, Vec<u8>) {
     let before = s.stats().drops.clone();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     input(s, &mut w);
-    assert!(w.0.len() <= 1, "one input, one output at most: {:?}", w.0.iter().map(|o| o.0).collect::<Vec<_>>());
-    if let Some(out) = w.0.pop() {
+    let mut out = actions(&w);
+    assert!(out.len() <= 1, "one input, one output at most: {:?}", out.iter().map(|o| o.0).collect::<Vec<_>>());
+    if let Some(out) = out.pop() {
         assert_eq!(s.stats().drops, before, "sent and dropped");
         return out;
     }
@@ -503,16 +505,16 @@ fn one_address_gets_advertisements_at_a_bounded_rate_and_others_still_get_theirs
     let mut answered = 0;
     // Forged solicitations naming one victim, 10 000 a second for 2 s.
     for i in 0..20_000u64 {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         let now = Duration::from_secs(10) + Duration::from_micros(i * 100);
         s.on_udp(now, Local::Primary, sa("198.51.100.99:53"), &solicit, &mut w);
-        answered += w.0.len();
+        answered += actions(&w).len();
     }
     let most = (burst + 2 * rate) as usize + 1;
     assert!(answered <= most && answered >= burst as usize, "{answered} answered, at most {most}");
     assert_eq!(s.stats().drops.get(DropReason::RateLimited), 20_000 - answered as u64);
     // Meanwhile a client elsewhere qualifies as ever.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     s.on_udp(Duration::from_secs(12), Local::Primary, sa(A_MAPPED), &solicit, &mut w);
-    assert_eq!(w.0.len(), 1);
+    assert_eq!(actions(&w).len(), 1);
 }

@@ -32,10 +32,11 @@ use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientStats, NatKind, ServerAddrs, Via, LINK_LOCAL};
-use shipworm_proto::transmit::Transmit;
+use shipworm_proto::transmit::{Ports, Source, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU16;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -60,28 +61,34 @@ struct Out<'a> {
 }
 
 impl Transmit for Out<'_> {
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batch.push(to, payload);
-    }
-    fn udp_hop_limited(&mut self, to: SocketAddrV4, payload: &[u8], ttl: u8) {
-        self.batch.send_hop_limited(to, payload, ttl);
-    }
-    fn tun(&mut self, packet: &[u8]) {
-        self.tun_out.push(self.tun, packet);
-    }
-    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        if self.probe.send_to(payload, &to.into()).is_err() {
-            self.probe_errors += 1;
+    fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        match (from, ttl) {
+            (Source::Service, None) => self.batch.push(to, payload),
+            (Source::Service, Some(ttl)) => self.batch.send_hop_limited(to, payload, ttl),
+            (Source::Port(port), ttl) => self.ports.send(port.get(), to, payload, ttl),
+            (Source::Probe, _) => {
+                if self.probe.send_to(payload, &to.into()).is_err() {
+                    self.probe_errors += 1;
+                }
+            }
+            // A server's socket: the client has none. Never asked; counted if it were.
+            (Source::Secondary, _) => {
+                debug_assert!(from != Source::Secondary, "the client has no secondary address");
+                self.probe_errors += 1;
+            }
         }
     }
-    fn open_port(&mut self) -> Option<u16> {
-        self.ports.open()
+    fn deliver(&mut self, packet: &[u8]) {
+        self.tun_out.push(self.tun, packet);
     }
-    fn close_port(&mut self, port: u16) {
-        self.ports.close(port);
+}
+
+impl Ports for Out<'_> {
+    fn open_port(&mut self) -> Option<NonZeroU16> {
+        self.ports.open().and_then(NonZeroU16::new)
     }
-    fn udp_from(&mut self, port: u16, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
-        self.ports.send(port, to, payload, ttl);
+    fn close_port(&mut self, port: NonZeroU16) {
+        self.ports.close(port.get());
     }
 }
 
@@ -570,9 +577,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
             }
         }
         // A random port's datagrams, a batch's worth at most per round.
-        for port in ready {
+        for port in ready.into_iter().filter_map(NonZeroU16::new) {
             for _ in 0..BATCH {
-                let Some((n, from)) = out.ports.recv(port, &mut buf) else { break };
+                let Some((n, from)) = out.ports.recv(port.get(), &mut buf) else { break };
                 if let Some(c) = client.as_mut() {
                     c.on_udp(now, Via::Port(port), from, &buf[..n], &mut out);
                 }

@@ -30,7 +30,7 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Transmit};
+use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Source, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -73,10 +73,12 @@ impl Out<'_> {
 }
 
 impl Transmit for Out<'_> {
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
+    fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        // The relay has its service socket only, and sends with its TTL.
+        debug_assert!(from == Source::Service && ttl.is_none(), "the relay sends from its service socket");
         self.batch.push(to, payload);
     }
-    fn tun(&mut self, packet: &[u8]) {
+    fn deliver(&mut self, packet: &[u8]) {
         self.tun_out.push(self.tun, packet);
     }
 }

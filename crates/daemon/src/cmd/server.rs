@@ -22,7 +22,7 @@ use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
-use shipworm_proto::transmit::Transmit;
+use shipworm_proto::transmit::{Source, Transmit};
 use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::TEREDO_PORT;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -180,13 +180,20 @@ impl Out<'_> {
 }
 
 impl Transmit for Out<'_> {
-    fn udp(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batches[0].push(to, payload);
+    fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
+        // The server answers from either address, with the sockets' TTL.
+        debug_assert!(ttl.is_none(), "the server sends with its sockets' TTL");
+        match from {
+            Source::Secondary => self.batches[1].push(to, payload),
+            Source::Service => self.batches[0].push(to, payload),
+            // A client's socket: the server has none. Never asked; counted if it were.
+            Source::Probe | Source::Port(_) => {
+                debug_assert!(false, "the server has no {from:?} socket");
+                self.native_errors += 1;
+            }
+        }
     }
-    fn udp_second(&mut self, to: SocketAddrV4, payload: &[u8]) {
-        self.batches[1].push(to, payload);
-    }
-    fn tun(&mut self, packet: &[u8]) {
+    fn deliver(&mut self, packet: &[u8]) {
         if !send_native(self.raw, packet) {
             self.native_errors += 1;
         }

@@ -34,14 +34,14 @@ pub(super) enum Acceptance {
 }
 
 impl<R: Random> Client<R> {
-    /// A packet from a peer, on the service port (`port` 0) or on a random port.
+    /// A packet from a peer, on the service port (`port` `None`) or on a random port.
     pub(super) fn on_peer_packet(
         &mut self,
         now: Duration,
         from: SocketAddrV4,
         pkt: &TeredoPacket<'_>,
-        port: u16,
-        tx: &mut impl Transmit,
+        port: Option<NonZeroU16>,
+        tx: &mut (impl Transmit + Ports),
     ) {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -69,7 +69,7 @@ impl<R: Random> Client<R> {
             // step 10) to trust us.
             let n = self.bubble(&dst, &src, echo);
             let to = self.peer_target(&src, from);
-            udp_via(tx, port, to, &self.scratch[..n]);
+            tx.send(Source::service_or(port), to, &self.scratch[..n], None);
             self.stats.bubbles += 1;
         }
         // Without its nonce yet (its indirect bubble is still on its way through the
@@ -86,9 +86,15 @@ impl<R: Random> Client<R> {
         }
     }
 
-    /// Whether a packet from `from` (on the service port, `port` 0, or a random port)
+    /// Whether a packet from `from` (on the service port, `port` `None`, or a random port)
     /// is taken, and on what ground; a taken one is recorded in the peer's entry.
-    fn accept(&mut self, now: Duration, from: SocketAddrV4, pkt: &TeredoPacket<'_>, port: u16) -> Acceptance {
+    fn accept(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        port: Option<NonZeroU16>,
+    ) -> Acceptance {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         if !self.our_address(&dst) {
@@ -100,7 +106,7 @@ impl<R: Random> Client<R> {
             return Acceptance::Refused(DropReason::SourceMismatch);
         }
         // A random port hears only the peer it was opened for.
-        if port != 0 && self.ports.get(&src).map(|e| e.local) != Some(port) {
+        if port.is_some() && self.ports.get(&src).and_then(|e| e.local) != port {
             return Acceptance::Refused(DropReason::SourceMismatch);
         }
         // Also when the peer was trusted through another relay: that is how a relay
@@ -202,29 +208,29 @@ impl<R: Random> Client<R> {
     }
 
     /// Which of our sockets carries `src` from now on (RFC 6081 §5.4.4.5), after a
-    /// packet taken on `port` (0: the service port): true when that moved to a random
+    /// packet taken on `port` (`None`: the service port): true when that moved to a random
     /// port of ours. A random port is closed when the peer proved itself on the service
     /// port instead.
     fn route_through(
         &mut self,
         now: Duration,
         src: &Ipv6Addr,
-        port: u16,
+        port: Option<NonZeroU16>,
         proven: bool,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) -> bool {
         let mut new_route = false;
         if !self.ports.is_empty() {
             if let Some(e) = self.ports.get_mut(src) {
-                if port != 0 && e.local == port {
+                if port.is_some() && e.local == port {
                     // It answered on our random port: everything to it leaves from there.
                     new_route = !e.via_local;
                     e.via_local = true;
                     e.touched = now;
-                } else if port == 0 && proven && e.local != 0 && !e.via_local {
+                } else if let (None, true, Some(local), false) = (port, proven, e.local, e.via_local) {
                     // It answered on the service port: the random one is not needed.
-                    tx.close_port(e.local);
-                    (e.local, e.predicted, e.echo) = (0, 0, None);
+                    tx.close_port(local);
+                    (e.local, e.predicted, e.echo) = (None, None, None);
                 }
             }
         }
@@ -242,10 +248,10 @@ impl<R: Random> Client<R> {
         me: &Ipv6Addr,
         src: &Ipv6Addr,
         from: SocketAddrV4,
-        port: u16,
+        port: Option<NonZeroU16>,
         known: bool,
         pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
             return;
@@ -268,7 +274,7 @@ impl<R: Random> Client<R> {
         if solicited && answer && self.cfg.server_load_reduction {
             let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
             let n = self.bubble_with(me, src, Some(ad));
-            udp_via(tx, port, from, &self.scratch[..n]);
+            tx.send(Source::service_or(port), from, &self.scratch[..n], None);
             self.stats.bubbles += 1;
             self.stats.peer_advertisements += 1;
         }

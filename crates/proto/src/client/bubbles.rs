@@ -48,7 +48,7 @@ impl<R: Random> Client<R> {
         me: &Ipv6Addr,
         dst: Ipv6Addr,
         server: Ipv4Addr,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         let nonce = if self.cfg.symmetric_nat_support { self.bubble_nonce() } else { 0 };
         let Some(mut p) = self.peers.get_mut(&dst) else {
@@ -64,9 +64,9 @@ impl<R: Random> Client<R> {
         drop(p);
         let mut n = self.bubble(me, &dst, nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
-        let predicted = self.ports.get(&dst).map_or(0, |e| e.predicted);
-        if predicted != 0 && !reached && nonce != 0 {
-            n += TrailerRepr::RandomPort(predicted).emit(&mut self.scratch[n..]).expect("fits");
+        let predicted = self.ports.get(&dst).and_then(|e| e.predicted);
+        if let (Some(predicted), false, true) = (predicted, reached, nonce != 0) {
+            n += TrailerRepr::RandomPort(predicted.get()).emit(&mut self.scratch[n..]).expect("fits");
         }
         // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
         // only with a nonce to prove the bubbles it brings; not when it is our mapping
@@ -79,7 +79,7 @@ impl<R: Random> Client<R> {
         if let Some(local) = self.local.filter(|l| list && Some(*l) != mapped) {
             n += emit_alternate_addresses(&[local], &mut self.scratch[n..]).expect("fits");
         }
-        tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..n]);
+        tx.send(Source::Service, SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..n], None);
         self.stats.bubbles += 1;
     }
 }

@@ -7,7 +7,7 @@ use super::*;
 impl<R: Random> Client<R> {
     /// From the server, not an RA: indirect bubbles (answer the origin with a direct
     /// bubble) and relayed ICMPv6.
-    pub(super) fn on_server_packet(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+    pub(super) fn on_server_packet(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut (impl Transmit + Ports)) {
         let Some(me) = self.address() else {
             return self.dropped(DropReason::LocalDestination);
         };
@@ -67,14 +67,14 @@ impl<R: Random> Client<R> {
         let trusted = proven.is_some();
         if let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) {
             let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
-            udp_via(tx, if trusted { self.ports.via(&src) } else { 0 }, o, &self.scratch[..n]);
+            tx.send(if trusted { self.ports.via(&src) } else { Source::Service }, o, &self.scratch[..n], None);
             // With our port mapped, a peer whose origin is not its embedded mapping (a
             // symmetric NAT) gets one at its embedded mapping too: if it holds a
             // mapping as well, that one passes (RFC 6081 §5.3.4.2).
             let extra = answer_indirect && self.mapped_inbound;
             if let (false, Some(t)) = (trusted, teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip())) {
                 if self.unreachable_embedded(*t.mapped.ip()).is_none() {
-                    tx.udp(t.mapped, &self.scratch[..n]);
+                    tx.send(Source::Service, t.mapped, &self.scratch[..n], None);
                     self.stats.bubbles += 1;
                 }
             }
@@ -96,7 +96,7 @@ impl<R: Random> Client<R> {
             let own = self.local;
             for to in alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
                 let n = self.bubble(&me, &src, nonce);
-                tx.udp(to, &self.scratch[..n]);
+                tx.send(Source::Service, to, &self.scratch[..n], None);
                 self.stats.bubbles += 1;
             }
             if let Some(t) = teredo {

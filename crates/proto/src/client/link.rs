@@ -14,7 +14,7 @@ impl<R: Random> Client<R> {
         now: Duration,
         from: SocketAddrV4,
         pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.phase) else {
             return self.dropped(DropReason::LocalDestination);
@@ -34,7 +34,7 @@ impl<R: Random> Client<R> {
         // announcements, or forged ones naming a victim on our link, draws nothing more.
         if self.local_peers.heard(src, from, now) {
             let n = self.bubble(&me, &src, 0);
-            tx.udp(from, &self.scratch[..n]);
+            tx.send(Source::Service, from, &self.scratch[..n], None);
             self.stats.bubbles += 1;
             // It may have missed our last announcement (it was not there yet): ours
             // again now, unless one went out a moment ago.
@@ -44,18 +44,18 @@ impl<R: Random> Client<R> {
 
     /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble
     /// spacing; the next one in 200 to 300 s.
-    pub(super) fn announce(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub(super) fn announce(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.announce_within(now, RETRY, tx);
     }
 
     /// An announcement, unless the last one went out less than `spacing` ago.
-    pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut impl Transmit) {
+    pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut (impl Transmit + Ports)) {
         let Some(me) = self.address() else { return };
         if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < spacing) {
             return;
         }
         let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
-        tx.udp(GROUP, &self.scratch[..n]);
+        tx.send(Source::Service, GROUP, &self.scratch[..n], None);
         self.stats.bubbles += 1;
         self.last_announce = Some(now);
         self.next_announce = now + Duration::from_secs(200 + self.rng.below(101));

@@ -55,7 +55,7 @@ use crate::local_discovery::{LocalPeers, ALL_NODES, GROUP};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
 use crate::port_prediction::{EchoTest, PortTable};
 use crate::secure;
-use crate::transmit::{udp_via, Random, Transmit};
+use crate::transmit::{Ports, Random, Source, Transmit};
 use shipworm_wire::icmpv6::{message, unreachable, Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ip_protocol;
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -66,6 +66,7 @@ use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU16;
 use std::time::Duration;
 
 mod acceptance;
@@ -110,7 +111,7 @@ pub enum Via {
     /// The probe-only port (NAT detection).
     Probe,
     /// A random port opened for one peer (`Transmit::open_port`).
-    Port(u16),
+    Port(NonZeroU16),
     /// The local discovery socket (224.0.0.253:3544).
     Discovery,
 }
@@ -143,7 +144,7 @@ pub struct Client<R: Random> {
     /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
     ports: PortTable,
     /// Random ports to close at the next chance (their peers were forgotten).
-    closing: Vec<u16>,
+    closing: Vec<NonZeroU16>,
     /// The address the interface keeps while we qualify again (network change, going
     /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
     held_address: Option<Ipv6Addr>,
@@ -356,7 +357,14 @@ impl<R: Random> Client<R> {
     }
 
     /// A datagram arrived on socket `via` from `from`.
-    pub fn on_udp(&mut self, now: Duration, via: Via, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
+    pub fn on_udp(
+        &mut self,
+        now: Duration,
+        via: Via,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut (impl Transmit + Ports),
+    ) {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
@@ -373,7 +381,7 @@ impl<R: Random> Client<R> {
             if ra_like && self.is_server(&from).is_some() {
                 return self.on_echo_answer(now, &pkt, tx);
             }
-            return self.on_peer_packet(now, from, &pkt, port, tx);
+            return self.on_peer_packet(now, from, &pkt, Some(port), tx);
         }
         if let Some(idx) = self.is_server(&from) {
             if ra_like {
@@ -384,21 +392,21 @@ impl<R: Random> Client<R> {
             }
             return self.on_server_packet(now, &pkt, tx);
         }
-        self.on_peer_packet(now, from, &pkt, 0, tx);
+        self.on_peer_packet(now, from, &pkt, None, tx);
     }
 
     fn our_address(&self, dst: &Ipv6Addr) -> bool {
         self.address() == Some(*dst)
     }
 
-    fn deliver(&mut self, packet: &[u8], tx: &mut impl Transmit) {
-        tx.tun(packet);
+    fn deliver(&mut self, packet: &[u8], tx: &mut (impl Transmit + Ports)) {
+        tx.deliver(packet);
         self.stats.delivered += 1;
         self.stats.delivered_bytes += packet.len() as u64;
     }
 
     /// A packet from the host stack.
-    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) {
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut (impl Transmit + Ports)) {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
             return self.dropped(DropReason::MalformedVersion);
         };
@@ -429,8 +437,8 @@ impl<R: Random> Client<R> {
         if let Some((to, unanswered)) = sent {
             let to = self.peer_target(&dst, to);
             let via = self.ports.via(&dst);
-            udp_via(tx, via, to, ip.packet());
-            if via != 0 {
+            tx.send(via, to, ip.packet(), None);
+            if via != Source::Service {
                 if let Some(e) = self.ports.get_mut(&dst) {
                     (e.last_data, e.refreshes) = (now, 0);
                 }
@@ -472,7 +480,7 @@ impl<R: Random> Client<R> {
     }
 
     /// Time passes: RS retries, failover, maintenance, peers' bubbles and echoes.
-    pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub fn on_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.on_qualifier_timer(now, tx);
         self.retry_waiting(now, tx);
         self.peers.sweep(now, 256);

@@ -67,20 +67,20 @@ impl<R: Random> Client<R> {
         at + 48
     }
 
-    pub(super) fn send_rs(&mut self, to: Ipv4Addr, nonce: [u8; 8], tx: &mut impl Transmit) {
+    pub(super) fn send_rs(&mut self, to: Ipv4Addr, nonce: [u8; 8], tx: &mut (impl Transmit + Ports)) {
         let n = self.rs(RS_SOURCE_RESTRICTED, nonce);
-        tx.udp(SocketAddrV4::new(to, TEREDO_PORT), &self.scratch[..n]);
+        tx.send(Source::Service, SocketAddrV4::new(to, TEREDO_PORT), &self.scratch[..n], None);
     }
 
     /// Start qualifying with server `server` now.
-    pub(super) fn qualify(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+    pub(super) fn qualify(&mut self, now: Duration, server: usize, tx: &mut (impl Transmit + Ports)) {
         let s = self.cfg.servers[server];
         let nonce = self.auth_nonce();
         self.send_rs(s.primary, nonce, tx);
         // The cone test, from the probe port: answered from the secondary address.
         let cone = self.auth_nonce();
         let n = self.rs(RS_SOURCE_CONE, cone);
-        tx.udp_second(SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n]);
+        tx.send(Source::Probe, SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n], None);
         self.cone_nonce = Some((cone, server));
         self.cone_seen = false;
         if let Phase::Up { address, .. } = self.phase {
@@ -92,7 +92,7 @@ impl<R: Random> Client<R> {
     /// The network changed (new IPv4 address or default route): qualify again at once.
     /// The interface keeps the old address until the new RA says otherwise, so a
     /// change that keeps the mapping costs nothing.
-    pub fn on_network_change(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub fn on_network_change(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         let server = match self.phase {
             Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => server,
             Phase::Offline { .. } => 0,
@@ -207,7 +207,7 @@ impl<R: Random> Client<R> {
             // Their random ports were for the old mapping too.
             for peer in self.ports.peers() {
                 if let Some(e) = self.ports.remove(&peer) {
-                    self.closing.extend((e.local != 0).then_some(e.local));
+                    self.closing.extend(e.local);
                 }
             }
             let lost = self.held.clear();
@@ -244,7 +244,7 @@ impl<R: Random> Client<R> {
         now: Duration,
         why: &'static str,
         next_server: Option<usize>,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         if matches!(self.phase, Phase::Up { .. }) {
             self.events.push_back(ClientEvent::Down(why));
@@ -312,7 +312,7 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         datagram: &[u8],
         pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         let s = self.cfg.servers[idx];
         match self.phase {
@@ -394,7 +394,7 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         datagram: &[u8],
         pkt: &TeredoPacket<'_>,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         let Some((nonce, _)) = self.home else {
             return self.dropped(DropReason::AuthenticationFailed);
@@ -416,7 +416,7 @@ impl<R: Random> Client<R> {
         self.qualify(now, 0, tx);
     }
 
-    pub(super) fn maintain(&mut self, now: Duration, server: usize, tx: &mut impl Transmit) {
+    pub(super) fn maintain(&mut self, now: Duration, server: usize, tx: &mut (impl Transmit + Ports)) {
         let s = self.cfg.servers[server];
         match self.maint {
             // Nothing from the server for the randomized refresh interval: ask it.
@@ -456,7 +456,7 @@ impl<R: Random> Client<R> {
 
     /// Time for qualification: RS retries, failover, back-off, and once qualified the
     /// refresh and our announcement on the link.
-    pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         match self.phase {
             Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
             Phase::Primary { server, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {

@@ -33,7 +33,7 @@ impl<R: Random> Client<R> {
         // RFC 6081 gives the trailer type 0x05 (§4.5) and IANA 0x02 (§9): take either.
         let announced = [trailer_type::RANDOM_PORT, trailer_type::RANDOM_PORT_IANA].into_iter().find_map(|k| {
             let t = pkt.trailers.find(k)?;
-            (t.value.len() == 2).then(|| u16::from_be_bytes([t.value[0], t.value[1]])).filter(|&p| p != 0)
+            (t.value.len() == 2).then(|| NonZeroU16::new(u16::from_be_bytes([t.value[0], t.value[1]])))?
         });
         let Some(port) = announced else { return false };
         let quiet = self.peers.get(&src).is_none_or(|p| {
@@ -41,8 +41,8 @@ impl<R: Random> Client<R> {
                 && now.saturating_sub(p.last_tx) >= Duration::from_secs(30)
         });
         match self.ports.entry(src, now) {
-            Some(e) if e.peer == 0 || (e.peer != port && quiet) => {
-                e.peer = port;
+            Some(e) if e.peer.is_none() || (e.peer != Some(port) && quiet) => {
+                e.peer = Some(port);
                 true
             }
             _ => false,
@@ -73,7 +73,7 @@ impl<R: Random> Client<R> {
         t: TeredoAddr,
         echo: u32,
         how: Bubbling,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) -> bool {
         if self.open_random_port(now, me, dst, t, tx) {
             return true;
@@ -88,26 +88,27 @@ impl<R: Random> Client<R> {
         let (local, predicted, peer) = (e.local, e.predicted, e.peer);
         let heard =
             matches!(how, Bubbling::Heard { .. }) || self.peers.get(&dst).is_some_and(|p| p.nonce_received != 0);
-        let to = SocketAddrV4::new(*t.mapped.ip(), if peer != 0 { peer } else { t.mapped.port() });
+        let to = SocketAddrV4::new(*t.mapped.ip(), peer.map_or(t.mapped.port(), NonZeroU16::get));
         let ttl = match how {
             Bubbling::Heard { first: true } if self.cfg.opening_bubble_ttl > 0 => Some(self.cfg.opening_bubble_ttl),
             _ => None,
         };
-        if local != 0 && (peer != 0 || heard) {
-            let trailer_echo = (echo != 0).then(|| TrailerRepr::Nonce(echo.to_be_bytes()));
-            let mut n = self.bubble_with(me, &dst, trailer_echo);
-            if predicted != 0 {
-                n += TrailerRepr::RandomPort(predicted).emit(&mut self.scratch[n..]).expect("fits");
+        match local {
+            Some(local) if peer.is_some() || heard => {
+                let trailer_echo = (echo != 0).then(|| TrailerRepr::Nonce(echo.to_be_bytes()));
+                let mut n = self.bubble_with(me, &dst, trailer_echo);
+                if let Some(predicted) = predicted {
+                    n += TrailerRepr::RandomPort(predicted.get()).emit(&mut self.scratch[n..]).expect("fits");
+                }
+                tx.send(Source::Port(local), to, &self.scratch[..n], ttl);
+                self.stats.bubbles += 1;
             }
-            tx.udp_from(local, to, &self.scratch[..n], ttl);
-            self.stats.bubbles += 1;
-        } else if local == 0 && peer != 0 {
-            let n = self.bubble(me, &dst, echo);
-            match ttl {
-                Some(ttl) => tx.udp_hop_limited(to, &self.scratch[..n], ttl),
-                None => tx.udp(to, &self.scratch[..n]),
+            None if peer.is_some() => {
+                let n = self.bubble(me, &dst, echo);
+                tx.send(Source::Service, to, &self.scratch[..n], ttl);
+                self.stats.bubbles += 1;
             }
-            self.stats.bubbles += 1;
+            _ => {}
         }
         false
     }
@@ -123,22 +124,22 @@ impl<R: Random> Client<R> {
         me: &Ipv6Addr,
         dst: Ipv6Addr,
         t: TeredoAddr,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) -> bool {
         // A mapped port needs no prediction: anyone reaches it.
         let wanted = self.cfg.symmetric_nat_support
             && self.nat == NatKind::Symmetric
             && !self.mapped_inbound
             && self.peers.get(&dst).is_some_and(|p| !p.trusted)
-            && self.ports.get(&dst).is_none_or(|e| e.local == 0);
+            && self.ports.get(&dst).is_none_or(|e| e.local.is_none());
         if !wanted {
             return false;
         }
         let Some(e) = self.ports.entry(dst, now) else { return false };
         let Some(port) = tx.open_port() else { return false };
-        e.local = port;
+        e.local = Some(port);
         if self.port_preserving {
-            e.predicted = port;
+            e.predicted = Some(port);
             return false;
         }
         self.start_echo_test(now, me, dst, t, 1, tx)
@@ -148,7 +149,7 @@ impl<R: Random> Client<R> {
     /// random port of ours is open for it (the peer must take us there, not here).
     pub(super) fn primary_echo(&self, peer: &Ipv6Addr, echo: u32) -> u32 {
         match self.ports.get(peer) {
-            Some(e) if e.local != 0 && !e.via_local => 0,
+            Some(e) if e.local.is_some() && !e.via_local => 0,
             _ => echo,
         }
     }
@@ -164,24 +165,26 @@ impl<R: Random> Client<R> {
         dst: Ipv6Addr,
         t: TeredoAddr,
         tries: u8,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) -> bool {
         let Some(server) = self.current_server().map(|i| self.cfg.servers[i]) else { return false };
-        let Some(local) = self.ports.get(&dst).map(|e| e.local).filter(|&l| l != 0) else { return false };
+        let Some(local) = self.ports.get(&dst).and_then(|e| e.local) else { return false };
         let nonces = [self.auth_nonce(), self.auth_nonce()];
-        let to = self.ports.get(&dst).map_or(t.mapped, |e| {
-            SocketAddrV4::new(*t.mapped.ip(), if e.peer != 0 { e.peer } else { t.mapped.port() })
-        });
+        let to = self
+            .ports
+            .get(&dst)
+            .map_or(t.mapped, |e| SocketAddrV4::new(*t.mapped.ip(), e.peer.map_or(t.mapped.port(), NonZeroU16::get)));
         let n = self.rs(RS_SOURCE_RESTRICTED, nonces[0]);
-        tx.udp_from(local, SocketAddrV4::new(server.primary, TEREDO_PORT), &self.scratch[..n], None);
+        tx.send(Source::Port(local), SocketAddrV4::new(server.primary, TEREDO_PORT), &self.scratch[..n], None);
         let n = self.bubble(me, &dst, 0);
         let ttl = (self.cfg.opening_bubble_ttl > 0).then_some(self.cfg.opening_bubble_ttl);
-        tx.udp_from(local, to, &self.scratch[..n], ttl);
+        tx.send(Source::Port(local), to, &self.scratch[..n], ttl);
         self.stats.bubbles += 1;
         let n = self.rs(RS_SOURCE_RESTRICTED, nonces[1]);
-        tx.udp_from(local, SocketAddrV4::new(server.secondary, TEREDO_PORT), &self.scratch[..n], None);
+        tx.send(Source::Port(local), SocketAddrV4::new(server.secondary, TEREDO_PORT), &self.scratch[..n], None);
         if let Some(e) = self.ports.get_mut(&dst) {
-            e.echo = Some(EchoTest { nonces, ports: [0, 0], tries, due: now + Duration::from_secs(u64::from(tries)) });
+            e.echo =
+                Some(EchoTest { nonces, ports: [None, None], tries, due: now + Duration::from_secs(u64::from(tries)) });
         }
         self.stats.echo_tests += 1;
         true
@@ -189,7 +192,7 @@ impl<R: Random> Client<R> {
 
     /// A server's answer on a random port: one of an Echo Test's two (§5.5.4.4). Never
     /// taken for qualification: it reports the random port's mapping, not ours.
-    pub(super) fn on_echo_answer(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut impl Transmit) {
+    pub(super) fn on_echo_answer(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut (impl Transmit + Ports)) {
         let (Some(auth), Some(origin)) = (pkt.auth.as_ref(), pkt.origin) else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
@@ -198,16 +201,16 @@ impl<R: Random> Client<R> {
         };
         let Some(e) = self.ports.get_mut(&peer) else { return };
         let Some(test) = e.echo.as_mut() else { return };
-        test.ports[i] = origin.port();
+        test.ports[i] = NonZeroU16::new(origin.port());
         let Some(predicted) = test.prediction() else { return };
-        e.predicted = predicted;
+        e.predicted = Some(predicted);
         e.echo = None;
         self.echo_test_done(now, peer, tx);
     }
 
     /// An Echo Test ended, with a prediction or without: the indirect bubble it held
     /// back goes now.
-    pub(super) fn echo_test_done(&mut self, now: Duration, peer: Ipv6Addr, tx: &mut impl Transmit) {
+    pub(super) fn echo_test_done(&mut self, now: Duration, peer: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
         let (Some(me), Some(t)) = (self.address(), TeredoAddr::decode(&peer)) else { return };
         if self.peers.get(&peer).is_some_and(|p| !p.trusted) {
             self.send_indirect(now, &me, peer, t.server, tx);
@@ -218,7 +221,7 @@ impl<R: Random> Client<R> {
     /// after 1 s, then the indirect bubble without a prediction after 2 s), keep-alive
     /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
     /// data, 20 at most), and ports whose peer is gone are closed.
-    pub(super) fn tend_random_ports(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub(super) fn tend_random_ports(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         for port in self.closing.drain(..) {
             tx.close_port(port);
         }
@@ -228,10 +231,8 @@ impl<R: Random> Client<R> {
         let me = self.address();
         for peer in self.ports.peers() {
             let Some(p) = self.peers.get(&peer).map(|p| (p.trusted, p.mapped)) else {
-                if let Some(e) = self.ports.remove(&peer) {
-                    if e.local != 0 {
-                        tx.close_port(e.local);
-                    }
+                if let Some(local) = self.ports.remove(&peer).and_then(|e| e.local) {
+                    tx.close_port(local);
                 }
                 continue;
             };
@@ -240,8 +241,8 @@ impl<R: Random> Client<R> {
             // let go after a while: forged indirect bubbles must not hold the table.
             let stale = !e.via_local && now.saturating_sub(e.touched) >= STALE_PORT;
             if stale && e.echo.is_none() {
-                if e.local != 0 {
-                    tx.close_port(e.local);
+                if let Some(local) = e.local {
+                    tx.close_port(local);
                 }
                 self.ports.remove(&peer);
                 continue;
@@ -267,9 +268,9 @@ impl<R: Random> Client<R> {
                 } else if e.refreshes < MAX_REFRESHES {
                     e.refreshes += 1;
                     let (local, (trusted, mapped)) = (e.local, p);
-                    if let (true, Some(me)) = (trusted, me) {
+                    if let (true, Some(me), Some(local)) = (trusted, me, local) {
                         let n = self.bubble(&me, &peer, 0);
-                        tx.udp_from(local, mapped, &self.scratch[..n], None);
+                        tx.send(Source::Port(local), mapped, &self.scratch[..n], None);
                         self.stats.bubbles += 1;
                     }
                 }

@@ -22,7 +22,7 @@ impl<R: Random> Client<R> {
         }
     }
 
-    pub(super) fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut impl Transmit) {
+    pub(super) fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut (impl Transmit + Ports)) {
         self.retests.remove(addr);
         let Some(mut p) = self.peers.get_mut(addr) else {
             return;
@@ -41,7 +41,7 @@ impl<R: Random> Client<R> {
             return;
         };
         while let Some(packet) = q.next_packet() {
-            udp_via(tx, via, to, packet);
+            tx.send(via, to, packet, None);
             self.stats.sent += 1;
             self.stats.sent_bytes += packet.len() as u64;
         }
@@ -56,7 +56,7 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         src: Ipv6Addr,
         packet: &[u8],
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         // Held first: over budget, nothing else is spent (not even a peer entry).
         if let Err(r) = self.held.hold(src, from, packet, now) {
@@ -87,11 +87,11 @@ impl<R: Random> Client<R> {
 
     /// The test for `src` passed through `proven`: deliver what it held, if it came
     /// from there too.
-    pub(super) fn release_held(&mut self, src: &Ipv6Addr, proven: SocketAddrV4, tx: &mut impl Transmit) {
+    pub(super) fn release_held(&mut self, src: &Ipv6Addr, proven: SocketAddrV4, tx: &mut (impl Transmit + Ports)) {
         match self.held.release(src, proven) {
             Some(Release::Deliver(mut d)) => {
                 while let Some(packet) = d.next_packet() {
-                    tx.tun(packet);
+                    tx.deliver(packet);
                     self.stats.delivered += 1;
                     self.stats.delivered_bytes += packet.len() as u64;
                     self.stats.first_contact_delivered += 1;
@@ -120,7 +120,7 @@ impl<R: Random> Client<R> {
     /// The host asked for it, so it never waits on the first contacts' echo budget
     /// (forged first contacts cannot hold it off); it takes no room from the waiting
     /// list either: with the list full, a later packet tries again.
-    pub(super) fn retest(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+    pub(super) fn retest(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
         let room = self.cfg.pending_capacity.max(1);
         if self.pending.len() >= room || self.retests.len() >= room {
             return;
@@ -140,7 +140,7 @@ impl<R: Random> Client<R> {
 
     /// One more try to reach a waiting peer, within the limits: bubbles for a Teredo
     /// peer, a connectivity-test echo (through our server) for a native one.
-    pub(super) fn try_to_reach(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+    pub(super) fn try_to_reach(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
         let Some(me) = self.address() else { return };
         let Some(server) = self.current_server().map(|i| self.cfg.servers[i].primary) else {
             return;
@@ -181,7 +181,7 @@ impl<R: Random> Client<R> {
                         drop(p);
                         let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
                         let n = self.bubble_with(&me, &dst, Some(ask));
-                        udp_via(tx, self.ports.via(&dst), to, &self.scratch[..n]);
+                        tx.send(self.ports.via(&dst), to, &self.scratch[..n], None);
                         self.stats.bubbles += 1;
                         self.stats.peer_solicitations += 1;
                         return;
@@ -191,10 +191,8 @@ impl<R: Random> Client<R> {
                     p.bubbles = 0;
                     p.mapped = t.mapped;
                     // Its random port, if any, went quiet too: port prediction starts over.
-                    if let Some(e) = self.ports.remove(&dst) {
-                        if e.local != 0 {
-                            tx.close_port(e.local);
-                        }
+                    if let Some(local) = self.ports.remove(&dst).and_then(|e| e.local) {
+                        tx.close_port(local);
                     }
                 }
                 // The direct bubble (an opening one first, unless our NAT is a cone that
@@ -212,17 +210,14 @@ impl<R: Random> Client<R> {
                 if let Some(at) = self.local_peers.get(&dst, now) {
                     self.announce(now, tx);
                     let n = self.bubble(&me, &dst, 0);
-                    tx.udp(at, &self.scratch[..n]);
+                    tx.send(Source::Service, at, &self.scratch[..n], None);
                     self.stats.bubbles += 1;
                 }
                 let echo_running = self.open_random_port(now, &me, dst, t, tx);
                 if direct {
                     let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
-                    if opening {
-                        tx.udp_hop_limited(mapped, &self.scratch[..n], self.cfg.opening_bubble_ttl);
-                    } else {
-                        tx.udp(mapped, &self.scratch[..n]);
-                    }
+                    let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
+                    tx.send(Source::Service, mapped, &self.scratch[..n], ttl);
                     self.stats.bubbles += 1;
                 }
                 // Port prediction first: a running Echo Test sends the indirect bubble
@@ -263,7 +258,7 @@ impl<R: Random> Client<R> {
                 .emit(&mut self.scratch)
                 .expect("fits");
                 echo.emit(&me, &dst, &mut self.scratch[40..]).expect("fits");
-                tx.udp(SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..40 + len]);
+                tx.send(Source::Service, SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..40 + len], None);
                 self.stats.echoes += 1;
             }
         }
@@ -274,7 +269,7 @@ impl<R: Random> Client<R> {
         now: Duration,
         offending: &Ipv6Packet<&[u8]>,
         code: u8,
-        tx: &mut impl Transmit,
+        tx: &mut (impl Transmit + Ports),
     ) {
         if !icmp_error::may_answer(offending) || !self.icmp.allow(now) {
             return;
@@ -283,11 +278,11 @@ impl<R: Random> Client<R> {
         if let Some(n) =
             icmp_error::build(&LINK_LOCAL, offending, |q| Icmpv6Repr::DstUnreachable { code, invoking: q }, &mut out)
         {
-            tx.tun(&out[..n]);
+            tx.deliver(&out[..n]);
         }
     }
 
-    pub(super) fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut impl Transmit) {
+    pub(super) fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
         self.discard_held(&dst);
         self.retests.remove(&dst);
         // A peer still valid through its relay keeps it: a test that another relay's
@@ -310,7 +305,7 @@ impl<R: Random> Client<R> {
     }
 
     /// Time for the waiting peers: the next try for each one due, or giving up.
-    pub(super) fn retry_waiting(&mut self, now: Duration, tx: &mut impl Transmit) {
+    pub(super) fn retry_waiting(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         for _ in 0..self.pending.len() {
             let Some(dst) = self.pending.pop_front() else {
                 break;

@@ -7,7 +7,7 @@ proptest! {
     #[test]
     fn client_never_panics(data in proptest::collection::vec(any::<u8>(), 0..200), port in any::<u16>(), which in 0u8..4) {
         let (mut c, me) = qualified();
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         let mut d = data;
         if which == 1 && d.len() >= 40 {
             d[..40].copy_from_slice(&bubble("2001:0:4136:e378:0:f227:39cc:9bf8", &me.to_string()));

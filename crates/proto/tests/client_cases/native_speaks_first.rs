@@ -1,13 +1,14 @@
 use super::*;
+use shipworm_proto::transmit::Sent;
 use shipworm_proto::DropReason;
 
 const HOST: &str = "2001:db8:1::100";
 const RELAY: &str = "192.0.2.10:3544";
 const RELAY2: &str = "203.0.113.20:3544";
 
-/// The echo request of a connectivity test among `w.udp`: (ident, seq, nonce).
-fn echo_request(w: &Rec, me: Ipv6Addr, to: &str) -> Option<(u16, u16, Vec<u8>)> {
-    w.udp.iter().find_map(|(dst, b)| {
+/// The echo request of a connectivity test among `w.udp()`: (ident, seq, nonce).
+fn echo_request(w: &Recorder, me: Ipv6Addr, to: &str) -> Option<(u16, u16, Vec<u8>)> {
+    w.udp().iter().find_map(|(dst, b)| {
         let ip = Ipv6Packet::new_checked(&b[..]).ok()?;
         if *dst != SocketAddrV4::new(P, 3544) || ip.dst_addr() != a(to) || ip.next_header() != 58 {
             return None;
@@ -20,12 +21,12 @@ fn echo_request(w: &Rec, me: Ipv6Addr, to: &str) -> Option<(u16, u16, Vec<u8>)> 
     })
 }
 
-/// How many connectivity-test echoes to HOST are among `w.udp`.
-fn echoes_to_host(w: &Rec, me: Ipv6Addr) -> usize {
-    w.udp
+/// How many connectivity-test echoes to HOST are among `w.udp()`.
+fn echoes_to_host(w: &Recorder, me: Ipv6Addr) -> usize {
+    w.udp()
         .iter()
         .filter(|(dst, b)| {
-            let one = Rec { udp: vec![(*dst, b.clone())], ..Rec::default() };
+            let one = Recorder { sent: vec![Sent::service(*dst, b.clone())], ..Recorder::default() };
             echo_request(&one, me, HOST).is_some()
         })
         .count()
@@ -34,22 +35,16 @@ fn echoes_to_host(w: &Rec, me: Ipv6Addr) -> usize {
 /// Our host sends to HOST every `step` from `from` until `until`, time passing (the
 /// server answering refreshes) and nothing else answering: the echoes to HOST that
 /// went out, and what the host was told back (ICMPv6 errors).
-fn host_sends(
-    c: &mut Client<Rng>,
-    me: Ipv6Addr,
-    from: Duration,
-    until: Duration,
-    step: Duration,
-) -> (usize, usize) {
+fn host_sends(c: &mut Client<Rng>, me: Ipv6Addr, from: Duration, until: Duration, step: Duration) -> (usize, usize) {
     let (mut echoes, mut told) = (0, 0);
     let mut t = from;
     while t < until {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         serve(c, t, &w);
         echoes += echoes_to_host(&w, me);
-        told += w.tun.len();
+        told += w.delivered.len();
         t += step;
     }
     (echoes, told)
@@ -66,7 +61,7 @@ fn when_tested(
     let mut t = secs(3);
     while t < secs(6) {
         meanwhile(c, t);
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         if echo_request(&w, me, HOST).is_some() {
@@ -78,11 +73,11 @@ fn when_tested(
 }
 
 /// The server's answers to whatever RS `w` holds, so the client stays qualified.
-fn serve(c: &mut Client<Rng>, t: Duration, w: &Rec) {
-    for (to, rs) in &w.udp {
+fn serve(c: &mut Client<Rng>, t: Duration, w: &Recorder) {
+    for (to, rs) in &w.udp() {
         if *to == SocketAddrV4::new(P, 3544) {
             if let Some((from, ra)) = answer(P, Local::Primary, M, rs) {
-                c.on_udp(t, Via::Service, from, &ra, &mut Rec::default());
+                c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
             }
         }
     }
@@ -109,12 +104,12 @@ fn idle(c: &mut Client<Rng>, from: Duration, until: Duration) {
     let mut t = from;
     while t < until {
         t += ms(500);
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_timer(t, &mut w);
-        for (to, rs) in w.udp {
+        for (to, rs) in w.udp() {
             if to == SocketAddrV4::new(P, 3544) {
                 if let Some((from, ra)) = answer(P, Local::Primary, M, &rs) {
-                    c.on_udp(t, Via::Service, from, &ra, &mut Rec::default());
+                    c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
                 }
             }
         }
@@ -124,143 +119,143 @@ fn idle(c: &mut Client<Rng>, from: Duration, until: Duration) {
 #[test]
 fn held_then_tested_through_the_server_then_delivered_in_order() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let (first, second) = (datagram(HOST, me, 1), datagram(HOST, me, 2));
     c.on_udp(secs(2), Via::Service, sa(RELAY), &first, &mut w);
-    assert!(w.tun.is_empty(), "not delivered before the test");
+    assert!(w.delivered.is_empty(), "not delivered before the test");
     let echo = echo_request(&w, me, HOST).expect("an echo request to the host, through our server");
     assert!(echo.2.len() >= 8, "a 64-bit nonce at least");
-    assert_eq!(w.udp.len(), 1, "one echo, nothing else");
+    assert_eq!(w.udp().len(), 1, "one echo, nothing else");
     assert_eq!(c.status().first_contacts, 1);
     // A retransmission arrives before the answer: held too, no second echo at once.
     c.on_udp(secs(2) + ms(300), Via::Service, sa(RELAY), &second, &mut w);
-    assert_eq!(w.udp.len(), 1);
+    assert_eq!(w.udp().len(), 1);
     // The host answers meanwhile: the answer waits for the test too.
     let answer = ipv6(&me.to_string(), HOST, 17, &[9; 32]);
     c.on_tun(secs(2) + ms(400), &answer, &mut w);
-    assert_eq!(w.udp.len(), 1, "nothing goes to an unproven relay");
+    assert_eq!(w.udp().len(), 1, "nothing goes to an unproven relay");
     // The reply comes through the relay: both datagrams reach the host, in order,
     // and the answer leaves for the relay. The reply itself stays with the client.
-    w = Rec::default();
+    w = Recorder::default();
     c.on_udp(secs(2) + ms(500), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun, vec![first, second]);
-    assert_eq!(w.udp, vec![(sa(RELAY), answer)]);
+    assert_eq!(w.delivered, vec![first, second]);
+    assert_eq!(w.udp(), vec![(sa(RELAY), answer)]);
     assert_eq!((c.stats().first_contacts, c.stats().first_contact_delivered), (1, 2));
     assert_eq!(c.status().first_contacts, 0);
     // From now on, straight through both ways.
-    w = Rec::default();
+    w = Recorder::default();
     let third = datagram(HOST, me, 3);
     c.on_udp(secs(3), Via::Service, sa(RELAY), &third, &mut w);
-    assert_eq!(w.tun, vec![third]);
+    assert_eq!(w.delivered, vec![third]);
     c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-    assert_eq!(w.udp.len(), 1);
-    assert_eq!(w.udp[0].0, sa(RELAY));
+    assert_eq!(w.udp().len(), 1);
+    assert_eq!(w.udp()[0].0, sa(RELAY));
 }
 
 #[test]
 fn a_test_that_gets_no_answer_tries_four_times_then_drops_and_counts() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let mut echoes_at = vec![];
     if echo_request(&w, me, HOST).is_some() {
         echoes_at.push(2000);
     }
     for t in (2100..12_000).step_by(100) {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_timer(ms(t), &mut w);
         if echo_request(&w, me, HOST).is_some() {
             echoes_at.push(t);
         }
     }
     assert_eq!(echoes_at, vec![2000, 4000, 6000, 8000], "RFC 4380: 2 s apart, 3 repeats");
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     assert_eq!(c.status().first_contacts, 0, "given up");
     assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1);
     // A late reply finds no test: it is not a key to anything.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(13), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
-    assert!(w.tun.is_empty(), "a new first contact is held again");
+    assert!(w.delivered.is_empty(), "a new first contact is held again");
     assert!(echo_request(&w, me, HOST).is_some(), "and tested afresh");
 }
 
 #[test]
 fn held_packets_from_another_relay_than_the_proven_one_are_dropped() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY2), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     // Same source, another endpoint, while waiting: not mixed in.
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
     assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 1);
-    w = Rec::default();
+    w = Recorder::default();
     c.on_udp(secs(3), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
-    assert!(w.tun.is_empty(), "what RELAY2 brought is unproven");
+    assert!(w.delivered.is_empty(), "what RELAY2 brought is unproven");
     assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 2);
     c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-    assert_eq!(w.udp[0].0, sa(RELAY), "the proven relay carries the traffic");
+    assert_eq!(w.udp()[0].0, sa(RELAY), "the proven relay carries the traffic");
 }
 
 #[test]
 fn speaking_first_again_after_expiry_works_cold() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun.len(), 1);
+    assert_eq!(w.delivered.len(), 1);
     // Idle past the 30 s validity: the entry is stale, the same relay still serves.
     let t = secs(70);
     idle(&mut c, secs(2), t);
-    w = Rec::default();
+    w = Recorder::default();
     c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
-    assert_eq!(w.tun.len(), 1, "its relay is still known: delivered at once");
+    assert_eq!(w.delivered.len(), 1, "its relay is still known: delivered at once");
     c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-    assert_eq!(w.udp.last().unwrap().0, sa(RELAY), "and answered directly");
+    assert_eq!(w.udp().last().unwrap().0, sa(RELAY), "and answered directly");
     // Idle past the peer's lifetime (swept), then through another relay.
     let t = secs(470);
     idle(&mut c, secs(70), t);
     assert_eq!(c.address(), Some(me), "still qualified");
     assert_eq!(c.status().peers, 0, "swept");
-    w = Rec::default();
+    w = Recorder::default();
     let again = datagram(HOST, me, 3);
     c.on_udp(t, Via::Service, sa(RELAY2), &again, &mut w);
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     let echo = echo_request(&w, me, HOST).expect("tested again");
     c.on_udp(t + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun, vec![again]);
+    assert_eq!(w.delivered, vec![again]);
 }
 
 #[test]
 fn a_trusted_host_moving_to_another_relay_is_tested_and_followed() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     // The host's route changes: its packets come through RELAY2.
-    w = Rec::default();
+    w = Recorder::default();
     let moved = datagram(HOST, me, 2);
     c.on_udp(secs(5), Via::Service, sa(RELAY2), &moved, &mut w);
-    assert!(w.tun.is_empty());
+    assert!(w.delivered.is_empty());
     let echo = echo_request(&w, me, HOST).expect("tested");
     // Until the answer, the host's traffic still goes to the relay it had.
     c.on_tun(secs(5), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-    assert_eq!(w.udp.last().unwrap().0, sa(RELAY));
+    assert_eq!(w.udp().last().unwrap().0, sa(RELAY));
     c.on_udp(secs(5) + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun, vec![moved]);
+    assert_eq!(w.delivered, vec![moved]);
     c.on_tun(secs(6), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
-    assert_eq!(w.udp.last().unwrap().0, sa(RELAY2));
+    assert_eq!(w.udp().last().unwrap().0, sa(RELAY2));
 }
 
 /// A host trusted through RELAY, met cold (it spoke first).
 fn trusted_through_relay() -> (Client<Rng>, Ipv6Addr) {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun.len(), 1);
+    assert_eq!(w.delivered.len(), 1);
     (c, me)
 }
 
@@ -270,7 +265,7 @@ fn a_host_whose_relay_went_silent_while_we_sent_is_tested_and_followed_to_its_ne
     let out = |n: u8| ipv6(&me.to_string(), HOST, 17, &[n; 8]);
     // RELAY dies at 3 s; the host sends nothing (our upload stalls): every 200 ms
     // our retransmission goes to RELAY, unanswered.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let mut echo = None;
     let mut t = secs(3);
     while t <= secs(5) && echo.is_none() {
@@ -282,23 +277,23 @@ fn a_host_whose_relay_went_silent_while_we_sent_is_tested_and_followed_to_its_ne
     let (tested_at, echo) = echo.expect("a silent host is tested again");
     assert_eq!(tested_at, secs(4), "one second after the first unanswered packet");
     assert_eq!(c.stats().silent_retests, 1);
-    assert!(w.udp.iter().filter(|(to, _)| *to == sa(RELAY)).count() >= 6, "traffic kept going meanwhile");
+    assert!(w.udp().iter().filter(|(to, _)| *to == sa(RELAY)).count() >= 6, "traffic kept going meanwhile");
     // While the test runs, nothing more is asked: one echo per try, not per packet.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(tested_at + ms(100), &out(2), &mut w);
     c.on_timer(tested_at + ms(100), &mut w);
     assert!(echo_request(&w, me, HOST).is_none());
-    assert_eq!(w.udp.last().unwrap().0, sa(RELAY), "the old relay until the answer");
+    assert_eq!(w.udp().last().unwrap().0, sa(RELAY), "the old relay until the answer");
     // Routing moved the host's side to RELAY2: the reply comes through it, and our
     // traffic follows.
     c.on_udp(tested_at + ms(150), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
-    assert!(w.tun.is_empty(), "the reply is ours, not the host's");
-    let mut w = Rec::default();
+    assert!(w.delivered.is_empty(), "the reply is ours, not the host's");
+    let mut w = Recorder::default();
     c.on_tun(tested_at + ms(200), &out(3), &mut w);
-    assert_eq!(w.udp, vec![(sa(RELAY2), out(3))]);
+    assert_eq!(w.udp(), vec![(sa(RELAY2), out(3))]);
     // And the host's packets through RELAY2 go straight in.
     c.on_udp(tested_at + ms(210), Via::Service, sa(RELAY2), &datagram(HOST, me, 4), &mut w);
-    assert_eq!(w.tun.len(), 1);
+    assert_eq!(w.delivered.len(), 1);
 }
 
 #[test]
@@ -311,7 +306,7 @@ fn bubbles_drawn_through_the_server_do_not_hold_off_the_test_of_a_silent_host() 
     emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
     let tested = when_tested(&mut c, me, |c, t| {
         if (t.as_millis() % 300) == 0 {
-            c.on_udp(t, Via::Service, SocketAddrV4::new(P, 3544), &d, &mut Rec::default());
+            c.on_udp(t, Via::Service, SocketAddrV4::new(P, 3544), &d, &mut Recorder::default());
         }
     });
     assert_eq!(tested, Some(secs(4)), "tested one second after our first unanswered packet");
@@ -321,7 +316,7 @@ fn bubbles_drawn_through_the_server_do_not_hold_off_the_test_of_a_silent_host() 
 fn forged_first_contacts_spending_the_echo_budget_do_not_hold_off_the_test_of_a_silent_host() {
     let (mut c, me) = trusted_through_relay();
     let tested = when_tested(&mut c, me, |c, t| {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         // 50 forged native sources every 100 ms, through any endpoint.
         for i in 0..50u16 {
             let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (t.as_millis() / 100) as u16, i).to_string();
@@ -343,7 +338,7 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
     let me = up_address(&qualify(&mut c, secs(1), M, M, false));
     let hosts: Vec<String> = (0..8).map(|i| format!("2001:db8:1::2{i}")).collect();
     for h in &hosts {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(h, me, 1), &mut w);
         let echo = echo_request(&w, me, h).expect("tested");
         c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(h, me, &echo), &mut w);
@@ -353,7 +348,7 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
         let mut t = from;
         let mut n = 0;
         while t < to {
-            let mut w = Rec::default();
+            let mut w = Recorder::default();
             for h in hosts {
                 c.on_tun(t, &ipv6(&me.to_string(), h, 17, &[1; 8]), &mut w);
             }
@@ -368,13 +363,13 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
     // Four native sources speaking first push them off the list.
     for i in 0..4 {
         let src = format!("2001:db8:2::{i}");
-        c.on_udp(ms(4500), Via::Service, sa(RELAY2), &datagram(&src, me, 1), &mut Rec::default());
+        c.on_udp(ms(4500), Via::Service, sa(RELAY2), &datagram(&src, me, 1), &mut Recorder::default());
     }
     // Once those tests are over, the other four fall silent: each is tested.
     let quiet = |c: &mut Client<Rng>| {
         let mut t = ms(4600);
         while t < secs(13) {
-            let mut w = Rec::default();
+            let mut w = Recorder::default();
             c.on_timer(t, &mut w);
             serve(c, t, &w);
             t += ms(100);
@@ -393,11 +388,11 @@ fn a_silent_host_whose_test_fails_stays_with_its_relay() {
     let (echoes, _) = host_sends(&mut c, me, secs(3), t, ms(500));
     assert!(echoes >= 4, "{echoes} echoes");
     // The host speaks through RELAY again: taken, straight through.
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 9), &mut w);
-    assert_eq!(w.tun.len(), 1);
+    assert_eq!(w.delivered.len(), 1);
     c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[2; 8]), &mut w);
-    assert_eq!(w.udp.last().unwrap().0, sa(RELAY));
+    assert_eq!(w.udp().last().unwrap().0, sa(RELAY));
 }
 
 #[test]
@@ -407,8 +402,8 @@ fn a_host_that_answers_within_the_second_is_never_tested_again() {
     // Request and answer every 100 ms for 20 s, then after a 10-s pause a burst of 20
     // packets in 50 ms before the answer: all quick, no test.
     let mut t = secs(3);
-    let mut w = Rec::default();
-    let exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Rec| {
+    let mut w = Recorder::default();
+    let exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Recorder| {
         for n in 0..burst {
             c.on_tun(t + Duration::from_micros(2500 * u64::from(n)), &ipv6(&me.to_string(), HOST, 17, &[n; 8]), w);
         }
@@ -422,10 +417,7 @@ fn a_host_that_answers_within_the_second_is_never_tested_again() {
     exchange(&mut c, secs(33), 20, &mut w);
     echoes += echoes_to_host(&w, me);
     assert_eq!((echoes, c.stats().silent_retests), (0, 0));
-    assert!(
-        w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P),
-        "data to RELAY, refreshes to the server"
-    );
+    assert!(w.udp().iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P), "data to RELAY, refreshes to the server");
 }
 
 #[test]
@@ -436,14 +428,14 @@ fn a_host_that_only_listens_costs_one_echo_per_second_and_keeps_its_relay() {
     let mut t = secs(3);
     let mut echoes = 0;
     while t < secs(13) {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         if let Some(echo) = echo_request(&w, me, HOST) {
             echoes += 1;
             c.on_udp(t + ms(5), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
         }
-        assert!(w.udp.iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P));
+        assert!(w.udp().iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P));
         t += ms(20);
     }
     assert!((9..=10).contains(&echoes), "{echoes} echoes in 10 s of one-way traffic");
@@ -468,22 +460,22 @@ fn a_trusted_hosts_bubble_through_another_relay_is_answered_at_that_relay() {
     let mut d = vec![0u8; 48];
     TeredoHeaderRepr { auth: None, origin: Some(sa(RELAY2)) }.emit(&mut d).unwrap();
     emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(3), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
-    assert_eq!(w.udp.len(), 1);
-    assert_eq!(w.udp[0].0, sa(RELAY2), "the relay holding the host's packets, not the one we trusted");
+    assert_eq!(w.udp().len(), 1);
+    assert_eq!(w.udp()[0].0, sa(RELAY2), "the relay holding the host's packets, not the one we trusted");
     // What RELAY2 then brings is tested before it counts, and followed.
     let moved = datagram(HOST, me, 2);
     c.on_udp(secs(3) + ms(1), Via::Service, sa(RELAY2), &moved, &mut w);
     let echo = echo_request(&w, me, HOST).expect("tested");
     c.on_udp(secs(3) + ms(2), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun, vec![moved]);
+    assert_eq!(w.delivered, vec![moved]);
 }
 
 #[test]
 fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
@@ -492,16 +484,16 @@ fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
     let mut t = secs(3);
     while t < secs(14) {
         t += ms(100);
-        c.on_timer(t, &mut Rec::default());
+        c.on_timer(t, &mut Recorder::default());
     }
     assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1, "the forged packet is dropped");
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     // Still trusted via RELAY. (Silent for 12 s while the forged test's echoes went
     // unanswered, the host is tested again too; the genuine one would answer through
     // RELAY.)
-    assert_eq!(w.udp[0], (sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8])), "still trusted via RELAY");
-    assert_eq!(w.udp.len(), 2);
+    assert_eq!(w.udp()[0], (sa(RELAY), ipv6(&me.to_string(), HOST, 17, &[8; 8])), "still trusted via RELAY");
+    assert_eq!(w.udp().len(), 2);
     assert!(echo_request(&w, me, HOST).is_some(), "and the silent host tested through the server");
 }
 
@@ -515,15 +507,15 @@ fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
     for i in 0..20_000u32 {
         let t = secs(2) + Duration::from_micros(u64::from(i) * 100);
         let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (i >> 16) as u16, i as u16).to_string();
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         for tag in 0..2 {
             c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, tag), &mut w);
         }
         if i % 1000 == 0 {
             c.on_timer(t, &mut w);
         }
-        echoes += w.udp.len();
-        assert!(w.tun.is_empty(), "nothing forged reaches the host");
+        echoes += w.udp().len();
+        assert!(w.delivered.is_empty(), "nothing forged reaches the host");
         peak = peak.max(c.status().first_contacts);
         assert!(c.status().peers <= limits.sources + 1, "forged sources over budget take no peer entry");
     }
@@ -536,22 +528,22 @@ fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
     let mut t = secs(4);
     for _ in 0..120 {
         t += ms(100);
-        c.on_timer(t, &mut Rec::default());
+        c.on_timer(t, &mut Recorder::default());
     }
     assert_eq!(c.status().first_contacts, 0);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let real = datagram(HOST, me, 7);
     c.on_udp(t, Via::Service, sa(RELAY), &real, &mut w);
     let echo = echo_request(&w, me, HOST).expect("tested");
     c.on_udp(t, Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
-    assert_eq!(w.tun, vec![real]);
+    assert_eq!(w.delivered, vec![real]);
 }
 
 #[test]
 fn a_teredo_source_with_another_mapping_is_still_refused() {
     let (mut c, me) = qualified();
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
-    assert!(w.tun.is_empty() && w.udp.is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
+    assert!(w.delivered.is_empty() && w.udp().is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
 }

@@ -18,12 +18,12 @@ fn secure_client(c: Option<Credentials>) -> Client<Rng> {
 }
 
 fn exchange(server: &mut Server, client: &mut Client<Rng>) -> Option<Vec<u8>> {
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     client.on_timer(secs(1), &mut w);
-    let (_, rs) = w.udp.pop()?;
-    let mut answer = Rec::default();
+    let (_, rs) = w.pop_udp()?;
+    let mut answer = Recorder::default();
     server.on_udp(secs(1), Local::Primary, sa(M), &rs, &mut answer);
-    answer.udp.pop().map(|(_, ra)| ra)
+    answer.pop_udp().map(|(_, ra)| ra)
 }
 
 #[test]
@@ -34,17 +34,17 @@ fn signed_rs_gets_a_signed_ra_that_qualifies() {
     let p = TeredoPacket::parse(&ra).unwrap();
     assert_eq!(p.auth.unwrap().client_id(), b"alice");
     assert_eq!(p.auth.unwrap().auth_value().len(), 20);
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
-    assert_eq!(w.udp.len(), 1, "accepted: on to the secondary probe");
+    assert_eq!(w.udp().len(), 1, "accepted: on to the secondary probe");
     // The same RA with one bit changed is refused.
     let mut c = secure_client(Some(creds("alice", "correct horse")));
     let mut ra = exchange(&mut s, &mut c).unwrap();
     let n = ra.len();
     ra[n - 1] ^= 1;
-    let mut w = Rec::default();
+    let mut w = Recorder::default();
     c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
-    assert!(w.udp.is_empty(), "tampered RA refused");
+    assert!(w.udp().is_empty(), "tampered RA refused");
 }
 
 #[test]
@@ -64,8 +64,8 @@ fn unsigned_ra_is_refused_by_a_secure_client() {
     let ra = exchange(&mut plain, &mut c);
     // The plain server echoes the nonce but signs nothing.
     if let Some(ra) = ra {
-        let mut w = Rec::default();
+        let mut w = Recorder::default();
         c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
-        assert!(w.udp.is_empty());
+        assert!(w.udp().is_empty());
     }
 }

@@ -14,3 +14,37 @@ impl Random for Rng {
         }
     }
 }
+
+use shipworm_proto::transmit::{Recorder, Source};
+use std::net::SocketAddrV4;
+
+/// The client's datagrams as the cases read them: those of its service socket and
+/// random ports (`udp`), apart from the probe socket's (`probe`). The recorder keeps
+/// each one whole (socket, TTL); these are views over it.
+#[allow(dead_code)]
+pub trait ClientSends {
+    /// Every datagram but the probe socket's, as (destination, payload), in order.
+    fn udp(&self) -> Vec<(SocketAddrV4, Vec<u8>)>;
+    /// Take the last datagram that did not leave from the probe socket.
+    fn pop_udp(&mut self) -> Option<(SocketAddrV4, Vec<u8>)>;
+    /// Take the last datagram that left from the probe socket.
+    fn pop_probe(&mut self) -> Option<(SocketAddrV4, Vec<u8>)>;
+}
+
+impl ClientSends for Recorder {
+    fn udp(&self) -> Vec<(SocketAddrV4, Vec<u8>)> {
+        self.sent.iter().filter(|s| s.from != Source::Probe).map(|s| (s.to, s.payload.clone())).collect()
+    }
+
+    fn pop_udp(&mut self) -> Option<(SocketAddrV4, Vec<u8>)> {
+        let i = self.sent.iter().rposition(|s| s.from != Source::Probe)?;
+        let s = self.sent.remove(i);
+        Some((s.to, s.payload))
+    }
+
+    fn pop_probe(&mut self) -> Option<(SocketAddrV4, Vec<u8>)> {
+        let i = self.sent.iter().rposition(|s| s.from == Source::Probe)?;
+        let s = self.sent.remove(i);
+        Some((s.to, s.payload))
+    }
+}
