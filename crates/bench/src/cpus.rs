@@ -68,9 +68,8 @@ pub fn pin_host(ns: &str) -> Result<usize, String> {
 /// (RPS), or leave it to the core that sent the packet. On for rate searches: without
 /// it the kernel forwards on the generator's core, sharing it with the generator and
 /// the sinks. Off for latency probes: handing a packet to another core takes an
-/// interrupt between cores, which on a VM costs more than the relays differ by (the
-/// README gives the figures); a woken relay thread costs far less (an idle core
-/// polls).
+/// interrupt between cores, which on a VM costs more than the relays differ by; a
+/// woken relay thread costs far less (an idle core polls).
 pub fn steer(ns: &str, on: bool) -> Result<(), String> {
     if !available() {
         return Ok(());

@@ -187,8 +187,7 @@ pub(crate) fn lab_err(e: impl std::fmt::Display) -> Failure {
 
 /// Trial length for rate searches, and probes per route in each lab. A path's
 /// capacity wanders from one search to the next whatever the trials' length, so more
-/// searches rather than longer trials narrow a figure (the README's benchmark section
-/// has the measurements).
+/// searches rather than longer trials narrow a figure.
 pub(crate) fn trial_sizes(quick: bool) -> (Duration, usize) {
     if quick {
         (Duration::from_millis(100), 100)

@@ -5,8 +5,7 @@
 /// ninth, at least one each (of two or fewer, of all). Not their median: a path's
 /// rounds fall at two levels a lab apart, and a median jumps from one level to the
 /// other when one round does, while this moves by a ninth of the gap; dropping the
-/// ends still keeps a stalled round from counting. (The README's benchmark section
-/// gives the levels and how often each choice repeated.)
+/// ends still keeps a stalled round from counting.
 pub(crate) fn middle_mean(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);

@@ -154,7 +154,11 @@ fn main() {
     let started = Instant::now();
     let queue = Arc::new(Mutex::new(cases.into_iter().enumerate().collect::<Vec<_>>()));
     let results = Arc::new(Mutex::new(Vec::new()));
-    let workers: Vec<_> = (0..3)
+    // Cases wait on timers and the network far more than they compute: more run at once
+    // than there are cores. SHIPWORM_E2E_JOBS sets how many.
+    let jobs = std::env::var("SHIPWORM_E2E_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(6usize).max(1);
+    println!("e2e: {} cases, {jobs} at a time", queue.lock().unwrap().len());
+    let workers: Vec<_> = (0..jobs)
         .map(|_| {
             let (queue, results) = (Arc::clone(&queue), Arc::clone(&results));
             std::thread::spawn(move || loop {

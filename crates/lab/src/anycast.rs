@@ -6,7 +6,7 @@
 //! preference stands for "nearer"), so traffic starts there and moves to relay B when
 //! A's announcement goes.
 //!
-//! The relays' BIRD configuration is the one the README gives operators: the prefix is a
+//! The relays' BIRD configuration is the one docs/operations.md gives operators: the prefix is a
 //! static route bound to the relay's interface (withdrawn by BIRD itself when the
 //! interface goes with a dead relay, Miredo's included), and with shipworm it starts
 //! disabled and is enabled by the relay once it serves and disabled first on a clean

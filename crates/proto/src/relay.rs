@@ -1,7 +1,7 @@
 //! The Teredo relay (RFC 4380 §5.4) and host-specific relay (§5.5): the bridge between
 //! Teredo clients (UDP/IPv4) and the native IPv6 side (a TUN device).
 //!
-//! Decisions (see the README):
+//! Decisions (see docs/decisions.md):
 //! * No trusted entry → bubble first, whatever the cone bit says (RFC 5991 deprecates
 //!   it; bubbling avoids the §7.4.3 reflection attack). The bubble goes to the client's
 //!   server; a direct bubble to its mapping too only in `restricted` mode, since on a

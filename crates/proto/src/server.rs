@@ -2,7 +2,7 @@
 //! solicitations so clients learn their mapping, and relays bubbles and the ICMPv6
 //! echoes of the connectivity test — nothing else.
 //!
-//! Decisions where the RFC leaves room (see the README):
+//! Decisions where the RFC leaves room (see docs/decisions.md):
 //! * Forwarded between Teredo peers: bubbles, echo request and echo reply. Forwarded to
 //!   native IPv6: echo requests only (the direct connectivity test). ICMPv6 must not sit
 //!   behind extension headers, and is capped in size (`max_forwarded_icmpv6`). RFC 6081

@@ -2,7 +2,7 @@
 //! virtual time, with RAs made by shipworm's own server state machine (or crafted
 //! when a case needs a malformed one).
 
-use shipworm_proto::client::{Client, ClientConfig, ClientEvent, NatKind, ServerAddrs, Via};
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
@@ -105,7 +105,7 @@ fn qualifies_restricted_with_an_rfc5991_address() {
     assert!(!t.flags.cone(), "RFC 5991: cone bit clear");
     assert!(t.flags.conformance().is_rfc5991(), "random bits set: {:#x}", t.flags.0);
     assert!(matches!(ev[0], ClientEvent::Up { nat: NatKind::Restricted, mtu: 1280, .. }));
-    assert_eq!(c.status().state, "qualified");
+    assert_eq!(c.status().state, ClientState::Qualified);
 }
 
 #[test]
@@ -142,7 +142,7 @@ fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
     // RFC 6081 §5.2: the address is built from the primary's RA, the NAT reported.
     let (mut c, addr) = qualified_symmetric();
     assert_eq!(TeredoAddr::decode(&addr).unwrap().mapped, sa(M), "the primary's mapping, not the secondary's");
-    assert_eq!(c.status().state, "qualified");
+    assert_eq!(c.status().state, ClientState::Qualified);
     // A relay behind its indirect bubble is answered from wherever the NAT maps us:
     // the direct bubble goes to the origin indication, so the relay learns that port.
     let mut w = Recorder::default();
@@ -271,7 +271,7 @@ fn pio(prefix: &str, len: u8) -> Vec<u8> {
 
 fn still_qualifying(c: &mut Client<Rng>, w: &mut Recorder) {
     assert!(c.poll_event().is_none());
-    assert_eq!(c.status().state, "qualifying");
+    assert_eq!(c.status().state, ClientState::Qualifying);
     assert!(w.udp().is_empty(), "no RS to the secondary: the RA was not accepted");
 }
 
@@ -365,7 +365,7 @@ fn case29_three_rs_four_seconds_apart_then_offline() {
             times.push(t / 1000);
         }
         if t == 14_000 {
-            assert_eq!(c.status().state, "offline");
+            assert_eq!(c.status().state, ClientState::Offline);
         }
     }
     assert_eq!(&times[..3], &[1, 5, 9]);
@@ -398,7 +398,7 @@ fn failover_to_the_next_server_and_back_home() {
     let home = w.udp().iter().find(|(t, _)| *t.ip() == P).expect("home check").1.clone();
     let (from, ra) = answer(P, Local::Primary, M, &home).unwrap();
     c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
-    assert_eq!(c.status().state, "qualifying");
+    assert_eq!(c.status().state, ClientState::Qualifying);
     assert_eq!(c.status().server, Some(P));
 }
 
@@ -710,6 +710,8 @@ mod fuzz;
 
 #[path = "client_cases/secure_qualification.rs"]
 mod secure_qualification;
+#[path = "client_cases/server_list.rs"]
+mod server_list;
 
 #[test]
 fn first_connectivity_test_goes_at_once_right_after_start() {

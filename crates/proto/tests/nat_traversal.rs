@@ -472,7 +472,7 @@ impl Net {
         }
         self.host_sends(1, b"hello A");
         self.pass(Duration::from_secs(3));
-        // The exchange, for `cargo test -- --nocapture` (the README shows it).
+        // The exchange, for `cargo test -- --nocapture`.
         println!("{:?} calls {:?}:\n{}", self.nats[0].kind, self.nats[1].kind, self.trace);
         self.received(0, b"hello A")
     }

@@ -15,22 +15,18 @@ use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
-use crate::runtime::confinement;
 use crate::runtime::counters::Counters;
 use crate::runtime::logging;
-use crate::runtime::metrics::{self, Board, Sample};
 use crate::runtime::pidfile::PidFile;
-use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
-use crate::runtime::service_manager::ServiceManager;
-use crate::runtime::signals::Signals;
-use crate::runtime::status_socket::{self, StatusListener};
+use crate::runtime::shell::{Confined, Reports, Shell};
+use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::relay::{RelayConfig, RelayStats, Served, SharedRelay, Source, Transmit};
+use shipworm_proto::relay::{RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -92,13 +88,9 @@ struct WorkerIo {
 /// What every worker thread shares besides the relay state.
 struct Crew<'a> {
     relay: &'a SharedRelay,
-    signals: &'a Signals,
-    /// Answered by worker 0 (`shipworm status`).
-    status: &'a StatusListener,
-    /// Told by worker 0: ready, its watchdog fed from worker 0's ticks.
-    manager: &'a Mutex<ServiceManager>,
-    /// Where worker 0 publishes the counters for Prometheus (`MetricsAddress`).
-    board: Option<&'a Board>,
+    /// The daemon's shell: worker 0 runs its chores (watchdog, status, metrics,
+    /// SIGUSR1) and answers `shipworm status`; every worker watches it for a stop.
+    shell: &'a Shell<Confined>,
     interface: &'a str,
     workers: usize,
     /// Set by a worker that failed: the others stop too.
@@ -124,7 +116,7 @@ impl Crew<'_> {
         if self.halt.load(Ordering::Relaxed) {
             return false;
         }
-        if !self.signals.stop_requested() {
+        if !self.shell.stop_requested() {
             return true;
         }
         let Some(bird) = &self.bird else { return false };
@@ -133,7 +125,7 @@ impl Crew<'_> {
 
     /// Tell BIRD to withdraw; the drain's end.
     fn withdraw(&self, bird: &Mutex<BirdControl>) -> Instant {
-        self.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping_after(self.drain_time);
+        self.shell.stopping_after(self.drain_time);
         match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).disable() {
             Ok(said) => {
                 tracing::info!(
@@ -160,10 +152,11 @@ impl Crew<'_> {
         }
         (sum, io, tun)
     }
+}
 
+impl Reports for Crew<'_> {
     /// The relay's counters over all workers (packets and bytes per worker), as last
-    /// published: every view of them (`/metrics`, the status JSON, the log line) is made
-    /// from this one table.
+    /// published.
     fn counters(&self) -> Counters {
         let each: Vec<RelayStats> = self
             .published
@@ -172,15 +165,6 @@ impl Crew<'_> {
             .collect();
         let (s, io, tun) = self.totals();
         relay_counters(&each, &s, &io, &tun, self.relay.peer_count(), self.relay.pending_len())
-    }
-
-    /// The samples for Prometheus: the role, and the counters.
-    fn samples(&self) -> Vec<Sample> {
-        let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
-            .with("role", "relay")
-            .with("version", env!("CARGO_PKG_VERSION"))];
-        v.extend(self.counters().samples());
-        v
     }
 
     /// The status document: what serves, and the counters.
@@ -196,6 +180,11 @@ impl Crew<'_> {
             "counters": self.counters().json(),
         })
         .to_string()
+    }
+
+    fn service_status(&self) -> String {
+        let peers = self.relay.peer_count();
+        format!("relaying for {peers} peer{}", if peers == 1 { "" } else { "s" })
     }
 }
 
@@ -252,7 +241,94 @@ pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
     serve(&conf, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref())
 }
 
-/// Relay until SIGTERM/SIGINT.
+/// The interface as the relay set it up: its queues, one per worker, and the host's
+/// own global addresses (the served range of a host-specific relay, and the source of
+/// ICMPv6 errors).
+struct Interface {
+    tuns: Vec<Tun>,
+    name: String,
+    own: Vec<Ipv6Addr>,
+    /// Each attached subnet's directed broadcast (none for /31 and /32).
+    local_broadcasts: Vec<Ipv4Addr>,
+}
+
+/// Make the TUN interface (a queue per worker), bring it up with its link-local
+/// address and the route to the Teredo prefix, and read the host's addresses.
+fn open_interface(conf: &MiredoConf, workers: usize) -> Result<Interface, Failure> {
+    let tuns = Tun::create_queues(&conf.interface, workers, conf.tun_offload).map_err(Failure::runtime)?;
+    let name = tuns[0].name().to_string();
+    let nl = Netlink::new().map_err(Failure::runtime)?;
+    let index = nl.link_index(&name).map_err(Failure::runtime)?;
+    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
+    nl.set_link(index, true, conf.mtu.into()).map_err(Failure::runtime)?;
+    nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
+    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
+    let own = nl
+        .global_ipv6_addresses()
+        .map_err(Failure::runtime)?
+        .into_iter()
+        .filter(|a| TeredoAddr::decode_with_prefix(a, conf.prefix).is_none())
+        .collect();
+    let local_broadcasts = nl
+        .ipv4_subnets()
+        .map_err(Failure::runtime)?
+        .into_iter()
+        .filter(|&(_, len)| len <= 30)
+        .map(|(a, len)| Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
+        .collect();
+    Ok(Interface { tuns, name, own, local_broadcasts })
+}
+
+/// A UDP socket per worker on one port: the first picks it (BindPort 0: any), the
+/// others share it.
+fn bind_sockets(conf: &MiredoConf, workers: usize) -> Result<(Vec<Socket>, SocketAddrV4), Failure> {
+    let first =
+        bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1, "service", &bind::MIREDO_CONF)?;
+    let local = first
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket_ipv4())
+        .ok_or_else(|| Failure::runtime("cannot read the UDP socket's own address"))?;
+    let mut socks = vec![first];
+    for _ in 1..workers {
+        socks.push(bind::udp(SocketAddrV4::new(conf.bind_address, local.port()), true, "service", &bind::MIREDO_CONF)?);
+    }
+    Ok((socks, local))
+}
+
+/// BIRD's control socket, connected now: once confined the relay opens nothing.
+/// Without BIRD the relay still serves; its announcement then follows its interface.
+fn connect_bird(conf: &MiredoConf) -> Option<Mutex<BirdControl>> {
+    let path = conf.bird_socket.as_deref()?;
+    match BirdControl::connect(path, &conf.bird_protocol) {
+        Ok(b) => Some(Mutex::new(b)),
+        Err(e) => {
+            tracing::warn!("{e}; the prefix's announcement follows the interface only, with no drain on stop");
+            None
+        }
+    }
+}
+
+/// The state machine's settings from the file and what the host has.
+fn relay_config(conf: &MiredoConf, iface: &Interface, hash_keys: (u64, u64)) -> RelayConfig {
+    RelayConfig {
+        prefix: conf.prefix,
+        served: match conf.role {
+            RelayType::Host => Served::Only(iface.own.clone()),
+            _ => Served::AnyGlobal,
+        },
+        direct_bubbles: conf.role == RelayType::Restricted,
+        capacity: conf.peer_capacity,
+        queue_bytes: conf.queue_bytes,
+        per_address: conf.peers_per_address,
+        icmp_source: conf.relay_address.or_else(|| iface.own.first().copied()),
+        hash_keys,
+        local_broadcasts: iface.local_broadcasts.clone(),
+        ..RelayConfig::default()
+    }
+}
+
+/// Serve until SIGTERM/SIGINT (and, with BIRD, the drain after it).
 fn serve(
     conf: &MiredoConf,
     pidfile: Option<&std::path::Path>,
@@ -263,99 +339,30 @@ fn serve(
     }
     let workers =
         conf.relay_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).clamp(1, 256);
-    let tuns = Tun::create_queues(&conf.interface, workers, conf.tun_offload).map_err(Failure::runtime)?;
-    let name = tuns[0].name().to_string();
-    let offloads = tuns[0].offloads();
-    let nl = Netlink::new().map_err(Failure::runtime)?;
-    let index = nl.link_index(&name).map_err(Failure::runtime)?;
-    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
-    nl.set_link(index, true, conf.mtu.into()).map_err(Failure::runtime)?;
-    nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
-    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
-    // The host's own global addresses: the served range of a host-specific relay, and
-    // the source of ICMPv6 errors.
-    let own: Vec<Ipv6Addr> = nl
-        .global_ipv6_addresses()
-        .map_err(Failure::runtime)?
-        .into_iter()
-        .filter(|a| TeredoAddr::decode_with_prefix(a, conf.prefix).is_none())
-        .collect();
-    let served = match conf.role {
-        RelayType::Host => Served::Only(own.clone()),
-        _ => Served::AnyGlobal,
-    };
-    // The first socket picks the port (BindPort 0: any); the others share it.
-    let first =
-        bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), workers > 1, "service", &bind::MIREDO_CONF)?;
-    let local = first
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_socket_ipv4())
-        .ok_or_else(|| Failure::runtime("cannot read the UDP socket's own address"))?;
-    let port = local.port();
-    let mut socks = vec![first];
-    for _ in 1..workers {
-        socks.push(bind::udp(SocketAddrV4::new(conf.bind_address, port), true, "service", &bind::MIREDO_CONF)?);
-    }
-    // Each attached subnet's directed broadcast (none for /31 and /32).
-    let local_broadcasts = nl
-        .ipv4_subnets()
-        .map_err(Failure::runtime)?
-        .into_iter()
-        .filter(|&(_, len)| len <= 30)
-        .map(|(a, len)| std::net::Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
-        .collect();
-    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&name));
-    let status = StatusListener::bind(&control_path)?;
-    let metrics_listener = conf.metrics_address.map(metrics::bind).transpose()?;
-    let manager = Mutex::new(ServiceManager::from_env());
-    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+    let mut iface = open_interface(conf, workers)?;
+    let offloads = iface.tuns[0].offloads();
+    let (socks, local) = bind_sockets(conf, workers)?;
+    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
+    let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?;
     let hash_keys = OsRandom::open()?.hash_keys();
-    // Connected now: once confined the relay opens nothing. Without BIRD the relay still
-    // serves; its announcement then follows its interface alone.
-    let bird = conf.bird_socket.as_deref().and_then(|path| match BirdControl::connect(path, &conf.bird_protocol) {
-        Ok(b) => Some(Mutex::new(b)),
-        Err(e) => {
-            tracing::warn!("{e}; the prefix's announcement follows the interface only, with no drain on stop");
-            None
-        }
-    });
+    let bird = connect_bird(conf);
     // Before any thread starts: capabilities are per thread.
-    privileges::drop_root(conf.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(
-        Role::Relay,
-        conf.system_call_filter,
-        &[confinement::removable(pidfile), vec![control_path.clone()]].concat(),
-    )
-    .map_err(Failure::runtime)?;
-
-    let board = metrics::start(metrics_listener)?;
-    let cfg = RelayConfig {
-        prefix: conf.prefix,
-        served,
-        direct_bubbles: conf.role == RelayType::Restricted,
-        capacity: conf.peer_capacity,
-        queue_bytes: conf.queue_bytes,
-        per_address: conf.peers_per_address,
-        icmp_source: conf.relay_address.or_else(|| own.first().copied()),
-        hash_keys,
-        local_broadcasts,
-        ..RelayConfig::default()
-    };
+    let shell = shell.confine(conf.user.as_deref(), conf.system_call_filter, pidfile)?;
+    let cfg = relay_config(conf, &iface, hash_keys);
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
+    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
     tracing::info!(
-        "Teredo {} on {name} (UDP {}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards), {}",
+        "Teredo {} on {} (UDP {local}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards), {offloads}",
         match conf.role {
             RelayType::Host => "host-specific relay",
             RelayType::Restricted => "relay (restricted)",
             _ => "relay",
         },
-        local,
+        iface.name,
         conf.mtu,
         conf.peer_capacity,
         if workers == 1 { "" } else { "s" },
         relay.shards(),
-        offloads,
     );
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
@@ -365,11 +372,8 @@ fn serve(
         (0..workers).map(|_| Mutex::default()).collect();
     let crew = Crew {
         relay: &relay,
-        signals: &signals,
-        status: &status,
-        manager: &manager,
-        board: board.as_ref(),
-        interface: &name,
+        shell: &shell,
+        interface: &iface.name,
         workers,
         halt: &halt,
         started: Instant::now(),
@@ -379,8 +383,9 @@ fn serve(
         drain_time: conf.drain_time,
         drain_until: OnceLock::new(),
     };
-    let ios: Vec<WorkerIo> = socks.into_iter().zip(tuns).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
-    manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).ready(&format!("relaying for {prefix}/32"));
+    let ios: Vec<WorkerIo> =
+        socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
+    shell.ready(&crew);
     // Serving: announce (a drain before may have left the protocol disabled).
     if let Some(bird) = &crew.bird {
         match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enable() {
@@ -388,8 +393,15 @@ fn serve(
             Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
         }
     }
+    let result = run_workers(&crew, ios);
+    shell.stopping(&crew);
+    result
+}
+
+/// Worker 0 on this thread, the others on threads of their own; a worker that cannot
+/// start stops the rest. The first failure is the result.
+fn run_workers(crew: &Crew<'_>, ios: Vec<WorkerIo>) -> Result<(), Failure> {
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
-        let crew = &crew;
         let mut ios = ios.into_iter().enumerate();
         let (_, io0) = ios.next().expect("at least one worker");
         let mut results = Vec::new();
@@ -409,8 +421,6 @@ fn serve(
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         results
     });
-    manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner).stopping();
-    report(&crew, "stopping");
     results.into_iter().collect()
 }
 
@@ -432,101 +442,126 @@ fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     r
 }
 
+/// One worker's loop state: its share of the relay, its batches, its clocks.
+struct Worker<'a> {
+    crew: &'a Crew<'a>,
+    id: usize,
+    tun: &'a Tun,
+    state: RelayWorker,
+    rx: RecvBatch,
+    out: Out<'a>,
+    tun_in: TunReader,
+    next_tick: Instant,
+    busy: BusyPoll,
+}
+
 fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     let WorkerIo { sock, tun } = io;
-    let mut state = crew.relay.worker();
     let dup = || sock.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate the UDP socket: {e}")));
-    let mut rx = RecvBatch::coalescing(dup()?, BATCH, SLOT);
-    let mut out = Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() };
-    let mut tun_in = TunReader::default();
-    let mut next_tick = crew.started + TICK;
-    // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when the
-    // next packet is due within the window, look again at once, yielding the core
-    // between looks, rather than sleep.
-    let mut busy = BusyPoll::new(crew.busy_poll, Instant::now());
-    let publish = |state: &shipworm_proto::relay::RelayWorker, out: &Out<'_>, tun_in: &TunReader| {
-        *crew.published[id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            (state.stats().clone(), out.io_errors(tun_in), out.offloads(tun_in));
+    let mut w = Worker {
+        crew,
+        id,
+        tun,
+        state: crew.relay.worker(),
+        rx: RecvBatch::coalescing(dup()?, BATCH, SLOT),
+        out: Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() },
+        tun_in: TunReader::default(),
+        next_tick: crew.started + TICK,
+        // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when
+        // the next packet is due within the window, look again at once, yielding the
+        // core between looks, rather than sleep.
+        busy: BusyPoll::new(crew.busy_poll, Instant::now()),
     };
-
-    // The rounds, in a closure so that a failure (a socket error) still publishes this
-    // worker's last counters for the exit report.
+    // The rounds, so that a failure (a socket error) still publishes this worker's last
+    // counters for the exit report.
     let rounds = (|| -> Result<(), Failure> {
         while crew.running() {
-            if id == 0 && crew.signals.take_report_request() {
-                publish(&state, &out, &tun_in);
-                report(crew, "counters");
-            }
-            if !busy.spin(Instant::now()) {
-                let wait = next_tick.saturating_duration_since(Instant::now());
-                // Worker 0 also wakes for a status request; the others poll the TUN twice.
-                let third = if id == 0 { crew.status.as_fd() } else { tun.as_fd() };
-                let mut fds = [
-                    PollFd::new(rx.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(tun.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(third, PollFlags::POLLIN),
-                ];
-                wait::readable(&mut fds, wait)?;
-                let asked = fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-                if id == 0 && asked {
-                    crew.status.serve(|| crew.status_json());
-                }
-            } else {
-                // Still runnable, so no wake-up is due, but a thread that needs this core
-                // (the host's own work, another worker) gets it.
-                std::thread::yield_now();
-            }
-            let round_start = Instant::now();
-            // UDP side a bounded number of batches, then TUN side up to a batch of
-            // packets, so neither side starves.
-            let now = crew.started.elapsed();
-            // Past the caches, a batch's peer entries are fetched before any is used.
-            let fetch = crew.relay.fetches_ahead();
-            let ahead = |data: &[u8]| {
-                if fetch {
-                    crew.relay.prefetch_udp(data);
-                }
-            };
-            let mut handled = drain::udp_ahead(&mut rx, UDP_BATCHES_PER_ROUND, ahead, |from, data| {
-                crew.relay.on_udp(&mut state, now, from, data, &mut out);
-            })?;
-            out.tun_out.flush(tun);
-            let now = crew.started.elapsed();
-            handled += drain::tun(tun, &mut tun_in, BATCH, |packet| {
-                crew.relay.on_tun(&mut state, now, packet, &mut out);
-            })?;
-            if Instant::now() >= next_tick {
-                if id == 0 {
-                    crew.relay.on_timer(&mut state, crew.started.elapsed(), &mut out);
-                    let peers = crew.relay.peer_count();
-                    let mut m = crew.manager.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    m.tick(Instant::now());
-                    m.status(&format!("relaying for {peers} peer{}", if peers == 1 { "" } else { "s" }));
-                    drop(m);
-                    if let Some(b) = crew.board {
-                        b.publish(crew.samples());
-                    }
-                    // Requests that came while the worker was busy polling.
-                    crew.status.serve(|| crew.status_json());
-                }
-                publish(&state, &out, &tun_in);
-                next_tick += TICK;
-            }
-            // Timers and a bubble's answer may have queued for either side.
-            out.tun_out.flush(tun);
-            if !out.batch.is_empty() {
-                out.batch.flush();
-            }
-            busy.round(handled, Instant::now(), round_start);
+            w.wait_for_work()?;
+            w.round()?;
         }
         Ok(())
     })();
-    publish(&state, &out, &tun_in);
+    w.publish();
     rounds
 }
 
-fn report(crew: &Crew<'_>, what: &str) {
-    tracing::info!("{what}: {}", crew.counters().log_line());
+impl Worker<'_> {
+    /// Sleep until a socket is readable or the tick is due, unless busy polling says
+    /// look again at once (yielding the core to whoever needs it).
+    fn wait_for_work(&mut self) -> Result<(), Failure> {
+        if self.busy.spin(Instant::now()) {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let wait = self.next_tick.saturating_duration_since(Instant::now());
+        // Worker 0 also wakes for a status request; the others poll the TUN twice.
+        let third = if self.id == 0 { self.crew.shell.status_fd() } else { self.tun.as_fd() };
+        let mut fds = [
+            PollFd::new(self.rx.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.tun.as_fd(), PollFlags::POLLIN),
+            PollFd::new(third, PollFlags::POLLIN),
+        ];
+        wait::readable(&mut fds, wait)?;
+        if self.id == 0 && fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            self.crew.shell.serve_status(self.crew);
+        }
+        Ok(())
+    }
+
+    /// UDP side a bounded number of batches, then the TUN side up to a batch of
+    /// packets, so neither side starves; the tick when due; then what they queued.
+    fn round(&mut self) -> Result<(), Failure> {
+        let crew = self.crew;
+        let round_start = Instant::now();
+        let now = crew.started.elapsed();
+        // Past the caches, a batch's peer entries are fetched before any is used.
+        let fetch = crew.relay.fetches_ahead();
+        let ahead = |data: &[u8]| {
+            if fetch {
+                crew.relay.prefetch_udp(data);
+            }
+        };
+        let (state, out) = (&mut self.state, &mut self.out);
+        let mut handled = drain::udp_ahead(&mut self.rx, UDP_BATCHES_PER_ROUND, ahead, |from, data| {
+            crew.relay.on_udp(state, now, from, data, out);
+        })?;
+        self.out.tun_out.flush(self.tun);
+        let now = crew.started.elapsed();
+        let (state, out) = (&mut self.state, &mut self.out);
+        handled += drain::tun(self.tun, &mut self.tun_in, BATCH, |packet| {
+            crew.relay.on_tun(state, now, packet, out);
+        })?;
+        if Instant::now() >= self.next_tick {
+            self.tick();
+        }
+        // Timers and a bubble's answer may have queued for either side.
+        self.out.tun_out.flush(self.tun);
+        if !self.out.batch.is_empty() {
+            self.out.batch.flush();
+        }
+        self.busy.round(handled, Instant::now(), round_start);
+        Ok(())
+    }
+
+    /// Every tick: this worker's counters published; worker 0 also runs the relay's
+    /// timers and the shell's chores (watchdog, status, metrics, SIGUSR1, requests
+    /// that came while it was busy polling).
+    fn tick(&mut self) {
+        if self.id == 0 {
+            self.crew.relay.on_timer(&mut self.state, self.crew.started.elapsed(), &mut self.out);
+        }
+        self.publish();
+        if self.id == 0 {
+            self.crew.shell.tick(self.crew);
+        }
+        self.next_tick += TICK;
+    }
+
+    /// This worker's counters, where the reports read them.
+    fn publish(&self) {
+        *self.crew.published[self.id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            (self.state.stats().clone(), self.out.io_errors(&self.tun_in), self.out.offloads(&self.tun_in));
+    }
 }
 
 #[cfg(test)]

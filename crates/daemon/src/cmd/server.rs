@@ -6,17 +6,13 @@ use crate::cli;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
-use crate::runtime::confinement;
 use crate::runtime::counters::Counters;
 use crate::runtime::logging;
-use crate::runtime::metrics::{self, Sample};
 use crate::runtime::pidfile::PidFile;
-use crate::runtime::privileges;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::IoErrors;
-use crate::runtime::service_manager::ServiceManager;
-use crate::runtime::signals::Signals;
-use crate::runtime::status_socket::{self, StatusListener};
+use crate::runtime::shell::{Reports, Shell};
+use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
@@ -24,7 +20,7 @@ use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
 use shipworm_proto::transmit::{Source, Transmit};
 use shipworm_wire::ipv6::Ipv6Packet;
-use shipworm_wire::teredo_addr::TEREDO_PORT;
+use shipworm_wire::teredo_addr::{TeredoAddr, TEREDO_PORT};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd;
@@ -64,7 +60,61 @@ fn serve(
     pidfile: Option<&std::path::Path>,
     control: Option<&std::path::Path>,
 ) -> Result<(), Failure> {
-    let cfg = &settings.proto;
+    let mut cfg = settings.proto.clone();
+    let (primary, secondary) = bind_addresses(&cfg)?;
+    let raw = open_raw_ipv6()?;
+    cfg.hash_keys = OsRandom::open()?.hash_keys();
+    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
+    let shell = Shell::open(Role::Server, control_path, settings.metrics_address)?;
+    let shell = shell.confine(settings.user.as_deref(), settings.system_call_filter, pidfile)?;
+    tracing::info!(
+        "Teredo server on {}:{p} and {}:{p}, advertising {}/64, MTU {}",
+        cfg.primary,
+        cfg.secondary,
+        TeredoAddr::client_prefix(cfg.prefix, cfg.primary),
+        cfg.mtu,
+        p = TEREDO_PORT
+    );
+    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
+    let mut rx = [
+        (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
+        (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
+    ];
+    let mut daemon = ServerDaemon {
+        server: Server::new(cfg.clone()),
+        out: Out {
+            raw: &raw,
+            batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
+            native_errors: 0,
+        },
+        cfg,
+        start: std::time::Instant::now(),
+    };
+    shell.ready(&daemon);
+    while !shell.stop_requested() {
+        shell.tick(&daemon);
+        let mut fds = [
+            PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(shell.status_fd(), PollFlags::POLLIN),
+        ];
+        if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
+            continue;
+        }
+        for (local, batch) in &mut rx {
+            let now = daemon.start.elapsed();
+            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
+                daemon.server.on_udp(now, *local, from, data, &mut daemon.out)
+            })?;
+            daemon.out.flush();
+        }
+    }
+    shell.stopping(&daemon);
+    Ok(())
+}
+
+/// The primary and secondary addresses' sockets.
+fn bind_addresses(cfg: &ServerConfig) -> Result<(Socket, Socket), Failure> {
     let in_use = "another Teredo server (miredo-server?) is running";
     let primary = bind::udp(
         SocketAddrV4::new(cfg.primary, TEREDO_PORT),
@@ -78,76 +128,42 @@ fn serve(
         "secondary",
         &bind::Directives { address: "ServerBindAddress2, by default the primary + 1", in_use },
     )?;
-    let raw = open_raw_ipv6()?;
-    let mut cfg = cfg.clone();
-    cfg.hash_keys = OsRandom::open()?.hash_keys();
-    let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
-    let status = StatusListener::bind(&control_path)?;
-    let metrics_listener = settings.metrics_address.map(metrics::bind).transpose()?;
-    let mut manager = ServiceManager::from_env();
-    let signals = Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
-    privileges::drop_root(settings.user.as_deref()).map_err(Failure::runtime)?;
-    confinement::confine(
-        Role::Server,
-        settings.system_call_filter,
-        &[confinement::removable(pidfile), vec![control_path.clone()]].concat(),
-    )
-    .map_err(Failure::runtime)?;
+    Ok((primary, secondary))
+}
 
-    let board = metrics::start(metrics_listener)?;
-    let mut published = std::time::Instant::now();
-    let mut server = Server::new(cfg.clone());
-    let start = std::time::Instant::now();
-    tracing::info!(
-        "Teredo server on {}:{p} and {}:{p}, advertising {}/64, MTU {}",
-        cfg.primary,
-        cfg.secondary,
-        server.client_prefix(),
-        cfg.mtu,
-        p = TEREDO_PORT
-    );
-    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
-    let mut rx = [
-        (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
-        (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
-    ];
-    let mut out = Out {
-        raw: &raw,
-        batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
-        native_errors: 0,
-    };
+/// The server at work: its state machine, its output, what it serves.
+struct ServerDaemon<'a> {
+    server: Server,
+    out: Out<'a>,
+    cfg: ServerConfig,
+    start: std::time::Instant,
+}
 
-    manager.ready(&format!("serving on {} and {}", cfg.primary, cfg.secondary));
-    while !signals.stop_requested() {
-        manager.tick(std::time::Instant::now());
-        if let Some(b) = board.as_ref().filter(|_| published.elapsed() >= PUBLISH_EVERY) {
-            b.publish(samples(&server, &out));
-            published = std::time::Instant::now();
-        }
-        if signals.take_report_request() {
-            report(&server, &out, "counters");
-        }
-        let mut fds = [
-            PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
-            PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
-            PollFd::new(status.as_fd(), PollFlags::POLLIN),
-        ];
-        if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
-            continue;
-        }
-        if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            status.serve(|| status_json(&server, &out, &cfg, start));
-        }
-        for (local, batch) in &mut rx {
-            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
-                server.on_udp(start.elapsed(), *local, from, data, &mut out)
-            })?;
-            out.flush();
-        }
+impl Reports for ServerDaemon<'_> {
+    fn counters(&self) -> Counters {
+        counters(self.server.stats(), &self.out.io_errors())
     }
-    manager.stopping();
-    report(&server, &out, "stopping");
-    Ok(())
+
+    /// The status document: addresses served, and the counters.
+    fn status_json(&self) -> String {
+        let cfg = &self.cfg;
+        serde_json::json!({
+            "role": "server",
+            "state": "serving",
+            "uptime_s": self.start.elapsed().as_secs(),
+            "primary": format!("{}:{TEREDO_PORT}", cfg.primary),
+            "secondary": format!("{}:{TEREDO_PORT}", cfg.secondary),
+            "prefix": format!("{}/64", self.server.client_prefix()),
+            "mtu": cfg.mtu,
+            "secure_qualification": !cfg.clients.is_empty(),
+            "counters": self.counters().json(),
+        })
+        .to_string()
+    }
+
+    fn service_status(&self) -> String {
+        format!("serving on {} and {}", self.cfg.primary, self.cfg.secondary)
+    }
 }
 
 /// The server's output: answers and forwards from either address in a send batch
@@ -215,9 +231,6 @@ fn send_native(raw: &Socket, packet: &[u8]) -> bool {
     }
 }
 
-/// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
-const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-
 /// The server's counters: every view of them (`/metrics`, the status JSON, the log
 /// line) is made from this one table.
 pub(crate) fn counters(s: &ServerStats, io: &IoErrors) -> Counters {
@@ -232,35 +245,6 @@ pub(crate) fn counters(s: &ServerStats, io: &IoErrors) -> Counters {
     t.drops(&s.drops);
     t.io_errors(io);
     t
-}
-
-/// The samples for Prometheus: the role, and the counters.
-fn samples(server: &Server, out: &Out<'_>) -> Vec<Sample> {
-    let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
-        .with("role", "server")
-        .with("version", env!("CARGO_PKG_VERSION"))];
-    v.extend(counters(server.stats(), &out.io_errors()).samples());
-    v
-}
-
-/// The status document: addresses served, and the counters.
-fn status_json(server: &Server, out: &Out<'_>, cfg: &ServerConfig, start: std::time::Instant) -> String {
-    serde_json::json!({
-        "role": "server",
-        "state": "serving",
-        "uptime_s": start.elapsed().as_secs(),
-        "primary": format!("{}:{TEREDO_PORT}", cfg.primary),
-        "secondary": format!("{}:{TEREDO_PORT}", cfg.secondary),
-        "prefix": format!("{}/64", server.client_prefix()),
-        "mtu": cfg.mtu,
-        "secure_qualification": !cfg.clients.is_empty(),
-        "counters": counters(server.stats(), &out.io_errors()).json(),
-    })
-    .to_string()
-}
-
-fn report(server: &Server, out: &Out<'_>, what: &str) {
-    tracing::info!("{what}: {}", counters(server.stats(), &out.io_errors()).log_line());
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ pub mod random;
 pub mod report;
 pub mod server_names;
 pub mod service_manager;
+pub mod shell;
 pub mod signals;
 pub mod status_socket;
 pub mod syscalls;

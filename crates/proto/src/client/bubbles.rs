@@ -71,7 +71,7 @@ impl<R: Random> Client<R> {
         // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
         // only with a nonce to prove the bubbles it brings; not when it is our mapping
         // (no NAT in between: nothing to add).
-        let mapped = match &self.phase {
+        let mapped = match &self.q.phase {
             Phase::Up { ra, .. } => Some(ra.mapped),
             _ => None,
         };

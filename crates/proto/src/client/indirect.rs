@@ -4,6 +4,25 @@
 
 use super::*;
 
+/// A packet from our server that is not an advertisement, as answering it needs it.
+struct FromServer {
+    src: Ipv6Addr,
+    /// Its Nonce trailer (0: none).
+    nonce: u32,
+    /// The sender's Teredo address, when it is a Teredo peer's bubble.
+    teredo: Option<TeredoAddr>,
+    /// The addresses the peer listed (Alternate Address trailer, hairpinning).
+    alternates: [Option<SocketAddrV4>; 2],
+    /// We had sent the peer no indirect bubble yet.
+    first: bool,
+    /// The peer gets an indirect bubble of ours in answer.
+    answer_indirect: bool,
+    /// It announced a random port we did not know.
+    new_peer_port: bool,
+    /// An Echo Test holds our indirect bubble back.
+    echo_running: bool,
+}
+
 impl<R: Random> Client<R> {
     /// From the server, not an RA: indirect bubbles (answer the origin with a direct
     /// bubble) and relayed ICMPv6.
@@ -22,22 +41,11 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::SourceMismatch);
         }
         let nonce = self.nonce_in(pkt);
+        let alternates = match self.alternates_in(pkt, nonce) {
+            Ok(a) => a,
+            Err(why) => return self.dropped(why),
+        };
         let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
-        // Hairpinning (§5.6.4.2): a malformed Alternate Address trailer spoils the bubble.
-        // At most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD).
-        let mut alternates = [None; 2];
-        if nonce != 0 && self.cfg.hairpinning {
-            if let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) {
-                match TrailerRepr::parse(&t) {
-                    Ok(TrailerRepr::AlternateAddress(list)) => {
-                        for (slot, a) in alternates.iter_mut().zip(list.iter()) {
-                            *slot = Some(a);
-                        }
-                    }
-                    _ => return self.dropped(DropReason::BadValue),
-                }
-            }
-        }
         // Whether this is the peer's answer to an indirect bubble of ours.
         let first = self.peers.get(&src).is_none_or(|p| p.nonce_sent == 0);
         let answer_indirect = match teredo {
@@ -45,72 +53,13 @@ impl<R: Random> Client<R> {
             None => false,
         };
         let new_peer_port = teredo.is_some() && nonce != 0 && self.remember_peer_port(now, src, pkt);
-        let mut echo_running = false;
-        if let (Some(t), true) = (teredo, answer_indirect) {
-            echo_running = self.open_random_port(now, &me, src, t, tx);
-        }
-        // Whoever is behind an indirect bubble waits for our direct one (RFC 4380
-        // §5.2.3; practice answers with a bubble rather than a ping): to the mapping a
-        // trusted peer proved (RFC 6081 §6.1 step 10), else to the origin indication,
-        // else to the mapping its Teredo address embeds. It echoes the peer's nonce.
-        // A native host's bubble comes from the relay that holds its packets for us now,
-        // which the origin names: after a relay change (an anycast relay failed) that is
-        // not the relay we trusted, and only a bubble to it lets its packets through.
-        let src_teredo = TeredoAddr::decode(&src).is_some();
-        let origin = pkt.origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
-        let proven = self
-            .peers
-            .get(&src)
-            .filter(|p| p.trusted && (src_teredo || pkt.origin.is_none_or(|o| o == p.mapped)))
-            .map(|p| p.mapped);
-        let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
-        let trusted = proven.is_some();
-        if let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) {
-            let n = self.bubble(&me, &src, self.primary_echo(&src, nonce));
-            tx.send(if trusted { self.ports.via(&src) } else { Source::Service }, o, &self.scratch[..n], None);
-            // With our port mapped, a peer whose origin is not its embedded mapping (a
-            // symmetric NAT) gets one at its embedded mapping too: if it holds a
-            // mapping as well, that one passes (RFC 6081 §5.3.4.2).
-            let extra = answer_indirect && self.mapped_inbound;
-            if let (false, Some(t)) = (trusted, teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip())) {
-                if self.unreachable_embedded(*t.mapped.ip()).is_none() {
-                    tx.send(Source::Service, t.mapped, &self.scratch[..n], None);
-                    self.stats.bubbles += 1;
-                }
-            }
-            self.stats.bubbles += 1;
-            // A native host's last transmission is our traffic's (its silence is timed
-            // from it): bubbles that anyone can draw through the server do not move it.
-            if let Some(mut p) = self.peers.get_mut(&src).filter(|_| src_teredo) {
-                p.last_tx = now;
-            }
-            // Our echo of its nonce now proves us to a peer met through hairpinning:
-            // what waited for it follows the bubble.
-            if trusted && nonce != 0 {
-                self.flush(&src, o, tx);
-            }
-        }
-        if answer_indirect {
-            // A direct bubble to each address the peer listed, with its nonce: one may
-            // be on our side of a NAT that does not hairpin.
-            let own = self.local;
-            for to in alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
-                let n = self.bubble(&me, &src, nonce);
-                tx.send(Source::Service, to, &self.scratch[..n], None);
-                self.stats.bubbles += 1;
-            }
-            if let Some(t) = teredo {
-                if !echo_running && !self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx) {
-                    self.send_indirect(now, &me, src, t.server, tx);
-                }
-            }
-        } else if let (Some(t), true) = (teredo, nonce != 0 && (!first || (new_peer_port && self.held.allow_test(now))))
-        {
-            // The answer to our own indirect bubble, or a port to try that we did not
-            // know: where to send from our random port is known now, not at our next
-            // retry.
-            self.random_port_bubbles(now, &me, src, t, nonce, Bubbling::Heard { first }, tx);
-        }
+        let echo_running = match (teredo, answer_indirect) {
+            (Some(t), true) => self.open_random_port(now, &me, src, t, tx),
+            _ => false,
+        };
+        let b = FromServer { src, nonce, teredo, alternates, first, answer_indirect, new_peer_port, echo_running };
+        self.answer_directly(now, &me, &b, pkt.origin, tx);
+        self.answer_with_ours(now, &me, &b, tx);
         if pkt.is_bubble() {
             return;
         }
@@ -118,6 +67,104 @@ impl<R: Random> Client<R> {
             self.deliver(ip.packet(), tx);
         } else {
             self.dropped(DropReason::NotBubbleOrIcmpv6);
+        }
+    }
+
+    /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists, at
+    /// most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD). A
+    /// malformed Alternate Address trailer spoils the bubble.
+    fn alternates_in(&self, pkt: &TeredoPacket<'_>, nonce: u32) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
+        let mut alternates = [None; 2];
+        if nonce == 0 || !self.cfg.hairpinning {
+            return Ok(alternates);
+        }
+        let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) else { return Ok(alternates) };
+        match TrailerRepr::parse(&t) {
+            Ok(TrailerRepr::AlternateAddress(list)) => {
+                for (slot, a) in alternates.iter_mut().zip(list.iter()) {
+                    *slot = Some(a);
+                }
+                Ok(alternates)
+            }
+            _ => Err(DropReason::BadValue),
+        }
+    }
+
+    /// Whoever is behind an indirect bubble waits for our direct one (RFC 4380 §5.2.3;
+    /// practice answers with a bubble rather than a ping): to the mapping a trusted peer
+    /// proved (RFC 6081 §6.1 step 10), else to the origin indication, else to the
+    /// mapping its Teredo address embeds. It echoes the peer's nonce. A native host's
+    /// bubble comes from the relay that holds its packets for us now, which the origin
+    /// names: after a relay change (an anycast relay failed) that is not the relay we
+    /// trusted, and only a bubble to it lets its packets through.
+    fn answer_directly(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        b: &FromServer,
+        origin: Option<SocketAddrV4>,
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        let src = b.src;
+        let src_teredo = TeredoAddr::decode(&src).is_some();
+        let proven = self
+            .peers
+            .get(&src)
+            .filter(|p| p.trusted && (src_teredo || origin.is_none_or(|o| o == p.mapped)))
+            .map(|p| p.mapped);
+        let origin = origin.or_else(|| TeredoAddr::decode(&src).map(|t| t.mapped));
+        let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
+        let trusted = proven.is_some();
+        let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) else { return };
+        let n = self.bubble(me, &src, self.primary_echo(&src, b.nonce));
+        tx.send(if trusted { self.ports.via(&src) } else { Source::Service }, o, &self.scratch[..n], None);
+        self.stats.bubbles += 1;
+        // With our port mapped, a peer whose origin is not its embedded mapping (a
+        // symmetric NAT) gets one at its embedded mapping too: if it holds a mapping as
+        // well, that one passes (RFC 6081 §5.3.4.2).
+        let extra = b.answer_indirect && self.mapped_inbound && !trusted;
+        if let Some(t) = b.teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip()) {
+            if self.unreachable_embedded(*t.mapped.ip()).is_none() {
+                tx.send(Source::Service, t.mapped, &self.scratch[..n], None);
+                self.stats.bubbles += 1;
+            }
+        }
+        // A native host's last transmission is our traffic's (its silence is timed from
+        // it): bubbles that anyone can draw through the server do not move it.
+        if let Some(mut p) = self.peers.get_mut(&src).filter(|_| src_teredo) {
+            p.last_tx = now;
+        }
+        // Our echo of its nonce now proves us to a peer met through hairpinning: what
+        // waited for it follows the bubble.
+        if trusted && b.nonce != 0 {
+            self.flush(&src, o, tx);
+        }
+    }
+
+    /// A peer that speaks RFC 6081 and that we do not trust yet gets our own bubbles: a
+    /// direct one to each address it listed, with its nonce (one may be on our side of a
+    /// NAT that does not hairpin), and our indirect one, unless port prediction sends
+    /// it. The answer to our own indirect bubble, or a port to try that we did not know,
+    /// tells where to send from our random port: now, not at our next retry.
+    fn answer_with_ours(&mut self, now: Duration, me: &Ipv6Addr, b: &FromServer, tx: &mut (impl Transmit + Ports)) {
+        let (src, nonce, how) = (b.src, b.nonce, Bubbling::Heard { first: b.first });
+        let Some(t) = b.teredo else {
+            // Not a Teredo peer's bubble: nothing of ours to add, and no alternates
+            // (remember_nonce made no answer).
+            return;
+        };
+        if b.answer_indirect {
+            let own = self.local;
+            for to in b.alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
+                let n = self.bubble(me, &src, nonce);
+                tx.send(Source::Service, to, &self.scratch[..n], None);
+                self.stats.bubbles += 1;
+            }
+            if !b.echo_running && !self.random_port_bubbles(now, me, src, t, nonce, how, tx) {
+                self.send_indirect(now, me, src, t.server, tx);
+            }
+        } else if nonce != 0 && (!b.first || (b.new_peer_port && self.held.allow_test(now))) {
+            self.random_port_bubbles(now, me, src, t, nonce, how, tx);
         }
     }
 

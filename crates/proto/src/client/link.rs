@@ -16,7 +16,7 @@ impl<R: Random> Client<R> {
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
     ) {
-        let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.phase) else {
+        let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.q.phase) else {
             return self.dropped(DropReason::LocalDestination);
         };
         let ours = *ra.mapped.ip();

@@ -14,7 +14,7 @@
 //!    (RFC 6081 §5.2, Symmetric NAT Support: keep the RFC 4380 address from the primary
 //!    server's RA); RFC 4380 alone would claim none, which `symmetric_nat_support`
 //!    off restores. A relay or peer learns the port the NAT gave it from our direct
-//!    bubble, which answers its indirect one (see the README for what works with whom).
+//!    bubble, which answers its indirect one (docs/nat-traversal.md says what works with whom).
 //!
 //! Decisions: RSs are repeated every 4 s, 3 per phase (Miredo's count), then the next
 //! configured server is tried, then back-off (10 s doubling to 120 s). The cone bit is
@@ -80,9 +80,9 @@ mod reaching;
 mod status;
 
 pub use config::{ClientConfig, ServerAddrs};
-use qualifier::Phase;
+use qualifier::{Phase, Qualification};
 use random_ports::Bubbling;
-pub use status::{ClientEvent, ClientStats, ClientStatus, NatKind};
+pub use status::{ClientEvent, ClientState, ClientStats, ClientStatus, NatKind};
 
 /// RS retransmission timer (RFC 4380 §5.2.1).
 pub const RS_TIMEOUT: Duration = Duration::from_secs(4);
@@ -110,7 +110,7 @@ pub enum Via {
     Service,
     /// The probe-only port (NAT detection).
     Probe,
-    /// A random port opened for one peer (`Transmit::open_port`).
+    /// A random port opened for one peer (`transmit::Ports::open_port`).
     Port(NonZeroU16),
     /// The local discovery socket (224.0.0.253:3544).
     Discovery,
@@ -120,34 +120,21 @@ pub enum Via {
 pub struct Client<R: Random> {
     cfg: ClientConfig,
     rng: R,
-    phase: Phase,
-    nat: NatKind,
-    cone_nonce: Option<([u8; 8], usize)>,
-    cone_seen: bool,
-    last_server_rx: Duration,
-    refresh_after: Duration,
-    maint: Option<([u8; 8], Duration, u8)>,
-    home: Option<([u8; 8], Duration)>,
+    /// Qualification: the phase, the NAT, the server in use (`qualifier`).
+    q: Qualification,
     peers: PeerTable,
     pending: VecDeque<Ipv6Addr>,
     /// Native peers under a test of ours (they fell silent while we sent): each is on
     /// the waiting list too, and leaves this set when it leaves the list.
     retests: HashSet<Ipv6Addr>,
     held: FirstContacts,
-    random_bits: Option<(SocketAddrV4, u16)>,
     /// The service socket's own address and port, where peers behind the same NAT
     /// reach us (RFC 6081 §5.6).
     local: Option<SocketAddrV4>,
-    /// Behind a port-preserving symmetric NAT (RFC 6081 §5.4.3): the primary's mapping
-    /// kept our port.
-    port_preserving: bool,
     /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
     ports: PortTable,
     /// Random ports to close at the next chance (their peers were forgotten).
     closing: Vec<NonZeroU16>,
-    /// The address the interface keeps while we qualify again (network change, going
-    /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
-    held_address: Option<Ipv6Addr>,
     /// The public endpoint a port mapping on our NAT (PCP) gives the service port.
     port_mapping: Option<SocketAddrV4>,
     /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
@@ -171,31 +158,22 @@ fn keys(cfg: &ClientConfig) -> KeyedHash {
 }
 
 impl<R: Random> Client<R> {
-    /// A client that starts qualifying at the first `on_timer` call.
+    /// A client that starts qualifying at the first `on_timer` call, or, without a
+    /// server yet (their names are being looked up), once [`Client::set_servers`] gives
+    /// it one.
     pub fn new(cfg: ClientConfig, rng: R) -> Self {
-        assert!(!cfg.servers.is_empty(), "a client needs a server");
         Client {
+            q: Qualification::new(&cfg.servers),
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
             held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             ports: PortTable::new(cfg.random_ports, keys(&cfg)),
             local_peers: LocalPeers::new(256, keys(&cfg)),
             cfg,
             rng,
-            phase: Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) },
-            nat: NatKind::Unknown,
-            cone_nonce: None,
-            cone_seen: false,
-            last_server_rx: Duration::ZERO,
-            refresh_after: Duration::from_secs(30),
-            maint: None,
-            home: None,
             pending: VecDeque::new(),
             retests: HashSet::new(),
-            random_bits: None,
             local: None,
-            port_preserving: false,
             closing: Vec::new(),
-            held_address: None,
             port_mapping: None,
             mapped_inbound: false,
             last_announce: None,
@@ -249,7 +227,7 @@ impl<R: Random> Client<R> {
     }
 
     fn update_mapped_inbound(&mut self) {
-        self.mapped_inbound = match (&self.phase, self.port_mapping) {
+        self.mapped_inbound = match (&self.q.phase, self.port_mapping) {
             (Phase::Up { ra, .. }, Some(m)) => ra.mapped == m,
             _ => false,
         };
@@ -269,6 +247,11 @@ impl<R: Random> Client<R> {
             Some(t) if t.mapped != to && t.mapped.ip() == to.ip() => t.mapped,
             _ => to,
         }
+    }
+
+    /// The servers in use, in order of preference (none while resolving).
+    pub fn servers(&self) -> &[ServerAddrs] {
+        &self.cfg.servers
     }
 
     /// Next thing the daemon must do to the interface.
@@ -293,32 +276,35 @@ impl<R: Random> Client<R> {
 
     /// The configured address, if qualified.
     pub fn address(&self) -> Option<Ipv6Addr> {
-        match self.phase {
+        match self.q.phase {
             Phase::Up { address, .. } => Some(address),
-            Phase::Primary { .. } | Phase::Secondary { .. } => self.held_address,
-            Phase::Offline { .. } => None,
+            Phase::Primary { .. } | Phase::Secondary { .. } => self.q.held_address,
+            Phase::Offline { .. } | Phase::Resolving => None,
         }
     }
 
     /// A snapshot for `shipworm status`.
     pub fn status(&self) -> ClientStatus {
-        let (state, server, mapped, mtu) = match &self.phase {
-            Phase::Offline { .. } => ("offline", None, None, 1280),
-            Phase::Primary { server, .. } => ("qualifying", Some(*server), None, 1280),
-            Phase::Secondary { server, first, .. } => ("probing", Some(*server), Some(first.mapped), first.mtu),
-            Phase::Up { server, ra, .. } => ("qualified", Some(*server), Some(ra.mapped), ra.mtu),
+        let (state, server, mapped, mtu) = match &self.q.phase {
+            Phase::Resolving => (ClientState::Resolving, None, None, 1280),
+            Phase::Offline { .. } => (ClientState::Offline, None, None, 1280),
+            Phase::Primary { server, .. } => (ClientState::Qualifying, Some(*server), None, 1280),
+            Phase::Secondary { server, first, .. } => {
+                (ClientState::Probing, Some(*server), Some(first.mapped), first.mtu)
+            }
+            Phase::Up { server, ra, .. } => (ClientState::Qualified, Some(*server), Some(ra.mapped), ra.mtu),
         };
         ClientStatus {
             state,
             address: self.address(),
             server: server.map(|i| self.cfg.servers[i].primary),
             mapped,
-            nat: self.nat,
+            nat: self.q.nat,
             mtu,
             peers: self.peers.len(),
             first_contacts: self.held.len(),
-            port_preserving: self.port_preserving,
-            port_prediction: match (self.nat, self.cfg.symmetric_nat_support, self.port_preserving) {
+            port_preserving: self.q.port_preserving,
+            port_prediction: match (self.q.nat, self.cfg.symmetric_nat_support, self.q.port_preserving) {
                 (NatKind::Symmetric, true, true) => "same port",
                 (NatKind::Symmetric, true, false) => "echo test",
                 _ => "none",
@@ -388,7 +374,7 @@ impl<R: Random> Client<R> {
                 return self.on_ra(now, idx, from, datagram, &pkt, tx);
             }
             if Some(idx) == self.current_server() {
-                self.last_server_rx = now;
+                self.q.last_server_rx = now;
             }
             return self.on_server_packet(now, &pkt, tx);
         }

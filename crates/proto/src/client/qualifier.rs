@@ -7,8 +7,62 @@
 
 use super::*;
 
+/// What qualification knows and is doing: the client's part that qualifies, keeps the
+/// mapping alive, goes back to the first server and detects the NAT.
+#[derive(Debug, Clone)]
+pub(super) struct Qualification {
+    pub(super) phase: Phase,
+    pub(super) nat: NatKind,
+    /// The cone probe's nonce and server, while it may be answered.
+    pub(super) cone_nonce: Option<([u8; 8], usize)>,
+    /// The cone probe was answered: a full-cone NAT.
+    pub(super) cone_seen: bool,
+    /// When the server in use last spoke to us.
+    pub(super) last_server_rx: Duration,
+    /// The randomized refresh interval.
+    pub(super) refresh_after: Duration,
+    /// The refresh under way: its nonce, when it went and how many tries.
+    pub(super) maint: Option<([u8; 8], Duration, u8)>,
+    /// The solicitation to the first server while we use another: its nonce and when.
+    pub(super) home: Option<([u8; 8], Duration)>,
+    /// The RFC 5991 random bits and the mapping they were drawn for.
+    pub(super) random_bits: Option<(SocketAddrV4, u16)>,
+    /// The address the interface keeps while we qualify again (network change, going
+    /// home): traffic keeps flowing on it, and peers stay if the new RA gives it back.
+    pub(super) held_address: Option<Ipv6Addr>,
+    /// Behind a port-preserving symmetric NAT (RFC 6081 §5.4.3): the primary's mapping
+    /// kept our port.
+    pub(super) port_preserving: bool,
+}
+
+impl Qualification {
+    /// Nothing known: qualifying at once with `servers`, or resolving their names while
+    /// there are none.
+    pub(super) fn new(servers: &[ServerAddrs]) -> Qualification {
+        Qualification {
+            phase: if servers.is_empty() {
+                Phase::Resolving
+            } else {
+                Phase::Offline { retry_at: Duration::ZERO, backoff: Duration::from_secs(10) }
+            },
+            nat: NatKind::Unknown,
+            cone_nonce: None,
+            cone_seen: false,
+            last_server_rx: Duration::ZERO,
+            refresh_after: Duration::from_secs(30),
+            maint: None,
+            home: None,
+            random_bits: None,
+            held_address: None,
+            port_preserving: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Phase {
+    /// No server yet: the daemon resolves their names ([`Client::set_servers`]).
+    Resolving,
     /// Waiting before trying again.
     Offline { retry_at: Duration, backoff: Duration },
     /// RS to `server`'s primary address.
@@ -81,23 +135,25 @@ impl<R: Random> Client<R> {
         let cone = self.auth_nonce();
         let n = self.rs(RS_SOURCE_CONE, cone);
         tx.send(Source::Probe, SocketAddrV4::new(s.primary, TEREDO_PORT), &self.scratch[..n], None);
-        self.cone_nonce = Some((cone, server));
-        self.cone_seen = false;
-        if let Phase::Up { address, .. } = self.phase {
-            self.held_address = Some(address);
+        self.q.cone_nonce = Some((cone, server));
+        self.q.cone_seen = false;
+        if let Phase::Up { address, .. } = self.q.phase {
+            self.q.held_address = Some(address);
         }
-        self.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };
+        self.q.phase = Phase::Primary { server, nonce, sent_at: now, tries: 1 };
     }
 
     /// The network changed (new IPv4 address or default route): qualify again at once.
     /// The interface keeps the old address until the new RA says otherwise, so a
     /// change that keeps the mapping costs nothing.
     pub fn on_network_change(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        let server = match self.phase {
+        let server = match self.q.phase {
             Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => server,
             Phase::Offline { .. } => 0,
+            // No server to ask yet: the names are looked up again (the daemon's part).
+            Phase::Resolving => return,
         };
-        self.maint = None;
+        self.q.maint = None;
         self.qualify(now, server, tx);
     }
 
@@ -164,11 +220,11 @@ impl<R: Random> Client<R> {
     /// The address for `ra`: RFC 5991 random bits, drawn again only when the mapping
     /// changes.
     pub(super) fn address_for(&mut self, ra: &Ra) -> Ipv6Addr {
-        let bits = match self.random_bits {
+        let bits = match self.q.random_bits {
             Some((m, b)) if m == ra.mapped => b,
             _ => {
                 let b = (self.rng.below(0x0fff) + 1) as u16; // never 0: 0 reads as RFC 4380-only
-                self.random_bits = Some((ra.mapped, b));
+                self.q.random_bits = Some((ra.mapped, b));
                 b
             }
         };
@@ -187,54 +243,81 @@ impl<R: Random> Client<R> {
         // RFC 4380: uniform in 75–100 % of the refresh interval.
         let r = self.cfg.refresh.as_millis() as u64;
         let jitter = self.rng.below(r / 4 + 1);
-        self.refresh_after = Duration::from_millis(r - jitter);
+        self.q.refresh_after = Duration::from_millis(r - jitter);
+    }
+
+    /// Forget every peer, learned under a mapping that is gone: their random ports close
+    /// at the next tick, and what native hosts that spoke first held is dropped. Peers
+    /// heard on the link go too (another network, another link).
+    pub(super) fn forget_peers(&mut self) {
+        self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
+        self.pending.clear();
+        self.retests.clear();
+        self.local_peers.clear();
+        for peer in self.ports.peers() {
+            if let Some(e) = self.ports.remove(&peer) {
+                self.closing.extend(e.local);
+            }
+        }
+        let lost = self.held.clear();
+        self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
+    }
+
+    /// The servers to use, in order of preference: the daemon resolves their names and
+    /// gives them here, again whenever the answers change. The same list changes
+    /// nothing. Another one starts afresh, as a new client would (the address goes, with
+    /// the peers, the random ports and the port mapping learned through the old servers;
+    /// qualification starts at the next tick), keeping only the counters and what the
+    /// daemon told of the host. An empty list: resolving, no server to ask.
+    pub fn set_servers(&mut self, servers: Vec<ServerAddrs>) {
+        if servers == self.cfg.servers {
+            return;
+        }
+        if self.address().is_some() {
+            self.events.push_back(ClientEvent::Down("the Teredo servers' addresses changed"));
+        }
+        self.forget_peers();
+        self.q = Qualification::new(&servers);
+        self.cfg.servers = servers;
+        self.port_mapping = None;
+        self.mapped_inbound = false;
+        self.last_announce = None;
+        self.next_announce = Duration::ZERO;
     }
 
     pub(super) fn come_up(&mut self, now: Duration, server: usize, ra: Ra) {
         let address = self.address_for(&ra);
-        let changed = match self.phase {
+        let changed = match self.q.phase {
             Phase::Up { address: old, .. } => old != address,
-            _ => self.held_address != Some(address),
+            _ => self.q.held_address != Some(address),
         };
-        self.held_address = None;
+        self.q.held_address = None;
         if changed {
             // Peers were learned under the old mapping: start afresh.
-            self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
-            self.pending.clear();
-            self.retests.clear();
-            // Another network: another link.
-            self.local_peers.clear();
-            // Their random ports were for the old mapping too.
-            for peer in self.ports.peers() {
-                if let Some(e) = self.ports.remove(&peer) {
-                    self.closing.extend(e.local);
-                }
-            }
-            let lost = self.held.clear();
-            self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
+            self.forget_peers();
             self.stats.addresses += 1;
         }
         // §5.4.3: behind a symmetric NAT that kept our port towards the primary, a random
         // port of ours keeps its number outside too; otherwise it is counted out in
         // sequence, and an Echo Test predicts it (§3.4).
-        self.port_preserving =
-            self.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
-        self.phase = Phase::Up { server, ra, address };
+        self.q.port_preserving =
+            self.q.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
+        self.q.phase = Phase::Up { server, ra, address };
         self.update_mapped_inbound();
         if changed {
             // Tell the link at once: a peer there may be calling us already.
             self.next_announce = now;
             self.last_announce = None;
         }
-        self.last_server_rx = now;
-        self.maint = None;
+        self.q.last_server_rx = now;
+        self.q.maint = None;
         self.schedule_refresh();
         if changed || self.events.is_empty() {
             self.events.push_back(ClientEvent::Up {
                 address,
                 mtu: ra.mtu,
                 server: self.cfg.servers[server].primary,
-                nat: self.nat,
+                nat: self.q.nat,
             });
         }
     }
@@ -246,24 +329,24 @@ impl<R: Random> Client<R> {
         next_server: Option<usize>,
         tx: &mut (impl Transmit + Ports),
     ) {
-        if matches!(self.phase, Phase::Up { .. }) {
+        if matches!(self.q.phase, Phase::Up { .. }) {
             self.events.push_back(ClientEvent::Down(why));
         }
-        self.maint = None;
-        self.home = None;
+        self.q.maint = None;
+        self.q.home = None;
         self.mapped_inbound = false;
         match next_server {
             Some(s) => {
                 self.qualify(now, s, tx);
                 // The interface lost the address with the Down event.
-                self.held_address = None;
+                self.q.held_address = None;
             }
             None => {
-                let backoff = match self.phase {
+                let backoff = match self.q.phase {
                     Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),
                     _ => Duration::from_secs(10),
                 };
-                self.phase = Phase::Offline { retry_at: now + backoff, backoff };
+                self.q.phase = Phase::Offline { retry_at: now + backoff, backoff };
             }
         }
     }
@@ -276,14 +359,14 @@ impl<R: Random> Client<R> {
     }
 
     pub(super) fn current_server(&self) -> Option<usize> {
-        match self.phase {
+        match self.q.phase {
             Phase::Up { server, .. } | Phase::Primary { server, .. } | Phase::Secondary { server, .. } => Some(server),
-            Phase::Offline { .. } => None,
+            Phase::Offline { .. } | Phase::Resolving => None,
         }
     }
 
     pub(super) fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
-        let Some((nonce, server)) = self.cone_nonce else {
+        let Some((nonce, server)) = self.q.cone_nonce else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[server];
@@ -294,10 +377,10 @@ impl<R: Random> Client<R> {
             Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_CONE, primary: s.primary },
         ) {
             Ok(_) => {
-                self.cone_seen = true;
-                self.cone_nonce = None;
-                if self.nat == NatKind::Restricted {
-                    self.nat = NatKind::Cone;
+                self.q.cone_seen = true;
+                self.q.cone_nonce = None;
+                if self.q.nat == NatKind::Restricted {
+                    self.q.nat = NatKind::Cone;
                     self.events.push_back(ClientEvent::Nat(NatKind::Cone));
                 }
             }
@@ -315,7 +398,7 @@ impl<R: Random> Client<R> {
         tx: &mut (impl Transmit + Ports),
     ) {
         let s = self.cfg.servers[idx];
-        match self.phase {
+        match self.q.phase {
             Phase::Primary { server, nonce, .. } if server == idx => {
                 match self.check_ra(
                     datagram,
@@ -327,7 +410,7 @@ impl<R: Random> Client<R> {
                         self.stats.advertisements += 1;
                         let nonce = self.auth_nonce();
                         self.send_rs(s.secondary, nonce, tx);
-                        self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
+                        self.q.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
                     }
                     Err(r) => self.dropped(r),
                 }
@@ -343,12 +426,12 @@ impl<R: Random> Client<R> {
                         self.stats.advertisements += 1;
                         let nat = if second.mapped != first.mapped {
                             NatKind::Symmetric
-                        } else if self.cone_seen {
+                        } else if self.q.cone_seen {
                             NatKind::Cone
                         } else {
                             NatKind::Restricted
                         };
-                        self.nat = nat;
+                        self.q.nat = nat;
                         if nat == NatKind::Symmetric && !self.cfg.symmetric_nat_support {
                             self.events.push_back(ClientEvent::Nat(nat));
                             self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
@@ -360,7 +443,7 @@ impl<R: Random> Client<R> {
                 }
             }
             Phase::Up { server, ra: old, .. } if server == idx => {
-                let Some((nonce, _, _)) = self.maint else {
+                let Some((nonce, _, _)) = self.q.maint else {
                     return self.on_home_ra(now, idx, from, datagram, pkt, tx);
                 };
                 match self.check_ra(
@@ -371,7 +454,7 @@ impl<R: Random> Client<R> {
                 ) {
                     Ok(ra) => {
                         self.stats.advertisements += 1;
-                        self.last_server_rx = now;
+                        self.q.last_server_rx = now;
                         if ra.mapped != old.mapped || ra.prefix != old.prefix {
                             // A new mapping: a new address; check the NAT again too.
                             self.qualify(now, server, tx);
@@ -396,7 +479,7 @@ impl<R: Random> Client<R> {
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
     ) {
-        let Some((nonce, _)) = self.home else {
+        let Some((nonce, _)) = self.q.home else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[idx];
@@ -412,18 +495,18 @@ impl<R: Random> Client<R> {
         {
             return self.dropped(DropReason::AuthenticationFailed);
         }
-        self.home = None;
+        self.q.home = None;
         self.qualify(now, 0, tx);
     }
 
     pub(super) fn maintain(&mut self, now: Duration, server: usize, tx: &mut (impl Transmit + Ports)) {
         let s = self.cfg.servers[server];
-        match self.maint {
+        match self.q.maint {
             // Nothing from the server for the randomized refresh interval: ask it.
-            None if now.saturating_sub(self.last_server_rx) >= self.refresh_after => {
+            None if now.saturating_sub(self.q.last_server_rx) >= self.q.refresh_after => {
                 let nonce = self.auth_nonce();
                 self.send_rs(s.primary, nonce, tx);
-                self.maint = Some((nonce, now, 1));
+                self.q.maint = Some((nonce, now, 1));
             }
             Some((nonce, sent, tries)) if now.saturating_sub(sent) >= RS_TIMEOUT => {
                 // With another server to go to, one unanswered refresh is enough: the
@@ -432,7 +515,7 @@ impl<R: Random> Client<R> {
                 let tries_left = if next.is_some() { tries < 1 } else { tries < RS_TRIES };
                 if tries_left {
                     self.send_rs(s.primary, nonce, tx);
-                    self.maint = Some((nonce, now, tries + 1));
+                    self.q.maint = Some((nonce, now, tries + 1));
                 } else {
                     // The server stopped answering: qualify again, with failover.
                     self.go_down(now, "server stopped answering", next.or(Some(0)), tx);
@@ -443,12 +526,12 @@ impl<R: Random> Client<R> {
         }
         // On a fallback server: now and then, see whether the first one is back.
         if server != 0 {
-            match self.home {
+            match self.q.home {
                 Some((_, sent)) if now.saturating_sub(sent) < self.cfg.home_check => {}
                 _ => {
                     let nonce = self.auth_nonce();
                     self.send_rs(self.cfg.servers[0].primary, nonce, tx);
-                    self.home = Some((nonce, now));
+                    self.q.home = Some((nonce, now));
                 }
             }
         }
@@ -457,12 +540,12 @@ impl<R: Random> Client<R> {
     /// Time for qualification: RS retries, failover, back-off, and once qualified the
     /// refresh and our announcement on the link.
     pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        match self.phase {
+        match self.q.phase {
             Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
             Phase::Primary { server, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
                 if tries < RS_TRIES {
                     self.send_rs(self.cfg.servers[server].primary, nonce, tx);
-                    self.phase = Phase::Primary { server, nonce, sent_at: now, tries: tries + 1 };
+                    self.q.phase = Phase::Primary { server, nonce, sent_at: now, tries: tries + 1 };
                 } else {
                     // Failover: the next server, or back-off after the last.
                     let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
@@ -472,10 +555,10 @@ impl<R: Random> Client<R> {
             Phase::Secondary { server, first, nonce, sent_at, tries } if now.saturating_sub(sent_at) >= RS_TIMEOUT => {
                 if tries < RS_TRIES {
                     self.send_rs(self.cfg.servers[server].secondary, nonce, tx);
-                    self.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: tries + 1 };
+                    self.q.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: tries + 1 };
                 } else {
                     // The secondary address is silent: usable, NAT kind unknown.
-                    self.nat = NatKind::Unknown;
+                    self.q.nat = NatKind::Unknown;
                     self.come_up(now, server, first);
                 }
             }

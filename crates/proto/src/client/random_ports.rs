@@ -128,7 +128,7 @@ impl<R: Random> Client<R> {
     ) -> bool {
         // A mapped port needs no prediction: anyone reaches it.
         let wanted = self.cfg.symmetric_nat_support
-            && self.nat == NatKind::Symmetric
+            && self.q.nat == NatKind::Symmetric
             && !self.mapped_inbound
             && self.peers.get(&dst).is_some_and(|p| !p.trusted)
             && self.ports.get(&dst).is_none_or(|e| e.local.is_none());
@@ -138,7 +138,7 @@ impl<R: Random> Client<R> {
         let Some(e) = self.ports.entry(dst, now) else { return false };
         let Some(port) = tx.open_port() else { return false };
         e.local = Some(port);
-        if self.port_preserving {
+        if self.q.port_preserving {
             e.predicted = Some(port);
             return false;
         }

@@ -145,11 +145,11 @@ impl<R: Random> Client<R> {
         let Some(server) = self.current_server().map(|i| self.cfg.servers[i].primary) else {
             return;
         };
+        let teredo = TeredoAddr::decode(&dst);
         // A nonce is drawn only for a native peer's first echo, not for every queued packet.
-        let needs_nonce =
-            TeredoAddr::decode(&dst).is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce().is_none());
+        let needs_nonce = teredo.is_none() && self.peers.get(&dst).is_some_and(|p| p.nonce().is_none());
         let nonce = if needs_nonce { self.auth_nonce() } else { [0; 8] };
-        let Some(mut p) = self.peers.get_mut(&dst) else {
+        let Some(p) = self.peers.get(&dst) else {
             return;
         };
         // The first try goes at once (a new entry's "30 s ago" may predate time zero).
@@ -160,108 +160,140 @@ impl<R: Random> Client<R> {
         // contacts must not turn the client into a source of echoes. A refused one is
         // tried next tick. Tests the host asked for (its packets queued) never wait on
         // that budget.
-        if TeredoAddr::decode(&dst).is_none()
-            && p.queue().is_empty()
-            && !self.retests.contains(&dst)
-            && !self.held.allow_test(now)
-        {
+        if teredo.is_none() && p.queue().is_empty() && !self.retests.contains(&dst) && !self.held.allow_test(now) {
             return;
         }
-        match TeredoAddr::decode(&dst) {
-            Some(t) => {
-                // Server Load Reduction (RFC 6081 §5.7): a peer we trusted, silent for
-                // 30 s, is asked directly first; after three unanswered solicitations
-                // we start over as if we had never met (§5.7.2).
-                if p.trusted && self.cfg.server_load_reduction && p.knows_trailers {
-                    if p.solicitations < SOLICITATIONS {
-                        p.solicitations += 1;
-                        p.bubbles += 1;
-                        p.last_tx = now;
-                        let to = p.mapped;
-                        drop(p);
-                        let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
-                        let n = self.bubble_with(&me, &dst, Some(ask));
-                        tx.send(self.ports.via(&dst), to, &self.scratch[..n], None);
-                        self.stats.bubbles += 1;
-                        self.stats.peer_solicitations += 1;
-                        return;
-                    }
-                    p.trusted = false;
-                    p.solicitations = 0;
-                    p.bubbles = 0;
-                    p.mapped = t.mapped;
-                    // Its random port, if any, went quiet too: port prediction starts over.
-                    if let Some(local) = self.ports.remove(&dst).and_then(|e| e.local) {
-                        tx.close_port(local);
-                    }
-                }
-                // The direct bubble (an opening one first, unless our NAT is a cone that
-                // lets anyone in), then the indirect one. With our port mapped, none
-                // until the peer has spoken: anyone reaches us at our address's
-                // endpoint, and a packet of ours would open a session of our NAT on a
-                // random port, which shadows the mapping — the peer's answer then
-                // clashes with it and is dropped or comes in under another port.
-                let (mapped, echo) = (p.mapped, p.nonce_received);
-                let opening = p.bubbles == 0 && self.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
-                let direct = !self.mapped_inbound || p.trusted;
-                drop(p);
-                // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
-                // address, and our own announcement, which it needs to take our answer.
-                if let Some(at) = self.local_peers.get(&dst, now) {
-                    self.announce(now, tx);
-                    let n = self.bubble(&me, &dst, 0);
-                    tx.send(Source::Service, at, &self.scratch[..n], None);
-                    self.stats.bubbles += 1;
-                }
-                let echo_running = self.open_random_port(now, &me, dst, t, tx);
-                if direct {
-                    let n = self.bubble(&me, &dst, self.primary_echo(&dst, echo));
-                    let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
-                    tx.send(Source::Service, mapped, &self.scratch[..n], ttl);
-                    self.stats.bubbles += 1;
-                }
-                // Port prediction first: a running Echo Test sends the indirect bubble
-                // when it has its answer.
-                if !echo_running && !self.random_port_bubbles(now, &me, dst, t, echo, Bubbling::OurTry, tx) {
-                    self.send_indirect(now, &me, dst, t.server, tx);
-                } else if let Some(mut p) = self.peers.get_mut(&dst) {
-                    p.last_tx = now;
-                    p.bubbles += 1;
-                }
-            }
-            None => {
-                p.last_tx = now;
-                p.bubbles += 1;
-                let nonce = match p.nonce() {
-                    Some(running) => running,
-                    None => {
-                        p.set_nonce(Some(nonce));
-                        nonce
-                    }
-                };
-                drop(p);
-                let mut id = [0u8; 4];
-                self.rng.fill(&mut id);
-                let echo = Icmpv6Repr::EchoRequest {
-                    ident: u16::from_be_bytes([id[0], id[1]]),
-                    seq_no: u16::from_be_bytes([id[2], id[3]]),
-                    data: &nonce,
-                };
-                let len = echo.buffer_len();
-                Ipv6Repr {
-                    src_addr: me,
-                    dst_addr: dst,
-                    next_header: ip_protocol::ICMPV6,
-                    payload_len: len,
-                    hop_limit: 64,
-                }
-                .emit(&mut self.scratch)
-                .expect("fits");
-                echo.emit(&me, &dst, &mut self.scratch[40..]).expect("fits");
-                tx.send(Source::Service, SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..40 + len], None);
-                self.stats.echoes += 1;
-            }
+        match teredo {
+            Some(t) => self.bubble_peer(now, &me, dst, t, tx),
+            None => self.send_test_echo(now, &me, dst, server, nonce, tx),
         }
+    }
+
+    /// Bubbles to Teredo peer `dst`: the direct one (an opening one first, unless our
+    /// NAT is a cone that lets anyone in), then the indirect one; or, to a silent peer we
+    /// trusted, a solicitation first (Server Load Reduction).
+    fn bubble_peer(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        t: TeredoAddr,
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        if self.solicit_silent_peer(now, me, dst, t, tx) {
+            return;
+        }
+        let Some(p) = self.peers.get(&dst) else { return };
+        // With our port mapped, no direct bubble until the peer has spoken: anyone
+        // reaches us at our address's endpoint, and a packet of ours would open a
+        // session of our NAT on a random port, which shadows the mapping — the peer's
+        // answer then clashes with it and is dropped or comes in under another port.
+        let (mapped, echo) = (p.mapped, p.nonce_received);
+        let opening = p.bubbles == 0 && self.q.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+        let direct = !self.mapped_inbound || p.trusted;
+        // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
+        // address, and our own announcement, which it needs to take our answer.
+        if let Some(at) = self.local_peers.get(&dst, now) {
+            self.announce(now, tx);
+            let n = self.bubble(me, &dst, 0);
+            tx.send(Source::Service, at, &self.scratch[..n], None);
+            self.stats.bubbles += 1;
+        }
+        let echo_running = self.open_random_port(now, me, dst, t, tx);
+        if direct {
+            let n = self.bubble(me, &dst, self.primary_echo(&dst, echo));
+            let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
+            tx.send(Source::Service, mapped, &self.scratch[..n], ttl);
+            self.stats.bubbles += 1;
+        }
+        // Port prediction first: a running Echo Test sends the indirect bubble when it
+        // has its answer.
+        if !echo_running && !self.random_port_bubbles(now, me, dst, t, echo, Bubbling::OurTry, tx) {
+            self.send_indirect(now, me, dst, t.server, tx);
+        } else if let Some(mut p) = self.peers.get_mut(&dst) {
+            p.last_tx = now;
+            p.bubbles += 1;
+        }
+    }
+
+    /// Server Load Reduction (RFC 6081 §5.7): a peer we trusted, silent for 30 s, is
+    /// asked directly first (true: a solicitation went); after three unanswered
+    /// solicitations we start over as if we had never met (§5.7.2), its random port
+    /// closed too (port prediction starts over).
+    fn solicit_silent_peer(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        t: TeredoAddr,
+        tx: &mut (impl Transmit + Ports),
+    ) -> bool {
+        let Some(mut p) = self.peers.get_mut(&dst) else { return false };
+        if !(p.trusted && self.cfg.server_load_reduction && p.knows_trailers) {
+            return false;
+        }
+        if p.solicitations < SOLICITATIONS {
+            p.solicitations += 1;
+            p.bubbles += 1;
+            p.last_tx = now;
+            let to = p.mapped;
+            drop(p);
+            let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
+            let n = self.bubble_with(me, &dst, Some(ask));
+            tx.send(self.ports.via(&dst), to, &self.scratch[..n], None);
+            self.stats.bubbles += 1;
+            self.stats.peer_solicitations += 1;
+            return true;
+        }
+        p.trusted = false;
+        p.solicitations = 0;
+        p.bubbles = 0;
+        p.mapped = t.mapped;
+        drop(p);
+        if let Some(local) = self.ports.remove(&dst).and_then(|e| e.local) {
+            tx.close_port(local);
+        }
+        false
+    }
+
+    /// The direct IPv6 connectivity test (RFC 4380 §5.2.9) to native host `dst`: an
+    /// echo request through our server `server`, carrying the test's nonce (`fresh`
+    /// starts one when none runs).
+    fn send_test_echo(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        dst: Ipv6Addr,
+        server: Ipv4Addr,
+        fresh: [u8; 8],
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        let Some(mut p) = self.peers.get_mut(&dst) else { return };
+        p.last_tx = now;
+        p.bubbles += 1;
+        let nonce = match p.nonce() {
+            Some(running) => running,
+            None => {
+                p.set_nonce(Some(fresh));
+                fresh
+            }
+        };
+        drop(p);
+        let mut id = [0u8; 4];
+        self.rng.fill(&mut id);
+        let echo = Icmpv6Repr::EchoRequest {
+            ident: u16::from_be_bytes([id[0], id[1]]),
+            seq_no: u16::from_be_bytes([id[2], id[3]]),
+            data: &nonce,
+        };
+        let len = echo.buffer_len();
+        let me = *me;
+        Ipv6Repr { src_addr: me, dst_addr: dst, next_header: ip_protocol::ICMPV6, payload_len: len, hop_limit: 64 }
+            .emit(&mut self.scratch)
+            .expect("fits");
+        echo.emit(&me, &dst, &mut self.scratch[40..]).expect("fits");
+        tx.send(Source::Service, SocketAddrV4::new(server, TEREDO_PORT), &self.scratch[..40 + len], None);
+        self.stats.echoes += 1;
     }
 
     pub(super) fn error_to_host(

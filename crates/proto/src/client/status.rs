@@ -47,11 +47,39 @@ pub enum ClientEvent {
     Nat(NatKind),
 }
 
+/// Where qualification stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientState {
+    /// No server yet: their names are being looked up.
+    Resolving,
+    /// Waiting before trying again (every server failed).
+    Offline,
+    /// Soliciting the primary address.
+    Qualifying,
+    /// Soliciting the secondary address (NAT kind detection).
+    Probing,
+    /// Holding a Teredo address.
+    Qualified,
+}
+
+impl ClientState {
+    /// Lower-case name for logs, status and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientState::Resolving => "resolving",
+            ClientState::Offline => "offline",
+            ClientState::Qualifying => "qualifying",
+            ClientState::Probing => "probing",
+            ClientState::Qualified => "qualified",
+        }
+    }
+}
+
 /// What the client is doing, for `shipworm status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientStatus {
-    /// offline, qualifying, probing or qualified.
-    pub state: &'static str,
+    /// Where qualification stands.
+    pub state: ClientState,
     /// The Teredo address, when qualified.
     pub address: Option<Ipv6Addr>,
     /// The server in use or being tried.

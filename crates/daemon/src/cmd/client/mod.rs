@@ -1,0 +1,397 @@
+//! `shipworm client`: the Teredo client daemon. A TUN interface whose address follows
+//! the client state machine (set by a forked helper that keeps CAP_NET_ADMIN, through
+//! rtnetlink), the service socket and a probe socket for NAT detection, random ports
+//! for peers behind symmetric NATs, the local discovery socket, a netlink watch for
+//! network changes; everything else is the shared shell (`runtime::shell`). Servers
+//! given by name are looked up in the background (`server_names`); until one resolves
+//! the state machine is in its resolving phase.
+
+mod discovery;
+mod interface;
+mod output;
+mod report;
+
+#[cfg(test)]
+pub(crate) use report::counters;
+
+use crate::cli;
+use crate::cmd::client_helper::{Helper, HelperSetup};
+use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::netlink::{Netlink, NetworkWatch};
+use crate::io::port_mapping::Mapper;
+use crate::io::random_ports::RandomPorts;
+use crate::io::tun::Tun;
+use crate::io::tun_batch::{TunReader, TunWriter};
+use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
+use crate::runtime::bind;
+use crate::runtime::logging;
+use crate::runtime::pidfile::PidFile;
+use crate::runtime::random::OsRandom;
+use crate::runtime::server_names::{replace_now, ServerNames};
+use crate::runtime::shell::{Confined, Shell};
+use crate::runtime::syscalls::Role;
+use crate::runtime::Failure;
+use crate::runtime::{drain, wait};
+use discovery::{local_address, Discovery};
+use interface::Interface;
+use nix::poll::{PollFd, PollFlags};
+use output::Out;
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via, LINK_LOCAL};
+use shipworm_wire::teredo_addr::TeredoAddr;
+use socket2::Socket;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU16;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const BATCH: usize = 32;
+/// UDP batches read from one socket per round at most (see `runtime::drain`).
+const UDP_BATCHES_PER_ROUND: usize = 8;
+const TICK: Duration = Duration::from_millis(100);
+
+/// `shipworm client`: load the file (refusing a relay's), then run.
+pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
+    logging::init("info");
+    let mut conf =
+        crate::config::miredo::load(&args.config, args.server.as_deref()).map_err(|e| Failure::usage(e.to_string()))?;
+    if conf.role != RelayType::Client {
+        return Err(Failure::usage(format!(
+            "{}: RelayType is {:?}: this file configures a relay; run shipworm relay",
+            args.config.display(),
+            conf.role
+        )));
+    }
+    if args.daemon.user.is_some() {
+        conf.user = args.daemon.user.clone();
+    }
+    let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
+    serve(&conf, args.daemon.control.as_deref(), args.daemon.pidfile.as_deref())
+}
+
+/// What the client opens while it is root: its interface and the helper that keeps
+/// configuring it, and its sockets.
+struct Opened {
+    tun: Tun,
+    iface: Interface,
+    service: Socket,
+    probe: Socket,
+    discovery: Option<Discovery>,
+    watch: NetworkWatch,
+}
+
+/// Open the interface (with its link-local address, up, MTU 1280 until an RA says
+/// otherwise), fork the helper, bind the sockets. Nothing here needs the network to be
+/// up: the sockets bind to BindAddress (0.0.0.0 unless configured), and server names
+/// are looked up later.
+fn open(conf: &MiredoConf) -> Result<Opened, Failure> {
+    let tun = Tun::create_queues(&conf.interface, 1, conf.tun_offload)
+        .map_err(Failure::runtime)?
+        .pop()
+        .expect("one queue asked, one given");
+    tracing::info!("{}: {}", tun.name(), tun.offloads());
+    // Before any thread or network socket: the helper is a fork of this process.
+    let helper = Helper::start(HelperSetup {
+        interface: tun.name().to_string(),
+        prefix: conf.prefix,
+        metric: conf.route_metric,
+        hook: conf.hook_script.clone(),
+        user: conf.user.clone(),
+        filter: conf.system_call_filter,
+    })?;
+    let nl = Netlink::new().map_err(Failure::runtime)?;
+    let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
+    nl.set_link(index, true, 1280).map_err(Failure::runtime)?;
+    nl.add_address(index, LINK_LOCAL, 64).map_err(Failure::runtime)?;
+    let service =
+        bind::udp(SocketAddrV4::new(conf.bind_address, conf.bind_port), false, "service", &bind::MIREDO_CONF)?;
+    let probe = bind::udp(SocketAddrV4::new(conf.bind_address, 0), false, "probe", &bind::MIREDO_CONF)?;
+    // Local discovery (RFC 4380 §5.2.8): announcements leave the service socket with
+    // TTL 1 and come back to us on 224.0.0.253:3544, a port other clients may share.
+    let _ = service.set_multicast_ttl_v4(1);
+    let _ = service.set_multicast_loop_v4(false);
+    let discovery = if conf.local_discovery { Discovery::open() } else { None };
+    let watch = NetworkWatch::new().map_err(Failure::runtime)?;
+    let name = tun.name().to_string();
+    let iface = Interface { nl, helper, name, address: None, changed_at: None };
+    Ok(Opened { tun, iface, service, probe, discovery, watch })
+}
+
+/// The state machine's settings from the file: the servers come from their names.
+fn client_config(
+    conf: &MiredoConf,
+    servers: Vec<ServerAddrs>,
+    service_port: u16,
+    urandom: &mut OsRandom,
+) -> ClientConfig {
+    let mut cfg = ClientConfig::new(servers);
+    cfg.hash_keys = urandom.hash_keys();
+    cfg.queue_bytes = conf.queue_bytes;
+    cfg.refresh = Duration::from_secs(conf.refresh_interval);
+    cfg.symmetric_nat_support = conf.symmetric_nat_support;
+    cfg.opening_bubble_ttl = conf.opening_bubble_ttl;
+    cfg.server_load_reduction = conf.server_load_reduction;
+    cfg.hairpinning = conf.hairpinning;
+    cfg.service_port = service_port;
+    cfg.local_discovery = conf.local_discovery;
+    cfg.credentials = conf.credentials.clone();
+    cfg
+}
+
+/// Run the client until SIGTERM/SIGINT.
+fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> Result<(), Failure> {
+    for w in &conf.warnings {
+        tracing::warn!("{w}");
+    }
+    let primary = conf.server.clone().ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
+    let mut opened = open(conf)?;
+    let control_path = control
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| crate::runtime::status_socket::default_path(opened.tun.name()));
+    let shell = Shell::open(Role::Client, control_path, conf.metrics_address)?;
+    let mut urandom = OsRandom::open()?;
+    // After the drop: the resolver thread starts below and must hold neither root nor
+    // the capabilities the main thread gave up (they are per thread).
+    let shell = shell.confine(conf.user.as_deref(), conf.system_call_filter, pidfile)?;
+    let started = Instant::now();
+    let names = ServerNames::new(primary, conf.server2.clone(), conf.fallback_servers.clone(), started);
+    let local = opened.service.local_addr().ok().and_then(|a| a.as_socket_ipv4());
+    let service_port = local.map_or(0, |a| a.port());
+    let mut cfg = client_config(conf, names.servers(), service_port, &mut urandom);
+    cfg.local_discovery = opened.discovery.is_some();
+    let random_ports = cfg.random_ports;
+    let mut client = Client::new(cfg, urandom.try_clone()?);
+    client.set_attached_subnets(&opened.iface.attached_subnets());
+    tracing::info!(
+        "Teredo client on {} (UDP {}), server {}; status: {}",
+        opened.tun.name(),
+        local.map_or_else(|| "?".into(), |a| a.to_string()),
+        names.describe(),
+        shell.control_path().display()
+    );
+    tracing::info!(
+        "interface helper: pid {} (keeps CAP_NET_ADMIN; this process keeps none)",
+        opened.iface.helper.pid()
+    );
+    let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
+    let mut d = ClientDaemon {
+        client,
+        names,
+        mapping: Mapper::new(conf.port_mapping, service_port),
+        rx_service: RecvBatch::coalescing(dup(&opened.service)?, BATCH, SLOT),
+        rx_probe: RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
+        out: Out {
+            batch: SendBatch::new(dup(&opened.service)?, BATCH, SLOT),
+            probe: &opened.probe,
+            tun: &opened.tun,
+            probe_errors: 0,
+            tun_out: TunWriter::default(),
+            ports: RandomPorts::new(conf.bind_address, random_ports),
+        },
+        iface: opened.iface,
+        discovery: opened.discovery.take(),
+        watch: opened.watch,
+        urandom,
+        tun_in: TunReader::default(),
+        buf: vec![0u8; SLOT],
+        started,
+        next_tick: started,
+        last_state: ClientState::Offline,
+        bind_address: conf.bind_address,
+        service_port,
+    };
+    shell.ready(&d);
+    let result = d.run(&shell);
+    shell.stopping(&d);
+    d.mapping.release_all();
+    result
+}
+
+/// The client at work: its state machine and everything around it.
+struct ClientDaemon<'a> {
+    client: Client<OsRandom>,
+    names: ServerNames,
+    /// The port mapping asked of the NAT (PCP or UPnP), behind a symmetric NAT.
+    mapping: Mapper,
+    rx_service: RecvBatch,
+    rx_probe: RecvBatch,
+    out: Out<'a>,
+    iface: Interface,
+    discovery: Option<Discovery>,
+    watch: NetworkWatch,
+    urandom: OsRandom,
+    tun_in: TunReader,
+    buf: Vec<u8>,
+    started: Instant,
+    next_tick: Instant,
+    /// The state at the last tick.
+    last_state: ClientState,
+    bind_address: Ipv4Addr,
+    service_port: u16,
+}
+
+/// What a wait found readable beside the service and probe sockets and the TUN, which
+/// are always read.
+struct Readable {
+    discovery: bool,
+    ports: Vec<NonZeroU16>,
+}
+
+impl ClientDaemon<'_> {
+    /// The loop: wait, take what came, the tick when due, send, follow the events, and
+    /// the shell's chores.
+    fn run(&mut self, shell: &Shell<Confined>) -> Result<(), Failure> {
+        while !shell.stop_requested() {
+            let readable = self.wait(shell)?;
+            self.iface.check_helper()?;
+            if self.watch.changed() {
+                self.on_network_change();
+            }
+            self.read(&readable)?;
+            if Instant::now() >= self.next_tick {
+                self.tick();
+            }
+            self.out.flush();
+            self.follow_events()?;
+            shell.tick(self);
+        }
+        Ok(())
+    }
+
+    /// Sleep until something is readable or the tick is due. Random ports (rare: peers
+    /// behind symmetric NATs) join the poll only when open, so the common round
+    /// allocates nothing.
+    fn wait(&self, shell: &Shell<Confined>) -> Result<Readable, Failure> {
+        let wait = self.next_tick.saturating_duration_since(Instant::now());
+        let status = shell.status_fd();
+        let fds = [
+            PollFd::new(self.rx_service.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.rx_probe.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.out.tun.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.watch.as_fd(), PollFlags::POLLIN),
+            PollFd::new(status, PollFlags::POLLIN),
+            PollFd::new(self.discovery.as_ref().map_or(status, |d| d.as_fd()), PollFlags::POLLIN),
+            PollFd::new(self.iface.helper.as_fd(), PollFlags::POLLIN),
+        ];
+        let readable = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
+        if self.out.ports.is_empty() {
+            let mut fds = fds;
+            wait::readable(&mut fds, wait)?;
+            return Ok(Readable { discovery: readable(&fds[5]), ports: Vec::new() });
+        }
+        let ports: Vec<u16> = self.out.ports.fds().map(|(p, _)| p).collect();
+        let fixed = fds.len();
+        let mut all: Vec<PollFd> = fds.into_iter().collect();
+        all.extend(self.out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
+        wait::readable(&mut all, wait)?;
+        let ready =
+            ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).filter_map(|(&p, _)| NonZeroU16::new(p));
+        Ok(Readable { discovery: readable(&all[5]), ports: ready.collect() })
+    }
+
+    /// The network changed: the old gateway's mapping means nothing on the new network
+    /// (the next qualification asks for a new one), and from the new network a name may
+    /// point elsewhere, or resolve at last.
+    fn on_network_change(&mut self) {
+        tracing::info!("network changed: qualifying again");
+        self.iface.changed_at = Some(Instant::now());
+        self.mapping.forget();
+        self.client.set_port_mapping(None);
+        self.client.set_attached_subnets(&self.iface.attached_subnets());
+        self.client.on_network_change(self.started.elapsed(), &mut self.out);
+        self.names.resolve_all(Instant::now());
+    }
+
+    /// Everything that came: the service and probe sockets a bounded number of batches,
+    /// a batch's worth from the discovery socket and each random port, the TUN a batch.
+    fn read(&mut self, readable: &Readable) -> Result<(), Failure> {
+        let now = self.started.elapsed();
+        let (client, out) = (&mut self.client, &mut self.out);
+        for (via, rx) in [(Via::Service, &mut self.rx_service), (Via::Probe, &mut self.rx_probe)] {
+            drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| client.on_udp(now, via, from, data, out))?;
+        }
+        if let Some(d) = self.discovery.as_ref().filter(|_| readable.discovery) {
+            for _ in 0..BATCH {
+                let Some((n, from)) = d.recv(&mut self.buf) else { break };
+                client.on_udp(now, Via::Discovery, from, &self.buf[..n], out);
+            }
+        }
+        for &port in &readable.ports {
+            for _ in 0..BATCH {
+                let Some((n, from)) = out.ports.recv(port.get(), &mut self.buf) else { break };
+                client.on_udp(now, Via::Port(port), from, &self.buf[..n], out);
+            }
+        }
+        out.tun_out.flush(out.tun);
+        let tun = out.tun;
+        drain::tun(tun, &mut self.tun_in, BATCH, |packet| client.on_tun(now, packet, out))?;
+        Ok(())
+    }
+
+    /// Every tick: the state machine's timers, the names' lookups, the port mapping, and
+    /// a new server list when the names' answers changed.
+    fn tick(&mut self) {
+        self.client.on_timer(self.started.elapsed(), &mut self.out);
+        self.names.tick(Instant::now());
+        if let Some(changed) = self.mapping.poll() {
+            self.client.set_port_mapping(changed);
+        }
+        let st = self.client.status();
+        if st.state == ClientState::Offline && self.last_state != ClientState::Offline {
+            // Qualification failed with every server: look the names up again before
+            // the next try.
+            self.names.resolve_all(Instant::now());
+        }
+        self.last_state = st.state;
+        let want = self.names.servers();
+        let qualified_with = st.server.filter(|_| st.state == ClientState::Qualified);
+        self.next_tick = Instant::now() + TICK;
+        if replace_now(self.client.servers(), &want, qualified_with) {
+            tracing::info!("Teredo servers: {}", list(&want));
+            // The mapping pointed at the old first server.
+            self.mapping.forget();
+            self.client.set_servers(want);
+            // Qualify at once, not a tick later.
+            self.next_tick = Instant::now();
+        }
+    }
+
+    /// The state machine's events, carried out on the interface; a new address also
+    /// moves the discovery group and may ask the gateway for a port mapping.
+    fn follow_events(&mut self) -> Result<(), Failure> {
+        while let Some(ev) = self.client.poll_event() {
+            match ev {
+                ClientEvent::Up { server, address, nat, .. } => self.on_up(server, address, nat),
+                // Lost the server: maybe its name points elsewhere now.
+                ClientEvent::Down(_) => self.names.resolve_all(Instant::now()),
+                ClientEvent::Nat(_) => {}
+            }
+            self.iface.apply(ev)?;
+        }
+        Ok(())
+    }
+
+    /// Qualified (again): where peers behind the same NAT find us (hairpinning) is the
+    /// address the route to the server leaves from, found again after each change; the
+    /// discovery group follows it. Behind a symmetric NAT, the port the server saw is
+    /// asked to open to anyone, if the gateway speaks PCP (or UPnP).
+    fn on_up(&mut self, server: Ipv4Addr, address: Ipv6Addr, nat: NatKind) {
+        let here = local_address(self.bind_address, self.service_port, server);
+        self.client.set_local_address(here);
+        if let Some(d) = &mut self.discovery {
+            d.join_on(here.map(|a| *a.ip()), socket2::SockRef::from(&self.out.batch));
+        }
+        if let (Some(t), true) = (TeredoAddr::decode(&address), nat == NatKind::Symmetric) {
+            let mut nonce = [0u8; 12];
+            shipworm_proto::transmit::Random::fill(&mut self.urandom, &mut nonce);
+            if self.mapping.want(t.mapped, nonce) {
+                self.client.set_port_mapping(None);
+            }
+        }
+    }
+}
+
+fn list(servers: &[ServerAddrs]) -> String {
+    let l: Vec<String> = servers.iter().map(|s| s.primary.to_string()).collect();
+    l.join(", ")
+}

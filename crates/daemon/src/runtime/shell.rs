@@ -1,0 +1,206 @@
+//! The one shell every role's daemon runs in: what it takes from the system while it is
+//! still root, the order it gives root up in, and the chores of every turn of its loop.
+//!
+//! Set-up is a typestate, so that only the safe order compiles:
+//! 1. [`Shell::open`] (`Shell<Opened>`): the status socket is bound, the metrics
+//!    listener bound, the service manager's socket connected and the signal handlers
+//!    installed — the last things a role may make before it is confined (a confined
+//!    daemon makes no socket and binds no port). The role makes its own sockets, TUN
+//!    and helper beside it.
+//! 2. [`Shell::confine`] drops root and installs the seccomp and Landlock rules, and only
+//!    then starts the metrics thread, which must not hold root either:
+//!    `Shell<Confined>`.
+//! 3. Only a confined shell says `READY=1` ([`Shell::ready`]), runs the per-tick chore
+//!    ([`Shell::tick`]: the watchdog, the status line, the metrics snapshot, SIGUSR1's
+//!    counters in the log), answers `shipworm status` ([`Shell::serve_status`]) and says
+//!    goodbye ([`Shell::stopping`]).
+//!
+//! Every role reports the same way, through [`Reports`]: its table of counters, the few
+//! samples of state beside them, its status document and its status line.
+
+use crate::runtime::confinement::{self, FilterMode};
+use crate::runtime::counters::Counters;
+use crate::runtime::metrics::{self, Board, Sample};
+use crate::runtime::privileges;
+use crate::runtime::service_manager::ServiceManager;
+use crate::runtime::signals::Signals;
+use crate::runtime::status_socket::StatusListener;
+use crate::runtime::syscalls::Role;
+use crate::runtime::Failure;
+use std::marker::PhantomData;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// Set-up done, still privileged: [`Shell::confine`] comes next.
+#[derive(Debug)]
+pub struct Opened;
+
+/// Confined and unprivileged: the loop may run.
+#[derive(Debug)]
+pub struct Confined;
+
+/// What a role tells the world about itself.
+pub trait Reports {
+    /// Its table of counters.
+    fn counters(&self) -> Counters;
+    /// Its status document (`shipworm status --json`).
+    fn status_json(&self) -> String;
+    /// The line `systemctl status` shows.
+    fn service_status(&self) -> String;
+    /// Samples of its state beside the counters (the client's NAT kind…).
+    fn state_samples(&self) -> Vec<Sample> {
+        Vec::new()
+    }
+}
+
+/// The shell of a daemon of role `role`. Shared by reference between a role's threads:
+/// what changes sits behind locks, taken once a tick.
+pub struct Shell<S> {
+    role: Role,
+    status: StatusListener,
+    control_path: PathBuf,
+    metrics_listener: Mutex<Option<TcpListener>>,
+    board: Option<Board>,
+    manager: Mutex<ServiceManager>,
+    signals: Signals,
+    published: Mutex<Instant>,
+    _state: PhantomData<S>,
+}
+
+impl Shell<Opened> {
+    /// Take what the role needs from the system before it gives up root: its status
+    /// socket at `control_path`, a metrics listener at `metrics` if asked, the service
+    /// manager's socket and the signal handlers.
+    pub fn open(role: Role, control_path: PathBuf, metrics: Option<SocketAddr>) -> Result<Shell<Opened>, Failure> {
+        let status = StatusListener::bind(&control_path)?;
+        let metrics_listener = metrics.map(metrics::bind).transpose()?;
+        let manager = ServiceManager::from_env();
+        let signals =
+            Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
+        Ok(Shell {
+            role,
+            status,
+            control_path,
+            metrics_listener: Mutex::new(metrics_listener),
+            board: None,
+            manager: Mutex::new(manager),
+            signals,
+            published: Mutex::new(Instant::now()),
+            _state: PhantomData,
+        })
+    }
+
+    /// Drop root (to `user`, or the default) and confine the process with `filter`; the
+    /// pid file and the status socket stay removable. Then start the metrics thread.
+    pub fn confine(
+        self,
+        user: Option<&str>,
+        filter: FilterMode,
+        pidfile: Option<&Path>,
+    ) -> Result<Shell<Confined>, Failure> {
+        privileges::drop_root(user).map_err(Failure::runtime)?;
+        self.confine_dropped(filter, pidfile)
+    }
+
+    /// As [`confine`](Self::confine), for a role that dropped root its own way already
+    /// (the client keeps its interface helper privileged).
+    pub fn confine_dropped(self, filter: FilterMode, pidfile: Option<&Path>) -> Result<Shell<Confined>, Failure> {
+        let removable = [confinement::removable(pidfile), vec![self.control_path.clone()]].concat();
+        confinement::confine(self.role, filter, &removable).map_err(Failure::runtime)?;
+        let listener = self.metrics_listener.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let board = metrics::start(listener)?;
+        Ok(Shell {
+            role: self.role,
+            status: self.status,
+            control_path: self.control_path,
+            metrics_listener: Mutex::new(None),
+            board,
+            manager: self.manager,
+            signals: self.signals,
+            published: self.published,
+            _state: PhantomData,
+        })
+    }
+}
+
+impl<S> Shell<S> {
+    /// Where `shipworm status` asks.
+    pub fn control_path(&self) -> &Path {
+        &self.control_path
+    }
+
+    /// A stop (SIGTERM, SIGINT) was asked for.
+    pub fn stop_requested(&self) -> bool {
+        self.signals.stop_requested()
+    }
+}
+
+impl Shell<Confined> {
+    /// The role serves: `READY=1`, with its status line.
+    pub fn ready(&self, role: &impl Reports) {
+        self.manager().ready(&role.service_status());
+    }
+
+    /// The chore of every tick: feed the watchdog, say what the role does now, publish
+    /// its counters for Prometheus when due, log them if SIGUSR1 came, and answer the
+    /// status requests that wait.
+    pub fn tick(&self, role: &impl Reports) {
+        {
+            let mut m = self.manager();
+            m.tick(Instant::now());
+            m.status(&role.service_status());
+        }
+        if let Some(board) = &self.board {
+            let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
+            if published.elapsed() >= PUBLISH_EVERY {
+                board.publish(self.samples(role));
+                *published = Instant::now();
+            }
+        }
+        if self.signals.take_report_request() {
+            tracing::info!("counters: {}", role.counters().log_line());
+        }
+        self.serve_status(role);
+    }
+
+    /// Answer the status requests that wait (the loop polls [`Shell::status_fd`]).
+    pub fn serve_status(&self, role: &impl Reports) {
+        self.status.serve(|| role.status_json());
+    }
+
+    /// The status socket, for the loop's poll.
+    pub fn status_fd(&self) -> BorrowedFd<'_> {
+        self.status.as_fd()
+    }
+
+    /// A clean stop has begun: `STOPPING=1`, and the counters in the log.
+    pub fn stopping(&self, role: &impl Reports) {
+        self.manager().stopping();
+        tracing::info!("stopping: counters: {}", role.counters().log_line());
+    }
+
+    /// A clean stop that forwards for `drain` first (the relay's BIRD withdrawal).
+    pub fn stopping_after(&self, drain: Duration) {
+        self.manager().stopping_after(drain);
+    }
+
+    /// Everything `/metrics` shows of the role.
+    fn samples(&self, role: &impl Reports) -> Vec<Sample> {
+        let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+            .with("role", self.role.name())
+            .with("version", env!("CARGO_PKG_VERSION"))];
+        v.extend(role.state_samples());
+        v.extend(role.counters().samples());
+        v
+    }
+
+    fn manager(&self) -> std::sync::MutexGuard<'_, ServiceManager> {
+        self.manager.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
