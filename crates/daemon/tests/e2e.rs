@@ -156,7 +156,7 @@ fn main() {
     let results = Arc::new(Mutex::new(Vec::new()));
     // Cases wait on timers and the network far more than they compute: more run at once
     // than there are cores. SHIPWORM_E2E_JOBS sets how many.
-    let jobs = std::env::var("SHIPWORM_E2E_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(6usize).max(1);
+    let jobs = std::env::var("SHIPWORM_E2E_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(8usize).max(1);
     println!("e2e: {} cases, {jobs} at a time", queue.lock().unwrap().len());
     let workers: Vec<_> = (0..jobs)
         .map(|_| {
