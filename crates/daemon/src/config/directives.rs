@@ -91,6 +91,11 @@ impl ConfigFile {
         ConfigError { path: self.path.clone(), line: Some(d.line), reason: reason.into() }
     }
 
+    /// A warning about `d`, located as its errors are (`FILE:LINE: reason`).
+    pub fn warning(&self, d: &Directive, reason: impl Into<String>) -> String {
+        self.error(d, reason).to_string()
+    }
+
     /// An error about the file as a whole.
     pub fn file_error(&self, reason: impl Into<String>) -> ConfigError {
         ConfigError { path: self.path.clone(), line: None, reason: reason.into() }
@@ -153,6 +158,15 @@ pub fn ipv4(value: &str) -> Result<Ipv4Addr, String> {
             IpAddr::V6(_) => None,
         })
         .ok_or_else(|| "has no IPv4 address".into())
+}
+
+/// A Teredo server's IPv4 address, which must be global unicast: clients reach it from
+/// anywhere on the IPv4 Internet. Checks a client's servers and a server's own addresses.
+pub fn global_unicast(a: Ipv4Addr) -> Result<Ipv4Addr, String> {
+    match shipworm_wire::ipv4_scope::non_global_reason(a) {
+        None => Ok(a),
+        Some(why) => Err(format!("a Teredo server needs a global unicast address, this is {why}")),
+    }
 }
 
 /// Where a client finds a Teredo server: an IPv4 literal, or a host name resolved by
@@ -281,6 +295,15 @@ pub fn listen_address(value: &str) -> Result<std::net::SocketAddr, String> {
 /// A count or size.
 pub fn number(value: &str) -> Result<usize, String> {
     value.parse().map_err(|_| "expected a whole number".into())
+}
+
+/// A count or size within `range`; `unit` names what is counted in the error
+/// (`expected 1 to 256 worker threads`).
+pub fn number_in(value: &str, range: std::ops::RangeInclusive<usize>, unit: &str) -> Result<usize, String> {
+    match number(value)? {
+        n if range.contains(&n) => Ok(n),
+        _ => Err(format!("expected {} to {} {unit}", range.start(), range.end())),
+    }
 }
 
 /// `CLIENT-ID SECRET` for secure qualification (both at most 255 bytes).

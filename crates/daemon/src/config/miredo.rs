@@ -2,11 +2,13 @@
 //! directives in the same style. `RelayType` picks the role; directives of the other
 //! role are accepted and ignored with a warning, as Miredo does.
 
-use crate::config::directives::{self as config, ConfigError, ConfigFile, Host};
-use shipworm_wire::ipv4_scope::non_global_reason;
+use crate::config::directives::{self as config, ConfigError, ConfigFile, Directive, Host};
+use crate::io::port_mapping::Protocols;
+use crate::runtime::confinement::FilterMode;
 use shipworm_wire::teredo_addr;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The role a miredo.conf asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,288 +142,357 @@ pub struct MiredoConf {
 /// Read `path`; `server_arg` is Miredo's optional `SERVER_NAME` argument.
 pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigError> {
     let mut f = ConfigFile::read(path)?;
-    let role = match f.take("RelayType")? {
-        None => RelayType::Client,
-        Some(d) => f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
-            "client" | "autoclient" => Ok(RelayType::Client),
-            "relay" | "cone" => Ok(RelayType::Relay),
-            "restricted" => Ok(RelayType::Restricted),
-            "host" => Ok(RelayType::Host),
-            _ => Err("expected client, autoclient, relay, cone, restricted or host".into()),
-        })?,
+    let mut c = MiredoConf::defaults(read_role(&mut f)?);
+    for rule in RULES {
+        read_rule(rule, &mut f, &mut c)?;
+    }
+    settle_server(&f, &mut c, server_arg)?;
+    f.finish(DIRECTIVES)?;
+    Ok(c)
+}
+
+impl MiredoConf {
+    /// The settings of a file that names only its role: Miredo's defaults where Miredo
+    /// has the directive, shipworm's own otherwise.
+    fn defaults(role: RelayType) -> MiredoConf {
+        MiredoConf {
+            role,
+            interface: "miredo".into(),
+            mtu: 1280,
+            bind_address: Ipv4Addr::UNSPECIFIED,
+            bind_port: 0,
+            prefix: teredo_addr::PREFIX,
+            server: None,
+            server2: None,
+            fallback_servers: Vec::new(),
+            refresh_interval: 30,
+            symmetric_nat_support: true,
+            opening_bubble_ttl: 2,
+            server_load_reduction: true,
+            hairpinning: true,
+            port_mapping: Protocols::Pcp,
+            local_discovery: true,
+            route_metric: 1029,
+            hook_script: None,
+            credentials: None,
+            syslog_facility: None,
+            user: None,
+            peer_capacity: 1 << 20,
+            queue_bytes: 4096,
+            peers_per_address: 4096,
+            relay_address: None,
+            relay_threads: None,
+            busy_poll_us: 50,
+            tun_offload: true,
+            system_call_filter: FilterMode::Enforce,
+            metrics_address: None,
+            bird_socket: None,
+            bird_protocol: "teredo".into(),
+            drain_time: Duration::from_secs(2),
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// `RelayType`, read before any other directive: the role decides which of them apply.
+fn read_role(f: &mut ConfigFile) -> Result<RelayType, ConfigError> {
+    let Some(d) = f.take("RelayType")? else {
+        return Ok(RelayType::Client);
     };
-    let relay = role != RelayType::Client;
-    let mut warnings = Vec::new();
-    let mut c = MiredoConf {
-        role,
-        interface: "miredo".into(),
-        mtu: 1280,
-        bind_address: Ipv4Addr::UNSPECIFIED,
-        bind_port: 0,
-        prefix: teredo_addr::PREFIX,
-        server: None,
-        server2: None,
-        fallback_servers: Vec::new(),
-        refresh_interval: 30,
-        symmetric_nat_support: true,
-        opening_bubble_ttl: 2,
-        server_load_reduction: true,
-        hairpinning: true,
-        port_mapping: crate::io::port_mapping::Protocols::Pcp,
-        local_discovery: true,
-        route_metric: 1029,
-        hook_script: None,
-        credentials: None,
-        syslog_facility: None,
-        user: None,
-        peer_capacity: 1 << 20,
-        queue_bytes: 4096,
-        peers_per_address: 4096,
-        relay_address: None,
-        relay_threads: None,
-        busy_poll_us: 50,
-        tun_offload: true,
-        system_call_filter: crate::runtime::confinement::FilterMode::Enforce,
-        metrics_address: None,
-        bird_socket: None,
-        bird_protocol: "teredo".into(),
-        drain_time: std::time::Duration::from_secs(2),
-        warnings: Vec::new(),
-    };
-    if let Some(d) = f.take("InterfaceName")? {
-        c.interface = f.value(&d, |v| {
-            if v.is_empty() || v.len() > 15 || v.contains(['/', ' ']) {
-                Err("an interface name has 1 to 15 characters, no '/' or spaces".into())
-            } else {
-                Ok(v.to_string())
-            }
-        })?;
-    }
-    if let Some(d) = f.take("BindAddress")? {
-        c.bind_address = f.value(&d, config::ipv4)?;
-    }
-    if let Some(d) = f.take("BindPort")? {
-        c.bind_port = f.value(&d, |v| v.parse::<u16>().map_err(|_| "expected a UDP port, 0 to 65535".to_string()))?;
-    }
-    if let Some(d) = f.take("SyslogFacility")? {
-        c.syslog_facility = Some(f.value(&d, config::syslog_facility)?);
-    }
-    c.user = f.take("User")?.map(|d| d.value);
-    let mut role_only = |d: &config::Directive, for_relay: bool| -> bool {
-        if for_relay != relay {
-            warnings.push(format!(
-                "{}:{}: {} is for {}s; ignored in {} mode",
-                path.display(),
-                d.line,
-                d.name,
-                if for_relay { "relay" } else { "client" },
-                if relay { "relay" } else { "client" }
-            ));
-            return false;
-        }
-        true
-    };
-    let global = |a: Ipv4Addr| match non_global_reason(a) {
-        None => Ok(a),
-        Some(why) => Err(format!("a Teredo server needs a global unicast address, this is {why}")),
-    };
-    if let Some(d) = f.take("Prefix")? {
-        if role_only(&d, true) {
-            c.prefix = f.value(&d, config::teredo_prefix)?;
+    f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
+        "client" | "autoclient" => Ok(RelayType::Client),
+        "relay" | "cone" => Ok(RelayType::Relay),
+        "restricted" => Ok(RelayType::Restricted),
+        "host" => Ok(RelayType::Host),
+        _ => Err("expected client, autoclient, relay, cone, restricted or host".into()),
+    })
+}
+
+/// The roles a directive is for. A directive for the other role is ignored with a
+/// warning rather than refused, as Miredo does: a file written for Miredo loads
+/// unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every role.
+    Any,
+    /// The relays: `relay` (`cone`), `restricted` and `host`.
+    Relay,
+    /// The client.
+    Client,
+}
+
+impl Mode {
+    /// Why a directive for this mode is ignored when the file asks for `role`, if it is.
+    fn ignored_by(self, role: RelayType) -> Option<&'static str> {
+        match (self, role == RelayType::Client) {
+            (Mode::Relay, true) => Some("is for relays; ignored in client mode"),
+            (Mode::Client, false) => Some("is for clients; ignored in relay mode"),
+            _ => None,
         }
     }
-    if let Some(d) = f.take("TunOffload")? {
-        c.tun_offload = f.value(&d, config::yes_no)?;
-    }
-    if let Some(d) = f.take("SystemCallFilter")? {
-        c.system_call_filter = f.value(&d, config::filter_mode)?;
-    }
-    if let Some(d) = f.take("MetricsAddress")? {
-        c.metrics_address = Some(f.value(&d, config::listen_address)?);
-    }
-    if let Some(d) = f.take("InterfaceMTU")? {
-        if role_only(&d, true) {
-            c.mtu = f.value(&d, config::mtu)?;
+}
+
+/// Stores the value of the directive `name` (spelled as in [`RULES`]; `d` has it as the
+/// file wrote it) in the settings. One such function per group of settings.
+type Apply = fn(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError>;
+
+/// How one directive is read.
+struct Rule {
+    name: &'static str,
+    mode: Mode,
+    /// Each line adds to a list; otherwise a second line is an error.
+    repeatable: bool,
+    apply: Apply,
+}
+
+/// A directive given at most once.
+const fn once(name: &'static str, mode: Mode, apply: Apply) -> Rule {
+    Rule { name, mode, repeatable: false, apply }
+}
+
+/// A directive given any number of times.
+const fn repeatable(name: &'static str, mode: Mode, apply: Apply) -> Rule {
+    Rule { name, mode, repeatable: true, apply }
+}
+
+/// Every directive but `RelayType`, in the order they are read: of several bad lines,
+/// the first one read here is the one reported, so the order is kept as it always was.
+const RULES: &[Rule] = &[
+    once("InterfaceName", Mode::Any, tunnel),
+    once("BindAddress", Mode::Any, tunnel),
+    once("BindPort", Mode::Any, tunnel),
+    once("SyslogFacility", Mode::Any, daemon),
+    once("User", Mode::Any, daemon),
+    once("Prefix", Mode::Relay, tunnel),
+    once("TunOffload", Mode::Any, daemon),
+    once("SystemCallFilter", Mode::Any, daemon),
+    once("MetricsAddress", Mode::Any, daemon),
+    once("InterfaceMTU", Mode::Relay, tunnel),
+    once("BirdSocket", Mode::Relay, relay_options),
+    once("BirdProtocol", Mode::Relay, relay_options),
+    once("DrainTime", Mode::Relay, relay_options),
+    once("PeerCapacity", Mode::Relay, relay_limits),
+    once("PeersPerAddress", Mode::Relay, relay_limits),
+    once("QueueBytes", Mode::Relay, relay_limits),
+    once("RelayAddress", Mode::Relay, tunnel),
+    once("RelayThreads", Mode::Relay, relay_options),
+    once("BusyPoll", Mode::Relay, relay_options),
+    once("ServerAddress", Mode::Client, servers),
+    once("ServerAddress2", Mode::Client, servers),
+    once("RefreshInterval", Mode::Client, client_options),
+    once("SymmetricNatSupport", Mode::Client, client_options),
+    once("OpeningBubbleTtl", Mode::Client, client_options),
+    once("ServerLoadReduction", Mode::Client, client_options),
+    once("Hairpinning", Mode::Client, client_options),
+    once("PortMapping", Mode::Client, client_options),
+    once("LocalDiscovery", Mode::Client, client_options),
+    once("DefaultRouteMetric", Mode::Client, client_host),
+    once("HookScript", Mode::Client, client_host),
+    once("SecureQualification", Mode::Client, servers),
+    repeatable("FallbackServerAddress", Mode::Client, servers),
+];
+
+/// Read every line of one directive: store its value, or warn that this role ignores
+/// it. A second line of a directive given once is refused even when the role ignores it.
+fn read_rule(rule: &Rule, f: &mut ConfigFile, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    let lines = if rule.repeatable { f.take_all(rule.name) } else { f.take(rule.name)?.into_iter().collect() };
+    for d in &lines {
+        match rule.mode.ignored_by(c.role) {
+            Some(why) => c.warnings.push(f.warning(d, format!("{} {why}", d.name))),
+            None => (rule.apply)(rule.name, f, d, c)?,
         }
     }
-    if let Some(d) = f.take("BirdSocket")? {
-        if role_only(&d, true) {
-            c.bird_socket = Some(f.value(&d, |v| {
-                if v.starts_with('/') {
-                    Ok(std::path::PathBuf::from(v))
-                } else {
-                    Err("expected the absolute path of BIRD's control socket (e.g. /run/bird/bird.ctl)".into())
-                }
-            })?);
-        }
+    Ok(())
+}
+
+/// The tunnel's ends: the interface (name, MTU), the UDP socket (address, port), the
+/// Teredo prefix, and the IPv6 address a relay sends its ICMPv6 errors from.
+fn tunnel(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    match name {
+        "InterfaceName" => c.interface = f.value(d, interface_name)?,
+        "InterfaceMTU" => c.mtu = f.value(d, config::mtu)?,
+        "BindAddress" => c.bind_address = f.value(d, config::ipv4)?,
+        "BindPort" => c.bind_port = f.value(d, udp_port)?,
+        "Prefix" => c.prefix = f.value(d, config::teredo_prefix)?,
+        "RelayAddress" => c.relay_address = Some(f.value(d, ipv6_address)?),
+        _ => unreachable!("{name} is not a tunnel directive"),
     }
-    if let Some(d) = f.take("BirdProtocol")? {
-        if role_only(&d, true) {
-            c.bird_protocol = f.value(&d, |v| {
-                if crate::io::bird::is_protocol_name(v) {
-                    Ok(v.to_string())
-                } else {
-                    Err("expected a BIRD protocol name (letters, digits, '_', not starting with a digit)".into())
-                }
-            })?;
-        }
+    Ok(())
+}
+
+/// How the daemon runs, whatever its role: its syslog facility, the user it becomes,
+/// the TUN device's offloads, its system call filter and where it serves metrics.
+fn daemon(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    match name {
+        "SyslogFacility" => c.syslog_facility = Some(f.value(d, config::syslog_facility)?),
+        "User" => c.user = Some(d.value.clone()),
+        "TunOffload" => c.tun_offload = f.value(d, config::yes_no)?,
+        "SystemCallFilter" => c.system_call_filter = f.value(d, config::filter_mode)?,
+        "MetricsAddress" => c.metrics_address = Some(f.value(d, config::listen_address)?),
+        _ => unreachable!("{name} is not a daemon directive"),
     }
-    if let Some(d) = f.take("DrainTime")? {
-        if role_only(&d, true) {
-            c.drain_time = f.value(&d, |v| match config::number(v)? {
-                n @ 0..=600 => Ok(std::time::Duration::from_secs(n as u64)),
-                _ => Err("expected 0 to 600 seconds".into()),
-            })?;
-        }
+    Ok(())
+}
+
+/// Whom a client qualifies with: its server (and the server's second address), the
+/// servers it fails over to in order, and its secure qualification credentials.
+fn servers(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    match name {
+        "ServerAddress" => c.server = Some(f.value(d, server)?),
+        "ServerAddress2" => c.server2 = Some(f.value(d, server)?),
+        "FallbackServerAddress" => c.fallback_servers.push(f.value(d, server)?),
+        // The secret never reaches an error message: errors go to logs and terminals.
+        "SecureQualification" => c.credentials = Some(f.secret_value(d, config::credentials)?),
+        _ => unreachable!("{name} is not a server directive"),
     }
-    for (name, for_relay) in [
-        ("PeerCapacity", true),
-        ("PeersPerAddress", true),
-        ("QueueBytes", true),
-        ("RelayAddress", true),
-        ("RelayThreads", true),
-        ("BusyPoll", true),
-    ] {
-        if let Some(d) = f.take(name)? {
-            if !role_only(&d, for_relay) {
-                continue;
-            }
-            match name {
-                "PeerCapacity" => {
-                    c.peer_capacity = f.value(&d, |v| match config::number(v)? {
-                        n @ 16..=100_000_000 => Ok(n),
-                        _ => Err("expected 16 to 100000000 peers".into()),
-                    })?
-                }
-                "PeersPerAddress" => {
-                    c.peers_per_address = f.value(&d, |v| match config::number(v)? {
-                        n @ 1..=100_000_000 => Ok(n),
-                        _ => Err("expected 1 to 100000000 peers".into()),
-                    })?
-                }
-                "QueueBytes" => {
-                    c.queue_bytes = f.value(&d, |v| match config::number(v)? {
-                        n @ 1280..=1_048_576 => Ok(n),
-                        _ => Err("expected 1280 to 1048576 bytes".into()),
-                    })?
-                }
-                "BusyPoll" => {
-                    c.busy_poll_us = f.value(&d, |v| match config::number(v)? {
-                        n @ 0..=10_000 => Ok(n as u64),
-                        _ => Err("expected 0 to 10000 microseconds".into()),
-                    })?
-                }
-                "RelayThreads" => {
-                    c.relay_threads = Some(f.value(&d, |v| match config::number(v)? {
-                        n @ 1..=256 => Ok(n),
-                        _ => Err("expected 1 to 256 worker threads".into()),
-                    })?)
-                }
-                _ => {
-                    c.relay_address = Some(
-                        f.value(&d, |v| v.parse::<Ipv6Addr>().map_err(|_| "expected an IPv6 address".to_string()))?,
-                    )
-                }
-            }
-        }
+    Ok(())
+}
+
+/// How a client meets NATs and peers: how often it refreshes its mapping, the RFC 6081
+/// extensions (symmetric NAT support, server load reduction, hairpinning), its opening
+/// bubbles, port mapping on the gateway and local discovery.
+fn client_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    match name {
+        "RefreshInterval" => c.refresh_interval = f.value(d, |v| config::number_in(v, 5..=3600, "seconds"))? as u64,
+        "SymmetricNatSupport" => c.symmetric_nat_support = f.value(d, config::yes_no)?,
+        "OpeningBubbleTtl" => c.opening_bubble_ttl = f.value(d, opening_bubble_ttl)?,
+        "ServerLoadReduction" => c.server_load_reduction = f.value(d, config::yes_no)?,
+        "Hairpinning" => c.hairpinning = f.value(d, config::yes_no)?,
+        "PortMapping" => c.port_mapping = f.value(d, port_mapping)?,
+        "LocalDiscovery" => c.local_discovery = f.value(d, config::yes_no)?,
+        _ => unreachable!("{name} is not a client option"),
     }
-    if let Some(d) = f.take("ServerAddress")? {
-        if role_only(&d, false) {
-            c.server = Some(f.value(&d, |v| config::server_host(v, global))?);
-        }
+    Ok(())
+}
+
+/// How a client fits in its host: the metric of its default route, and the script it
+/// runs on every address change.
+fn client_host(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    match name {
+        "DefaultRouteMetric" => c.route_metric = f.value(d, route_metric)?,
+        "HookScript" => c.hook_script = Some(f.value(d, hook_script)?),
+        _ => unreachable!("{name} is not a client host directive"),
     }
-    if let Some(d) = f.take("ServerAddress2")? {
-        if role_only(&d, false) {
-            c.server2 = Some(f.value(&d, |v| config::server_host(v, global))?);
-        }
+    Ok(())
+}
+
+/// How a relay runs: the BIRD protocol that announces its prefix and the time it keeps
+/// forwarding once that is withdrawn, its worker threads and how long they poll.
+fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    let within = |range, unit| f.value(d, |v| config::number_in(v, range, unit));
+    match name {
+        "BirdSocket" => c.bird_socket = Some(f.value(d, bird_socket)?),
+        "BirdProtocol" => c.bird_protocol = f.value(d, bird_protocol)?,
+        "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
+        "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
+        "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
+        _ => unreachable!("{name} is not a relay option"),
     }
-    if let Some(d) = f.take("RefreshInterval")? {
-        if role_only(&d, false) {
-            c.refresh_interval = f.value(&d, |v| match config::number(v)? {
-                n @ 5..=3600 => Ok(n as u64),
-                _ => Err("expected 5 to 3600 seconds".into()),
-            })?;
-        }
+    Ok(())
+}
+
+/// A relay's limits, which bound its memory: the peers it keeps, in all and per
+/// embedded IPv4 address, and the bytes it queues for each peer.
+fn relay_limits(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
+    let within = |range, unit| f.value(d, |v| config::number_in(v, range, unit));
+    match name {
+        "PeerCapacity" => c.peer_capacity = within(16..=100_000_000, "peers")?,
+        "PeersPerAddress" => c.peers_per_address = within(1..=100_000_000, "peers")?,
+        "QueueBytes" => c.queue_bytes = within(1280..=1_048_576, "bytes")?,
+        _ => unreachable!("{name} is not a relay limit"),
     }
-    if let Some(d) = f.take("SymmetricNatSupport")? {
-        if role_only(&d, false) {
-            c.symmetric_nat_support = f.value(&d, config::yes_no)?;
-        }
-    }
-    if let Some(d) = f.take("OpeningBubbleTtl")? {
-        if role_only(&d, false) {
-            c.opening_bubble_ttl = f.value(&d, |v| match config::number(v)? {
-                n @ 0..=255 => Ok(n as u8),
-                _ => Err("expected a TTL from 0 (no opening bubble) to 255".into()),
-            })?;
-        }
-    }
-    if let Some(d) = f.take("ServerLoadReduction")? {
-        if role_only(&d, false) {
-            c.server_load_reduction = f.value(&d, config::yes_no)?;
-        }
-    }
-    if let Some(d) = f.take("Hairpinning")? {
-        if role_only(&d, false) {
-            c.hairpinning = f.value(&d, config::yes_no)?;
-        }
-    }
-    if let Some(d) = f.take("PortMapping")? {
-        if role_only(&d, false) {
-            use crate::io::port_mapping::Protocols;
-            c.port_mapping = f.value(&d, |v| match v.to_ascii_lowercase().as_str() {
-                "auto" | "yes" | "on" => Ok(Protocols::Auto),
-                "pcp" => Ok(Protocols::Pcp),
-                "upnp" => Ok(Protocols::Upnp),
-                "off" | "no" | "none" => Ok(Protocols::Off),
-                _ => Err("expected auto, pcp, upnp or off".into()),
-            })?;
-        }
-    }
-    if let Some(d) = f.take("LocalDiscovery")? {
-        if role_only(&d, false) {
-            c.local_discovery = f.value(&d, config::yes_no)?;
-        }
-    }
-    if let Some(d) = f.take("DefaultRouteMetric")? {
-        if role_only(&d, false) {
-            c.route_metric = f.value(&d, |v| match v.parse::<u32>() {
-                Ok(n) if n > 0 => Ok(n),
-                _ => Err("expected a route metric from 1 to 4294967295".into()),
-            })?;
-        }
-    }
-    if let Some(d) = f.take("HookScript")? {
-        if role_only(&d, false) {
-            c.hook_script = Some(f.value(&d, |v| {
-                let p = std::path::PathBuf::from(v);
-                if p.is_absolute() {
-                    Ok(p)
-                } else {
-                    Err("give an absolute path".into())
-                }
-            })?);
-        }
-    }
-    if let Some(d) = f.take("SecureQualification")? {
-        if role_only(&d, false) {
-            c.credentials = Some(f.secret_value(&d, config::credentials)?);
-        }
-    }
-    for d in f.take_all("FallbackServerAddress") {
-        if role_only(&d, false) {
-            c.fallback_servers.push(f.value(&d, |v| config::server_host(v, global))?);
-        }
-    }
+    Ok(())
+}
+
+/// The checks that span the file and the command line: Miredo's `SERVER_NAME` argument
+/// wins over `ServerAddress`, and a client needs a server from one or the other.
+fn settle_server(f: &ConfigFile, c: &mut MiredoConf, server_arg: Option<&str>) -> Result<(), ConfigError> {
     if let Some(s) = server_arg {
-        c.server = Some(config::server_host(s, global).map_err(|why| f.file_error(format!("server {s}: {why}")))?);
+        c.server = Some(server(s).map_err(|why| f.file_error(format!("server {s}: {why}")))?);
     }
-    if role == RelayType::Client && c.server.is_none() {
+    if c.role == RelayType::Client && c.server.is_none() {
         return Err(f.file_error("ServerAddress is required in client mode (the Teredo server to qualify with)"));
     }
-    f.finish(DIRECTIVES)?;
-    c.warnings = warnings;
-    Ok(c)
+    Ok(())
+}
+
+/// A Teredo server: a global unicast IPv4 address, or a host name the client resolves.
+fn server(value: &str) -> Result<Host, String> {
+    config::server_host(value, config::global_unicast)
+}
+
+/// An interface name: at most 15 bytes, the kernel's limit (`IFNAMSIZ` less the NUL).
+fn interface_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.len() > 15 || value.contains(['/', ' ']) {
+        Err("an interface name has 1 to 15 characters, no '/' or spaces".into())
+    } else {
+        Ok(value.to_string())
+    }
+}
+
+/// A UDP port; 0 lets the kernel pick one.
+fn udp_port(value: &str) -> Result<u16, String> {
+    value.parse().map_err(|_| "expected a UDP port, 0 to 65535".into())
+}
+
+/// An IPv6 address (`RelayAddress`).
+fn ipv6_address(value: &str) -> Result<Ipv6Addr, String> {
+    value.parse().map_err(|_| "expected an IPv6 address".into())
+}
+
+/// The TTL of a client's opening bubble; 0 sends none.
+fn opening_bubble_ttl(value: &str) -> Result<u8, String> {
+    match config::number(value)? {
+        n @ 0..=255 => Ok(n as u8),
+        _ => Err("expected a TTL from 0 (no opening bubble) to 255".into()),
+    }
+}
+
+/// Which port mapping protocols a client tries on its gateway.
+fn port_mapping(value: &str) -> Result<Protocols, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "auto" | "yes" | "on" => Ok(Protocols::Auto),
+        "pcp" => Ok(Protocols::Pcp),
+        "upnp" => Ok(Protocols::Upnp),
+        "off" | "no" | "none" => Ok(Protocols::Off),
+        _ => Err("expected auto, pcp, upnp or off".into()),
+    }
+}
+
+/// A route metric from 1 (the kernel would take 0 for its own default, 1024).
+fn route_metric(value: &str) -> Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("expected a route metric from 1 to 4294967295".into()),
+    }
+}
+
+/// The client's hook script, by absolute path.
+fn hook_script(value: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(value);
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err("give an absolute path".into())
+    }
+}
+
+/// BIRD's control socket, by absolute path.
+fn bird_socket(value: &str) -> Result<PathBuf, String> {
+    if value.starts_with('/') {
+        Ok(PathBuf::from(value))
+    } else {
+        Err("expected the absolute path of BIRD's control socket (e.g. /run/bird/bird.ctl)".into())
+    }
+}
+
+/// The name of a BIRD protocol, as BIRD's configuration writes it.
+fn bird_protocol(value: &str) -> Result<String, String> {
+    if crate::io::bird::is_protocol_name(value) {
+        Ok(value.to_string())
+    } else {
+        Err("expected a BIRD protocol name (letters, digits, '_', not starting with a digit)".into())
+    }
 }
 
 #[cfg(test)]
@@ -569,5 +640,96 @@ mod tests {
             .unwrap_err()
             .contains("private"));
         assert!(load_text("ServerAddress 2001:db8::1\n").unwrap_err().contains("not an IPv4 address"));
+    }
+
+    /// Load `text` from a file of its own, and give back that file's name for the
+    /// messages that carry it.
+    fn load_named(text: &str) -> (String, Result<MiredoConf, String>) {
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("shipworm-miredo-named-{}-{k}.conf", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        let r = load(&p, None).map_err(|e| e.to_string());
+        let _ = std::fs::remove_file(&p);
+        (p.display().to_string(), r)
+    }
+
+    #[test]
+    fn every_directive_reaches_its_setting() {
+        let c = load_text(
+            "InterfaceName teredo0\nBindAddress 192.0.2.10\nBindPort 3545\nSyslogFacility local3\nUser teredo\n\
+             TunOffload no\nSystemCallFilter log\nMetricsAddress 127.0.0.1:9544\nServerAddress 192.0.2.1\n\
+             ServerAddress2 192.0.2.2\nFallbackServerAddress 198.51.100.1\nRefreshInterval 60\n\
+             SymmetricNatSupport no\nOpeningBubbleTtl 4\nServerLoadReduction no\nHairpinning no\nPortMapping upnp\n\
+             LocalDiscovery no\nDefaultRouteMetric 100\nHookScript /usr/local/sbin/teredo hook\n\
+             SecureQualification alice 0123456789\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.interface.as_str(), c.bind_address, c.bind_port),
+            ("teredo0", Ipv4Addr::new(192, 0, 2, 10), 3545)
+        );
+        assert_eq!((c.syslog_facility.as_deref(), c.user.as_deref()), (Some("local3"), Some("teredo")));
+        assert_eq!((c.tun_offload, c.system_call_filter), (false, FilterMode::Log));
+        assert_eq!(c.metrics_address, Some("127.0.0.1:9544".parse().unwrap()));
+        assert_eq!(c.server2, Some(Host::Addr(Ipv4Addr::new(192, 0, 2, 2))));
+        assert_eq!(c.fallback_servers, [Host::Addr(Ipv4Addr::new(198, 51, 100, 1))]);
+        assert_eq!((c.refresh_interval, c.symmetric_nat_support, c.opening_bubble_ttl), (60, false, 4));
+        assert_eq!((c.server_load_reduction, c.hairpinning, c.local_discovery), (false, false, false));
+        assert_eq!((c.port_mapping, c.route_metric), (Protocols::Upnp, 100));
+        assert_eq!(c.hook_script.as_deref(), Some(Path::new("/usr/local/sbin/teredo hook")));
+        assert_eq!(c.credentials.map(|k| k.client_id), Some(b"alice".to_vec()));
+        assert_eq!(c.warnings, Vec::<String>::new());
+
+        let r = load_text(
+            "RelayType restricted\nPrefix 3ffe:831f::\nInterfaceMTU 1400\nBirdSocket /run/bird/bird.ctl\n\
+             BirdProtocol teredo6\nDrainTime 10\nPeerCapacity 1000\nPeersPerAddress 8\nQueueBytes 8192\n\
+             RelayAddress 2001:db8::1\nRelayThreads 2\nBusyPoll 100\n",
+        )
+        .unwrap();
+        assert_eq!((r.role, r.prefix, r.mtu), (RelayType::Restricted, 0x3ffe_831f, 1400));
+        assert_eq!(r.bird_socket.as_deref(), Some(Path::new("/run/bird/bird.ctl")));
+        assert_eq!((r.bird_protocol.as_str(), r.drain_time.as_secs()), ("teredo6", 10));
+        assert_eq!((r.peer_capacity, r.peers_per_address, r.queue_bytes), (1000, 8, 8192));
+        assert_eq!(r.relay_address, Some("2001:db8::1".parse().unwrap()));
+        assert_eq!((r.relay_threads, r.busy_poll_us), (Some(2), 100));
+        assert_eq!(r.warnings, Vec::<String>::new());
+
+        // `unknown directive` lists the known ones: every directive read is among them.
+        let mut read: Vec<&str> = RULES.iter().map(|r| r.name).chain(["RelayType"]).collect();
+        let mut known = DIRECTIVES.to_vec();
+        read.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(read, known);
+    }
+
+    #[test]
+    fn the_other_roles_directives_are_warned_about_and_ignored_but_not_twice() {
+        // Ignored means unread: a bad value draws the warning, not an error.
+        let (p, c) = load_named("ServerAddress 192.0.2.1\nprefix fe80::\nDrainTime 9999\n");
+        assert_eq!(
+            c.unwrap().warnings,
+            [
+                format!("{p}:2: prefix is for relays; ignored in client mode"),
+                format!("{p}:3: DrainTime is for relays; ignored in client mode")
+            ]
+        );
+        let (p, r) =
+            load_named("RelayType host\nServerAddress 10.0.0.1\nFallbackServerAddress a\nFallbackServerAddress b\n");
+        let r = r.unwrap();
+        assert_eq!((r.server, r.fallback_servers), (None, vec![]));
+        assert_eq!(
+            r.warnings,
+            [
+                format!("{p}:2: ServerAddress is for clients; ignored in relay mode"),
+                format!("{p}:3: FallbackServerAddress is for clients; ignored in relay mode"),
+                format!("{p}:4: FallbackServerAddress is for clients; ignored in relay mode")
+            ]
+        );
+        // A directive given twice is an error, for either role.
+        let (p, e) = load_named("ServerAddress 192.0.2.1\nHairpinning no\nhairpinning yes\n");
+        assert_eq!(e.unwrap_err(), format!("{p}:3: hairpinning given twice (first on line 2)"));
+        let (p, e) = load_named("RelayType relay\nHairpinning no\nHairpinning no\n");
+        assert_eq!(e.unwrap_err(), format!("{p}:3: Hairpinning given twice (first on line 2)"));
     }
 }

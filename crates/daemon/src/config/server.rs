@@ -66,16 +66,12 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let filter = f.take("SystemCallFilter")?;
     let metrics = f.take("MetricsAddress")?;
 
-    let global = |a: Ipv4Addr| match non_global_reason(a) {
-        None => Ok(a),
-        Some(why) => Err(format!("a Teredo server needs a global unicast address, this is {why}")),
-    };
     let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
-        config::ipv4(v).and_then(global).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
+        config::ipv4(v).and_then(config::global_unicast).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
     };
     let primary = match (&over.bind, &bind) {
         (Some(v), _) => cli("server address", v)?,
-        (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(global))?,
+        (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
         (None, None) => {
             return Err(f.file_error("ServerBindAddress is required (the primary IPv4 address to serve on)"))
         }
@@ -83,7 +79,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let mut proto = ServerConfig::new(primary);
     match (&over.bind2, &bind2) {
         (Some(v), _) => proto.secondary = cli("secondary address", v)?,
-        (None, Some(d)) => proto.secondary = f.value(d, |v| config::ipv4(v).and_then(global))?,
+        (None, Some(d)) => proto.secondary = f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
         (None, None) => {
             if let Some(why) = non_global_reason(proto.secondary) {
                 return Err(f.file_error(format!(
@@ -103,10 +99,7 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
         proto.mtu = u32::from(f.value(d, config::mtu)?);
     }
     if let Some(d) = &max_icmp {
-        proto.max_forwarded_icmpv6 = f.value(d, |v| match config::number(v)? {
-            n @ 8..=65535 => Ok(n),
-            _ => Err("expected 8 to 65535 bytes".into()),
-        })?;
+        proto.max_forwarded_icmpv6 = f.value(d, |v| config::number_in(v, 8..=65535, "bytes"))?;
     } else {
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
