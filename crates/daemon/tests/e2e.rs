@@ -36,7 +36,48 @@ enum Expect {
 struct Case {
     name: String,
     expect: Expect,
-    run: Box<dyn Fn() -> Result<String, String> + Send>,
+    run: Box<dyn Fn() -> Result<String, Failed> + Send>,
+}
+
+/// Why a case failed: the step it failed at, where the case or the lab's scenario
+/// numbered it, and what happened.
+#[derive(Debug)]
+struct Failed {
+    step: Option<u32>,
+    message: String,
+}
+
+impl Failed {
+    /// The case's step `step` failed: `message` says how.
+    fn at(step: u32, message: impl Into<String>) -> Failed {
+        Failed { step: Some(step), message: message.into() }
+    }
+}
+
+/// A scenario's error keeps the step it failed at.
+impl From<shipworm_lab::LabError> for Failed {
+    fn from(e: shipworm_lab::LabError) -> Failed {
+        Failed { step: e.step(), message: e.to_string() }
+    }
+}
+
+/// Anything else failed outside the numbered steps.
+impl From<String> for Failed {
+    fn from(message: String) -> Failed {
+        Failed { step: None, message }
+    }
+}
+
+impl From<&str> for Failed {
+    fn from(message: &str) -> Failed {
+        Failed { step: None, message: message.to_string() }
+    }
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
 }
 
 /// What two clients talking directly must do (A calls B first). Every expected failure
@@ -103,10 +144,6 @@ fn pairings(impls: &[Impl]) -> Vec<(Impl, Impl, Impl)> {
         }
     }
     v
-}
-
-fn step_of(err: &str) -> Option<u32> {
-    err.strip_prefix("step ")?.split_whitespace().next()?.trim_end_matches(':').parse().ok()
 }
 
 /// Server, relay and client all shipworm's, behind a port-restricted NAT, with `extra`
@@ -201,11 +238,11 @@ fn main() {
     }
 }
 
-fn judge(expect: &Expect, got: &Result<String, String>) -> (&'static str, String) {
+fn judge(expect: &Expect, got: &Result<String, Failed>) -> (&'static str, String) {
     match (expect, got) {
         (Expect::Pass, Ok(detail)) => ("PASS", detail.clone()),
         (Expect::Pass, Err(e)) => ("FAIL", format!("expected to pass: {e}")),
-        (Expect::Fail(step, why), Err(e)) if step_of(e) == Some(*step) => ("XFAIL", format!("step {step}: {why}")),
+        (Expect::Fail(step, why), Err(e)) if e.step == Some(*step) => ("XFAIL", format!("step {step}: {why}")),
         (Expect::Fail(step, why), Err(e)) => ("FAIL", format!("expected failure at step {step} ({why}), got: {e}")),
         (Expect::Fail(step, why), Ok(detail)) => {
             ("FAIL", format!("passed, but expected to fail at step {step} ({why}): update the expectation. {detail}"))

@@ -33,5 +33,5 @@ pub fn birdc(ctl: &Path, args: &[&str]) -> Result<String> {
     let ctl = ctl.display().to_string();
     let mut all = vec!["-s", ctl.as_str()];
     all.extend_from_slice(args);
-    netns::run("birdc", &all).map_err(|e| LabError(format!("birdc {}: {e}", args.join(" "))))
+    netns::run("birdc", &all).map_err(|e| LabError::new(format!("birdc {}: {e}", args.join(" "))))
 }

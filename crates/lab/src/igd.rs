@@ -39,7 +39,7 @@ impl Lab {
         let pid = format!("{dir}/{name}.pid");
         let ns = self.ns(&format!("nat{i}"));
         self.spawn(&name, &ns, &["/usr/sbin/miniupnpd", "-f", &conf, "-d", "-P", &pid]).map_err(|e| {
-            crate::LabError(format!("{e} (Debian package `miniupnpd-nftables`; scripts/test.sh installs it)"))
+            crate::LabError::new(format!("{e} (Debian package `miniupnpd-nftables`; scripts/test.sh installs it)"))
         })?;
         // Ready once its STUN check passed and it listens: PCP's UDP port, or UPnP's
         // HTTP port when PCP is off.

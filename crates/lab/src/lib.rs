@@ -135,7 +135,7 @@ impl Lab {
         let k = RUNS.fetch_add(1, Ordering::Relaxed);
         let prefix = netns::run_prefix(k);
         let dir = std::env::temp_dir().join(format!("shipworm-lab-{}-{k}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
         let mut lab = Lab {
             prefix,
             dir,
@@ -213,7 +213,7 @@ impl Lab {
     /// those of no real host.
     fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
         netns::exec(ns, &["ethtool", "-K", dev, "tx-udp-segmentation", "off", "gro", "on"]).map(drop).map_err(|e| {
-            LabError(format!("{e} (ethtool, Debian package `ethtool`, sets the lab's interfaces' offloads; scripts/test.sh installs it)"))
+            LabError::new(format!("{e} (ethtool, Debian package `ethtool`, sets the lab's interfaces' offloads; scripts/test.sh installs it)"))
         })
     }
 

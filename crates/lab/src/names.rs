@@ -19,10 +19,10 @@ use std::path::{Path, PathBuf};
 pub const SERVER_NAME: &str = "server.teredo.test";
 
 fn write(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).map_err(|e| LabError(format!("{}: {e}", path.display())))?;
+    std::fs::write(path, text).map_err(|e| LabError::new(format!("{}: {e}", path.display())))?;
     // Readable by the daemons once they dropped root, whatever the umask.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
-        .map_err(|e| LabError(format!("{}: {e}", path.display())))
+        .map_err(|e| LabError::new(format!("{}: {e}", path.display())))
 }
 
 impl Lab {
@@ -31,9 +31,9 @@ impl Lab {
     /// Returns the hosts file.
     pub fn private_names(&mut self, client: usize) -> Result<PathBuf> {
         let dir = netns::etc_dir(&self.clients[client].ns);
-        std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
         let hosts = dir.join("hosts");
         write(&hosts, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")?;
         // One try, one second: a lookup that reaches DNS fails fast (nothing listens).
@@ -51,8 +51,9 @@ impl Lab {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&hosts)
-            .map_err(|e| LabError(format!("{}: {e} (call private_names first)", hosts.display())))?;
-        f.write_all(format!("{addr}\t{name}\n").as_bytes()).map_err(|e| LabError(format!("{}: {e}", hosts.display())))
+            .map_err(|e| LabError::new(format!("{}: {e} (call private_names first)", hosts.display())))?;
+        f.write_all(format!("{addr}\t{name}\n").as_bytes())
+            .map_err(|e| LabError::new(format!("{}: {e}", hosts.display())))
     }
 
     /// Start a client of `client` whose `ServerAddress` is `name`, in a namespace with

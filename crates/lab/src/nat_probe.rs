@@ -60,12 +60,12 @@ fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     // Sockets keep the namespace they were made in; make each in a thread that enters it.
     std::thread::spawn(move || -> Result<UdpSocket> {
         netns::enter(&ns)?;
-        let s = UdpSocket::bind(addr).map_err(|e| LabError(format!("bind {addr} in {ns}: {e}")))?;
-        s.set_read_timeout(Some(Duration::from_millis(700))).map_err(|e| LabError(e.to_string()))?;
+        let s = UdpSocket::bind(addr).map_err(|e| LabError::new(format!("bind {addr} in {ns}: {e}")))?;
+        s.set_read_timeout(Some(Duration::from_millis(700))).map_err(|e| LabError::new(e.to_string()))?;
         Ok(s)
     })
     .join()
-    .map_err(|_| LabError("probe thread panicked".into()))?
+    .map_err(|_| LabError::new("probe thread panicked".into()))?
 }
 
 fn observed(s: &UdpSocket) -> Option<SocketAddr> {
@@ -90,13 +90,14 @@ impl Lab {
         let s1b = socket_in(&srv, SocketAddrV4::new(SERVER_V4, 7001))?;
         let stranger = socket_in(&srv, SocketAddrV4::new(SERVER2_V4, 7000))?;
         let r = socket_in(&rly, SocketAddrV4::new(RELAY_V4, 7000))?;
-        let send =
-            |s: &UdpSocket, to: SocketAddr| s.send_to(b"probe", to).map_err(|e| LabError(format!("send to {to}: {e}")));
+        let send = |s: &UdpSocket, to: SocketAddr| {
+            s.send_to(b"probe", to).map_err(|e| LabError::new(format!("send to {to}: {e}")))
+        };
 
         send(&c, SocketAddr::V4(SocketAddrV4::new(SERVER_V4, 7000)))?;
-        let m1 = observed(&s1).ok_or_else(|| LabError("the client's UDP did not reach the server host".into()))?;
+        let m1 = observed(&s1).ok_or_else(|| LabError::new("the client's UDP did not reach the server host".into()))?;
         send(&c, SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 7000)))?;
-        let m2 = observed(&r).ok_or_else(|| LabError("the client's UDP did not reach the relay host".into()))?;
+        let m2 = observed(&r).ok_or_else(|| LabError::new("the client's UDP did not reach the relay host".into()))?;
         // 192.0.2.2 was never written to; 192.0.2.1 was, but from port 7000.
         send(&stranger, m1)?;
         let inbound_from_anyone = arrives(&c);
@@ -128,7 +129,8 @@ fn upnp_answers(c: &crate::ClientHost) -> Result<bool> {
     let s = socket_in(&c.ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40002))?;
     let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
-    s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900)).map_err(|e| LabError(format!("SSDP: {e}")))?;
+    s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900))
+        .map_err(|e| LabError::new(format!("SSDP: {e}")))?;
     let mut b = [0u8; 1500];
     Ok(s.recv_from(&mut b)
         .is_ok_and(|(n, _)| String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:")))

@@ -31,12 +31,14 @@ pub fn run_stdin(program: &str, args: &[&str], input: Option<&str>) -> Result<St
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
-            LabError(format!("cannot run {program}: {e} (is it installed? scripts/test.sh installs the lab's tools)"))
+            LabError::new(format!(
+                "cannot run {program}: {e} (is it installed? scripts/test.sh installs the lab's tools)"
+            ))
         })?;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin.write_all(text.as_bytes()).map_err(|e| LabError(format!("{program}: {e}")))?;
+        stdin.write_all(text.as_bytes()).map_err(|e| LabError::new(format!("{program}: {e}")))?;
     }
-    let out = child.wait_with_output().map_err(|e| LabError(format!("{program}: {e}")))?;
+    let out = child.wait_with_output().map_err(|e| LabError::new(format!("{program}: {e}")))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         return err(format!("`{program} {}` failed: {}", args.join(" "), stderr.trim()));
@@ -176,8 +178,8 @@ fn remove(pids: Vec<i32>, names: Vec<String>) {
 
 /// Move the calling thread into namespace `ns`; sockets it opens afterwards live there.
 pub fn enter(ns: &str) -> Result<()> {
-    let f = File::open(format!("/var/run/netns/{ns}")).map_err(|e| LabError(format!("namespace {ns}: {e}")))?;
-    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| LabError(format!("setns {ns}: {e}")))
+    let f = File::open(format!("/var/run/netns/{ns}")).map_err(|e| LabError::new(format!("namespace {ns}: {e}")))?;
+    nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| LabError::new(format!("setns {ns}: {e}")))
 }
 
 /// Refuse clearly when the lab cannot work here.

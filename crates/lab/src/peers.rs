@@ -78,16 +78,16 @@ pub fn tail(path: &Path, n: usize) -> String {
 impl Lab {
     pub(crate) fn spawn(&mut self, name: &str, ns: &str, args: &[&str]) -> Result<PathBuf> {
         let log = self.dir().join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).map_err(|e| LabError(format!("{}: {e}", log.display())))?;
+        let out = std::fs::File::create(&log).map_err(|e| LabError::new(format!("{}: {e}", log.display())))?;
         let child = Command::new("ip")
             .args(["netns", "exec", ns])
             .args(args)
             .envs(self.daemon_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
-            .stdout(out.try_clone().map_err(|e| LabError(e.to_string()))?)
+            .stdout(out.try_clone().map_err(|e| LabError::new(e.to_string()))?)
             .stderr(out)
             .spawn()
-            .map_err(|e| LabError(format!("cannot start {name}: {e}")))?;
+            .map_err(|e| LabError::new(format!("cannot start {name}: {e}")))?;
         netns::register_pid(child.id());
         self.peers.push(Peer { name: name.to_string(), child: Some(child), log: log.clone() });
         Ok(log)
@@ -95,7 +95,7 @@ impl Lab {
 
     pub(crate) fn write_conf(&self, name: &str, text: &str) -> Result<String> {
         let p = self.dir().join(name);
-        std::fs::write(&p, text).map_err(|e| LabError(format!("{}: {e}", p.display())))?;
+        std::fs::write(&p, text).map_err(|e| LabError::new(format!("{}: {e}", p.display())))?;
         Ok(p.display().to_string())
     }
 
@@ -114,21 +114,21 @@ impl Lab {
 
     /// Send `signal` to the daemon started as `name`.
     pub fn signal_peer(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
-        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError(format!("no daemon {name}")))?;
-        let c = p.child.as_ref().ok_or_else(|| LabError(format!("{name} is not running")))?;
+        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError::new(format!("no daemon {name}")))?;
+        let c = p.child.as_ref().ok_or_else(|| LabError::new(format!("{name} is not running")))?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal)
-            .map_err(|e| LabError(format!("signal {name}: {e}")))
+            .map_err(|e| LabError::new(format!("signal {name}: {e}")))
     }
 
     /// Send `signal` to the daemon started as `name` and to every process it forked
     /// (Miredo's privileged parent and its unprivileged tunnel process, say): the whole
     /// daemon dies at once, as when its host fails.
     pub fn signal_peer_tree(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
-        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError(format!("no daemon {name}")))?;
-        let root = p.child.as_ref().ok_or_else(|| LabError(format!("{name} is not running")))?.id();
+        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError::new(format!("no daemon {name}")))?;
+        let root = p.child.as_ref().ok_or_else(|| LabError::new(format!("{name} is not running")))?.id();
         // Parent of every process, from /proc/PID/stat ("pid (comm) state ppid …").
         let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-            .map_err(|e| LabError(format!("/proc: {e}")))?
+            .map_err(|e| LabError::new(format!("/proc: {e}")))?
             .filter_map(|d| {
                 let pid: u32 = d.ok()?.file_name().to_str()?.parse().ok()?;
                 let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -81,7 +81,7 @@ pub struct Outcome {
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
     let mut lab = Lab::build(&LabSpec::nats(vec![(s.nat, 1)]))
-        .map_err(|e| LabError(format!("step 1 (build the lab) failed: {e}")))?;
+        .map_err(|e| LabError::new(format!("step 1 (build the lab) failed: {e}")))?;
     if s.keep_on_failure {
         lab.keep();
     }
@@ -119,7 +119,7 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
             let a = first_contact(&ns, HOST6_V6, "client → native host", say)
                 .map_err(|e| step(5, "first contact client → native host", e))?;
             let b = traffic::ping_from(&h6, HOST6_B_V6, address, 1, 5)
-                .and_then(|p| p.rtts_ms.first().copied().ok_or_else(|| LabError("no answer within 5 s".into())))
+                .and_then(|p| p.rtts_ms.first().copied().ok_or_else(|| LabError::new("no answer within 5 s".into())))
                 .map_err(|e| step(5, "first contact from the native host's second address → client", e))?;
             say(&format!("first contact native host's second address → client: answered in {b:.1} ms"));
             (a, b)
@@ -145,7 +145,7 @@ fn run_steps(lab: &mut Lab, s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<O
 
 /// "step N (what) failed: why": how every scenario names the step that failed.
 fn step(n: u32, what: &str, e: LabError) -> LabError {
-    LabError(format!("step {n} ({what}) failed: {e}"))
+    LabError::at_step(n, what, e)
 }
 
 /// A lab with `nats` (the first with one client, the others none: networks to move
@@ -174,7 +174,7 @@ fn move_and_wait(lab: &mut Lab, old: Ipv6Addr) -> Result<Ipv6Addr> {
         match crate::peers::teredo_address(&ns) {
             Some(a) if a != old => return Ok(a),
             _ if moved.elapsed() > Duration::from_secs(15) => {
-                return Err(step(6, "configure the new address", LabError(lab.log_tail("client0", 15))))
+                return Err(step(6, "configure the new address", LabError::new(lab.log_tail("client0", 15))))
             }
             _ => std::thread::sleep(Duration::from_millis(5)),
         }
@@ -185,8 +185,11 @@ fn move_and_wait(lab: &mut Lab, old: Ipv6Addr) -> Result<Ipv6Addr> {
 /// within 5 s, or the step fails. Returns the round trip in ms.
 fn first_contact(ns: &str, dst: Ipv6Addr, what: &str, say: &mut dyn FnMut(&str)) -> Result<f64> {
     let p = traffic::ping(ns, dst, 1, 5)?;
-    let ms =
-        p.rtts_ms.first().copied().ok_or_else(|| LabError("the first echo request got no answer within 5 s".into()))?;
+    let ms = p
+        .rtts_ms
+        .first()
+        .copied()
+        .ok_or_else(|| LabError::new("the first echo request got no answer within 5 s".into()))?;
     say(&format!("first contact {what}: answered in {ms:.1} ms"));
     Ok(ms)
 }
@@ -312,11 +315,11 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
     let moved_at = Duration::from_secs(2);
     let new = move_and_wait(&mut lab, old)?;
     let address_after = moved.elapsed();
-    let echoes = stream.join().map_err(|_| LabError("ping thread panicked".into()))??;
+    let echoes = stream.join().map_err(|_| LabError::new("ping thread panicked".into()))??;
     let still_old =
         crate::netns::exec(&ns, &["ip", "-6", "-o", "addr", "show", "dev", "teredo"])?.contains(&old.to_string());
     if still_old {
-        return Err(step(7, "remove the old address", LabError(format!("{old} is still configured"))));
+        return Err(step(7, "remove the old address", LabError::new(format!("{old} is still configured"))));
     }
     let before = echoes.iter().filter(|e| e.sent < moved_at && e.rtt.is_some()).count();
     let after = echoes.iter().filter(|e| e.sent >= moved_at && e.rtt.is_some()).count();
@@ -324,7 +327,7 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
         return Err(step(
             8,
             "traffic after the move",
-            LabError(format!("no echo answered after the move ({before} before)")),
+            LabError::new(format!("no echo answered after the move ({before} before)")),
         ));
     }
     let replies: Vec<Duration> = echoes.iter().filter_map(|e| e.rtt.map(|r| e.sent + r)).collect();
@@ -374,7 +377,7 @@ pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str))
             return Err(step(
                 5,
                 "fail over",
-                LabError(format!(
+                LabError::new(format!(
                     "still no address from the second server after {limit:?}:\n{}",
                     lab.log_tail("client0", 10)
                 )),
@@ -450,7 +453,7 @@ pub fn run_tcp_first(
         return Err(step(
             5,
             "TCP connection native host → client",
-            LabError(format!("the SYN was retransmitted {resent} time(s): the first was not answered")),
+            LabError::new(format!("the SYN was retransmitted {resent} time(s): the first was not answered")),
         ));
     }
     Ok((lab, t))

@@ -31,12 +31,12 @@ impl StunResponder {
         let ns = ns.to_string();
         let socket = std::thread::spawn(move || -> Result<UdpSocket> {
             netns::enter(&ns)?;
-            let s = UdpSocket::bind(addr).map_err(|e| LabError(format!("STUN responder on {addr}: {e}")))?;
-            s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| LabError(e.to_string()))?;
+            let s = UdpSocket::bind(addr).map_err(|e| LabError::new(format!("STUN responder on {addr}: {e}")))?;
+            s.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| LabError::new(e.to_string()))?;
             Ok(s)
         })
         .join()
-        .map_err(|_| LabError("STUN thread panicked".into()))??;
+        .map_err(|_| LabError::new("STUN thread panicked".into()))??;
         let stop = Arc::new(AtomicBool::new(false));
         let halt = stop.clone();
         let thread = std::thread::spawn(move || {

@@ -65,7 +65,7 @@ fn ping_args(ns: &str, extra: &[String], dst: Ipv6Addr, count: u32, wait_secs: u
         .arg(&d)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| LabError(format!("ping: {e}")))?;
+        .map_err(|e| LabError::new(format!("ping: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rtts_ms: Vec<f64> = text
         .lines()
@@ -113,9 +113,9 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
     let receiver = std::thread::spawn(move || -> Result<(u64, [u8; 32])> {
         let listen: Result<(TcpListener, u16)> = (|| {
             netns::enter(&to_ns)?;
-            let l = TcpListener::bind("[::]:0").map_err(|e| LabError(format!("listen in {to_ns}: {e}")))?;
-            let port = l.local_addr().map_err(|e| LabError(e.to_string()))?.port();
-            l.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
+            let l = TcpListener::bind("[::]:0").map_err(|e| LabError::new(format!("listen in {to_ns}: {e}")))?;
+            let port = l.local_addr().map_err(|e| LabError::new(e.to_string()))?.port();
+            l.set_nonblocking(true).map_err(|e| LabError::new(e.to_string()))?;
             Ok((l, port))
         })();
         let l = match listen {
@@ -138,8 +138,8 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
                 Err(e) => return err(format!("accept: {e}")),
             }
         };
-        s.set_nonblocking(false).map_err(|e| LabError(e.to_string()))?;
-        s.set_read_timeout(Some(timeout)).map_err(|e| LabError(e.to_string()))?;
+        s.set_nonblocking(false).map_err(|e| LabError::new(e.to_string()))?;
+        s.set_read_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 65536];
         let mut total = 0u64;
@@ -155,15 +155,15 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
         }
         Ok((total, h.finalize().into()))
     });
-    let port = ready_rx.recv().map_err(|_| LabError("receiver thread died".into()))??;
+    let port = ready_rx.recv().map_err(|_| LabError::new("receiver thread died".into()))??;
     let from_ns = from.to_string();
     let sender = std::thread::spawn(move || -> Result<(f64, [u8; 32])> {
         netns::enter(&from_ns)?;
         let start = Instant::now();
         let addr = SocketAddr::from((to_addr, port));
         let mut s =
-            TcpStream::connect_timeout(&addr, timeout).map_err(|e| LabError(format!("connect to {addr}: {e}")))?;
-        s.set_write_timeout(Some(timeout)).map_err(|e| LabError(e.to_string()))?;
+            TcpStream::connect_timeout(&addr, timeout).map_err(|e| LabError::new(format!("connect to {addr}: {e}")))?;
+        s.set_write_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
         let mut h = Sha256::new();
         let mut buf = vec![0u8; 65536];
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
@@ -171,18 +171,18 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
         while left > 0 {
             let n = left.min(buf.len());
             fill(&mut buf[..n], &mut state);
-            s.write_all(&buf[..n]).map_err(|e| LabError(format!("send after {} bytes: {e}", bytes - left)))?;
+            s.write_all(&buf[..n]).map_err(|e| LabError::new(format!("send after {} bytes: {e}", bytes - left)))?;
             h.update(&buf[..n]);
             left -= n;
         }
-        s.shutdown(std::net::Shutdown::Write).map_err(|e| LabError(e.to_string()))?;
+        s.shutdown(std::net::Shutdown::Write).map_err(|e| LabError::new(e.to_string()))?;
         // Wait for the receiver to close, so the time covers delivery.
         let _ = s.set_read_timeout(Some(timeout));
         let _ = s.read(&mut [0u8; 1]);
         Ok((start.elapsed().as_secs_f64(), h.finalize().into()))
     });
-    let sent = sender.join().map_err(|_| LabError("sender thread panicked".into()))?;
-    let received = receiver.join().map_err(|_| LabError("receiver thread panicked".into()))?;
+    let sent = sender.join().map_err(|_| LabError::new("sender thread panicked".into()))?;
+    let received = receiver.join().map_err(|_| LabError::new("receiver thread panicked".into()))?;
     let (secs, sent_hash) = sent?;
     let (total, recv_hash) = received?;
     Ok(Transfer { bytes: total, secs, intact: total == bytes as u64 && sent_hash == recv_hash })
@@ -224,8 +224,8 @@ pub fn ping_stream_from(
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
     netns::enter(ns)?;
     let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
-        .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
-    s.set_nonblocking(true).map_err(|e| LabError(e.to_string()))?;
+        .map_err(|e| LabError::new(format!("ICMPv6 socket: {e}")))?;
+    s.set_nonblocking(true).map_err(|e| LabError::new(e.to_string()))?;
     let to = SockAddr::from(std::net::SocketAddrV6::new(dst, 0, 0, 0));
     std::thread::sleep(start.saturating_duration_since(Instant::now()));
     let mut echoes: Vec<Echo> = Vec::new();
@@ -269,8 +269,8 @@ pub fn echo_requests_heard(ns: &str, ident: u16, total: Duration, start: Instant
     // A raw ICMPv6 socket gets a copy of every ICMPv6 message the host receives,
     // echo requests included (the kernel still answers them itself).
     let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
-        .map_err(|e| LabError(format!("ICMPv6 socket: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| LabError(e.to_string()))?;
+        .map_err(|e| LabError::new(format!("ICMPv6 socket: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_millis(50))).map_err(|e| LabError::new(e.to_string()))?;
     let mut heard = Vec::new();
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
     while start.elapsed() < total {
@@ -311,9 +311,9 @@ pub fn sip_call(
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let k = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("shipworm-sip-{}-{k}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| LabError(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(|e| LabError::new(format!("{}: {e}", dir.display())))?;
     let log = |name: &str| -> Result<std::fs::File> {
-        std::fs::File::create(dir.join(name)).map_err(|e| LabError(format!("{name}: {e}")))
+        std::fs::File::create(dir.join(name)).map_err(|e| LabError::new(format!("{name}: {e}")))
     };
     let secs = format!("{}s", timeout.as_secs().max(1));
     let (uas_ip, uac_ip) = (uas_addr.to_string(), uac_addr.to_string());
@@ -325,7 +325,7 @@ pub fn sip_call(
         .stdout(log("uas.out")?)
         .stderr(log("uas.err")?)
         .spawn()
-        .map_err(|e| LabError(format!("cannot start sipp (Debian package sip-tester): {e}")))?;
+        .map_err(|e| LabError::new(format!("cannot start sipp (Debian package sip-tester): {e}")))?;
     netns::register_pid(uas.id());
     let result = (|| {
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -343,7 +343,7 @@ pub fn sip_call(
             .current_dir(&dir)
             .stdin(Stdio::null())
             .output()
-            .map_err(|e| LabError(format!("sipp: {e}")))?;
+            .map_err(|e| LabError::new(format!("sipp: {e}")))?;
         let took = start.elapsed().as_secs_f64();
         if !out.status.success() {
             let text = String::from_utf8_lossy(&out.stdout);
@@ -380,5 +380,5 @@ pub fn syn_retransmissions(ns: &str) -> Result<u64> {
         .zip(values.split_whitespace())
         .find(|(n, _)| *n == "TCPSynRetrans")
         .and_then(|(_, v)| v.parse().ok())
-        .ok_or_else(|| LabError("no TCPSynRetrans in /proc/net/netstat".into()))
+        .ok_or_else(|| LabError::new("no TCPSynRetrans in /proc/net/netstat".into()))
 }

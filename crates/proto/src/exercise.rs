@@ -10,6 +10,8 @@
 //! property runs in `tests/world.rs`.
 
 use crate::client::{Client, ClientConfig, ServerAddrs, Via};
+use crate::drop_reason::DropCounters;
+use crate::outcome::Outcome;
 use crate::relay::{Relay, RelayConfig};
 use crate::server::{Local, Server, ServerConfig};
 use crate::transmit::{Random, Recorder, Source};
@@ -225,16 +227,17 @@ impl World {
         let mut out = self.out();
         let now = self.now;
         let who = match (*d.to.ip(), d.to.port()) {
-            (SERVER, 3544) => {
-                self.server.on_udp(now, Local::Primary, d.from, &d.data, &mut out);
-                Party::Server
-            }
-            (SERVER2, 3544) => {
-                self.server.on_udp(now, Local::Secondary, d.from, &d.data, &mut out);
+            (SERVER, 3544) | (SERVER2, 3544) => {
+                let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
+                let before = self.server.stats().drops.clone();
+                let outcome = self.server.on_udp(now, local, d.from, &d.data, &mut out);
+                counted(outcome, &before, &self.server.stats().drops);
                 Party::Server
             }
             (ip, 3544) if ip == *RELAY.ip() => {
-                self.relay.on_udp(now, d.from, &d.data, &mut out);
+                let before = self.relay.stats().drops.clone();
+                let outcome = self.relay.on_udp(now, d.from, &d.data, &mut out);
+                counted(outcome, &before, &self.relay.stats().drops);
                 Party::Relay
             }
             (CLIENT_IP, port) => {
@@ -246,7 +249,9 @@ impl World {
                         None => return,
                     },
                 };
-                self.client.on_udp(now, via, d.from, &d.data, &mut out);
+                let before = self.client.stats().drops.clone();
+                let outcome = self.client.on_udp(now, via, d.from, &d.data, &mut out);
+                counted(outcome, &before, &self.client.stats().drops);
                 Party::Client
             }
             _ => return,
@@ -261,7 +266,9 @@ impl World {
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         if dst.segments()[0] == 0x2001 && dst.segments()[1] == 0 {
             let mut out = self.out();
-            self.relay.on_tun(self.now, &packet, &mut out);
+            let before = self.relay.stats().drops.clone();
+            let outcome = self.relay.on_tun(self.now, &packet, &mut out);
+            counted(outcome, &before, &self.relay.stats().drops);
             self.route(Party::Relay, out);
             return;
         }
@@ -307,6 +314,13 @@ impl World {
         assert!(self.client.waiting_peers() <= WAITING, "client waiting {}", self.client.waiting_peers());
         assert!(self.client.queued_bytes() <= WAITING * QUEUE_BYTES, "client queued {}", self.client.queued_bytes());
         assert!(self.ports.len() <= CLIENT_PORTS, "client random ports {}", self.ports.len());
+    }
+}
+
+/// The outcome's promise: a drop it names was counted under that reason.
+fn counted(outcome: Outcome, before: &DropCounters, after: &DropCounters) {
+    if let Err(reason) = outcome {
+        assert!(after.get(reason) > before.get(reason), "dropped for {reason:?} but not counted");
     }
 }
 
@@ -367,10 +381,14 @@ pub fn world(data: &[u8]) -> Reached {
                 let mut out = w.out();
                 let now = w.now;
                 if s.byte() % 2 == 0 {
-                    w.client.on_tun(now, &packet, &mut out);
+                    let before = w.client.stats().drops.clone();
+                    let outcome = w.client.on_tun(now, &packet, &mut out);
+                    counted(outcome, &before, &w.client.stats().drops);
                     w.route(Party::Client, out);
                 } else {
-                    w.relay.on_tun(now, &packet, &mut out);
+                    let before = w.relay.stats().drops.clone();
+                    let outcome = w.relay.on_tun(now, &packet, &mut out);
+                    counted(outcome, &before, &w.relay.stats().drops);
                     w.route(Party::Relay, out);
                 }
             }
@@ -397,7 +415,9 @@ pub fn world(data: &[u8]) -> Reached {
                 if let Some(me) = w.client.address() {
                     let p = echo(me, NATIVE, Icmpv6Repr::EchoRequest { ident: 1, seq_no: s.u16(), data: b"ping" });
                     let mut out = w.out();
-                    w.client.on_tun(w.now, &p, &mut out);
+                    let before = w.client.stats().drops.clone();
+                    let outcome = w.client.on_tun(w.now, &p, &mut out);
+                    counted(outcome, &before, &w.client.stats().drops);
                     w.route(Party::Client, out);
                 }
             }

@@ -2,11 +2,13 @@
 //!
 //! The middle floor: Teredo's protocol logic as sans-IO state machines. Bytes and the
 //! time come in as arguments (`on_udp`, `on_tun`/`on_native`, `on_timer`), and what to
-//! send goes out through the caller's [`transmit::Transmit`] — one output style for the
-//! server, the relay and the client, since one input may ask for several outputs (a
+//! send goes out through the caller's [`transmit::Transmit`] — one output contract for
+//! the server, the relay and the client, since one input may ask for several outputs (a
 //! relay's flushed queue, a client's two bubbles). Nothing here opens a socket, reads a
-//! clock or touches the OS. That keeps every rule testable with byte vectors and
-//! virtual time, and leaves batching, threads and privileges to the daemon.
+//! clock or does I/O. That keeps every rule testable with byte vectors and virtual
+//! time, and leaves batching, threads and privileges to the daemon. The one call into
+//! the OS is for memory: a large peer table asks for an anonymous mapping (with huge
+//! pages) rather than the heap (`peer_table::lines`), falling back to the heap.
 //!
 //! One exception, on purpose: the relay's peer table is shared between worker threads
 //! (`relay::SharedRelay`), and its locks live here, per shard, because which entries a
@@ -27,6 +29,7 @@ pub mod exercise;
 pub mod first_contact;
 pub mod icmp_error;
 pub mod local_discovery;
+pub mod outcome;
 pub mod peer_table;
 pub mod port_prediction;
 pub mod relay;
@@ -35,3 +38,4 @@ pub mod server;
 pub mod transmit;
 
 pub use drop_reason::{DropCounters, DropReason};
+pub use outcome::{Action, Outcome};

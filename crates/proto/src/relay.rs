@@ -25,6 +25,7 @@
 use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
+use crate::outcome::{Action, Outcome};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
 pub use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
@@ -114,19 +115,6 @@ impl Default for RelayConfig {
     }
 }
 
-/// What became of one input, for counters and tests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Forwarded (to the client over UDP, or to the TUN).
-    Forwarded,
-    /// Queued while bubbles go out.
-    Queued,
-    /// A bubble: state updated, nothing delivered.
-    Consumed,
-    /// Dropped, for this reason.
-    Dropped(DropReason),
-}
-
 /// Counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayStats {
@@ -188,9 +176,9 @@ impl RelayWorker {
         &self.stats
     }
 
-    fn dropped(&mut self, r: DropReason) -> Verdict {
+    fn dropped(&mut self, r: DropReason) -> Outcome {
         self.stats.drops.count(r);
-        Verdict::Dropped(r)
+        Err(r)
     }
 }
 
@@ -340,7 +328,7 @@ impl SharedRelay {
     }
 
     /// An IPv6 packet from the native side, for a Teredo client.
-    pub fn on_tun(&self, w: &mut RelayWorker, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
+    pub fn on_tun(&self, w: &mut RelayWorker, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
             return w.dropped(DropReason::MalformedVersion);
         };
@@ -364,7 +352,7 @@ impl SharedRelay {
             tx.send(Source::Service, to, ip.packet(), None);
             w.stats.to_teredo += 1;
             w.stats.to_teredo_bytes += ip.packet().len() as u64;
-            return Verdict::Forwarded;
+            return Ok(Action::Forwarded);
         }
         self.queue_and_bubble(&mut shard, w, now, &ip, (&key, t.mapped), tx)
     }
@@ -377,7 +365,7 @@ impl SharedRelay {
         ip: &Ipv6Packet<&[u8]>,
         (key, mapped): (&Key, SocketAddrV4),
         tx: &mut impl Transmit,
-    ) -> Verdict {
+    ) -> Outcome {
         let dst = key.addr;
         // None: no entry; Some(waiting).
         let known = shard.peers.get_keyed(key).map(|p| p.waiting);
@@ -415,7 +403,7 @@ impl SharedRelay {
         }
         self.send_bubbles(&mut shard.peers, w, now, &dst, ip.src_addr(), tx);
         if queued {
-            Verdict::Queued
+            Ok(Action::Queued)
         } else {
             w.dropped(DropReason::QueueFull)
         }
@@ -480,7 +468,7 @@ impl SharedRelay {
         from: SocketAddrV4,
         datagram: &[u8],
         tx: &mut impl Transmit,
-    ) -> Verdict {
+    ) -> Outcome {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return w.dropped(e.into()),
@@ -523,7 +511,7 @@ impl SharedRelay {
             }
         }
         if pkt.is_bubble() {
-            return Verdict::Consumed;
+            return Ok(Action::Consumed);
         }
         let dst = ip.dst_addr();
         let served = match &self.cfg.served {
@@ -542,7 +530,7 @@ impl SharedRelay {
         tx.deliver(ip.packet());
         w.stats.to_ipv6 += 1;
         w.stats.to_ipv6_bytes += ip.packet().len() as u64;
-        Verdict::Forwarded
+        Ok(Action::Forwarded)
     }
 
     /// Time passes: bubbles are repeated every 2 s for waiting peers; a peer whose
@@ -667,12 +655,12 @@ impl Relay {
     }
 
     /// See [`SharedRelay::on_tun`].
-    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Verdict {
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
         self.shared.on_tun(&mut self.worker, now, packet, tx)
     }
 
     /// See [`SharedRelay::on_udp`].
-    pub fn on_udp(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) -> Verdict {
+    pub fn on_udp(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) -> Outcome {
         self.shared.on_udp(&mut self.worker, now, from, datagram, tx)
     }
 

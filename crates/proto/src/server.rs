@@ -16,6 +16,7 @@
 
 use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
+use crate::outcome::{Action, Outcome};
 use crate::secure;
 use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
@@ -107,10 +108,17 @@ impl Local {
 /// goes out through [`Transmit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ServerAction {
-    /// Send `out[..len]` as a UDP payload from `from`:3544 to `to`.
-    Udp {
+    /// Answer with `out[..len]`, a router advertisement, from `from`:3544 to `to`.
+    Answer {
         /// Which local address sends it.
         from: Local,
+        /// Destination.
+        to: SocketAddrV4,
+        /// Payload length in the output buffer.
+        len: usize,
+    },
+    /// Forward `out[..len]` as a UDP payload from the primary address to `to`.
+    Forward {
         /// Destination.
         to: SocketAddrV4,
         /// Payload length in the output buffer.
@@ -204,28 +212,47 @@ impl Server {
         TeredoAddr::decode_with_prefix(addr, self.config.prefix).is_some_and(|t| t.server == self.config.primary)
     }
 
-    fn drop(&mut self, reason: DropReason) {
+    fn dropped(&mut self, reason: DropReason) {
         self.stats.drops.count(reason);
     }
 
     /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
     /// goes out through `tx` (from the secondary address as `Source::Secondary`); anything
     /// else is dropped and counted.
-    pub fn on_udp(&mut self, now: Duration, local: Local, from: SocketAddrV4, datagram: &[u8], tx: &mut impl Transmit) {
+    pub fn on_udp(
+        &mut self,
+        now: Duration,
+        local: Local,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut impl Transmit,
+    ) -> Outcome {
         let mut out = std::mem::take(&mut self.scratch);
         let action = self.handle_udp(now, local, from, datagram, &mut out);
-        self.emit(action, &out, tx);
+        let outcome = self.emit(action, &out, tx);
         self.scratch = out;
+        outcome
     }
 
-    fn emit(&mut self, action: Result<ServerAction, DropReason>, out: &[u8], tx: &mut impl Transmit) {
+    fn emit(&mut self, action: Result<ServerAction, DropReason>, out: &[u8], tx: &mut impl Transmit) -> Outcome {
         match action {
-            Ok(ServerAction::Udp { from: Local::Primary, to, len }) => tx.send(Source::Service, to, &out[..len], None),
-            Ok(ServerAction::Udp { from: Local::Secondary, to, len }) => {
-                tx.send(Source::Secondary, to, &out[..len], None)
+            Ok(ServerAction::Answer { from, to, len }) => {
+                let source = if from == Local::Primary { Source::Service } else { Source::Secondary };
+                tx.send(source, to, &out[..len], None);
+                Ok(Action::Answered)
             }
-            Ok(ServerAction::Native { len }) => tx.deliver(&out[..len]),
-            Err(reason) => self.drop(reason),
+            Ok(ServerAction::Forward { to, len }) => {
+                tx.send(Source::Service, to, &out[..len], None);
+                Ok(Action::Forwarded)
+            }
+            Ok(ServerAction::Native { len }) => {
+                tx.deliver(&out[..len]);
+                Ok(Action::Forwarded)
+            }
+            Err(reason) => {
+                self.dropped(reason);
+                Err(reason)
+            }
         }
     }
 
@@ -388,7 +415,7 @@ impl Server {
             secure::sign(&c.secret, &mut out[..len]);
         }
         self.stats.advertisements += 1;
-        Ok(ServerAction::Udp { from: send_from, to: from, len })
+        Ok(ServerAction::Answer { from: send_from, to: from, len })
     }
 
     /// Relay to a Teredo destination: to its embedded mapping, from the primary
@@ -414,7 +441,7 @@ impl Server {
         at += copy_trailers(&pkt.trailers, out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         self.stats.forwarded_udp += 1;
         self.stats.forwarded_udp_bytes += packet_len as u64;
-        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len: at })
+        Ok(ServerAction::Forward { to: dest.mapped, len: at })
     }
 
     /// Relay natively, as a router: hop limit decremented, trailers dropped.
@@ -429,11 +456,12 @@ impl Server {
     /// it routes the server's Teredo prefix): echo replies for one of our clients go
     /// back over UDP to its mapping. No origin indication: there is no outer source to
     /// report.
-    pub fn on_native(&mut self, packet: &[u8], tx: &mut impl Transmit) {
+    pub fn on_native(&mut self, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
         let mut out = std::mem::take(&mut self.scratch);
         let action = self.handle_native(packet, &mut out);
-        self.emit(action, &out, tx);
+        let outcome = self.emit(action, &out, tx);
         self.scratch = out;
+        outcome
     }
 
     fn handle_native(&mut self, packet: &[u8], out: &mut [u8]) -> Result<ServerAction, DropReason> {
@@ -456,7 +484,7 @@ impl Server {
         let len = copy_routed(&ip, out)?;
         self.stats.forwarded_udp += 1;
         self.stats.forwarded_udp_bytes += len as u64;
-        Ok(ServerAction::Udp { from: Local::Primary, to: dest.mapped, len })
+        Ok(ServerAction::Forward { to: dest.mapped, len })
     }
 }
 

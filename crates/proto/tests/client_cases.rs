@@ -47,7 +47,7 @@ fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
 fn answer(primary: Ipv4Addr, local: Local, from: &str, rs: &[u8]) -> Option<(SocketAddrV4, Vec<u8>)> {
     let mut s = Server::new(ServerConfig::new(primary));
     let mut w = Recorder::default();
-    s.on_udp(secs(1), local, sa(from), rs, &mut w);
+    let _ = s.on_udp(secs(1), local, sa(from), rs, &mut w);
     let sent = w.sent.pop()?;
     let from = match sent.from {
         Source::Service => Local::Primary,
@@ -70,14 +70,14 @@ fn qualify(c: &mut Client<Rng>, now: Duration, m1: &str, m2: &str, cone: bool) -
     if cone {
         let (from, ra) = answer(P, Local::Primary, MP, &prs).unwrap();
         assert_eq!(from.ip(), &P1, "the cone RS is answered from the secondary");
-        c.on_udp(now, Via::Probe, from, &ra, &mut w);
+        let _ = c.on_udp(now, Via::Probe, from, &ra, &mut w);
     }
     let (from, ra) = answer(P, Local::Primary, m1, &rs).unwrap();
-    c.on_udp(now + ms(1), Via::Service, from, &ra, &mut w);
+    let _ = c.on_udp(now + ms(1), Via::Service, from, &ra, &mut w);
     let (to2, rs2) = w.pop_udp().expect("RS to the secondary");
     assert_eq!(to2, SocketAddrV4::new(P1, 3544));
     let (from2, ra2) = answer(P, Local::Secondary, m2, &rs2).unwrap();
-    c.on_udp(now + ms(2), Via::Service, from2, &ra2, &mut w);
+    let _ = c.on_udp(now + ms(2), Via::Service, from2, &ra2, &mut w);
     std::iter::from_fn(|| c.poll_event()).collect()
 }
 
@@ -151,7 +151,7 @@ fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
     let at = TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut b).unwrap();
     emit_bubble(&a(relay), &addr, 0, &mut b[at..]).unwrap();
     b.truncate(at + 40);
-    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &b, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &b, &mut w);
     assert_eq!(w.udp().len(), 1);
     assert_eq!(w.udp()[0].0, sa("192.0.2.10:3545"));
     let sent = w.udp();
@@ -212,7 +212,7 @@ fn forged_indirect_bubbles_cannot_open_unbounded_ports_or_answers() {
         TeredoHeaderRepr { auth: None, origin: Some(sa("198.51.100.1:4000")) }.emit(&mut d).unwrap();
         d.extend_from_slice(&bubble(&src.to_string(), &me.to_string()));
         d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, (i as u8) | 1, 5, 2, 0x9c, 0x40]);
-        c.on_udp(secs(2) + ms(u64::from(i)), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+        let _ = c.on_udp(secs(2) + ms(u64::from(i)), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     }
     assert!(w.most_open <= cap, "{} random ports open at once, cap {cap}", w.most_open);
     assert!(w.most_open > 0, "the flood did reach the port table");
@@ -331,12 +331,12 @@ fn case24_to_28_bad_ras_are_ignored() {
         let mut w = Recorder::default();
         let n = nonce_of(&first_rs(&mut c, &mut w));
         w = Recorder::default();
-        c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &make(n), &mut w);
+        let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &make(n), &mut w);
         still_qualifying(&mut c, &mut w);
         // The crafted RA itself is right once the flaw is removed (the test is sound).
         if name == "24 wrong nonce" {
             let ok = crafted_ra(Some(n), Some(M), "fe80::ffff:ffff:ffff", &pio(good_prefix, 64));
-            c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ok, &mut w);
+            let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ok, &mut w);
             assert_eq!(w.udp().len(), 1, "a correct crafted RA moves on to the secondary probe");
         }
     }
@@ -348,8 +348,8 @@ fn ra_from_the_wrong_address_or_port_is_ignored() {
     let mut w = Recorder::default();
     let rs = first_rs(&mut c, &mut w);
     let (_, ra) = answer(P, Local::Primary, M, &rs).unwrap();
-    c.on_udp(secs(1), Via::Service, sa("65.54.227.120:3545"), &ra, &mut w);
-    c.on_udp(secs(1), Via::Service, SocketAddrV4::new(Q, 3544), &ra, &mut w);
+    let _ = c.on_udp(secs(1), Via::Service, sa("65.54.227.120:3545"), &ra, &mut w);
+    let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(Q, 3544), &ra, &mut w);
     still_qualifying(&mut c, &mut w);
 }
 
@@ -386,10 +386,10 @@ fn failover_to_the_next_server_and_back_home() {
     assert_eq!(to, vec![P, P, P, Q]);
     let rs = w.pop_udp().unwrap().1;
     let (from, ra) = answer(Q, Local::Primary, M, &rs).unwrap();
-    c.on_udp(ms(13_500), Via::Service, from, &ra, &mut w);
+    let _ = c.on_udp(ms(13_500), Via::Service, from, &ra, &mut w);
     let rs2 = w.pop_udp().unwrap().1;
     let (from2, ra2) = answer(Q, Local::Secondary, M, &rs2).unwrap();
-    c.on_udp(ms(13_501), Via::Service, from2, &ra2, &mut w);
+    let _ = c.on_udp(ms(13_501), Via::Service, from2, &ra2, &mut w);
     let ev: Vec<ClientEvent> = std::iter::from_fn(|| c.poll_event()).collect();
     assert!(matches!(ev[0], ClientEvent::Up { server, .. } if server == Q), "{ev:?}");
     // On the fallback, the first server is tried again; when it answers, we go home.
@@ -397,7 +397,7 @@ fn failover_to_the_next_server_and_back_home() {
     c.on_timer(ms(14_000), &mut w);
     let home = w.udp().iter().find(|(t, _)| *t.ip() == P).expect("home check").1.clone();
     let (from, ra) = answer(P, Local::Primary, M, &home).unwrap();
-    c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
+    let _ = c.on_udp(ms(14_100), Via::Service, from, &ra, &mut w);
     assert_eq!(c.status().state, ClientState::Qualifying);
     assert_eq!(c.status().server, Some(P));
 }
@@ -408,7 +408,7 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
     // A peer is known.
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &old.to_string()), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &old.to_string()), &mut w);
     assert_eq!(c.status().peers, 1);
     // Refresh: nothing from the server for the randomized interval (22.5–30 s).
     w = Recorder::default();
@@ -422,7 +422,7 @@ fn case31_new_mapping_means_new_address_and_fresh_peers() {
     assert_eq!(to, SocketAddrV4::new(P, 3544));
     // The NAT now maps us to another port: a new address after a new NAT check.
     let (from, ra) = answer(P, Local::Primary, "192.0.2.45:40123", &rs).unwrap();
-    c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
+    let _ = c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
     let ev = qualify_rest(&mut c, &mut w, "192.0.2.45:40123");
     let new = up_address(&ev);
     assert_ne!(new, old);
@@ -438,12 +438,12 @@ fn qualify_rest(c: &mut Client<Rng>, w: &mut Recorder, mapping: &str) -> Vec<Cli
     if let Some((to, rs)) = w.pop_udp() {
         let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
-        c.on_udp(secs(41), Via::Service, from, &ra, w);
+        let _ = c.on_udp(secs(41), Via::Service, from, &ra, w);
     }
     if let Some((to, rs)) = w.pop_udp() {
         let local = if *to.ip() == P { Local::Primary } else { Local::Secondary };
         let (from, ra) = answer(P, local, mapping, &rs).unwrap();
-        c.on_udp(secs(42), Via::Service, from, &ra, w);
+        let _ = c.on_udp(secs(42), Via::Service, from, &ra, w);
     }
     std::iter::from_fn(|| c.poll_event()).collect()
 }
@@ -460,7 +460,7 @@ fn maintenance_with_the_same_mapping_keeps_the_address() {
     }
     let (_, rs) = w.pop_udp().unwrap();
     let (from, ra) = answer(P, Local::Primary, M, &rs).unwrap();
-    c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
+    let _ = c.on_udp(secs(40), Via::Service, from, &ra, &mut w);
     assert_eq!(c.address(), Some(old));
     assert!(w.udp().is_empty(), "no re-qualification");
 }
@@ -484,13 +484,13 @@ fn requalifying_with_the_same_mapping_keeps_peers_and_traffic_flowing() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     c.on_network_change(secs(5), &mut w);
     assert_eq!(c.address(), Some(me), "the interface keeps its address while we ask again");
     // Meanwhile the host's packet goes straight to the trusted peer, not back as
     // unreachable.
     let mut w = Recorder::default();
-    c.on_tun(secs(5), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    let _ = c.on_tun(secs(5), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     assert_eq!(w.udp().iter().filter(|(to, _)| *to == sa("198.51.100.7:3544")).count(), 1);
     assert!(w.delivered.is_empty(), "no ICMPv6 error to the host");
     // The RA gives the same mapping: same address, no new Up, the peer still trusted.
@@ -501,8 +501,9 @@ fn requalifying_with_the_same_mapping_keeps_peers_and_traffic_flowing() {
     assert_eq!(c.address(), Some(me));
     assert_eq!(c.stats().addresses, 1, "no address change counted");
     let mut w = Recorder::default();
-    c.on_udp(secs(43), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[2; 8]), &mut w);
-    c.on_tun(secs(43), &ipv6(&me.to_string(), peer, 17, &[3; 8]), &mut w);
+    let _ =
+        c.on_udp(secs(43), Via::Service, sa("198.51.100.7:3544"), &ipv6(peer, &me.to_string(), 17, &[2; 8]), &mut w);
+    let _ = c.on_tun(secs(43), &ipv6(&me.to_string(), peer, 17, &[3; 8]), &mut w);
     let bubbles = w.udp().iter().filter(|(_, p)| TeredoPacket::parse(p).unwrap().is_bubble()).count();
     assert_eq!((w.udp().len(), bubbles), (1, 0), "straight to the peer, no bubbles: it is still trusted");
 }
@@ -528,11 +529,11 @@ fn case32_matching_teredo_source_is_delivered_and_trusted() {
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     let data = ipv6(peer, &me.to_string(), 17, &[0; 8]);
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &data, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &data, &mut w);
     assert_eq!(w.delivered, vec![data]);
     // Trusted: the host's answer goes straight to the mapping.
     w = Recorder::default();
-    c.on_tun(secs(3), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    let _ = c.on_tun(secs(3), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     assert_eq!(w.udp().len(), 1);
     assert_eq!(w.udp()[0].0, sa("198.51.100.7:3544"));
 }
@@ -542,7 +543,8 @@ fn case33_mismatched_source_is_not_delivered() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
+    let _ =
+        c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     assert!(w.delivered.is_empty());
 }
 
@@ -552,7 +554,7 @@ fn case34_35_connectivity_test_through_the_server() {
     let me_s = me.to_string();
     let mut w = Recorder::default();
     let data = ipv6(&me_s, "2001:db8::1", 17, &[7; 8]);
-    c.on_tun(secs(2), &data, &mut w);
+    let _ = c.on_tun(secs(2), &data, &mut w);
     // An echo request with an 8-byte unpredictable payload goes to our server; no data.
     assert_eq!(w.udp().len(), 1);
     let (to, echo) = w.pop_udp().unwrap();
@@ -582,10 +584,10 @@ fn case34_35_connectivity_test_through_the_server() {
         b
     };
     // Case 35: a reply with the wrong nonce from a relay is ignored…
-    c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(&[0u8; 8]), &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(&[0u8; 8]), &mut w);
     assert!(w.udp().is_empty() && w.delivered.is_empty());
     // …the right one makes the relay trusted and releases the queued packet to it.
-    c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(nonce), &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa("203.0.113.9:5555"), &reply(nonce), &mut w);
     assert_eq!(w.udp(), vec![(sa("203.0.113.9:5555"), data)]);
     // The reply with the wrong nonce came from a relay the client did not know: held
     // as a first contact, and delivered now that the relay is proven. The matching
@@ -598,7 +600,7 @@ fn case36_never_send_to_a_private_embedded_address() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     // C=1, mapped ~10.1.2.3 = f5fe:fdfc.
-    c.on_tun(secs(2), &ipv6(&me.to_string(), "2001:0:4136:e378:8000:f227:f5fe:fdfc", 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(secs(2), &ipv6(&me.to_string(), "2001:0:4136:e378:8000:f227:f5fe:fdfc", 17, &[0; 8]), &mut w);
     assert!(w.udp().is_empty());
 }
 
@@ -608,7 +610,7 @@ fn case37_bubbles_at_0_2_4_6_then_unreachable() {
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     for _ in 0..20 {
-        c.on_tun(secs(10), &ipv6(&me.to_string(), peer, 17, &[0; 600]), &mut w);
+        let _ = c.on_tun(secs(10), &ipv6(&me.to_string(), peer, 17, &[0; 600]), &mut w);
     }
     let mut times = vec![];
     let mut last = 0;
@@ -645,7 +647,7 @@ fn case38_indirect_bubble_is_answered_directly_to_the_origin() {
     let mut d = vec![0u8; 48];
     TeredoHeaderRepr { auth: None, origin: Some(sa("203.0.113.9:5555")) }.emit(&mut d).unwrap();
     emit_bubble(&a(relay_src), &me, 0, &mut d[8..]).unwrap();
-    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert_eq!(w.udp().len(), 1);
     let (to, b) = &w.udp()[0];
     assert_eq!(*to, sa("203.0.113.9:5555"));
@@ -663,7 +665,7 @@ fn indirect_bubble_from_a_link_local_source_is_answered_too() {
     let mut d = vec![0u8; 48];
     TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
     emit_bubble(&a("fe80::81:fc12:b00d:c42d"), &me, 0, &mut d[8..]).unwrap();
-    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert_eq!(w.udp().len(), 1);
     assert_eq!(w.udp()[0].0, sa("192.0.2.10:3545"));
     assert!(w.delivered.is_empty());
@@ -671,7 +673,7 @@ fn indirect_bubble_from_a_link_local_source_is_answered_too() {
     let mut d = vec![0u8; 8];
     TeredoHeaderRepr { auth: None, origin: Some(sa("192.0.2.10:3545")) }.emit(&mut d).unwrap();
     d.extend_from_slice(&ipv6("fe80::1", &me.to_string(), 58, &[129, 0, 0, 0, 0, 0, 0, 0]));
-    c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert!(w.delivered.is_empty());
 }
 
@@ -680,7 +682,7 @@ fn case39_link_local_from_a_peer_never_reaches_the_host() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     let forged = ipv6("fe80::1", &me.to_string(), 58, &[134, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &forged, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &forged, &mut w);
     assert!(w.delivered.is_empty());
 }
 
@@ -691,7 +693,7 @@ fn case40_discovery_bubbles_are_ignored() {
     let mut w = Recorder::default();
     let mut b = vec![0u8; 40];
     emit_bubble(&a("2001:0:4136:e378:0:f227:39cc:9bf8"), &a("ff02::1"), 1, &mut b).unwrap();
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &b, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa("198.51.100.7:3544"), &b, &mut w);
     assert!(w.delivered.is_empty() && w.udp().is_empty());
 }
 
@@ -699,7 +701,7 @@ fn case40_discovery_bubbles_are_ignored() {
 fn unqualified_client_answers_the_host_with_unreachable() {
     let mut c = client(&[P]);
     let mut w = Recorder::default();
-    c.on_tun(secs(1), &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(secs(1), &ipv6("2001:0:4136:e378::1", "2001:db8::1", 17, &[0; 8]), &mut w);
     assert_eq!(w.delivered.len(), 1);
     let ip = Ipv6Packet::new_checked(&w.delivered[0][..]).unwrap();
     assert_eq!(ip.payload()[0], 1, "destination unreachable");
@@ -719,9 +721,9 @@ fn first_connectivity_test_goes_at_once_right_after_start() {
     let ev = qualify(&mut c, ms(100), M, M, false);
     let me = up_address(&ev);
     let mut w = Recorder::default();
-    c.on_tun(ms(200), &ipv6(&me.to_string(), "2001:db8::1", 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(ms(200), &ipv6(&me.to_string(), "2001:db8::1", 17, &[0; 8]), &mut w);
     assert_eq!(w.udp().len(), 1, "the echo request leaves at once");
-    c.on_tun(ms(250), &ipv6(&me.to_string(), "2001:0:4136:e378:0:f227:39cc:9bf8", 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(ms(250), &ipv6(&me.to_string(), "2001:0:4136:e378:0:f227:39cc:9bf8", 17, &[0; 8]), &mut w);
     assert_eq!(w.udp().len(), 3, "and the first bubbles too");
 }
 
@@ -753,7 +755,7 @@ fn peers_the_host_calls_wait_within_a_cap_and_so_do_their_queued_bytes() {
         );
         let p = ipv6(&me.to_string(), &dst.to_string(), 17, &[0u8; 1000]);
         for _ in 0..3 {
-            c.on_tun(secs(2), &p, &mut w);
+            let _ = c.on_tun(secs(2), &p, &mut w);
         }
     }
     assert!(c.waiting_peers() <= cap, "waiting: {}", c.waiting_peers());
@@ -770,13 +772,13 @@ fn icmpv6_from_the_server_reaches_the_host_only_from_internet_sources() {
     let echo = [128, 0, 0, 0, 0, 1, 0, 1];
     let mut w = Recorder::default();
     for src in ["::1", "fec0::1", "fd00::1", "::ffff:192.0.2.1", "fe80::1", "ff02::1"] {
-        c.on_udp(secs(2), Via::Service, server, &ipv6(src, &me, 58, &echo), &mut w);
+        let _ = c.on_udp(secs(2), Via::Service, server, &ipv6(src, &me, 58, &echo), &mut w);
         assert!(w.delivered.is_empty(), "{src} reached the host");
     }
     // An echo relayed by the server from another Teredo client does.
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     let ok = ipv6(peer, &me, 58, &echo);
-    c.on_udp(secs(2), Via::Service, server, &ok, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, server, &ok, &mut w);
     assert_eq!(w.delivered, vec![ok]);
 }
 
@@ -787,21 +789,21 @@ fn a_peer_embedding_a_host_of_our_own_subnet_is_never_sent_to_nor_trusted() {
     c.set_attached_subnets(&[("198.51.100.0".parse().unwrap(), 24)]);
     let mut w = Recorder::default();
     let inside = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
-    c.on_tun(secs(2), &ipv6(&me, inside, 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(secs(2), &ipv6(&me, inside, 17, &[0; 8]), &mut w);
     assert!(w.udp().is_empty(), "sent {:?}", w.udp());
     assert_eq!(c.stats().drops.get(DropReason::AttachedSubnet), 1);
     // Its broadcast, as a server field: the same.
     let via_bcast = "2001:0:c633:64ff:0:f227:34ff:8ef8"; // server 198.51.100.255
-    c.on_tun(secs(2), &ipv6(&me, via_bcast, 17, &[0; 8]), &mut w);
+    let _ = c.on_tun(secs(2), &ipv6(&me, via_bcast, 17, &[0; 8]), &mut w);
     assert!(w.udp().is_empty(), "sent {:?}", w.udp());
     // A packet from the address it embeds is not taken as proof.
-    c.on_udp(secs(3), Via::Service, sa("198.51.100.7:3544"), &ipv6(inside, &me, 17, &[0; 8]), &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa("198.51.100.7:3544"), &ipv6(inside, &me, 17, &[0; 8]), &mut w);
     assert!(w.delivered.is_empty());
     assert!(w.udp().iter().all(|(to, _)| !to.ip().octets().starts_with(&[198, 51, 100])), "{:?}", w.udp());
     // A peer elsewhere, as ever (case 32).
     let outside = "2001:0:4136:e378:0:f227:34ff:8ef8"; // mapped 203.0.113.7:3544
     let data = ipv6(outside, &me, 17, &[0; 8]);
-    c.on_udp(secs(3), Via::Service, sa("203.0.113.7:3544"), &data, &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa("203.0.113.7:3544"), &data, &mut w);
     assert_eq!(w.delivered, vec![data]);
 }
 
@@ -815,18 +817,18 @@ fn with_its_port_mapped_a_client_sends_nothing_direct_before_the_peer_spoke() {
     c.set_port_mapping(Some(sa(M)));
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544, server P
     let mut w = Recorder::default();
-    c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    let _ = c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     c.on_timer(secs(5), &mut w);
     assert!(!w.udp().is_empty(), "the indirect bubble goes");
     assert!(w.udp().iter().all(|(to, _)| *to.ip() == P), "only to the server: {:?}", w.udp());
     // The peer's direct bubble arrives through the mapping: from then on we answer it
     // directly, and the host's packet follows.
     let mut w = Recorder::default();
-    c.on_udp(secs(6), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &me.to_string()), &mut w);
+    let _ = c.on_udp(secs(6), Via::Service, sa("198.51.100.7:3544"), &bubble(peer, &me.to_string()), &mut w);
     assert!(w.udp().iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp());
     // Without a mapping the direct (opening) bubble goes at once, as before.
     let (mut c, me) = qualified_symmetric();
     let mut w = Recorder::default();
-    c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
+    let _ = c.on_tun(secs(2), &ipv6(&me.to_string(), peer, 17, &[1; 8]), &mut w);
     assert!(w.udp().iter().any(|(to, _)| *to == sa("198.51.100.7:3544")), "{:?}", w.udp());
 }

@@ -244,7 +244,7 @@ impl Net {
 
     fn deliver(&mut self, k: usize, via: Via, d: &Datagram, queue: &mut VecDeque<(Node, Datagram)>) {
         let mut out = self.out(k);
-        self.clients[k].on_udp(self.now, via, d.from, &d.bytes, &mut out);
+        let _ = self.clients[k].on_udp(self.now, via, d.from, &d.bytes, &mut out);
         self.collect(k, out, queue);
     }
 
@@ -358,7 +358,7 @@ impl Net {
             } else if *d.to.ip() == SERVER || *d.to.ip() == SERVER2 {
                 let local = if *d.to.ip() == SERVER { Local::Primary } else { Local::Secondary };
                 let mut out = Recorder::default();
-                self.server.on_udp(self.now, local, d.from, &d.bytes, &mut out);
+                let _ = self.server.on_udp(self.now, local, d.from, &d.bytes, &mut out);
                 let forwarded = !out.sent.is_empty();
                 self.note(&d, if forwarded { "delivered" } else { "dropped by the server" });
                 for Sent { from, to, payload: bytes, .. } in out.sent {
@@ -427,7 +427,7 @@ impl Net {
             .unwrap();
         p.extend_from_slice(body);
         let mut out = self.out(i);
-        self.clients[i].on_tun(self.now, &p, &mut out);
+        let _ = self.clients[i].on_tun(self.now, &p, &mut out);
         let mut q = VecDeque::new();
         self.collect(i, out, &mut q);
         self.run(q);
@@ -534,14 +534,14 @@ fn a_forged_nonce_does_not_move_a_peer() {
         bytes.extend_from_slice(&[trailer_type::NONCE, 4]);
         bytes.extend_from_slice(&nonce.to_be_bytes());
         let mut out = net.out(1);
-        net.clients[1].on_udp(net.now, Via::Service, forger, &bytes, &mut out);
+        let _ = net.clients[1].on_udp(net.now, Via::Service, forger, &bytes, &mut out);
         net.collect(1, out, &mut VecDeque::new());
         // B's host answers A again: it must go where it went before, not to the forger.
         let mut p = vec![0u8; 40];
         Ipv6Repr { src_addr: b, dst_addr: a, next_header: 17, payload_len: 3, hop_limit: 64 }.emit(&mut p).unwrap();
         p.extend_from_slice(b"bye");
         let mut out = net.out(1);
-        net.clients[1].on_tun(net.now, &p, &mut out);
+        let _ = net.clients[1].on_tun(net.now, &p, &mut out);
         assert_eq!(out.sent.len(), 1);
         assert_ne!(out.sent[0].to, forger, "nonce {nonce:08x} moved the peer to the forger");
     }
@@ -652,7 +652,13 @@ fn two_clients_behind_one_nat_meet_by_local_discovery() {
     shipworm_wire::teredo_packet::emit_bubble(&stranger, &shipworm_proto::local_discovery::ALL_NODES, 1, &mut b)
         .unwrap();
     let mut out = net.out(0);
-    net.clients[0].on_udp(net.now, Via::Discovery, SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 9), 4000), &b, &mut out);
+    let _ = net.clients[0].on_udp(
+        net.now,
+        Via::Discovery,
+        SocketAddrV4::new(Ipv4Addr::new(10, 1, 0, 9), 4000),
+        &b,
+        &mut out,
+    );
     assert!(out.sent.is_empty(), "a stranger's announcement is not answered");
     let _ = me;
 }

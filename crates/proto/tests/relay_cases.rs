@@ -1,8 +1,9 @@
 //! The relay against the black-box cases 41–48 of the requirements reference and
 //! RFC 4380 §5.4, in virtual time.
 
-use shipworm_proto::relay::{Relay, RelayConfig, Served, Verdict};
+use shipworm_proto::relay::{Relay, RelayConfig, Served};
 use shipworm_proto::transmit::{Recorder, Sent};
+use shipworm_proto::Action;
 use shipworm_proto::DropReason;
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
@@ -51,8 +52,8 @@ fn bubble(src: &str, dst: &str) -> Vec<u8> {
 
 /// Bring B to trusted: a native packet, then B's answering bubble.
 fn establish(r: &mut Relay, w: &mut Recorder, now: Duration) {
-    assert_eq!(r.on_tun(now, &udp_packet(NATIVE, B), w), Verdict::Queued);
-    assert_eq!(r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w), Verdict::Consumed);
+    assert_eq!(r.on_tun(now, &udp_packet(NATIVE, B), w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(now, sa(B_MAPPED), &bubble(B, NATIVE), w), Ok(Action::Consumed));
 }
 
 #[test]
@@ -60,7 +61,7 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
     let mut r = relay();
     let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
-    assert_eq!(r.on_tun(secs(100), &pkt, &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(secs(100), &pkt, &mut w), Ok(Action::Queued));
     // One indirect bubble, to B's server, from the packet's source to B.
     assert_eq!(w.sent.len(), 1);
     let Sent { to, payload: b, .. } = &w.sent[0];
@@ -71,12 +72,12 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
     assert!(w.delivered.is_empty());
     // B answers with a bubble from its mapping: the queued packet goes there, intact.
     w.sent.clear();
-    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Verdict::Consumed);
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
     assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt.clone())]);
     assert!(w.delivered.is_empty(), "bubbles are never delivered");
     // From now on, straight to the mapping.
     w.sent.clear();
-    assert_eq!(r.on_tun(secs(102), &pkt, &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_tun(secs(102), &pkt, &mut w), Ok(Action::Forwarded));
     assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt)]);
     assert_eq!(r.pending_len(), 0);
 }
@@ -85,7 +86,7 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
 fn restricted_mode_also_bubbles_the_mapping_directly() {
     let mut r = Relay::new(RelayConfig { direct_bubbles: true, ..RelayConfig::default() });
     let mut w = Recorder::default();
-    r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
+    let _ = r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
     let to: Vec<SocketAddrV4> = w.sent.iter().map(|s| s.to).collect();
     assert_eq!(to, vec![sa(B_SERVER), sa(B_MAPPED)]);
 }
@@ -97,7 +98,7 @@ fn trusted_client_reaches_the_native_side() {
     establish(&mut r, &mut w, secs(10));
     w.delivered.clear();
     let up = udp_packet(B, NATIVE);
-    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &up, &mut w), Ok(Action::Forwarded));
     assert_eq!(w.delivered, vec![up]);
 }
 
@@ -106,7 +107,7 @@ fn case42_non_teredo_source_is_dropped() {
     let mut r = relay();
     let mut w = Recorder::default();
     let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet("2001:db8::5", "2001:db8::6"), &mut w);
-    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+    assert_eq!(v, Err(DropReason::SourceMismatch));
     assert!(w.delivered.is_empty() && w.sent.is_empty());
 }
 
@@ -117,7 +118,7 @@ fn case43_mapping_mismatch_is_dropped() {
     establish(&mut r, &mut w, secs(10));
     w.delivered.clear();
     let v = r.on_udp(secs(11), sa("198.51.100.7:3545"), &udp_packet(B, NATIVE), &mut w);
-    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+    assert_eq!(v, Err(DropReason::SourceMismatch));
     assert!(w.delivered.is_empty());
 }
 
@@ -126,23 +127,23 @@ fn symmetric_nat_client_is_learned_from_its_bubble() {
     let mut r = relay();
     let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
-    assert_eq!(r.on_tun(secs(10), &pkt, &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(secs(10), &pkt, &mut w), Ok(Action::Queued));
     w.sent.clear();
     // Data from another port is still refused; the answering bubble is not.
     let other = sa("198.51.100.7:61000");
-    assert_eq!(r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w), Verdict::Dropped(DropReason::SourceMismatch));
-    assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Verdict::Consumed);
+    assert_eq!(r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
     assert_eq!(w.sent, vec![Sent::service(other, pkt.clone())], "queue flushed to the learned port");
     // From now on that port is the peer's, both ways.
-    assert_eq!(r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
     w.sent.clear();
-    assert_eq!(r.on_tun(secs(11), &pkt, &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_tun(secs(11), &pkt, &mut w), Ok(Action::Forwarded));
     assert_eq!(w.sent[0].to, other);
     // A bubble from another IPv4 address is never accepted.
     let mut r = relay();
-    r.on_tun(secs(10), &pkt, &mut w);
+    let _ = r.on_tun(secs(10), &pkt, &mut w);
     let v = r.on_udp(secs(10), sa("203.0.113.5:61000"), &bubble(B, NATIVE), &mut w);
-    assert_eq!(v, Verdict::Dropped(DropReason::SourceMismatch));
+    assert_eq!(v, Err(DropReason::SourceMismatch));
 }
 
 #[test]
@@ -150,7 +151,7 @@ fn unknown_teredo_sources_are_dropped() {
     let mut r = relay();
     let mut w = Recorder::default();
     let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w);
-    assert_eq!(v, Verdict::Dropped(DropReason::NoPeerEntry));
+    assert_eq!(v, Err(DropReason::NoPeerEntry));
     assert!(w.delivered.is_empty());
 }
 
@@ -167,7 +168,7 @@ fn case44_non_global_embedded_addresses_get_no_udp() {
         "2001:0:0:0:0:f227:39cc:9bf8", // server 0.0.0.0
     ] {
         let v = r.on_tun(secs(1), &udp_packet(NATIVE, dst), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::DestinationMappingNotGlobal), "{dst}");
+        assert_eq!(v, Err(DropReason::DestinationMappingNotGlobal), "{dst}");
     }
     assert!(w.sent.is_empty());
 }
@@ -180,16 +181,16 @@ fn case45_destinations_outside_the_served_range_are_dropped() {
     w.delivered.clear();
     for dst in ["2001:db8::6", "fe80::1", "ff0e::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+        assert_eq!(v, Err(DropReason::NotServed), "{dst}");
     }
-    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, "2001:db8::5"), &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, "2001:db8::5"), &mut w), Ok(Action::Forwarded));
     assert_eq!(w.delivered.len(), 1);
     // A full relay still refuses Teredo, link-local and multicast destinations.
     let mut r = relay();
     establish(&mut r, &mut w, secs(10));
     for dst in ["2001:0:4136:e378::1", "fe80::1", "ff02::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+        assert_eq!(v, Err(DropReason::NotServed), "{dst}");
     }
 }
 
@@ -201,7 +202,7 @@ fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
     assert_eq!(big.len(), 1280);
     let mut queued = 0;
     for _ in 0..100 {
-        if r.on_tun(secs(100), &big, &mut w) == Verdict::Queued {
+        if r.on_tun(secs(100), &big, &mut w) == Ok(Action::Queued) {
             queued += 1;
         }
     }
@@ -238,7 +239,7 @@ fn case47_no_error_about_an_error() {
     let mut r = relay();
     let mut w = Recorder::default();
     let err = ipv6(NATIVE, B, 58, &[1, 3, 0, 0, 0, 0, 0, 0]);
-    r.on_tun(secs(100), &err, &mut w);
+    let _ = r.on_tun(secs(100), &err, &mut w);
     for t in 101..120 {
         r.on_timer(secs(t), &mut w);
     }
@@ -253,7 +254,7 @@ fn case48_errors_are_rate_limited() {
     // 1000 packets to non-Teredo destinations: routing errors, at most 10 per second.
     for i in 0..1000u32 {
         let dst = format!("2001:db8:1::{:x}", i + 1);
-        r.on_tun(secs(50) + Duration::from_micros(u64::from(i)), &udp_packet(NATIVE, &dst), &mut w);
+        let _ = r.on_tun(secs(50) + Duration::from_micros(u64::from(i)), &udp_packet(NATIVE, &dst), &mut w);
     }
     assert!(w.delivered.len() <= 10, "{} errors", w.delivered.len());
     assert!(!w.delivered.is_empty());
@@ -270,7 +271,7 @@ fn bubbles_stop_at_four_per_300_seconds() {
     for ms in (0..20_000u64).step_by(500) {
         let now = secs(1000) + Duration::from_millis(ms);
         let before = w.sent.len();
-        r.on_tun(now, &udp_packet(NATIVE, B), &mut w);
+        let _ = r.on_tun(now, &udp_packet(NATIVE, B), &mut w);
         r.on_timer(now, &mut w);
         if w.sent.len() > before {
             if let Some(l) = last {
@@ -294,12 +295,12 @@ fn flood_of_new_destinations_keeps_established_peers_served() {
             0x3900 | u16::from(m[1]),
             u16::from_be_bytes([m[2], m[3]]) | 0x100
         );
-        r.on_tun(secs(11), &udp_packet(NATIVE, &dst), &mut w);
+        let _ = r.on_tun(secs(11), &udp_packet(NATIVE, &dst), &mut w);
     }
     assert!(r.pending_len() <= 64);
     assert!(r.peer_count() <= 1000);
     w.sent.clear();
-    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Ok(Action::Forwarded));
     assert_eq!(w.sent[0].to, sa(B_MAPPED));
 }
 
@@ -308,7 +309,7 @@ fn non_teredo_destinations_get_a_routing_error() {
     let mut r = relay();
     let mut w = Recorder::default();
     let v = r.on_tun(secs(1), &udp_packet(NATIVE, "2001:db8:2::1"), &mut w);
-    assert_eq!(v, Verdict::Dropped(DropReason::NotOurClient));
+    assert_eq!(v, Err(DropReason::NotOurClient));
     assert_eq!(w.delivered.len(), 1);
     assert!(w.sent.is_empty());
 }
@@ -330,9 +331,9 @@ mod fuzz {
                 d[..40].copy_from_slice(&bubble(B, NATIVE));
             }
             if as_tun {
-                r.on_tun(secs(6), &d, &mut w);
+                let _ = r.on_tun(secs(6), &d, &mut w);
             } else {
-                r.on_udp(secs(6), SocketAddrV4::new("198.51.100.7".parse().unwrap(), port), &d, &mut w);
+                let _ = r.on_udp(secs(6), SocketAddrV4::new("198.51.100.7".parse().unwrap(), port), &d, &mut w);
             }
             r.on_timer(secs(9), &mut w);
             prop_assert!(w.sent.iter().all(|s| s.payload.len() <= 2048));
@@ -346,7 +347,7 @@ fn first_bubble_goes_at_once_even_right_after_start() {
     // be bubbled immediately.
     let mut r = relay();
     let mut w = Recorder::default();
-    assert_eq!(r.on_tun(Duration::from_millis(300), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(Duration::from_millis(300), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
     assert_eq!(w.sent.len(), 1);
 }
 
@@ -389,15 +390,15 @@ mod sharded {
                             let (addr, mapped) = client(i);
                             let dst = addr.to_string();
                             let p = udp_packet(NATIVE, &dst);
-                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Verdict::Queued);
+                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Ok(Action::Queued));
                             let v = shared.on_udp(&mut worker, now, mapped, &bubble(&dst, NATIVE), &mut w);
-                            assert_eq!(v, Verdict::Consumed);
+                            assert_eq!(v, Ok(Action::Consumed));
                             // The queued packet left for the mapping the bubble came from.
                             assert_eq!(w.sent.last().map(|s| (s.to, s.payload.clone())), Some((mapped, p.clone())));
                             // Now both ways without bubbles.
-                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Verdict::Forwarded);
+                            assert_eq!(shared.on_tun(&mut worker, now, &p, &mut w), Ok(Action::Forwarded));
                             let back = udp_packet(&dst, NATIVE);
-                            assert_eq!(shared.on_udp(&mut worker, now, mapped, &back, &mut w), Verdict::Forwarded);
+                            assert_eq!(shared.on_udp(&mut worker, now, mapped, &back, &mut w), Ok(Action::Forwarded));
                         }
                         worker.stats().clone()
                     })
@@ -427,8 +428,8 @@ mod sharded {
         for i in 0..n {
             let (addr, mapped) = client(i);
             let dst = addr.to_string();
-            shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &dst), &mut w);
-            shared.on_udp(&mut worker, secs(10), mapped, &bubble(&dst, NATIVE), &mut w);
+            let _ = shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &dst), &mut w);
+            let _ = shared.on_udp(&mut worker, secs(10), mapped, &bubble(&dst, NATIVE), &mut w);
             w.sent.clear();
             if i == n - 2 {
                 shared.on_timer(&mut worker, secs(10), &mut w);
@@ -449,11 +450,11 @@ mod sharded {
         for (_, d) in &batch {
             shared.prefetch_udp(d);
         }
-        let verdicts: Vec<Verdict> =
+        let verdicts: Vec<shipworm_proto::Outcome> =
             batch.iter().map(|(from, d)| shared.on_udp(&mut worker, secs(12), *from, d, &mut w)).collect();
-        assert!(verdicts[..64].iter().all(|v| *v == Verdict::Forwarded), "{verdicts:?}");
-        assert!(matches!(verdicts[64], Verdict::Dropped(_)));
-        assert_eq!(verdicts[65], Verdict::Dropped(DropReason::NoPeerEntry));
+        assert!(verdicts[..64].iter().all(|v| *v == Ok(Action::Forwarded)), "{verdicts:?}");
+        assert!(verdicts[64].is_err());
+        assert_eq!(verdicts[65], Err(DropReason::NoPeerEntry));
         assert_eq!(shared.peer_count(), n as usize);
     }
 
@@ -465,10 +466,10 @@ mod sharded {
         let mut w = Recorder::default();
         for i in 0..50 {
             let (addr, mapped) = client(i);
-            shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+            let _ = shared.on_tun(&mut worker, secs(10), &udp_packet(NATIVE, &addr.to_string()), &mut w);
             assert_eq!(
                 shared.on_udp(&mut worker, secs(10), mapped, &bubble(&addr.to_string(), NATIVE), &mut w),
-                Verdict::Consumed
+                Ok(Action::Consumed)
             );
         }
         std::thread::scope(|s| {
@@ -479,7 +480,7 @@ mod sharded {
                     let mut w = Recorder::default();
                     for i in 0..50_000u32 {
                         let (addr, _) = client(1000 + t * 50_000 + i);
-                        shared.on_tun(&mut worker, secs(11), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+                        let _ = shared.on_tun(&mut worker, secs(11), &udp_packet(NATIVE, &addr.to_string()), &mut w);
                         w.sent.clear();
                     }
                 });
@@ -491,7 +492,7 @@ mod sharded {
             let (addr, mapped) = client(i);
             w.sent.clear();
             let v = shared.on_tun(&mut worker, secs(12), &udp_packet(NATIVE, &addr.to_string()), &mut w);
-            assert_eq!((v, w.sent[0].to), (Verdict::Forwarded, mapped), "established peer {i}");
+            assert_eq!((v, w.sent[0].to), (Ok(Action::Forwarded), mapped), "established peer {i}");
         }
     }
 
@@ -513,7 +514,7 @@ mod sharded {
         let mut worker = shared.worker();
         let mut w = Recorder::default();
         for i in 0..1600 {
-            shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
+            let _ = shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
         }
         let lens = shared.shard_lens();
         assert_eq!(lens.iter().sum::<usize>(), 1600);
@@ -527,7 +528,7 @@ mod sharded {
         let mut worker = shared.worker();
         let mut w = Recorder::default();
         for i in 0..200 {
-            shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
+            let _ = shared.on_tun(&mut worker, secs(1), &udp_packet(NATIVE, &client(i).0.to_string()), &mut w);
         }
         assert_eq!(shared.pending_len(), 200);
         w.sent.clear();
@@ -549,20 +550,20 @@ mod sharded {
         let p = udp_packet(NATIVE, &addr.to_string());
         let mut tun_side = shared.worker();
         let mut w = Recorder::default();
-        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Queued);
+        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Ok(Action::Queued));
         let sent = std::thread::scope(|s| {
             s.spawn(|| {
                 let mut udp_side = shared.worker();
                 let mut w2 = Recorder::default();
                 let v = shared.on_udp(&mut udp_side, secs(1), mapped, &bubble(&addr.to_string(), NATIVE), &mut w2);
-                assert_eq!(v, Verdict::Consumed);
+                assert_eq!(v, Ok(Action::Consumed));
                 w2.sent
             })
             .join()
             .unwrap()
         });
         assert_eq!(sent, vec![Sent::service(mapped, p.clone())]);
-        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Verdict::Forwarded);
+        assert_eq!(shared.on_tun(&mut tun_side, secs(1), &p, &mut w), Ok(Action::Forwarded));
     }
 }
 
@@ -590,8 +591,8 @@ fn one_endpoint_answering_for_many_addresses_cannot_lock_newcomers_out() {
             let server = std::net::Ipv4Addr::from(0x4100_0000 + i);
             let t = TeredoAddr { prefix: PREFIX, server, flags: Flags(0), mapped: attacker };
             let addr = t.to_ipv6().to_string();
-            r.on_tun(secs(10 + round * 20), &udp_packet(NATIVE, &addr), &mut w);
-            r.on_udp(secs(10 + round * 20), attacker, &bubble(&addr, NATIVE), &mut w);
+            let _ = r.on_tun(secs(10 + round * 20), &udp_packet(NATIVE, &addr), &mut w);
+            let _ = r.on_udp(secs(10 + round * 20), attacker, &bubble(&addr, NATIVE), &mut w);
         }
     }
     assert!(r.peer_count() <= 64, "one endpoint holds its share: {} entries", r.peer_count());
@@ -599,9 +600,9 @@ fn one_endpoint_answering_for_many_addresses_cannot_lock_newcomers_out() {
     // Everyone else still gets in, up to the table's capacity.
     for i in 0..400 {
         let (c, mapped) = client(i);
-        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Verdict::Queued, "client {i}");
-        assert_eq!(r.on_udp(secs(60), mapped, &bubble(&c, NATIVE), &mut w), Verdict::Consumed);
-        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Verdict::Forwarded);
+        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Ok(Action::Queued), "client {i}");
+        assert_eq!(r.on_udp(secs(60), mapped, &bubble(&c, NATIVE), &mut w), Ok(Action::Consumed));
+        assert_eq!(r.on_tun(secs(60), &udp_packet(NATIVE, &c), &mut w), Ok(Action::Forwarded));
     }
 }
 
@@ -612,8 +613,8 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
     let mut w = Recorder::default();
     for i in 0..300 {
         let (c, mapped) = client(i);
-        r.on_tun(secs(10), &udp_packet(NATIVE, &c), &mut w);
-        assert_eq!(r.on_udp(secs(10), mapped, &bubble(&c, NATIVE), &mut w), Verdict::Consumed);
+        let _ = r.on_tun(secs(10), &udp_packet(NATIVE, &c), &mut w);
+        assert_eq!(r.on_udp(secs(10), mapped, &bubble(&c, NATIVE), &mut w), Ok(Action::Consumed));
     }
     assert_eq!(r.pending_len(), 0);
     // 31 s later none is valid: traffic to each makes it wait again, queueing what it can.
@@ -623,7 +624,7 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
         let mut p = big.clone();
         p[24..40].copy_from_slice(&a(&c).octets());
         for _ in 0..4 {
-            r.on_tun(secs(41), &p, &mut w);
+            let _ = r.on_tun(secs(41), &p, &mut w);
         }
     }
     assert!(r.pending_len() <= 32, "waiting peers: {}", r.pending_len());
@@ -631,7 +632,7 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
     // The entries stay (trusted), only their waits and queues gave way; a newcomer still waits.
     assert_eq!(r.peer_count(), 300);
     let (c, _) = client(400);
-    assert_eq!(r.on_tun(secs(42), &udp_packet(NATIVE, &c), &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(secs(42), &udp_packet(NATIVE, &c), &mut w), Ok(Action::Queued));
     assert!(r.stats().drops.get(DropReason::QueueFull) > 0);
 }
 
@@ -643,10 +644,10 @@ fn a_trusted_client_reaches_neither_site_addresses_nor_other_tunnels() {
     w.delivered.clear();
     for dst in ["fd00::1", "fc12::5", "2002:c000:201::1", "::ffff:192.0.2.7", "::192.0.2.7", "fec0::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+        assert_eq!(v, Err(DropReason::NotServed), "{dst}");
     }
     assert!(w.delivered.is_empty());
-    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
 }
 
 #[test]
@@ -659,16 +660,16 @@ fn a_relay_on_another_prefix_never_routes_back_into_it() {
         TeredoAddr { prefix: PREFIX_EXPERIMENTAL, server, flags: Flags(0), mapped: sa(mapped) }.to_ipv6().to_string()
     };
     let b = t(B_MAPPED);
-    r.on_tun(secs(10), &udp_packet(NATIVE, &b), &mut w);
-    assert_eq!(r.on_udp(secs(10), sa(B_MAPPED), &bubble(&b, NATIVE), &mut w), Verdict::Consumed);
+    let _ = r.on_tun(secs(10), &udp_packet(NATIVE, &b), &mut w);
+    assert_eq!(r.on_udp(secs(10), sa(B_MAPPED), &bubble(&b, NATIVE), &mut w), Ok(Action::Consumed));
     w.delivered.clear();
     // To another client of the same prefix, or of 2001::/32: not through the native side.
     for dst in [t("198.51.100.8:3544"), "2001:0:4136:e378::1".to_string()] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, &dst), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::NotServed), "{dst}");
+        assert_eq!(v, Err(DropReason::NotServed), "{dst}");
     }
     assert!(w.delivered.is_empty());
-    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, NATIVE), &mut w), Verdict::Forwarded);
+    assert_eq!(r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(&b, NATIVE), &mut w), Ok(Action::Forwarded));
 }
 
 #[test]
@@ -684,7 +685,7 @@ fn made_up_addresses_naming_one_server_aim_a_bounded_stream_of_bubbles_at_it() {
         let mapped = SocketAddrV4::new(std::net::Ipv4Addr::from(0xcb00_7100 + (i % 200)), 1024 + (i / 200) as u16);
         let dst = TeredoAddr { prefix: PREFIX, server: victim, flags: Flags(0), mapped }.to_ipv6().to_string();
         let now = secs(10) + Duration::from_micros(u64::from(i) * 100);
-        r.on_tun(now, &udp_packet(NATIVE, &dst), &mut w);
+        let _ = r.on_tun(now, &udp_packet(NATIVE, &dst), &mut w);
         if i % 1000 == 0 {
             r.on_timer(now, &mut w);
         }
@@ -696,7 +697,7 @@ fn made_up_addresses_naming_one_server_aim_a_bounded_stream_of_bubbles_at_it() {
     assert!(r.stats().drops.get(DropReason::RateLimited) > 0);
     // A peer served by another server is bubbled at once.
     w.sent.clear();
-    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(secs(12), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
     assert_eq!(w.sent.iter().map(|s| s.to).collect::<Vec<_>>(), vec![sa(B_SERVER)]);
 }
 
@@ -711,8 +712,8 @@ fn an_attached_subnets_broadcast_is_never_a_mapping_or_a_server() {
     let via_bcast = TeredoAddr { prefix: PREFIX, server: bcast, flags: Flags(0), mapped: sa(B_MAPPED) };
     for t in [to_bcast, via_bcast] {
         let v = r.on_tun(secs(1), &udp_packet(NATIVE, &t.to_ipv6().to_string()), &mut w);
-        assert_eq!(v, Verdict::Dropped(DropReason::AttachedSubnet));
+        assert_eq!(v, Err(DropReason::AttachedSubnet));
     }
     assert!(w.sent.is_empty());
-    assert_eq!(r.on_tun(secs(1), &udp_packet(NATIVE, B), &mut w), Verdict::Queued);
+    assert_eq!(r.on_tun(secs(1), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
 }

@@ -3,7 +3,7 @@
 
 use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::{Recorder, Source};
-use shipworm_proto::DropReason;
+use shipworm_proto::{DropReason, Outcome};
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_addr::{RS_SOURCE_CONE, RS_SOURCE_RESTRICTED};
@@ -95,19 +95,21 @@ fn actions(w: &Recorder) -> Vec<(ServerAction, Vec<u8>)> {
 
 /// What `input` did to `s`: at most one output (the server answers or forwards once),
 /// or the one drop it counted.
-fn outcome(s: &mut Server, input: impl FnOnce(&mut Server, &mut Recorder)) -> (ServerAction, Vec<u8>) {
+fn outcome(s: &mut Server, input: impl FnOnce(&mut Server, &mut Recorder) -> Outcome) -> (ServerAction, Vec<u8>) {
     let before = s.stats().drops.clone();
     let mut w = Recorder::default();
-    input(s, &mut w);
+    let said = input(s, &mut w);
     let mut out = actions(&w);
     assert!(out.len() <= 1, "one input, one output at most: {:?}", out.iter().map(|o| o.0).collect::<Vec<_>>());
     if let Some(out) = out.pop() {
         assert_eq!(s.stats().drops, before, "sent and dropped");
+        assert!(said.is_ok(), "sent, but the outcome says {said:?}");
         return out;
     }
     let counted: Vec<DropReason> =
         DropReason::ALL.iter().copied().filter(|&r| s.stats().drops.get(r) > before.get(r)).collect();
     assert_eq!(counted.len(), 1, "nothing sent: exactly one drop counted, got {counted:?}");
+    assert_eq!(said, Err(counted[0]), "the outcome names the drop counted");
     (ServerAction::Drop(counted[0]), Vec::new())
 }
 
@@ -507,7 +509,7 @@ fn one_address_gets_advertisements_at_a_bounded_rate_and_others_still_get_theirs
     for i in 0..20_000u64 {
         let mut w = Recorder::default();
         let now = Duration::from_secs(10) + Duration::from_micros(i * 100);
-        s.on_udp(now, Local::Primary, sa("198.51.100.99:53"), &solicit, &mut w);
+        let _ = s.on_udp(now, Local::Primary, sa("198.51.100.99:53"), &solicit, &mut w);
         answered += actions(&w).len();
     }
     let most = (burst + 2 * rate) as usize + 1;
@@ -515,6 +517,6 @@ fn one_address_gets_advertisements_at_a_bounded_rate_and_others_still_get_theirs
     assert_eq!(s.stats().drops.get(DropReason::RateLimited), 20_000 - answered as u64);
     // Meanwhile a client elsewhere qualifies as ever.
     let mut w = Recorder::default();
-    s.on_udp(Duration::from_secs(12), Local::Primary, sa(A_MAPPED), &solicit, &mut w);
+    let _ = s.on_udp(Duration::from_secs(12), Local::Primary, sa(A_MAPPED), &solicit, &mut w);
     assert_eq!(actions(&w).len(), 1);
 }

@@ -47,13 +47,13 @@ const SHARDS_PER_WORKER: usize = 64;
 
 /// The relay's output: UDP into a send batch, IPv6 packets into a TUN batch (each
 /// flushed when full and after each side of a round).
-struct Out<'a> {
+struct Output<'a> {
     tun: &'a Tun,
     batch: SendBatch,
     tun_out: TunWriter,
 }
 
-impl Out<'_> {
+impl Output<'_> {
     fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
         IoErrors {
             udp_send: self.batch.failed(),
@@ -68,7 +68,7 @@ impl Out<'_> {
     }
 }
 
-impl Transmit for Out<'_> {
+impl Transmit for Output<'_> {
     fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
         // The relay has its service socket only, and sends with its TTL.
         debug_assert!(from == Source::Service && ttl.is_none(), "the relay sends from its service socket");
@@ -86,7 +86,7 @@ struct WorkerIo {
 }
 
 /// What every worker thread shares besides the relay state.
-struct Crew<'a> {
+struct WorkerShared<'a> {
     relay: &'a SharedRelay,
     /// The daemon's shell: worker 0 runs its chores (watchdog, status, metrics,
     /// SIGUSR1) and answers `shipworm status`; every worker watches it for a stop.
@@ -108,7 +108,7 @@ struct Crew<'a> {
     drain_until: OnceLock<Instant>,
 }
 
-impl Crew<'_> {
+impl WorkerShared<'_> {
     /// Whether the workers go on: until a stop is asked or a worker failed; with BIRD,
     /// a stop first withdraws the announcement and the workers forward what routing
     /// still sends here for the drain time.
@@ -154,7 +154,7 @@ impl Crew<'_> {
     }
 }
 
-impl Reports for Crew<'_> {
+impl Reports for WorkerShared<'_> {
     /// The relay's counters over all workers (packets and bytes per worker), as last
     /// published.
     fn counters(&self) -> Counters {
@@ -370,7 +370,7 @@ fn serve(
     let halt = AtomicBool::new(false);
     let published: Vec<Mutex<(RelayStats, IoErrors, TunOffloadCounts)>> =
         (0..workers).map(|_| Mutex::default()).collect();
-    let crew = Crew {
+    let shared = WorkerShared {
         relay: &relay,
         shell: &shell,
         interface: &iface.name,
@@ -385,38 +385,39 @@ fn serve(
     };
     let ios: Vec<WorkerIo> =
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
-    shell.ready(&crew);
+    shell.ready(&shared);
     // Serving: announce (a drain before may have left the protocol disabled).
-    if let Some(bird) = &crew.bird {
+    if let Some(bird) = &shared.bird {
         match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enable() {
             Ok(said) => tracing::info!("announcing through BIRD: \"{said}\""),
             Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
         }
     }
-    let result = run_workers(&crew, ios);
-    shell.stopping(&crew);
+    let result = run_workers(&shared, ios);
+    shell.stopping(&shared);
     result
 }
 
 /// Worker 0 on this thread, the others on threads of their own; a worker that cannot
 /// start stops the rest. The first failure is the result.
-fn run_workers(crew: &Crew<'_>, ios: Vec<WorkerIo>) -> Result<(), Failure> {
+fn run_workers(shared: &WorkerShared<'_>, ios: Vec<WorkerIo>) -> Result<(), Failure> {
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
         let mut ios = ios.into_iter().enumerate();
         let (_, io0) = ios.next().expect("at least one worker");
         let mut results = Vec::new();
         let mut others = Vec::new();
         for (i, io) in ios {
-            match std::thread::Builder::new().name(format!("relay-{i}")).spawn_scoped(s, move || worker(crew, i, &io)) {
+            match std::thread::Builder::new().name(format!("relay-{i}")).spawn_scoped(s, move || worker(shared, i, &io))
+            {
                 Ok(h) => others.push(h),
                 Err(e) => {
-                    crew.halt.store(true, Ordering::Relaxed);
+                    shared.halt.store(true, Ordering::Relaxed);
                     results.push(Err(Failure::runtime(format!("cannot start worker thread {i}: {e}"))));
                     break;
                 }
             }
         }
-        results.push(worker(crew, 0, &io0));
+        results.push(worker(shared, 0, &io0));
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         results
@@ -426,7 +427,7 @@ fn run_workers(crew: &Crew<'_>, ios: Vec<WorkerIo>) -> Result<(), Failure> {
 
 /// One worker's loop: its socket and TUN queue, batched; worker 0 also runs the timers
 /// and answers SIGUSR1.
-fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
+fn worker(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     /// Stops the other workers when this one ends early, by error or by panic.
     struct HaltOnExit<'a>(&'a AtomicBool, bool);
     impl Drop for HaltOnExit<'_> {
@@ -436,46 +437,46 @@ fn worker(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
             }
         }
     }
-    let mut guard = HaltOnExit(crew.halt, false);
-    let r = worker_loop(crew, id, io);
+    let mut guard = HaltOnExit(shared.halt, false);
+    let r = worker_loop(shared, id, io);
     guard.1 = r.is_ok();
     r
 }
 
 /// One worker's loop state: its share of the relay, its batches, its clocks.
 struct Worker<'a> {
-    crew: &'a Crew<'a>,
+    shared: &'a WorkerShared<'a>,
     id: usize,
     tun: &'a Tun,
     state: RelayWorker,
     rx: RecvBatch,
-    out: Out<'a>,
+    out: Output<'a>,
     tun_in: TunReader,
     next_tick: Instant,
     busy: BusyPoll,
 }
 
-fn worker_loop(crew: &Crew<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
+fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     let WorkerIo { sock, tun } = io;
     let dup = || sock.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate the UDP socket: {e}")));
     let mut w = Worker {
-        crew,
+        shared,
         id,
         tun,
-        state: crew.relay.worker(),
+        state: shared.relay.worker(),
         rx: RecvBatch::coalescing(dup()?, BATCH, SLOT),
-        out: Out { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() },
+        out: Output { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() },
         tun_in: TunReader::default(),
-        next_tick: crew.started + TICK,
+        next_tick: shared.started + TICK,
         // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when
         // the next packet is due within the window, look again at once, yielding the
         // core between looks, rather than sleep.
-        busy: BusyPoll::new(crew.busy_poll, Instant::now()),
+        busy: BusyPoll::new(shared.busy_poll, Instant::now()),
     };
     // The rounds, so that a failure (a socket error) still publishes this worker's last
     // counters for the exit report.
     let rounds = (|| -> Result<(), Failure> {
-        while crew.running() {
+        while shared.running() {
             w.wait_for_work()?;
             w.round()?;
         }
@@ -495,7 +496,7 @@ impl Worker<'_> {
         }
         let wait = self.next_tick.saturating_duration_since(Instant::now());
         // Worker 0 also wakes for a status request; the others poll the TUN twice.
-        let third = if self.id == 0 { self.crew.shell.status_fd() } else { self.tun.as_fd() };
+        let third = if self.id == 0 { self.shared.shell.status_fd() } else { self.tun.as_fd() };
         let mut fds = [
             PollFd::new(self.rx.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.tun.as_fd(), PollFlags::POLLIN),
@@ -503,7 +504,7 @@ impl Worker<'_> {
         ];
         wait::readable(&mut fds, wait)?;
         if self.id == 0 && fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            self.crew.shell.serve_status(self.crew);
+            self.shared.shell.serve_status(self.shared);
         }
         Ok(())
     }
@@ -511,25 +512,25 @@ impl Worker<'_> {
     /// UDP side a bounded number of batches, then the TUN side up to a batch of
     /// packets, so neither side starves; the tick when due; then what they queued.
     fn round(&mut self) -> Result<(), Failure> {
-        let crew = self.crew;
+        let shared = self.shared;
         let round_start = Instant::now();
-        let now = crew.started.elapsed();
+        let now = shared.started.elapsed();
         // Past the caches, a batch's peer entries are fetched before any is used.
-        let fetch = crew.relay.fetches_ahead();
+        let fetch = shared.relay.fetches_ahead();
         let ahead = |data: &[u8]| {
             if fetch {
-                crew.relay.prefetch_udp(data);
+                shared.relay.prefetch_udp(data);
             }
         };
         let (state, out) = (&mut self.state, &mut self.out);
         let mut handled = drain::udp_ahead(&mut self.rx, UDP_BATCHES_PER_ROUND, ahead, |from, data| {
-            crew.relay.on_udp(state, now, from, data, out);
+            logging::outcome(shared.relay.on_udp(state, now, from, data, out), "datagram", from);
         })?;
         self.out.tun_out.flush(self.tun);
-        let now = crew.started.elapsed();
+        let now = shared.started.elapsed();
         let (state, out) = (&mut self.state, &mut self.out);
         handled += drain::tun(self.tun, &mut self.tun_in, BATCH, |packet| {
-            crew.relay.on_tun(state, now, packet, out);
+            logging::outcome(shared.relay.on_tun(state, now, packet, out), "packet", "the IPv6 side");
         })?;
         if Instant::now() >= self.next_tick {
             self.tick();
@@ -548,18 +549,18 @@ impl Worker<'_> {
     /// that came while it was busy polling).
     fn tick(&mut self) {
         if self.id == 0 {
-            self.crew.relay.on_timer(&mut self.state, self.crew.started.elapsed(), &mut self.out);
+            self.shared.relay.on_timer(&mut self.state, self.shared.started.elapsed(), &mut self.out);
         }
         self.publish();
         if self.id == 0 {
-            self.crew.shell.tick(self.crew);
+            self.shared.shell.tick(self.shared);
         }
         self.next_tick += TICK;
     }
 
     /// This worker's counters, where the reports read them.
     fn publish(&self) {
-        *self.crew.published[self.id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+        *self.shared.published[self.id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (self.state.stats().clone(), self.out.io_errors(&self.tun_in), self.out.offloads(&self.tun_in));
     }
 }

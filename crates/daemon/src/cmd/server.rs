@@ -82,7 +82,7 @@ fn serve(
     ];
     let mut daemon = ServerDaemon {
         server: Server::new(cfg.clone()),
-        out: Out {
+        out: Output {
             raw: &raw,
             batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
             native_errors: 0,
@@ -104,7 +104,7 @@ fn serve(
         for (local, batch) in &mut rx {
             let now = daemon.start.elapsed();
             drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
-                daemon.server.on_udp(now, *local, from, data, &mut daemon.out)
+                logging::outcome(daemon.server.on_udp(now, *local, from, data, &mut daemon.out), "datagram", from);
             })?;
             daemon.out.flush();
         }
@@ -134,7 +134,7 @@ fn bind_addresses(cfg: &ServerConfig) -> Result<(Socket, Socket), Failure> {
 /// The server at work: its state machine, its output, what it serves.
 struct ServerDaemon<'a> {
     server: Server,
-    out: Out<'a>,
+    out: Output<'a>,
     cfg: ServerConfig,
     start: std::time::Instant,
 }
@@ -169,7 +169,7 @@ impl Reports for ServerDaemon<'_> {
 /// The server's output: answers and forwards from either address in a send batch
 /// each (flushed when full and after each batch received), echoes to native IPv6
 /// through the raw socket.
-struct Out<'a> {
+struct Output<'a> {
     raw: &'a Socket,
     /// The primary address's batch, then the secondary's.
     batches: [SendBatch; 2],
@@ -177,7 +177,7 @@ struct Out<'a> {
     native_errors: u64,
 }
 
-impl Out<'_> {
+impl Output<'_> {
     fn flush(&mut self) {
         for b in &mut self.batches {
             if !b.is_empty() {
@@ -195,7 +195,7 @@ impl Out<'_> {
     }
 }
 
-impl Transmit for Out<'_> {
+impl Transmit for Output<'_> {
     fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
         // The server answers from either address, with the sockets' TTL.
         debug_assert!(ttl.is_none(), "the server sends with its sockets' TTL");

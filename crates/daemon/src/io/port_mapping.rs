@@ -259,7 +259,7 @@ impl Mapper {
     }
 
     /// The mapping held.
-    pub fn held(&self) -> Option<&PortMapping> {
+    pub fn current(&self) -> Option<&PortMapping> {
         self.held.as_ref()
     }
 

@@ -208,7 +208,7 @@ pub(crate) mod tests {
 
     /// What `/metrics` says, read back from the Prometheus text the board renders.
     pub(crate) fn from_metrics(t: &Counters) -> Flat {
-        let board = crate::runtime::metrics::Board::default();
+        let board = crate::runtime::metrics::Snapshot::default();
         board.publish(t.samples());
         let text = board.render();
         let prefix = format!("shipworm_{}_", t.role);

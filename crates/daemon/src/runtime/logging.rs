@@ -45,6 +45,15 @@ fn names(stream: &str, dev: u64, ino: u64) -> bool {
     d.parse::<u64>().is_ok_and(|d| d == dev) && i.parse::<u64>().is_ok_and(|i| i == ino)
 }
 
+/// What became of one input, for the log: a drop at trace level (`SHIPWORM_LOG=trace`),
+/// naming the input (`what`, `from`) and the reason. The state machine has counted it
+/// already; a disabled level costs a branch on the drop path and nothing on the others.
+pub fn outcome(outcome: shipworm_proto::Outcome, what: &str, from: impl std::fmt::Display) {
+    if let Err(reason) = outcome {
+        tracing::trace!("{what} from {from} dropped: {}", reason.as_str());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

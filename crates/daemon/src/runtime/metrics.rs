@@ -1,7 +1,7 @@
 //! `MetricsAddress IP:PORT`: a role's counters for Prometheus, at `/metrics` in the
 //! Prometheus text format (encoded by the `prometheus-client` crate).
 //!
-//! The event loop publishes a snapshot of its counters on its tick to a [`Board`]; a
+//! The event loop publishes its counters on its tick to a [`Snapshot`]; a
 //! thread of its own answers the scrapes from the last snapshot, one connection at a
 //! time with short timeouts, so a scraper — slow, stuck or hostile — costs the packet
 //! path nothing but the snapshot. The listening socket is bound during set-up (a
@@ -68,9 +68,9 @@ impl Sample {
 
 /// The last snapshot the event loop published.
 #[derive(Debug, Default, Clone)]
-pub struct Board(Arc<Mutex<Vec<Sample>>>);
+pub struct Snapshot(Arc<Mutex<Vec<Sample>>>);
 
-impl Board {
+impl Snapshot {
     /// Replace the snapshot.
     pub fn publish(&self, samples: Vec<Sample>) {
         *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = samples;
@@ -87,7 +87,7 @@ impl Board {
     }
 }
 
-impl Collector for Board {
+impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let samples = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         // Samples of a metric follow each other: one descriptor for each run.
@@ -125,16 +125,16 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, Failure> {
 
 /// With a listener (`MetricsAddress` given): the board the event loop publishes to,
 /// its scrapes answered from now on.
-pub fn start(listener: Option<TcpListener>) -> Result<Option<Board>, Failure> {
+pub fn start(listener: Option<TcpListener>) -> Result<Option<Snapshot>, Failure> {
     let Some(l) = listener else { return Ok(None) };
-    let board = Board::default();
+    let board = Snapshot::default();
     serve(l, board.clone())?;
     Ok(Some(board))
 }
 
 /// Answer scrapes on `listener` from `board` in a thread of its own, for the daemon's
 /// life.
-pub fn serve(listener: TcpListener, board: Board) -> Result<(), Failure> {
+pub fn serve(listener: TcpListener, board: Snapshot) -> Result<(), Failure> {
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
@@ -164,7 +164,7 @@ fn read_request(conn: &mut impl Read) -> Vec<u8> {
 }
 
 /// The HTTP answer to `request`: the metrics for `GET /metrics`, else an error.
-fn answer(request: &[u8], board: &Board) -> String {
+fn answer(request: &[u8], board: &Snapshot) -> String {
     let line = request.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
     let mut words = line.split(|&b| b == b' ');
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
@@ -183,8 +183,8 @@ fn answer(request: &[u8], board: &Board) -> String {
 mod tests {
     use super::*;
 
-    fn board() -> Board {
-        let b = Board::default();
+    fn board() -> Snapshot {
+        let b = Snapshot::default();
         b.publish(vec![
             Sample::counter("shipworm_relay_packets", "Packets relayed.", 12).with("direction", "to_teredo"),
             Sample::counter("shipworm_relay_packets", "Packets relayed.", 10).with("direction", "to_ipv6"),

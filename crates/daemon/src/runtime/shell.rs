@@ -20,7 +20,7 @@
 
 use crate::runtime::confinement::{self, FilterMode};
 use crate::runtime::counters::Counters;
-use crate::runtime::metrics::{self, Board, Sample};
+use crate::runtime::metrics::{self, Sample, Snapshot};
 use crate::runtime::privileges;
 use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
@@ -66,7 +66,7 @@ pub struct Shell<S> {
     status: StatusListener,
     control_path: PathBuf,
     metrics_listener: Mutex<Option<TcpListener>>,
-    board: Option<Board>,
+    board: Option<Snapshot>,
     manager: Mutex<ServiceManager>,
     signals: Signals,
     published: Mutex<Instant>,

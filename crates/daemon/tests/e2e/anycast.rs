@@ -4,7 +4,7 @@
 //! stops, and each case tells how long traffic took to come back through B in each
 //! direction, from the moment A went.
 
-use super::{Case, Expect};
+use super::{Case, Expect, Failed};
 use nix::sys::signal::Signal;
 use shipworm_lab::anycast::{Health, Place};
 use shipworm_lab::traffic::{echo_requests_heard, ping_stream_from, stream_ident, Echo};
@@ -110,26 +110,29 @@ fn failover(
     client: &Impl,
     end_by: End,
     caller: Caller,
-) -> Result<(Moved, String), String> {
+) -> Result<(Moved, String), Failed> {
     let ship = Impl::Shipworm(me.to_path_buf());
     let spec = LabSpec { anycast: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| e.to_string())?;
-    let rtr = lab.start_router_bird().map_err(|e| format!("step 1 (the router's BIRD): {e}"))?;
+    let rtr = lab.start_router_bird().map_err(|e| Failed::at(1, format!("step 1 (the router's BIRD): {e}")))?;
     for (place, imp) in [(Place::A, &relays.0), (Place::B, &relays.1)] {
         let health = if matches!(imp, Impl::Miredo) { Health::Interface } else { Health::InterfaceAndControl };
-        let ctl = lab.start_relay_bird(place, health).map_err(|e| format!("step 1 (BIRD at relay {place:?}): {e}"))?;
+        let ctl = lab
+            .start_relay_bird(place, health)
+            .map_err(|e| Failed::at(1, format!("step 1 (BIRD at relay {place:?}): {e}")))?;
         let extra = match imp {
             Impl::Shipworm(_) => format!("BirdSocket {}\nDrainTime 1\n", ctl.display()),
             Impl::Miredo => String::new(),
         };
         if place == Place::A {
-            lab.start_server(&ship).map_err(|e| format!("step 1 (server): {e}"))?;
+            lab.start_server(&ship).map_err(|e| Failed::at(1, format!("step 1 (server): {e}")))?;
         }
-        lab.start_relay_at(place, imp, &extra).map_err(|e| format!("step 1 (relay {place:?}): {e}"))?;
+        lab.start_relay_at(place, imp, &extra).map_err(|e| Failed::at(1, format!("step 1 (relay {place:?}): {e}")))?;
     }
     lab.start_client(0, client).map_err(|e| e.to_string())?;
-    let client = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| format!("step 1: {e}"))?;
-    lab.wait_anycast(&rtr, Place::A, &[Place::B], Duration::from_secs(20)).map_err(|e| format!("step 2: {e}"))?;
+    let client = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| Failed::at(1, format!("step 1: {e}")))?;
+    lab.wait_anycast(&rtr, Place::A, &[Place::B], Duration::from_secs(20))
+        .map_err(|e| Failed::at(2, format!("step 2: {e}")))?;
 
     let (h6, c) = (lab.ns("h6"), lab.clients[0].ns.clone());
     // One stream each way (the native host's only when it calls), each heard at the
@@ -190,17 +193,20 @@ fn failover(
     let before: Vec<&Echo> = client_echoes.iter().filter(|e| e.sent + Duration::from_millis(200) < end).collect();
     let answered = before.iter().filter(|e| e.rtt.is_some()).count();
     if through_a != Some(Place::A) || answered + 2 < before.len() {
-        return Err(format!(
+        return Err(Failed::at(3, format!(
             "step 3: before relay A went, the router routed through {through_a:?} and {answered} of {} echoes were answered",
             before.len()
-        ));
+        )));
     }
     if lab.anycast_relay() != Some(Place::B) {
         let routes = shipworm_lab::bird::birdc(&rtr, &["show", "route", "2001::/32", "all"]).unwrap_or_default();
         let a_left = lab.exited(Place::A.daemon()).map_or("still running".to_string(), |s| s.to_string());
-        return Err(format!(
-            "step 4: the router routes through {:?}, not relay B (relay A {a_left}):\n{routes}",
-            lab.anycast_relay()
+        return Err(Failed::at(
+            4,
+            format!(
+                "step 4: the router routes through {:?}, not relay B (relay A {a_left}):\n{routes}",
+                lab.anycast_relay()
+            ),
         ));
     }
     let how = match lab.client_status(0) {
@@ -325,7 +331,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
                     if bar.met(&m) {
                         Ok(text)
                     } else {
-                        Err(format!("step 5: {text}\n{}", m.logs))
+                        Err(Failed::at(5, format!("step 5: {text}\n{}", m.logs)))
                     }
                 }),
             }

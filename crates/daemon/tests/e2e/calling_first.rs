@@ -17,7 +17,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (_lab, c) = scenario::run_sip(NatKind::PortRestricted, &server, &relay, &client, None, &mut |_| {})
-                    .map_err(|e| e.to_string())?;
+                    .map_err(Failed::from)?;
                 Ok(format!("first INVITE answered; call completed in {:.2} s", c.first.1.secs))
             }),
         });
@@ -29,7 +29,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (_lab, t) = scenario::run_tcp_first(NatKind::PortRestricted, &server, &relay, &client, P2P_BYTES)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(Failed::from)?;
                 Ok(format!("first SYN answered; {} bytes intact, {:.0} Mbit/s", t.bytes, t.mbit_per_s()))
             }),
         });
@@ -42,7 +42,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             run: Box::new(move || {
                 let (_lab, c) =
                     scenario::run_sip(NatKind::PortRestricted, &me, &me, &me, Some(NatKind::FullCone), &mut |_| {})
-                        .map_err(|e| e.to_string())?;
+                        .map_err(Failed::from)?;
                 let (new, after) = c.after_handoff.ok_or("no call after the handoff")?;
                 Ok(format!(
                     "{}: call in {:.2} s; after the move, {new}: call in {:.2} s; both on their first INVITE",

@@ -29,7 +29,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         run: Box::new(move || {
                             scenario::run_same_nat(nat, &server, [&a, &b], "", P2P_BYTES, &mut |_| {})
                                 .map(|(_lab, o)| direct_summary(&o))
-                                .map_err(|e| e.to_string())
+                                .map_err(Failed::from)
                         }),
                     });
                 }
@@ -46,7 +46,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             run: Box::new(move || {
                 scenario::run_same_nat(nat, &me, [&me, &me], "Hairpinning no\n", P2P_BYTES, &mut |_| {})
                     .map(|(_lab, o)| direct_summary(&o))
-                    .map_err(|e| e.to_string())
+                    .map_err(Failed::from)
             }),
         });
     }
@@ -77,7 +77,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             run: Box::new(move || {
                                 scenario::run_peer_to_peer([a_nat, b_nat], &server, [&a, &b], P2P_BYTES, &mut |_| {})
                                     .map(|(_lab, o)| direct_summary(&o))
-                                    .map_err(|e| e.to_string())
+                                    .map_err(Failed::from)
                             }),
                         });
                     }

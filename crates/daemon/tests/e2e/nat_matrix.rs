@@ -39,7 +39,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
                         expect: Expect::Pass,
                         run: Box::new(move || {
-                            let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                            let (_lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
                             Ok(format!(
                                 "qualified {:.2} s; first contact {:.1} ms, second {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
                                 o.qualify_secs,
@@ -67,18 +67,18 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             name: "TUN offloads in use: TCP both ways through a shipworm client and relay".into(),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
-                let st = lab.client_status(0).ok_or("step 6: the client's status socket did not answer")?;
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
+                let st = lab.client_status(0).ok_or(Failed::at(6, "step 6: the client's status socket did not answer"))?;
                 let offloads = st["tun_offloads"].as_str().unwrap_or("?").to_string();
                 let read = st["counters"]["tun_super_packets_read"].as_u64().unwrap_or(0);
                 let joined = st["counters"]["tun_joined_writes"].as_u64().unwrap_or(0);
                 if offloads == "no offloads" {
-                    return Err("step 6: the kernel granted the client no TUN offloads".into());
+                    return Err(Failed::at(6, "step 6: the kernel granted the client no TUN offloads"));
                 }
                 if read == 0 || joined == 0 {
-                    return Err(format!(
+                    return Err(Failed::at(6, format!(
                         "step 6: {offloads} granted but not used: {read} super-packets read, {joined} joined writes"
-                    ));
+                    )));
                 }
                 // The relay says the same in its counters (SIGUSR1).
                 let pid = std::fs::read_to_string(lab.dir().join("relay.pid")).map_err(|e| format!("relay.pid: {e}"))?;
@@ -94,7 +94,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let counts: Vec<u64> =
                     [count("tun_super_packets_read"), count("tun_joined_writes")].into_iter().flatten().collect();
                 if counts.len() != 2 || counts.contains(&0) {
-                    return Err(format!("step 6: the relay's counters show no offloads in use:\n{log}"));
+                    return Err(Failed::at(6, format!("step 6: the relay's counters show no offloads in use:\n{log}")));
                 }
                 Ok(format!(
                     "client {offloads}: {read} super-packets read, {joined} joined writes; relay: {} and {}; TCP {:.0}/{:.0} Mbit/s, intact",
@@ -115,11 +115,14 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             name: format!("{first:<12} without TUN offloads (TunOffload no), relay and client"),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(|e| e.to_string())?;
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
                 for name in ["relay", "client0"] {
                     if !lab.log_tail(name, 200).contains("no offloads") {
                         let log = lab.log_tail(name, 20);
-                        return Err(format!("step 4: {name} did not run without TUN offloads; its log:\n{log}"));
+                        return Err(Failed::at(
+                            4,
+                            format!("step 4: {name} did not run without TUN offloads; its log:\n{log}"),
+                        ));
                     }
                 }
                 Ok(format!("TCP {:.0}/{:.0} Mbit/s, intact", o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()))
@@ -138,7 +141,10 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if got == want {
                     Ok(format!("{got:?}"))
                 } else {
-                    Err(format!("step 0 (probe the NAT) failed: got {got:?}, a {nat} NAT must give {want:?}"))
+                    Err(Failed::at(
+                        0,
+                        format!("step 0 (probe the NAT) failed: got {got:?}, a {nat} NAT must give {want:?}"),
+                    ))
                 }
             }),
         });
@@ -166,9 +172,12 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         return Ok(format!("client reports {want}"));
                     }
                     if Instant::now() > deadline {
-                        return Err(format!(
-                            "step 4 (detect the NAT) failed: client reports {got:?}, want {want}; client log:\n{}",
-                            lab.log_tail("client0", 15)
+                        return Err(Failed::at(
+                            4,
+                            format!(
+                                "step 4 (detect the NAT) failed: client reports {got:?}, want {want}; client log:\n{}",
+                                lab.log_tail("client0", 15)
+                            ),
                         ));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(50));

@@ -36,7 +36,9 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let second = shipworm_lab::netns::exec(&ns, &["timeout", "5", &bin, "relay", "-c", &conf]);
                 match second {
                     Err(e) if e.to_string().contains("exists and is in use") => {}
-                    Err(e) => return Err(format!("second relay failed, but not because the interface is taken: {e}")),
+                    Err(e) => {
+                        return Err(format!("second relay failed, but not because the interface is taken: {e}").into())
+                    }
                     Ok(_) => return Err("a second relay started on the same interface".into()),
                 }
                 queues(&lab)?;
@@ -51,7 +53,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             name: format!("handoff {from} → {to}"),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (_lab, h) = scenario::run_handoff(&me, [from, to], &mut |_| {}).map_err(|e| e.to_string())?;
+                let (_lab, h) = scenario::run_handoff(&me, [from, to], &mut |_| {}).map_err(Failed::from)?;
                 Ok(format!(
                     "{} → {}: new address after {:.0} ms, longest gap between echo replies {:.0} ms ({} + {} answered, every 20 ms)",
                     h.old,
@@ -99,7 +101,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let out = shipworm_lab::traffic::ping(&cns, shipworm_lab::HOST6_V6, 5, 3).map_err(|e| e.to_string())?;
                 let back = shipworm_lab::traffic::ping(&lab.ns("h6"), addr, 5, 3).map_err(|e| e.to_string())?;
                 if out.received == 0 || back.received == 0 {
-                    return Err(format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received));
+                    return Err(Failed::at(2, format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received)));
                 }
                 // The relay publishes its workers' counters every tick (250 ms).
                 std::thread::sleep(std::time::Duration::from_millis(600));
@@ -116,19 +118,19 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     n(&relay, &["counters", "packets", k]) - n(&relay_before, &["counters", "packets", k])
                 };
                 if relay["role"] != "relay" || moved("to_teredo") < 5 || moved("to_ipv6") < 5 || n(&relay, &["peers"]) < 1 {
-                    return Err(format!("step 3: relay status did not follow the 10 echoes: before {relay_before}, after {relay}"));
+                    return Err(Failed::at(3, format!("step 3: relay status did not follow the 10 echoes: before {relay_before}, after {relay}")));
                 }
                 if server["role"] != "server" || n(&server, &["counters", "router_advertisements"]) < 1 {
-                    return Err(format!("step 3: server status shows no advertisement: {server}"));
+                    return Err(Failed::at(3, format!("step 3: server status shows no advertisement: {server}")));
                 }
                 if client["state"] != "qualified" || client["address"] != addr.to_string() {
-                    return Err(format!("step 3: client status: {client}"));
+                    return Err(Failed::at(3, format!("step 3: client status: {client}")));
                 }
                 let text = status("relay", false)? + &status("server", false)?;
                 let want_text = ["role       relay on teredo", "peers      ", "role       server on 192.0.2.1:3544", "  router_advertisements "];
                 for want in want_text {
                     if !text.contains(want) {
-                        return Err(format!("step 4: `shipworm status` says no {want:?}:\n{text}"));
+                        return Err(Failed::at(4, format!("step 4: `shipworm status` says no {want:?}:\n{text}")));
                     }
                 }
                 Ok(format!(
@@ -191,16 +193,16 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let out = shipworm_lab::traffic::ping(&cns, shipworm_lab::HOST6_V6, 5, 3).map_err(|e| e.to_string())?;
                 let back = shipworm_lab::traffic::ping(&lab.ns("h6"), addr, 5, 3).map_err(|e| e.to_string())?;
                 if out.received == 0 || back.received == 0 {
-                    return Err(format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received));
+                    return Err(Failed::at(2, format!("step 2: ping {}/5 out, {}/5 back", out.received, back.received)));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(600));
                 let (relay, server, client) = (get(&rly, "/metrics")?, get(&srv, "/metrics")?, get(&cns, "/metrics")?);
                 for (who, text) in [("relay", &relay), ("server", &server), ("client", &client)] {
                     if !text.starts_with("HTTP/1.1 200 OK") || !text.contains("text/plain; version=0.0.4") {
-                        return Err(format!("step 3: {who}'s /metrics: {}", text.lines().next().unwrap_or("")));
+                        return Err(Failed::at(3, format!("step 3: {who}'s /metrics: {}", text.lines().next().unwrap_or(""))));
                     }
                     if !text.contains(&format!("shipworm_info{{role=\"{who}\"")) {
-                        return Err(format!("step 3: {who} has no shipworm_info"));
+                        return Err(Failed::at(3, format!("step 3: {who} has no shipworm_info")));
                     }
                 }
                 let to_teredo = "shipworm_relay_packets_total{direction=\"to_teredo\",";
@@ -209,13 +211,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 // An echo of ping's 56 data bytes is a 104-byte IPv6 packet.
                 let bytes_ipv6 = "shipworm_relay_bytes_total{direction=\"to_ipv6\",";
                 if moved(bytes_ipv6) < 5 * 104 {
-                    return Err(format!("step 4: relay bytes to IPv6 moved by {} over 5 echoes:\n{relay}", moved(bytes_ipv6)));
+                    return Err(Failed::at(4, format!("step 4: relay bytes to IPv6 moved by {} over 5 echoes:\n{relay}", moved(bytes_ipv6))));
                 }
                 if moved(to_teredo) < 5 || moved(to_ipv6) < 5 || value(&relay, "shipworm_relay_peers ") < 1 {
-                    return Err(format!("step 4: relay counters did not follow 10 echoes:\n{relay}"));
+                    return Err(Failed::at(4, format!("step 4: relay counters did not follow 10 echoes:\n{relay}")));
                 }
                 if value(&server, "shipworm_server_router_advertisements_total ") < 1 {
-                    return Err(format!("step 4: server sent no RA?\n{server}"));
+                    return Err(Failed::at(4, format!("step 4: server sent no RA?\n{server}")));
                 }
                 // The client's first echo to the native host went through the server (the
                 // relay's discovery), and the relay's bubble came back through it: at
@@ -223,18 +225,18 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let server_forwarded = value(&server, "shipworm_server_forwarded_total{");
                 let server_bytes = value(&server, "shipworm_server_bytes_total{");
                 if server_forwarded == 0 || server_bytes < server_forwarded * 40 {
-                    return Err(format!("step 4: server bytes {server_bytes} for {server_forwarded} forwarded:\n{server}"));
+                    return Err(Failed::at(4, format!("step 4: server bytes {server_bytes} for {server_forwarded} forwarded:\n{server}")));
                 }
                 let delivered = value(&client, "shipworm_client_packets_total{direction=\"to_host\"}");
                 if value(&client, "shipworm_client_bytes_total{direction=\"to_host\"}") < delivered * 104 {
-                    return Err(format!("step 4: client bytes to the host under {delivered} × 104:\n{client}"));
+                    return Err(Failed::at(4, format!("step 4: client bytes to the host under {delivered} × 104:\n{client}")));
                 }
                 if value(&client, "shipworm_client_qualified ") != 1 || delivered < 5 {
-                    return Err(format!("step 4: client metrics:\n{client}"));
+                    return Err(Failed::at(4, format!("step 4: client metrics:\n{client}")));
                 }
                 let missing = get(&rly, "/")?;
                 if !missing.starts_with("HTTP/1.1 404") {
-                    return Err(format!("step 5: GET / answered {}", missing.lines().next().unwrap_or("")));
+                    return Err(Failed::at(5, format!("step 5: GET / answered {}", missing.lines().next().unwrap_or(""))));
                 }
                 Ok(format!(
                     "relay +{} to Teredo, +{} to IPv6 over 10 echoes, {} peer(s); server {} RAs, {} forwarded ({} B); client qualified, {} delivered; GET / → 404",
@@ -267,12 +269,12 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         .map_err(|e| e.to_string())?;
                 let bird_conf = "router id 192.0.2.10;\nprotocol device { scan time 10; }\n\
                                  protocol static teredo { disabled; ipv6; route 2001::/32 via \"teredo\"; }\n";
-                let ctl = lab.start_bird("rly", bird_conf).map_err(|e| format!("step 1 (BIRD): {e}"))?;
+                let ctl = lab.start_bird("rly", bird_conf).map_err(|e| Failed::at(1, format!("step 1 (BIRD): {e}")))?;
                 let announced = |ctl: &std::path::Path| {
                     birdc(ctl, &["show", "route", "2001::/32", "protocol", "teredo"]).is_ok_and(|r| r.contains("2001::/32"))
                 };
                 if announced(&ctl) {
-                    return Err("step 1: BIRD announces before the relay started".into());
+                    return Err(Failed::at(1, "step 1: BIRD announces before the relay started"));
                 }
                 lab.start_server(&me).map_err(|e| e.to_string())?;
                 let extra = format!("BirdSocket {}\nDrainTime 2\n", ctl.display());
@@ -280,7 +282,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 lab.start_client(0, &me).map_err(|e| e.to_string())?;
                 let addr = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
                 if !announced(&ctl) {
-                    return Err(format!("step 2: BIRD does not announce 2001::/32:\n{}", lab.log_tail("relay", 10)));
+                    return Err(Failed::at(2, format!("step 2: BIRD does not announce 2001::/32:\n{}", lab.log_tail("relay", 10))));
                 }
                 // The native host pings the client every 20 ms through the relay while it stops.
                 let h6 = lab.ns("h6");
@@ -303,14 +305,14 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 }
                 let echoes = pings.join().map_err(|_| "ping thread panicked".to_string())?.map_err(|e| e.to_string())?;
                 let log = lab.log_tail("relay", 8);
-                let withdrawn = withdrawn.ok_or(format!("step 3: BIRD still announces after SIGTERM:\n{log}"))?;
-                let exited = exited.ok_or(format!("step 3: the relay did not stop within 5 s of SIGTERM:\n{log}"))?;
+                let withdrawn = withdrawn.ok_or(Failed::at(3, format!("step 3: BIRD still announces after SIGTERM:\n{log}")))?;
+                let exited = exited.ok_or(Failed::at(3, format!("step 3: the relay did not stop within 5 s of SIGTERM:\n{log}")))?;
                 if exited < withdrawn || exited - term < Duration::from_millis(1500) {
-                    return Err(format!(
+                    return Err(Failed::at(3, format!(
                         "step 3: withdrawn {:?} and exited {:?} after SIGTERM: no drain\n{log}",
                         withdrawn - term,
                         exited - term
-                    ));
+                    )));
                 }
                 // Echoes sent between the withdrawal and the last 50 ms of the drain (2 s
                 // from SIGTERM; then the relay closes, which takes a moment before it
@@ -328,11 +330,11 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         .filter(|e| e.rtt.is_none())
                         .map(|e| format!("{} ms", (drain_end.as_millis() as i64) - (e.sent.as_millis() as i64)))
                         .collect();
-                    return Err(format!(
+                    return Err(Failed::at(4, format!(
                         "step 4: {answered} of {} echoes answered during the drain (lost: sent {} before the drain's end)\n{log}",
                         drained.len(),
                         lost.join(", ")
-                    ));
+                    )));
                 }
                 Ok(format!(
                     "announced once serving; withdrawn {} ms after SIGTERM, exited {:.1} s after it; {answered} of {} echoes answered during the drain",
@@ -406,22 +408,24 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 for (name, reader, _) in managers {
                     let got = reader.join().map_err(|_| "a manager's reader panicked".to_string())?;
                     if !got.first().is_some_and(|m| m.starts_with("READY=1\nSTATUS=")) {
-                        return Err(format!("{name}: first message is not READY=1 with a status: {got:?}"));
+                        return Err(format!("{name}: first message is not READY=1 with a status: {got:?}").into());
                     }
                     let feeds = got.iter().filter(|m| *m == "WATCHDOG=1").count();
                     // Fed at a third of 1.5 s over the seconds it ran: at least one feed a period.
                     if (feeds as f64) < took / 1.5 {
-                        return Err(format!("{name}: {feeds} watchdog feeds in {took:.1} s: {got:?}"));
+                        return Err(format!("{name}: {feeds} watchdog feeds in {took:.1} s: {got:?}").into());
                     }
                     if got.last().map(String::as_str) != Some("STOPPING=1") {
-                        return Err(format!("{name}: did not say STOPPING=1 last: {got:?}\n{}", lab.log_tail(name, 8)));
+                        return Err(
+                            format!("{name}: did not say STOPPING=1 last: {got:?}\n{}", lab.log_tail(name, 8)).into()
+                        );
                     }
                     if name == "client0"
                         && !got
                             .iter()
                             .any(|m| m.starts_with(&format!("STATUS=qualified: {addr} (server 192.0.2.1, NAT ")))
                     {
-                        return Err(format!("client0: no status saying it qualified as {addr}: {got:?}"));
+                        return Err(format!("client0: no status saying it qualified as {addr}: {got:?}").into());
                     }
                     said.push(format!("{name} {feeds} feeds"));
                 }
@@ -461,7 +465,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 let routes = shipworm_lab::netns::exec(&ns, &["ip", "-6", "route", "show", "default"])
                     .map_err(|e| e.to_string())?;
                 if !routes.contains("dev teredo") || !routes.contains("metric 1500") {
-                    return Err(format!("step 5 (default route) failed: {routes:?}"));
+                    return Err(Failed::at(5, format!("step 5 (default route) failed: {routes:?}")));
                 }
                 let file = record.with_extension("up");
                 let deadline = Instant::now() + std::time::Duration::from_secs(5);
@@ -472,7 +476,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         }
                     }
                     if Instant::now() > deadline {
-                        return Err("step 6 (hook script) failed: it did not run".into());
+                        return Err(Failed::at(6, "step 6 (hook script) failed: it did not run"));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 };
@@ -484,7 +488,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     "MTU=1280".into(),
                 ] {
                     if !env.lines().any(|l| l == want) {
-                        return Err(format!("step 6 (hook script) failed: {want} missing from {env:?}"));
+                        return Err(Failed::at(6, format!("step 6 (hook script) failed: {want} missing from {env:?}")));
                     }
                 }
                 Ok(format!("hook saw STATE=up ADDRESS={addr}; default route metric 1500"))
@@ -512,9 +516,10 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if state.as_deref() == Some("qualified")
                     || shipworm_lab::peers::teredo_address(&lab.clients[1].ns).is_some()
                 {
-                    return Err(
-                        "step 4 (refuse the wrong secret) failed: the client with the wrong secret qualified".into()
-                    );
+                    return Err(Failed::at(
+                        4,
+                        "step 4 (refuse the wrong secret) failed: the client with the wrong secret qualified",
+                    ));
                 }
                 Ok(format!("alice qualified ({a}); the wrong secret got nothing (client state {state:?})"))
             }),
@@ -527,7 +532,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             name: "server failover (RefreshInterval 10)".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (_lab, took) = scenario::run_failover(&me, 10, &mut |_| {}).map_err(|e| e.to_string())?;
+                let (_lab, took) = scenario::run_failover(&me, 10, &mut |_| {}).map_err(Failed::from)?;
                 Ok(format!("qualified with the second server {:.1} s after the first died", took.as_secs_f64()))
             }),
         });
@@ -542,7 +547,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             run: Box::new(move || {
                 let (_lab, (a, b)) =
                     scenario::run_native_first_after_idle(&me, &relay, &me, std::time::Duration::from_secs(35))
-                        .map_err(|e| e.to_string())?;
+                        .map_err(Failed::from)?;
                 Ok(format!("answered cold in {a:.1} ms, and again after the idle time in {b:.1} ms"))
             }),
         });
@@ -559,22 +564,25 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 use std::time::Duration;
                 let mut lab =
                     shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 1)]))
-                        .map_err(|e| format!("step 1 (build the lab) failed: {e}"))?;
-                lab.start_server(&me).map_err(|e| format!("step 2 (start the server) failed: {e}"))?;
+                        .map_err(|e| Failed::at(1, format!("step 1 (build the lab) failed: {e}")))?;
+                lab.start_server(&me).map_err(|e| Failed::at(2, format!("step 2 (start the server) failed: {e}")))?;
                 lab.start_client_named(0, &me, SERVER_NAME)
-                    .map_err(|e| format!("step 3 (start the client) failed: {e}"))?;
+                    .map_err(|e| Failed::at(3, format!("step 3 (start the client) failed: {e}")))?;
                 std::thread::sleep(Duration::from_secs(3));
-                lab.check_alive("client0").map_err(|e| format!("step 4 (wait for the name) failed: {e}"))?;
-                let st = lab.client_status(0).ok_or("step 4 (wait for the name) failed: no status from the client")?;
+                lab.check_alive("client0")
+                    .map_err(|e| Failed::at(4, format!("step 4 (wait for the name) failed: {e}")))?;
+                let st = lab
+                    .client_status(0)
+                    .ok_or(Failed::at(4, "step 4 (wait for the name) failed: no status from the client"))?;
                 if st["state"] != "resolving" || !st["waiting_for"].to_string().contains(SERVER_NAME) {
-                    return Err(format!("step 4 (wait for the name) failed: status {st}"));
+                    return Err(Failed::at(4, format!("step 4 (wait for the name) failed: status {st}")));
                 }
                 lab.add_host(0, shipworm_lab::SERVER_V4, SERVER_NAME)
-                    .map_err(|e| format!("step 5 (add the name) failed: {e}"))?;
+                    .map_err(|e| Failed::at(5, format!("step 5 (add the name) failed: {e}")))?;
                 let added = Instant::now();
                 let a = lab
                     .wait_qualified(0, Duration::from_secs(10))
-                    .map_err(|e| format!("step 6 (qualify once it resolves) failed: {e}"))?;
+                    .map_err(|e| Failed::at(6, format!("step 6 (qualify once it resolves) failed: {e}")))?;
                 Ok(format!(
                     "resolving for 3 s, then qualified {:.1} s after the name was added: {a}",
                     added.elapsed().as_secs_f64()

@@ -55,21 +55,21 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     };
                     let what = format!("{role} (pid {pid})");
                     if field("NoNewPrivs:") != "1" {
-                        return Err(format!("step 6: {what}: NoNewPrivs {}", field("NoNewPrivs:")));
+                        return Err(Failed::at(6, format!("step 6: {what}: NoNewPrivs {}", field("NoNewPrivs:"))));
                     }
                     if field("CapBnd:") != "0000000000000000" {
-                        return Err(format!("step 6: {what}: bounding set {}", field("CapBnd:")));
+                        return Err(Failed::at(6, format!("step 6: {what}: bounding set {}", field("CapBnd:"))));
                     }
                     for task in std::fs::read_dir(proc_dir.join("task")).map_err(|e| e.to_string())?.flatten() {
                         let t = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
                         if !t.lines().any(|l| l == "Seccomp:\t2") {
-                            return Err(format!("step 6: {what}: thread {:?} without a seccomp filter", task.file_name()));
+                            return Err(Failed::at(6, format!("step 6: {what}: thread {:?} without a seccomp filter", task.file_name())));
                         }
                     }
                     let want_caps = if role == "shipworm-iface" { "0000000000001000" } else { "0000000000000000" };
                     for set in ["CapEff:", "CapPrm:"] {
                         if field(set) != want_caps {
-                            return Err(format!("step 6: {what}: {set} {} (want {want_caps})", field(set)));
+                            return Err(Failed::at(6, format!("step 6: {what}: {set} {} (want {want_caps})", field(set))));
                         }
                     }
                     if role == "shipworm-iface" {
@@ -83,7 +83,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             let target = std::fs::read_link(fd.path()).unwrap_or_default().display().to_string();
                             if let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
                                 if tables.split_whitespace().any(|w| w == inode) {
-                                    return Err(format!("step 6: {what} holds a network socket ({target})"));
+                                    return Err(Failed::at(6, format!("step 6: {what} holds a network socket ({target})")));
                                 }
                             }
                         }
@@ -93,7 +93,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 seen.sort();
                 for role in ["server", "relay", "client", "shipworm-iface", "shipworm-hook"] {
                     if !seen.iter().any(|s| s.starts_with(&format!("{role} "))) {
-                        return Err(format!("step 6: no {role} process found among {seen:?}"));
+                        return Err(Failed::at(6, format!("step 6: no {role} process found among {seen:?}")));
                     }
                 }
                 // Where the kernel has Landlock, each confined process says it restricted its
@@ -105,7 +105,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     for (name, want) in [("server", 1), ("relay", 1), ("client0", 2)] {
                         let said = lab.log_tail(name, 200).matches("file access restricted").count();
                         if said < want {
-                            return Err(format!("step 6: {name}: {said} of {want} processes restricted their file access"));
+                            return Err(Failed::at(6, format!("step 6: {name}: {said} of {want} processes restricted their file access")));
                         }
                     }
                     files = "file access restricted by Landlock";
@@ -117,7 +117,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         .and_then(|s| s.rsplit("pid ").next()?.trim_end_matches(')').parse::<i32>().ok())
                 };
                 let (helper, client) = (pid_of("shipworm-iface"), pid_of("client"));
-                let (Some(helper), Some(client)) = (helper, client) else { return Err("step 7: pids".into()) };
+                let (Some(helper), Some(client)) = (helper, client) else { return Err(Failed::at(7, "step 7: pids")) };
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(helper), nix::sys::signal::Signal::SIGKILL)
                     .map_err(|e| e.to_string())?;
                 let deadline = Instant::now() + std::time::Duration::from_secs(5);
@@ -127,13 +127,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         break Instant::now() + std::time::Duration::from_secs(5) - deadline;
                     }
                     if Instant::now() > deadline {
-                        return Err("step 7: the client runs on after its interface helper was killed".into());
+                        return Err(Failed::at(7, "step 7: the client runs on after its interface helper was killed"));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 };
                 let log = lab.log_tail("client0", 5);
                 if !log.contains("interface helper") {
-                    return Err(format!("step 7: the client stopped without naming the helper: {log}"));
+                    return Err(Failed::at(7, format!("step 7: the client stopped without naming the helper: {log}")));
                 }
                 Ok(format!(
                     "{} processes: NoNewPrivs 1, Seccomp 2 on every thread, bounding set empty, no capability but the helper's CAP_NET_ADMIN, {files}; {}; helper killed, client stopped in {} ms saying so",

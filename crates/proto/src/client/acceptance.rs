@@ -42,7 +42,7 @@ impl<R: Random> Client<R> {
         pkt: &TeredoPacket<'_>,
         port: Option<NonZeroU16>,
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
         let (learned_port, proven, known) = match self.accept(now, from, pkt, port) {
@@ -50,7 +50,8 @@ impl<R: Random> Client<R> {
             Acceptance::FirstContact => return self.first_contact(now, from, src, ip.packet(), tx),
             Acceptance::TestReply => {
                 self.release_held(&src, from, tx);
-                return self.flush(&src, from, tx);
+                self.flush(&src, from, tx);
+                return Ok(Action::Consumed);
             }
             Acceptance::Trusted => (false, false, true),
             Acceptance::Proven { by_nonce, learned_port } => (learned_port, by_nonce, false),
@@ -67,23 +68,23 @@ impl<R: Random> Client<R> {
             // bubbles to our address's mapping may all have been dropped, and it
             // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
             // step 10) to trust us.
-            let n = self.bubble(&dst, &src, echo);
             let to = self.peer_target(&src, from);
-            tx.send(Source::service_or(port), to, &self.scratch[..n], None);
-            self.stats.bubbles += 1;
+            self.send_bubble(&dst, &src, Trailers::nonce(echo), Path::new(Source::service_or(port), to), tx);
         }
         // Without its nonce yet (its indirect bubble is still on its way through the
         // servers), what the host queued waits for it: sent now, it would be dropped.
         let hold = reprove && echo == 0;
         if pkt.is_bubble() && !pkt.trailers.is_empty() {
-            self.on_peer_trailers(now, &dst, &src, from, port, known, pkt, tx);
+            self.on_peer_trailers(now, from, port, known, pkt, tx);
         }
         if !hold {
             self.flush(&src, from, tx);
         }
-        if !pkt.is_bubble() {
-            self.deliver(ip.packet(), tx);
+        if pkt.is_bubble() {
+            return Ok(Action::Consumed);
         }
+        self.deliver(ip.packet(), tx);
+        Ok(Action::Forwarded)
     }
 
     /// Whether a packet from `from` (on the service port, `port` `None`, or a random port)
@@ -241,18 +242,16 @@ impl<R: Random> Client<R> {
     /// 6081, and a Server Load Reduction solicitation is answered with an advertisement
     /// (§5.7.4.2) — only now that the bubble passed the acceptance rules, so a forged
     /// solicitation cannot make us send to an address of its choosing.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn on_peer_trailers(
         &mut self,
         now: Duration,
-        me: &Ipv6Addr,
-        src: &Ipv6Addr,
         from: SocketAddrV4,
         port: Option<NonZeroU16>,
         known: bool,
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
     ) {
+        let (me, src) = (&pkt.ipv6.dst_addr(), &pkt.ipv6.src_addr());
         if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
             return;
         }
@@ -272,10 +271,8 @@ impl<R: Random> Client<R> {
             }
         }
         if solicited && answer && self.cfg.server_load_reduction {
-            let ad = TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement);
-            let n = self.bubble_with(me, src, Some(ad));
-            tx.send(Source::service_or(port), from, &self.scratch[..n], None);
-            self.stats.bubbles += 1;
+            let ad = Trailers::discovery(DiscoveryType::Advertisement);
+            self.send_bubble(me, src, ad, Path::new(Source::service_or(port), from), tx);
             self.stats.peer_advertisements += 1;
         }
     }

@@ -26,7 +26,12 @@ struct FromServer {
 impl<R: Random> Client<R> {
     /// From the server, not an RA: indirect bubbles (answer the origin with a direct
     /// bubble) and relayed ICMPv6.
-    pub(super) fn on_server_packet(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut (impl Transmit + Ports)) {
+    pub(super) fn on_server_packet(
+        &mut self,
+        now: Duration,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut (impl Transmit + Ports),
+    ) -> Outcome {
         let Some(me) = self.address() else {
             return self.dropped(DropReason::LocalDestination);
         };
@@ -61,13 +66,13 @@ impl<R: Random> Client<R> {
         self.answer_directly(now, &me, &b, pkt.origin, tx);
         self.answer_with_ours(now, &me, &b, tx);
         if pkt.is_bubble() {
-            return;
+            return Ok(Action::Consumed);
         }
-        if ip.next_header() == ip_protocol::ICMPV6 {
-            self.deliver(ip.packet(), tx);
-        } else {
-            self.dropped(DropReason::NotBubbleOrIcmpv6);
+        if ip.next_header() != ip_protocol::ICMPV6 {
+            return self.dropped(DropReason::NotBubbleOrIcmpv6);
         }
+        self.deliver(ip.packet(), tx);
+        Ok(Action::Forwarded)
     }
 
     /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists, at
@@ -116,17 +121,16 @@ impl<R: Random> Client<R> {
         let to = proven.map(|m| self.peer_target(&src, m)).or(origin);
         let trusted = proven.is_some();
         let Some(o) = to.filter(|o| trusted || self.unreachable_embedded(*o.ip()).is_none()) else { return };
-        let n = self.bubble(me, &src, self.primary_echo(&src, b.nonce));
-        tx.send(if trusted { self.ports.via(&src) } else { Source::Service }, o, &self.scratch[..n], None);
-        self.stats.bubbles += 1;
+        let echo = Trailers::nonce(self.primary_echo(&src, b.nonce));
+        let via = if trusted { self.ports.via(&src) } else { Source::Service };
+        self.send_bubble(me, &src, echo, Path::new(via, o), tx);
         // With our port mapped, a peer whose origin is not its embedded mapping (a
         // symmetric NAT) gets one at its embedded mapping too: if it holds a mapping as
         // well, that one passes (RFC 6081 §5.3.4.2).
         let extra = b.answer_indirect && self.mapped_inbound && !trusted;
         if let Some(t) = b.teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip()) {
             if self.unreachable_embedded(*t.mapped.ip()).is_none() {
-                tx.send(Source::Service, t.mapped, &self.scratch[..n], None);
-                self.stats.bubbles += 1;
+                self.send_bubble(me, &src, echo, Path::service(t.mapped), tx);
             }
         }
         // A native host's last transmission is our traffic's (its silence is timed from
@@ -156,15 +160,13 @@ impl<R: Random> Client<R> {
         if b.answer_indirect {
             let own = self.local;
             for to in b.alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
-                let n = self.bubble(me, &src, nonce);
-                tx.send(Source::Service, to, &self.scratch[..n], None);
-                self.stats.bubbles += 1;
+                self.send_bubble(me, &src, Trailers::nonce(nonce), Path::service(to), tx);
             }
-            if !b.echo_running && !self.random_port_bubbles(now, me, src, t, nonce, how, tx) {
+            if !b.echo_running && !self.random_port_bubbles(now, src, nonce, how, tx) {
                 self.send_indirect(now, me, src, t.server, tx);
             }
-        } else if nonce != 0 && (!b.first || (b.new_peer_port && self.held.allow_test(now))) {
-            self.random_port_bubbles(now, me, src, t, nonce, how, tx);
+        } else if nonce != 0 && (!b.first || (b.new_peer_port && self.first_contacts.allow_test(now))) {
+            self.random_port_bubbles(now, src, nonce, how, tx);
         }
     }
 
@@ -180,7 +182,7 @@ impl<R: Random> Client<R> {
         // crowd out the peers the host is reaching.
         let mut budget_spent = false;
         if nonce != 0 && reachable && self.peers.get(&src).is_none() {
-            if !self.held.allow_test(now) {
+            if !self.first_contacts.allow_test(now) {
                 return false;
             }
             budget_spent = true;
@@ -196,6 +198,6 @@ impl<R: Random> Client<R> {
             && !p.trusted
             && p.bubbles < PEER_TRIES
             && (p.bubbles == 0 || now.saturating_sub(p.last_tx) >= RETRY);
-        may && (budget_spent || self.held.allow_test(now))
+        may && (budget_spent || self.first_contacts.allow_test(now))
     }
 }

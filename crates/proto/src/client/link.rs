@@ -15,7 +15,7 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         let (Some(me), Phase::Up { ra, .. }) = (self.address(), &self.q.phase) else {
             return self.dropped(DropReason::LocalDestination);
         };
@@ -32,14 +32,14 @@ impl<R: Random> Client<R> {
         }
         // Only a peer new to us (or moved) is answered, and announced to: a flood of
         // announcements, or forged ones naming a victim on our link, draws nothing more.
-        if self.local_peers.heard(src, from, now) {
-            let n = self.bubble(&me, &src, 0);
-            tx.send(Source::Service, from, &self.scratch[..n], None);
-            self.stats.bubbles += 1;
-            // It may have missed our last announcement (it was not there yet): ours
-            // again now, unless one went out a moment ago.
-            self.announce_within(now, Duration::from_millis(200), tx);
+        if !self.local_peers.heard(src, from, now) {
+            return Ok(Action::Consumed);
         }
+        self.send_bubble(&me, &src, Trailers::default(), Path::service(from), tx);
+        // It may have missed our last announcement (it was not there yet): ours again
+        // now, unless one went out a moment ago.
+        self.announce_within(now, Duration::from_millis(200), tx);
+        Ok(Action::Answered)
     }
 
     /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble

@@ -52,6 +52,7 @@ use crate::drop_reason::{DropCounters, DropReason};
 use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
 use crate::icmp_error::{self, RateLimit};
 use crate::local_discovery::{LocalPeers, ALL_NODES, GROUP};
+use crate::outcome::{Action, Outcome};
 use crate::peer_table::{KeyedHash, Peer, PeerTable};
 use crate::port_prediction::{EchoTest, PortTable};
 use crate::secure;
@@ -79,6 +80,7 @@ mod random_ports;
 mod reaching;
 mod status;
 
+use bubbles::{Path, Trailers};
 pub use config::{ClientConfig, ServerAddrs};
 use qualifier::{Phase, Qualification};
 use random_ports::Bubbling;
@@ -127,7 +129,7 @@ pub struct Client<R: Random> {
     /// Native peers under a test of ours (they fell silent while we sent): each is on
     /// the waiting list too, and leaves this set when it leaves the list.
     retests: HashSet<Ipv6Addr>,
-    held: FirstContacts,
+    first_contacts: FirstContacts,
     /// The service socket's own address and port, where peers behind the same NAT
     /// reach us (RFC 6081 §5.6).
     local: Option<SocketAddrV4>,
@@ -165,7 +167,7 @@ impl<R: Random> Client<R> {
         Client {
             q: Qualification::new(&cfg.servers),
             peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
-            held: FirstContacts::new(cfg.first_contact, keys(&cfg)),
+            first_contacts: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             ports: PortTable::new(cfg.random_ports, keys(&cfg)),
             local_peers: LocalPeers::new(256, keys(&cfg)),
             cfg,
@@ -302,7 +304,7 @@ impl<R: Random> Client<R> {
             nat: self.q.nat,
             mtu,
             peers: self.peers.len(),
-            first_contacts: self.held.len(),
+            first_contacts: self.first_contacts.len(),
             port_preserving: self.q.port_preserving,
             port_prediction: match (self.q.nat, self.cfg.symmetric_nat_support, self.q.port_preserving) {
                 (NatKind::Symmetric, true, true) => "same port",
@@ -338,8 +340,10 @@ impl<R: Random> Client<R> {
         v
     }
 
-    fn dropped(&mut self, r: DropReason) {
+    /// Count a drop; the outcome that says it.
+    fn dropped(&mut self, r: DropReason) -> Outcome {
         self.stats.drops.count(r);
+        Err(r)
     }
 
     /// A datagram arrived on socket `via` from `from`.
@@ -350,7 +354,7 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         datagram: &[u8],
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
@@ -378,7 +382,7 @@ impl<R: Random> Client<R> {
             }
             return self.on_server_packet(now, &pkt, tx);
         }
-        self.on_peer_packet(now, from, &pkt, None, tx);
+        self.on_peer_packet(now, from, &pkt, None, tx)
     }
 
     fn our_address(&self, dst: &Ipv6Addr) -> bool {
@@ -392,7 +396,7 @@ impl<R: Random> Client<R> {
     }
 
     /// A packet from the host stack.
-    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut (impl Transmit + Ports)) {
+    pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut (impl Transmit + Ports)) -> Outcome {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
             return self.dropped(DropReason::MalformedVersion);
         };
@@ -434,7 +438,7 @@ impl<R: Random> Client<R> {
             if native && unanswered >= RELAY_SILENCE {
                 self.retest(now, dst, tx);
             }
-            return;
+            return Ok(Action::Forwarded);
         }
         if let Some(t) = &teredo {
             // Cases 4/5: never send to a non-global embedded address (§7.4.3), nor to
@@ -459,10 +463,9 @@ impl<R: Random> Client<R> {
         if newly {
             self.pending.push_back(dst);
         }
-        if !queued {
-            self.dropped(DropReason::QueueFull);
-        }
+        let outcome = if queued { Ok(Action::Queued) } else { self.dropped(DropReason::QueueFull) };
         self.try_to_reach(now, dst, tx);
+        outcome
     }
 
     /// Time passes: RS retries, failover, maintenance, peers' bubbles and echoes.
@@ -472,7 +475,7 @@ impl<R: Random> Client<R> {
         self.peers.sweep(now, 256);
         self.tend_random_ports(now, tx);
         // A test ends within PEER_TRIES retries; anything older lost its peer entry.
-        let stale = self.held.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
+        let stale = self.first_contacts.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);
     }
 }

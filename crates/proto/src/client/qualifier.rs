@@ -259,7 +259,7 @@ impl<R: Random> Client<R> {
                 self.closing.extend(e.local);
             }
         }
-        let lost = self.held.clear();
+        let lost = self.first_contacts.clear();
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
     }
 
@@ -365,7 +365,7 @@ impl<R: Random> Client<R> {
         }
     }
 
-    pub(super) fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) {
+    pub(super) fn on_probe(&mut self, datagram: &[u8], pkt: &TeredoPacket<'_>, from: SocketAddrV4) -> Outcome {
         let Some((nonce, server)) = self.q.cone_nonce else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
@@ -383,6 +383,7 @@ impl<R: Random> Client<R> {
                     self.q.nat = NatKind::Cone;
                     self.events.push_back(ClientEvent::Nat(NatKind::Cone));
                 }
+                Ok(Action::Consumed)
             }
             Err(r) => self.dropped(r),
         }
@@ -396,7 +397,7 @@ impl<R: Random> Client<R> {
         datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         let s = self.cfg.servers[idx];
         match self.q.phase {
             Phase::Primary { server, nonce, .. } if server == idx => {
@@ -411,6 +412,7 @@ impl<R: Random> Client<R> {
                         let nonce = self.auth_nonce();
                         self.send_rs(s.secondary, nonce, tx);
                         self.q.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
+                        Ok(Action::Consumed)
                     }
                     Err(r) => self.dropped(r),
                 }
@@ -438,6 +440,7 @@ impl<R: Random> Client<R> {
                         } else {
                             self.come_up(now, server, first);
                         }
+                        Ok(Action::Consumed)
                     }
                     Err(r) => self.dropped(r),
                 }
@@ -461,6 +464,7 @@ impl<R: Random> Client<R> {
                         } else {
                             self.come_up(now, server, ra);
                         }
+                        Ok(Action::Consumed)
                     }
                     Err(r) => self.dropped(r),
                 }
@@ -478,7 +482,7 @@ impl<R: Random> Client<R> {
         datagram: &[u8],
         pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         let Some((nonce, _)) = self.q.home else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
@@ -497,6 +501,7 @@ impl<R: Random> Client<R> {
         }
         self.q.home = None;
         self.qualify(now, 0, tx);
+        Ok(Action::Consumed)
     }
 
     pub(super) fn maintain(&mut self, now: Duration, server: usize, tx: &mut (impl Transmit + Ports)) {

@@ -64,17 +64,16 @@ impl<R: Random> Client<R> {
     /// opens its own NAT with a short TTL; the side that hears back, whose peer has
     /// opened its NAT by then, sends with the full TTL. True while an Echo Test holds
     /// the indirect bubble back.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn random_port_bubbles(
         &mut self,
         now: Duration,
-        me: &Ipv6Addr,
         dst: Ipv6Addr,
-        t: TeredoAddr,
         echo: u32,
         how: Bubbling,
         tx: &mut (impl Transmit + Ports),
     ) -> bool {
+        let (Some(me), Some(t)) = (self.address(), TeredoAddr::decode(&dst)) else { return false };
+        let me = &me;
         if self.open_random_port(now, me, dst, t, tx) {
             return true;
         }
@@ -95,18 +94,11 @@ impl<R: Random> Client<R> {
         };
         match local {
             Some(local) if peer.is_some() || heard => {
-                let trailer_echo = (echo != 0).then(|| TrailerRepr::Nonce(echo.to_be_bytes()));
-                let mut n = self.bubble_with(me, &dst, trailer_echo);
-                if let Some(predicted) = predicted {
-                    n += TrailerRepr::RandomPort(predicted.get()).emit(&mut self.scratch[n..]).expect("fits");
-                }
-                tx.send(Source::Port(local), to, &self.scratch[..n], ttl);
-                self.stats.bubbles += 1;
+                let trailers = Trailers { random_port: predicted, ..Trailers::nonce(echo) };
+                self.send_bubble(me, &dst, trailers, Path { from: Source::Port(local), to, ttl }, tx);
             }
             None if peer.is_some() => {
-                let n = self.bubble(me, &dst, echo);
-                tx.send(Source::Service, to, &self.scratch[..n], ttl);
-                self.stats.bubbles += 1;
+                self.send_bubble(me, &dst, Trailers::nonce(echo), Path { from: Source::Service, to, ttl }, tx);
             }
             _ => {}
         }
@@ -176,10 +168,8 @@ impl<R: Random> Client<R> {
             .map_or(t.mapped, |e| SocketAddrV4::new(*t.mapped.ip(), e.peer.map_or(t.mapped.port(), NonZeroU16::get)));
         let n = self.rs(RS_SOURCE_RESTRICTED, nonces[0]);
         tx.send(Source::Port(local), SocketAddrV4::new(server.primary, TEREDO_PORT), &self.scratch[..n], None);
-        let n = self.bubble(me, &dst, 0);
         let ttl = (self.cfg.opening_bubble_ttl > 0).then_some(self.cfg.opening_bubble_ttl);
-        tx.send(Source::Port(local), to, &self.scratch[..n], ttl);
-        self.stats.bubbles += 1;
+        self.send_bubble(me, &dst, Trailers::default(), Path { from: Source::Port(local), to, ttl }, tx);
         let n = self.rs(RS_SOURCE_RESTRICTED, nonces[1]);
         tx.send(Source::Port(local), SocketAddrV4::new(server.secondary, TEREDO_PORT), &self.scratch[..n], None);
         if let Some(e) = self.ports.get_mut(&dst) {
@@ -192,20 +182,26 @@ impl<R: Random> Client<R> {
 
     /// A server's answer on a random port: one of an Echo Test's two (§5.5.4.4). Never
     /// taken for qualification: it reports the random port's mapping, not ours.
-    pub(super) fn on_echo_answer(&mut self, now: Duration, pkt: &TeredoPacket<'_>, tx: &mut (impl Transmit + Ports)) {
+    pub(super) fn on_echo_answer(
+        &mut self,
+        now: Duration,
+        pkt: &TeredoPacket<'_>,
+        tx: &mut (impl Transmit + Ports),
+    ) -> Outcome {
         let (Some(auth), Some(origin)) = (pkt.auth.as_ref(), pkt.origin) else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let Some((peer, i)) = self.ports.echo_nonce(&auth.nonce()) else {
             return self.dropped(DropReason::AuthenticationFailed);
         };
-        let Some(e) = self.ports.get_mut(&peer) else { return };
-        let Some(test) = e.echo.as_mut() else { return };
+        let Some(e) = self.ports.get_mut(&peer) else { return Ok(Action::Consumed) };
+        let Some(test) = e.echo.as_mut() else { return Ok(Action::Consumed) };
         test.ports[i] = NonZeroU16::new(origin.port());
-        let Some(predicted) = test.prediction() else { return };
+        let Some(predicted) = test.prediction() else { return Ok(Action::Consumed) };
         e.predicted = Some(predicted);
         e.echo = None;
         self.echo_test_done(now, peer, tx);
+        Ok(Action::Consumed)
     }
 
     /// An Echo Test ended, with a prediction or without: the indirect bubble it held
@@ -269,9 +265,8 @@ impl<R: Random> Client<R> {
                     e.refreshes += 1;
                     let (local, (trusted, mapped)) = (e.local, p);
                     if let (true, Some(me), Some(local)) = (trusted, me, local) {
-                        let n = self.bubble(&me, &peer, 0);
-                        tx.send(Source::Port(local), mapped, &self.scratch[..n], None);
-                        self.stats.bubbles += 1;
+                        let path = Path::new(Source::Port(local), mapped);
+                        self.send_bubble(&me, &peer, Trailers::default(), path, tx);
                     }
                 }
             }

@@ -57,9 +57,9 @@ impl<R: Random> Client<R> {
         src: Ipv6Addr,
         packet: &[u8],
         tx: &mut (impl Transmit + Ports),
-    ) {
+    ) -> Outcome {
         // Held first: over budget, nothing else is spent (not even a peer entry).
-        if let Err(r) = self.held.hold(src, from, packet, now) {
+        if let Err(r) = self.first_contacts.hold(src, from, packet, now) {
             return self.dropped(r);
         }
         if self.peers.get(&src).is_none_or(|p| !p.waiting) {
@@ -69,9 +69,9 @@ impl<R: Random> Client<R> {
             let unknown = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
             if self.peers.insert(Peer::new(src, unknown, now), now).is_err() {
                 // This packet, and any held before the entry went away.
-                let n = self.held.discard(&src);
+                let n = self.first_contacts.discard(&src);
                 self.stats.drops.count_n(DropReason::TableFull, n);
-                return;
+                return Err(DropReason::TableFull);
             }
         }
         let mut p = self.peers.get_mut(&src).expect("present");
@@ -83,12 +83,13 @@ impl<R: Random> Client<R> {
             self.stats.first_contacts += 1;
         }
         self.try_to_reach(now, src, tx);
+        Ok(Action::Queued)
     }
 
     /// The test for `src` passed through `proven`: deliver what it held, if it came
     /// from there too.
     pub(super) fn release_held(&mut self, src: &Ipv6Addr, proven: SocketAddrV4, tx: &mut (impl Transmit + Ports)) {
-        match self.held.release(src, proven) {
+        match self.first_contacts.release(src, proven) {
             Some(Release::Deliver(mut d)) => {
                 while let Some(packet) = d.next_packet() {
                     tx.deliver(packet);
@@ -104,7 +105,7 @@ impl<R: Random> Client<R> {
 
     /// Drop what `src` held: its test failed or was overtaken.
     pub(super) fn discard_held(&mut self, src: &Ipv6Addr) {
-        let n = self.held.discard(src);
+        let n = self.first_contacts.discard(src);
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, n);
     }
 
@@ -160,7 +161,11 @@ impl<R: Random> Client<R> {
         // contacts must not turn the client into a source of echoes. A refused one is
         // tried next tick. Tests the host asked for (its packets queued) never wait on
         // that budget.
-        if teredo.is_none() && p.queue().is_empty() && !self.retests.contains(&dst) && !self.held.allow_test(now) {
+        if teredo.is_none()
+            && p.queue().is_empty()
+            && !self.retests.contains(&dst)
+            && !self.first_contacts.allow_test(now)
+        {
             return;
         }
         match teredo {
@@ -195,20 +200,17 @@ impl<R: Random> Client<R> {
         // address, and our own announcement, which it needs to take our answer.
         if let Some(at) = self.local_peers.get(&dst, now) {
             self.announce(now, tx);
-            let n = self.bubble(me, &dst, 0);
-            tx.send(Source::Service, at, &self.scratch[..n], None);
-            self.stats.bubbles += 1;
+            self.send_bubble(me, &dst, Trailers::default(), Path::service(at), tx);
         }
         let echo_running = self.open_random_port(now, me, dst, t, tx);
         if direct {
-            let n = self.bubble(me, &dst, self.primary_echo(&dst, echo));
             let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
-            tx.send(Source::Service, mapped, &self.scratch[..n], ttl);
-            self.stats.bubbles += 1;
+            let echo = Trailers::nonce(self.primary_echo(&dst, echo));
+            self.send_bubble(me, &dst, echo, Path { from: Source::Service, to: mapped, ttl }, tx);
         }
         // Port prediction first: a running Echo Test sends the indirect bubble when it
         // has its answer.
-        if !echo_running && !self.random_port_bubbles(now, me, dst, t, echo, Bubbling::OurTry, tx) {
+        if !echo_running && !self.random_port_bubbles(now, dst, echo, Bubbling::OurTry, tx) {
             self.send_indirect(now, me, dst, t.server, tx);
         } else if let Some(mut p) = self.peers.get_mut(&dst) {
             p.last_tx = now;
@@ -238,10 +240,8 @@ impl<R: Random> Client<R> {
             p.last_tx = now;
             let to = p.mapped;
             drop(p);
-            let ask = TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation);
-            let n = self.bubble_with(me, &dst, Some(ask));
-            tx.send(self.ports.via(&dst), to, &self.scratch[..n], None);
-            self.stats.bubbles += 1;
+            let ask = Trailers::discovery(DiscoveryType::Solicitation);
+            self.send_bubble(me, &dst, ask, Path::new(self.ports.via(&dst), to), tx);
             self.stats.peer_solicitations += 1;
             return true;
         }
@@ -356,7 +356,7 @@ impl<R: Random> Client<R> {
             }
             if p.queue().is_empty()
                 && TeredoAddr::decode(&dst).is_none()
-                && !self.held.contains(&dst)
+                && !self.first_contacts.contains(&dst)
                 && !self.retests.contains(&dst)
             {
                 // A first contact whose held packets expired: nothing left to test for

@@ -40,7 +40,7 @@ fn host_sends(c: &mut Client<Rng>, me: Ipv6Addr, from: Duration, until: Duration
     let mut t = from;
     while t < until {
         let mut w = Recorder::default();
-        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+        let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         serve(c, t, &w);
         echoes += echoes_to_host(&w, me);
@@ -62,7 +62,7 @@ fn when_tested(
     while t < secs(6) {
         meanwhile(c, t);
         let mut w = Recorder::default();
-        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+        let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         if echo_request(&w, me, HOST).is_some() {
             return Some(t);
@@ -77,7 +77,7 @@ fn serve(c: &mut Client<Rng>, t: Duration, w: &Recorder) {
     for (to, rs) in &w.udp() {
         if *to == SocketAddrV4::new(P, 3544) {
             if let Some((from, ra)) = answer(P, Local::Primary, M, rs) {
-                c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
+                let _ = c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
             }
         }
     }
@@ -109,7 +109,7 @@ fn idle(c: &mut Client<Rng>, from: Duration, until: Duration) {
         for (to, rs) in w.udp() {
             if to == SocketAddrV4::new(P, 3544) {
                 if let Some((from, ra)) = answer(P, Local::Primary, M, &rs) {
-                    c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
+                    let _ = c.on_udp(t, Via::Service, from, &ra, &mut Recorder::default());
                 }
             }
         }
@@ -121,23 +121,23 @@ fn held_then_tested_through_the_server_then_delivered_in_order() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     let (first, second) = (datagram(HOST, me, 1), datagram(HOST, me, 2));
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &first, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &first, &mut w);
     assert!(w.delivered.is_empty(), "not delivered before the test");
     let echo = echo_request(&w, me, HOST).expect("an echo request to the host, through our server");
     assert!(echo.2.len() >= 8, "a 64-bit nonce at least");
     assert_eq!(w.udp().len(), 1, "one echo, nothing else");
     assert_eq!(c.status().first_contacts, 1);
     // A retransmission arrives before the answer: held too, no second echo at once.
-    c.on_udp(secs(2) + ms(300), Via::Service, sa(RELAY), &second, &mut w);
+    let _ = c.on_udp(secs(2) + ms(300), Via::Service, sa(RELAY), &second, &mut w);
     assert_eq!(w.udp().len(), 1);
     // The host answers meanwhile: the answer waits for the test too.
     let answer = ipv6(&me.to_string(), HOST, 17, &[9; 32]);
-    c.on_tun(secs(2) + ms(400), &answer, &mut w);
+    let _ = c.on_tun(secs(2) + ms(400), &answer, &mut w);
     assert_eq!(w.udp().len(), 1, "nothing goes to an unproven relay");
     // The reply comes through the relay: both datagrams reach the host, in order,
     // and the answer leaves for the relay. The reply itself stays with the client.
     w = Recorder::default();
-    c.on_udp(secs(2) + ms(500), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(2) + ms(500), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![first, second]);
     assert_eq!(w.udp(), vec![(sa(RELAY), answer)]);
     assert_eq!((c.stats().first_contacts, c.stats().first_contact_delivered), (1, 2));
@@ -145,9 +145,9 @@ fn held_then_tested_through_the_server_then_delivered_in_order() {
     // From now on, straight through both ways.
     w = Recorder::default();
     let third = datagram(HOST, me, 3);
-    c.on_udp(secs(3), Via::Service, sa(RELAY), &third, &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa(RELAY), &third, &mut w);
     assert_eq!(w.delivered, vec![third]);
-    c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp().len(), 1);
     assert_eq!(w.udp()[0].0, sa(RELAY));
 }
@@ -156,7 +156,7 @@ fn held_then_tested_through_the_server_then_delivered_in_order() {
 fn a_test_that_gets_no_answer_tries_four_times_then_drops_and_counts() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let mut echoes_at = vec![];
     if echo_request(&w, me, HOST).is_some() {
         echoes_at.push(2000);
@@ -174,7 +174,7 @@ fn a_test_that_gets_no_answer_tries_four_times_then_drops_and_counts() {
     assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1);
     // A late reply finds no test: it is not a key to anything.
     let mut w = Recorder::default();
-    c.on_udp(secs(13), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+    let _ = c.on_udp(secs(13), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
     assert!(w.delivered.is_empty(), "a new first contact is held again");
     assert!(echo_request(&w, me, HOST).is_some(), "and tested afresh");
 }
@@ -183,16 +183,16 @@ fn a_test_that_gets_no_answer_tries_four_times_then_drops_and_counts() {
 fn held_packets_from_another_relay_than_the_proven_one_are_dropped() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY2), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY2), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
     // Same source, another endpoint, while waiting: not mixed in.
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
     assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 1);
     w = Recorder::default();
-    c.on_udp(secs(3), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert!(w.delivered.is_empty(), "what RELAY2 brought is unproven");
     assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 2);
-    c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp()[0].0, sa(RELAY), "the proven relay carries the traffic");
 }
 
@@ -200,17 +200,17 @@ fn held_packets_from_another_relay_than_the_proven_one_are_dropped() {
 fn speaking_first_again_after_expiry_works_cold() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered.len(), 1);
     // Idle past the 30 s validity: the entry is stale, the same relay still serves.
     let t = secs(70);
     idle(&mut c, secs(2), t);
     w = Recorder::default();
-    c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
+    let _ = c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 2), &mut w);
     assert_eq!(w.delivered.len(), 1, "its relay is still known: delivered at once");
-    c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp().last().unwrap().0, sa(RELAY), "and answered directly");
     // Idle past the peer's lifetime (swept), then through another relay.
     let t = secs(470);
@@ -219,10 +219,10 @@ fn speaking_first_again_after_expiry_works_cold() {
     assert_eq!(c.status().peers, 0, "swept");
     w = Recorder::default();
     let again = datagram(HOST, me, 3);
-    c.on_udp(t, Via::Service, sa(RELAY2), &again, &mut w);
+    let _ = c.on_udp(t, Via::Service, sa(RELAY2), &again, &mut w);
     assert!(w.delivered.is_empty());
     let echo = echo_request(&w, me, HOST).expect("tested again");
-    c.on_udp(t + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(t + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![again]);
 }
 
@@ -230,21 +230,21 @@ fn speaking_first_again_after_expiry_works_cold() {
 fn a_trusted_host_moving_to_another_relay_is_tested_and_followed() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     // The host's route changes: its packets come through RELAY2.
     w = Recorder::default();
     let moved = datagram(HOST, me, 2);
-    c.on_udp(secs(5), Via::Service, sa(RELAY2), &moved, &mut w);
+    let _ = c.on_udp(secs(5), Via::Service, sa(RELAY2), &moved, &mut w);
     assert!(w.delivered.is_empty());
     let echo = echo_request(&w, me, HOST).expect("tested");
     // Until the answer, the host's traffic still goes to the relay it had.
-    c.on_tun(secs(5), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(secs(5), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp().last().unwrap().0, sa(RELAY));
-    c.on_udp(secs(5) + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(5) + ms(1), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![moved]);
-    c.on_tun(secs(6), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(secs(6), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp().last().unwrap().0, sa(RELAY2));
 }
 
@@ -252,9 +252,9 @@ fn a_trusted_host_moving_to_another_relay_is_tested_and_followed() {
 fn trusted_through_relay() -> (Client<Rng>, Ipv6Addr) {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered.len(), 1);
     (c, me)
 }
@@ -269,7 +269,7 @@ fn a_host_whose_relay_went_silent_while_we_sent_is_tested_and_followed_to_its_ne
     let mut echo = None;
     let mut t = secs(3);
     while t <= secs(5) && echo.is_none() {
-        c.on_tun(t, &out(1), &mut w);
+        let _ = c.on_tun(t, &out(1), &mut w);
         c.on_timer(t, &mut w);
         echo = echo_request(&w, me, HOST).map(|e| (t, e));
         t += ms(200);
@@ -280,19 +280,19 @@ fn a_host_whose_relay_went_silent_while_we_sent_is_tested_and_followed_to_its_ne
     assert!(w.udp().iter().filter(|(to, _)| *to == sa(RELAY)).count() >= 6, "traffic kept going meanwhile");
     // While the test runs, nothing more is asked: one echo per try, not per packet.
     let mut w = Recorder::default();
-    c.on_tun(tested_at + ms(100), &out(2), &mut w);
+    let _ = c.on_tun(tested_at + ms(100), &out(2), &mut w);
     c.on_timer(tested_at + ms(100), &mut w);
     assert!(echo_request(&w, me, HOST).is_none());
     assert_eq!(w.udp().last().unwrap().0, sa(RELAY), "the old relay until the answer");
     // Routing moved the host's side to RELAY2: the reply comes through it, and our
     // traffic follows.
-    c.on_udp(tested_at + ms(150), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(tested_at + ms(150), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
     assert!(w.delivered.is_empty(), "the reply is ours, not the host's");
     let mut w = Recorder::default();
-    c.on_tun(tested_at + ms(200), &out(3), &mut w);
+    let _ = c.on_tun(tested_at + ms(200), &out(3), &mut w);
     assert_eq!(w.udp(), vec![(sa(RELAY2), out(3))]);
     // And the host's packets through RELAY2 go straight in.
-    c.on_udp(tested_at + ms(210), Via::Service, sa(RELAY2), &datagram(HOST, me, 4), &mut w);
+    let _ = c.on_udp(tested_at + ms(210), Via::Service, sa(RELAY2), &datagram(HOST, me, 4), &mut w);
     assert_eq!(w.delivered.len(), 1);
 }
 
@@ -306,7 +306,7 @@ fn bubbles_drawn_through_the_server_do_not_hold_off_the_test_of_a_silent_host() 
     emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
     let tested = when_tested(&mut c, me, |c, t| {
         if (t.as_millis() % 300) == 0 {
-            c.on_udp(t, Via::Service, SocketAddrV4::new(P, 3544), &d, &mut Recorder::default());
+            let _ = c.on_udp(t, Via::Service, SocketAddrV4::new(P, 3544), &d, &mut Recorder::default());
         }
     });
     assert_eq!(tested, Some(secs(4)), "tested one second after our first unanswered packet");
@@ -320,7 +320,7 @@ fn forged_first_contacts_spending_the_echo_budget_do_not_hold_off_the_test_of_a_
         // 50 forged native sources every 100 ms, through any endpoint.
         for i in 0..50u16 {
             let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (t.as_millis() / 100) as u16, i).to_string();
-            c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, 0), &mut w);
+            let _ = c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, 0), &mut w);
         }
         // Their tests' retries take every echo the budget refills.
         c.on_timer(t, &mut w);
@@ -339,9 +339,9 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
     let hosts: Vec<String> = (0..8).map(|i| format!("2001:db8:1::2{i}")).collect();
     for h in &hosts {
         let mut w = Recorder::default();
-        c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(h, me, 1), &mut w);
+        let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(h, me, 1), &mut w);
         let echo = echo_request(&w, me, h).expect("tested");
-        c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(h, me, &echo), &mut w);
+        let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(h, me, &echo), &mut w);
     }
     // The first four fall silent while we send: tested, the list full.
     let tested = |c: &mut Client<Rng>, from: Duration, to: Duration, hosts: &[String]| {
@@ -350,7 +350,7 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
         while t < to {
             let mut w = Recorder::default();
             for h in hosts {
-                c.on_tun(t, &ipv6(&me.to_string(), h, 17, &[1; 8]), &mut w);
+                let _ = c.on_tun(t, &ipv6(&me.to_string(), h, 17, &[1; 8]), &mut w);
             }
             c.on_timer(t, &mut w);
             serve(c, t, &w);
@@ -363,7 +363,7 @@ fn silent_hosts_pushed_off_a_full_waiting_list_leave_room_for_later_tests() {
     // Four native sources speaking first push them off the list.
     for i in 0..4 {
         let src = format!("2001:db8:2::{i}");
-        c.on_udp(ms(4500), Via::Service, sa(RELAY2), &datagram(&src, me, 1), &mut Recorder::default());
+        let _ = c.on_udp(ms(4500), Via::Service, sa(RELAY2), &datagram(&src, me, 1), &mut Recorder::default());
     }
     // Once those tests are over, the other four fall silent: each is tested.
     let quiet = |c: &mut Client<Rng>| {
@@ -389,9 +389,9 @@ fn a_silent_host_whose_test_fails_stays_with_its_relay() {
     assert!(echoes >= 4, "{echoes} echoes");
     // The host speaks through RELAY again: taken, straight through.
     let mut w = Recorder::default();
-    c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 9), &mut w);
+    let _ = c.on_udp(t, Via::Service, sa(RELAY), &datagram(HOST, me, 9), &mut w);
     assert_eq!(w.delivered.len(), 1);
-    c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[2; 8]), &mut w);
+    let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[2; 8]), &mut w);
     assert_eq!(w.udp().last().unwrap().0, sa(RELAY));
 }
 
@@ -405,9 +405,10 @@ fn a_host_that_answers_within_the_second_is_never_tested_again() {
     let mut w = Recorder::default();
     let exchange = |c: &mut Client<Rng>, t: Duration, burst: u8, w: &mut Recorder| {
         for n in 0..burst {
-            c.on_tun(t + Duration::from_micros(2500 * u64::from(n)), &ipv6(&me.to_string(), HOST, 17, &[n; 8]), w);
+            let _ =
+                c.on_tun(t + Duration::from_micros(2500 * u64::from(n)), &ipv6(&me.to_string(), HOST, 17, &[n; 8]), w);
         }
-        c.on_udp(t + ms(60), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
+        let _ = c.on_udp(t + ms(60), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
         c.on_timer(t + ms(60), w);
     };
     while t < secs(23) {
@@ -429,11 +430,11 @@ fn a_host_that_only_listens_costs_one_echo_per_second_and_keeps_its_relay() {
     let mut echoes = 0;
     while t < secs(13) {
         let mut w = Recorder::default();
-        c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
+        let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[1; 8]), &mut w);
         c.on_timer(t, &mut w);
         if let Some(echo) = echo_request(&w, me, HOST) {
             echoes += 1;
-            c.on_udp(t + ms(5), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+            let _ = c.on_udp(t + ms(5), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
         }
         assert!(w.udp().iter().all(|(to, _)| *to == sa(RELAY) || to.ip() == &P));
         t += ms(20);
@@ -461,14 +462,14 @@ fn a_trusted_hosts_bubble_through_another_relay_is_answered_at_that_relay() {
     TeredoHeaderRepr { auth: None, origin: Some(sa(RELAY2)) }.emit(&mut d).unwrap();
     emit_bubble(&a(HOST), &me, 0, &mut d[8..]).unwrap();
     let mut w = Recorder::default();
-    c.on_udp(secs(3), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
     assert_eq!(w.udp().len(), 1);
     assert_eq!(w.udp()[0].0, sa(RELAY2), "the relay holding the host's packets, not the one we trusted");
     // What RELAY2 then brings is tested before it counts, and followed.
     let moved = datagram(HOST, me, 2);
-    c.on_udp(secs(3) + ms(1), Via::Service, sa(RELAY2), &moved, &mut w);
+    let _ = c.on_udp(secs(3) + ms(1), Via::Service, sa(RELAY2), &moved, &mut w);
     let echo = echo_request(&w, me, HOST).expect("tested");
-    c.on_udp(secs(3) + ms(2), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(3) + ms(2), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![moved]);
 }
 
@@ -476,11 +477,11 @@ fn a_trusted_hosts_bubble_through_another_relay_is_answered_at_that_relay() {
 fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
-    c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     // Someone sends as HOST through RELAY2; the test it starts gets no answer.
-    c.on_udp(secs(3), Via::Service, sa(RELAY2), &datagram(HOST, me, 2), &mut w);
+    let _ = c.on_udp(secs(3), Via::Service, sa(RELAY2), &datagram(HOST, me, 2), &mut w);
     let mut t = secs(3);
     while t < secs(14) {
         t += ms(100);
@@ -488,7 +489,7 @@ fn a_forged_packet_through_another_relay_cannot_unseat_a_trusted_host() {
     }
     assert_eq!(c.stats().drops.get(DropReason::ConnectivityTestFailed), 1, "the forged packet is dropped");
     let mut w = Recorder::default();
-    c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
+    let _ = c.on_tun(t, &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     // Still trusted via RELAY. (Silent for 12 s while the forged test's echoes went
     // unanswered, the host is tested again too; the genuine one would answer through
     // RELAY.)
@@ -509,7 +510,7 @@ fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
         let src = Ipv6Addr::new(0x2001, 0xdb8, 0xbad, 0, 0, 0, (i >> 16) as u16, i as u16).to_string();
         let mut w = Recorder::default();
         for tag in 0..2 {
-            c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, tag), &mut w);
+            let _ = c.on_udp(t, Via::Service, sa("198.51.100.66:4444"), &datagram(&src, me, tag), &mut w);
         }
         if i % 1000 == 0 {
             c.on_timer(t, &mut w);
@@ -533,9 +534,9 @@ fn a_flood_of_forged_first_contacts_stays_within_every_budget() {
     assert_eq!(c.status().first_contacts, 0);
     let mut w = Recorder::default();
     let real = datagram(HOST, me, 7);
-    c.on_udp(t, Via::Service, sa(RELAY), &real, &mut w);
+    let _ = c.on_udp(t, Via::Service, sa(RELAY), &real, &mut w);
     let echo = echo_request(&w, me, HOST).expect("tested");
-    c.on_udp(t, Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp(t, Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![real]);
 }
 
@@ -544,6 +545,7 @@ fn a_teredo_source_with_another_mapping_is_still_refused() {
     let (mut c, me) = qualified();
     let mut w = Recorder::default();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
-    c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
+    let _ =
+        c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     assert!(w.delivered.is_empty() && w.udp().is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
 }

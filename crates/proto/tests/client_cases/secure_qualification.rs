@@ -22,7 +22,7 @@ fn exchange(server: &mut Server, client: &mut Client<Rng>) -> Option<Vec<u8>> {
     client.on_timer(secs(1), &mut w);
     let (_, rs) = w.pop_udp()?;
     let mut answer = Recorder::default();
-    server.on_udp(secs(1), Local::Primary, sa(M), &rs, &mut answer);
+    let _ = server.on_udp(secs(1), Local::Primary, sa(M), &rs, &mut answer);
     answer.pop_udp().map(|(_, ra)| ra)
 }
 
@@ -35,7 +35,7 @@ fn signed_rs_gets_a_signed_ra_that_qualifies() {
     assert_eq!(p.auth.unwrap().client_id(), b"alice");
     assert_eq!(p.auth.unwrap().auth_value().len(), 20);
     let mut w = Recorder::default();
-    c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
+    let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
     assert_eq!(w.udp().len(), 1, "accepted: on to the secondary probe");
     // The same RA with one bit changed is refused.
     let mut c = secure_client(Some(creds("alice", "correct horse")));
@@ -43,7 +43,7 @@ fn signed_rs_gets_a_signed_ra_that_qualifies() {
     let n = ra.len();
     ra[n - 1] ^= 1;
     let mut w = Recorder::default();
-    c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
+    let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
     assert!(w.udp().is_empty(), "tampered RA refused");
 }
 
@@ -65,7 +65,7 @@ fn unsigned_ra_is_refused_by_a_secure_client() {
     // The plain server echoes the nonce but signs nothing.
     if let Some(ra) = ra {
         let mut w = Recorder::default();
-        c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
+        let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
         assert!(w.udp().is_empty());
     }
 }

@@ -35,7 +35,7 @@ use crate::runtime::{drain, wait};
 use discovery::{local_address, Discovery};
 use interface::Interface;
 use nix::poll::{PollFd, PollFlags};
-use output::Out;
+use output::Output;
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via, LINK_LOCAL};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
@@ -180,7 +180,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         mapping: Mapper::new(conf.port_mapping, service_port),
         rx_service: RecvBatch::coalescing(dup(&opened.service)?, BATCH, SLOT),
         rx_probe: RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
-        out: Out {
+        out: Output {
             batch: SendBatch::new(dup(&opened.service)?, BATCH, SLOT),
             probe: &opened.probe,
             tun: &opened.tun,
@@ -215,7 +215,7 @@ struct ClientDaemon<'a> {
     mapping: Mapper,
     rx_service: RecvBatch,
     rx_probe: RecvBatch,
-    out: Out<'a>,
+    out: Output<'a>,
     iface: Interface,
     discovery: Option<Discovery>,
     watch: NetworkWatch,
@@ -308,23 +308,27 @@ impl ClientDaemon<'_> {
         let now = self.started.elapsed();
         let (client, out) = (&mut self.client, &mut self.out);
         for (via, rx) in [(Via::Service, &mut self.rx_service), (Via::Probe, &mut self.rx_probe)] {
-            drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| client.on_udp(now, via, from, data, out))?;
+            drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| {
+                logging::outcome(client.on_udp(now, via, from, data, out), "datagram", from);
+            })?;
         }
         if let Some(d) = self.discovery.as_ref().filter(|_| readable.discovery) {
             for _ in 0..BATCH {
                 let Some((n, from)) = d.recv(&mut self.buf) else { break };
-                client.on_udp(now, Via::Discovery, from, &self.buf[..n], out);
+                logging::outcome(client.on_udp(now, Via::Discovery, from, &self.buf[..n], out), "announcement", from);
             }
         }
         for &port in &readable.ports {
             for _ in 0..BATCH {
                 let Some((n, from)) = out.ports.recv(port.get(), &mut self.buf) else { break };
-                client.on_udp(now, Via::Port(port), from, &self.buf[..n], out);
+                logging::outcome(client.on_udp(now, Via::Port(port), from, &self.buf[..n], out), "datagram", from);
             }
         }
         out.tun_out.flush(out.tun);
         let tun = out.tun;
-        drain::tun(tun, &mut self.tun_in, BATCH, |packet| client.on_tun(now, packet, out))?;
+        drain::tun(tun, &mut self.tun_in, BATCH, |packet| {
+            logging::outcome(client.on_tun(now, packet, out), "packet", "the host");
+        })?;
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use std::net::SocketAddrV4;
 use std::num::NonZeroU16;
 
 /// The client's output.
-pub struct Out<'a> {
+pub struct Output<'a> {
     pub batch: SendBatch,
     pub probe: &'a Socket,
     pub tun: &'a Tun,
@@ -24,7 +24,7 @@ pub struct Out<'a> {
     pub ports: RandomPorts,
 }
 
-impl Out<'_> {
+impl Output<'_> {
     /// What the kernel refused, with what `tun_in` could not read.
     pub fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
         IoErrors {
@@ -49,7 +49,7 @@ impl Out<'_> {
     }
 }
 
-impl Transmit for Out<'_> {
+impl Transmit for Output<'_> {
     fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
         match (from, ttl) {
             (Source::Service, None) => self.batch.push(to, payload),
@@ -73,7 +73,7 @@ impl Transmit for Out<'_> {
     }
 }
 
-impl Ports for Out<'_> {
+impl Ports for Output<'_> {
     fn open_port(&mut self) -> Option<NonZeroU16> {
         self.ports.open().and_then(NonZeroU16::new)
     }

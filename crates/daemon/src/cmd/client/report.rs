@@ -91,7 +91,7 @@ impl Reports for ClientDaemon<'_> {
             },
             "extensions": s.extensions,
             "random_ports": {"open": s.random_ports, "peers_through_them": s.random_port_peers},
-            "port_mapping": self.mapping.held().map(|m| {
+            "port_mapping": self.mapping.current().map(|m| {
                 let mut j = m.json();
                 j["embedded_in_address"] = s.mapped_inbound.into();
                 j
