@@ -1,8 +1,10 @@
 //! `shipworm`: the Teredo client, server, relay and host-specific relay, and the tools
 //! around them. This crate is the top floor, laid out by what each part is: `cmd/` (a
 //! file per subcommand), `io/` (UDP batches, TUN, rtnetlink: the library half of the
-//! crate), `runtime/` (what every daemon shares: error, logging, privileges, signals,
-//! pid file, status socket, name resolution) and `config/` (Miredo's file formats).
+//! crate), `runtime/` (what every daemon shares: the shell every role runs in — set-up
+//! in the safe order, the per-tick chores — with its counters table, logging,
+//! privileges, confinement, signals, pid file, status socket, metrics, name resolution)
+//! and `config/` (Miredo's file formats).
 //! This file only parses the command line and dispatches. The protocol itself lives in
 //! `shipworm-proto`, the packet formats in `shipworm-wire`.
 

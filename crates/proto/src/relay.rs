@@ -425,10 +425,10 @@ impl SharedRelay {
         };
         if now.saturating_sub(p.bubble_window) >= BUBBLE_WINDOW {
             p.bubble_window = now;
-            p.bubbles = 0;
+            p.tries = 0;
         }
         // The first bubble goes at once (a new entry's "30 s ago" may predate time zero).
-        if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING) || p.bubbles >= MAX_BUBBLES {
+        if (p.tries > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING) || p.tries >= MAX_BUBBLES {
             return false;
         }
         let Some(t) = TeredoAddr::decode_with_prefix(dst, self.cfg.prefix) else {
@@ -448,7 +448,7 @@ impl SharedRelay {
             }
         }
         p.last_tx = now;
-        p.bubbles += 1;
+        p.tries += 1;
         drop(p);
         let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n], None);
@@ -498,7 +498,7 @@ impl SharedRelay {
             p.trusted = true;
             p.mapped = from;
             p.last_rx = now;
-            p.bubbles = 0;
+            p.tries = 0;
             p.waiting = false;
             // The queue's bytes leave with the drain: sent after the lock is released.
             p.take_queue()
@@ -555,13 +555,13 @@ impl SharedRelay {
                 if !p.waiting {
                     continue; // answered since: drop the stale list entry
                 }
-                if p.bubbles > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
+                if p.tries > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
                     shard.pending.push_back(dst);
                     continue;
                 }
                 let src = p.queue().first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
                 match src {
-                    Some(src) if p.bubbles < MAX_BUBBLES => {
+                    Some(src) if p.tries < MAX_BUBBLES => {
                         self.send_bubbles(&mut shard.peers, w, now, &dst, src, tx);
                         shard.pending.push_back(dst);
                     }

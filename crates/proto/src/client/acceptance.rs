@@ -117,7 +117,7 @@ impl<R: Random> Client<R> {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
-                p.bubbles = 0;
+                p.tries = 0;
             }
             return Acceptance::TestReply;
         }
@@ -129,7 +129,7 @@ impl<R: Random> Client<R> {
         match self.peers.get_mut(&src) {
             Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
-                p.bubbles = 0;
+                p.tries = 0;
                 return Acceptance::Trusted;
             }
             // A nonce proves one exchange, once, and only while we are still reaching the
@@ -152,7 +152,7 @@ impl<R: Random> Client<R> {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
-                p.bubbles = 0;
+                p.tries = 0;
                 return Acceptance::Proven { by_nonce, learned_port };
             }
             _ => {}

@@ -115,7 +115,7 @@ impl<R: Random> Client<R> {
         };
         p.nonce_sent = nonce;
         p.last_tx = now;
-        p.bubbles += 1;
+        p.tries += 1;
         let reached = p.trusted;
         // Our local address goes only to a peer we are reaching ourselves (the host has
         // packets for it), never in answer to an indirect bubble anyone could forge.

@@ -196,8 +196,8 @@ impl<R: Random> Client<R> {
         let may = nonce != 0
             && reachable
             && !p.trusted
-            && p.bubbles < PEER_TRIES
-            && (p.bubbles == 0 || now.saturating_sub(p.last_tx) >= RETRY);
+            && p.tries < PEER_TRIES
+            && (p.tries == 0 || now.saturating_sub(p.last_tx) >= RETRY);
         may && (budget_spent || self.first_contacts.allow_test(now))
     }
 }

@@ -131,7 +131,7 @@ impl<R: Random> Client<R> {
             return;
         }
         p.waiting = true;
-        p.bubbles = 0;
+        p.tries = 0;
         drop(p);
         self.retests.insert(dst);
         self.pending.push_back(dst);
@@ -154,7 +154,7 @@ impl<R: Random> Client<R> {
             return;
         };
         // The first try goes at once (a new entry's "30 s ago" may predate time zero).
-        if (p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY) || p.bubbles >= PEER_TRIES {
+        if (p.tries > 0 && now.saturating_sub(p.last_tx) < RETRY) || p.tries >= PEER_TRIES {
             return;
         }
         // Echo requests for first contacts share one budget: a flood of forged first
@@ -194,7 +194,7 @@ impl<R: Random> Client<R> {
         // session of our NAT on a random port, which shadows the mapping — the peer's
         // answer then clashes with it and is dropped or comes in under another port.
         let (mapped, echo) = (p.mapped, p.nonce_received);
-        let opening = p.bubbles == 0 && self.q.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
+        let opening = p.tries == 0 && self.q.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
         let direct = !self.mapped_inbound || p.trusted;
         // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
         // address, and our own announcement, which it needs to take our answer.
@@ -214,7 +214,7 @@ impl<R: Random> Client<R> {
             self.send_indirect(now, me, dst, t.server, tx);
         } else if let Some(mut p) = self.peers.get_mut(&dst) {
             p.last_tx = now;
-            p.bubbles += 1;
+            p.tries += 1;
         }
     }
 
@@ -236,7 +236,7 @@ impl<R: Random> Client<R> {
         }
         if p.solicitations < SOLICITATIONS {
             p.solicitations += 1;
-            p.bubbles += 1;
+            p.tries += 1;
             p.last_tx = now;
             let to = p.mapped;
             drop(p);
@@ -247,7 +247,7 @@ impl<R: Random> Client<R> {
         }
         p.trusted = false;
         p.solicitations = 0;
-        p.bubbles = 0;
+        p.tries = 0;
         p.mapped = t.mapped;
         drop(p);
         if let Some(local) = self.ports.remove(&dst).and_then(|e| e.local) {
@@ -270,7 +270,7 @@ impl<R: Random> Client<R> {
     ) {
         let Some(mut p) = self.peers.get_mut(&dst) else { return };
         p.last_tx = now;
-        p.bubbles += 1;
+        p.tries += 1;
         let nonce = match p.nonce() {
             Some(running) => running,
             None => {
@@ -322,7 +322,7 @@ impl<R: Random> Client<R> {
         if let Some(mut p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {
             p.waiting = false;
             p.set_nonce(None);
-            p.bubbles = 0;
+            p.tries = 0;
             return;
         }
         let Some(mut gone) = self.peers.remove(&dst) else {
@@ -365,9 +365,9 @@ impl<R: Random> Client<R> {
                 self.give_up(now, dst, tx);
                 continue;
             }
-            if p.bubbles > 0 && now.saturating_sub(p.last_tx) < RETRY {
+            if p.tries > 0 && now.saturating_sub(p.last_tx) < RETRY {
                 self.pending.push_back(dst);
-            } else if p.bubbles < PEER_TRIES {
+            } else if p.tries < PEER_TRIES {
                 self.try_to_reach(now, dst, tx);
                 self.pending.push_back(dst);
             } else {

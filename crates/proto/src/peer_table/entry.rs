@@ -29,8 +29,9 @@ pub struct Peer {
     pub last_rx: Duration,
     /// Last transmission to the peer (bubbles included).
     pub last_tx: Duration,
-    /// Bubbles sent since the last direct reception.
-    pub bubbles: u8,
+    /// Tries to reach the peer since it last spoke directly: bubbles to a Teredo peer,
+    /// connectivity-test echoes to a native one.
+    pub tries: u8,
     /// When the current 300-second bubble window started.
     pub bubble_window: Duration,
     /// Bubbles are out and unanswered: the owner's timer list holds this peer.
@@ -60,7 +61,7 @@ impl Peer {
             trusted: false,
             last_rx: past,
             last_tx: past,
-            bubbles: 0,
+            tries: 0,
             bubble_window: now,
             waiting: false,
             nonce_sent: 0,
@@ -102,7 +103,7 @@ pub(super) struct Slot {
     /// How far the entry sits from the slot its hash chose (Robin Hood probing).
     pub(super) dist: u16,
     flags: u8,
-    bubbles: u8,
+    tries: u8,
     solicitations: u8,
     _spare: u8,
 }
@@ -136,7 +137,7 @@ impl Slot {
         self.nonce_received = p.nonce_received;
         self.mapped_ip = p.mapped.ip().octets();
         self.mapped_port = p.mapped.port();
-        self.bubbles = p.bubbles;
+        self.tries = p.tries;
         self.solicitations = p.solicitations;
         let bit = |on: bool, b: u8| if on { b } else { 0 };
         self.flags = (self.flags & QUEUED)
@@ -152,7 +153,7 @@ impl Slot {
             trusted: self.flags & TRUSTED != 0,
             last_rx: Duration::from_nanos(self.last_rx),
             last_tx: Duration::from_nanos(self.last_tx),
-            bubbles: self.bubbles,
+            tries: self.tries,
             bubble_window: Duration::from_nanos(self.bubble_window),
             waiting: self.flags & WAITING != 0,
             nonce_sent: self.nonce_sent,
@@ -350,7 +351,7 @@ mod tests {
         p.trusted = true;
         p.waiting = true;
         p.knows_trailers = true;
-        p.bubbles = 3;
+        p.tries = 3;
         p.solicitations = 2;
         p.nonce_sent = 0xdead_beef;
         p.nonce_received = 7;

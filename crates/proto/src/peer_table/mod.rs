@@ -2,7 +2,7 @@
 //! IPv6 peer, with its mapping, trust, timers, bubble budget and a bounded queue.
 //!
 //! Built for millions of entries and for floods. Each entry's hot part is one 64-byte
-//! cache line ([`entry`]) stored in place in an open-addressing table (Robin Hood
+//! cache line (`entry`) stored in place in an open-addressing table (Robin Hood
 //! linear probing, so a look-up reads one line, or its neighbours, and a miss stops
 //! early); the slot is chosen by SipHash-1-3 under secret keys, since addresses are
 //! chosen by attackers. The table doubles as it fills, up to what its cap needs, so its
@@ -562,16 +562,16 @@ mod tests {
                 let i = (x >> 8) % (cap as u32 * 2);
                 if x & 1 == 0 && model.len() < cap {
                     let mut p = trusted(i, now);
-                    p.bubbles = (step % 5) as u8;
+                    p.tries = (step % 5) as u8;
                     t.insert(p, now).unwrap();
-                    model.insert(i, p.bubbles);
+                    model.insert(i, p.tries);
                 } else {
-                    assert_eq!(t.remove(&addr(i)).map(|r| r.peer.bubbles), model.remove(&i));
+                    assert_eq!(t.remove(&addr(i)).map(|r| r.peer.tries), model.remove(&i));
                 }
                 assert_eq!(t.len(), model.len());
             }
             for i in 0..cap as u32 * 2 {
-                assert_eq!(t.get(&addr(i)).map(|p| p.bubbles), model.get(&i).copied(), "cap {cap}, peer {i}");
+                assert_eq!(t.get(&addr(i)).map(|p| p.tries), model.get(&i).copied(), "cap {cap}, peer {i}");
             }
         }
     }
