@@ -80,8 +80,7 @@ pub struct Outcome {
 /// Run `s`, reporting each step through `say`. On success the lab is returned still
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
-    let mut lab = Lab::build(&LabSpec::nats(vec![(s.nat, 1)]))
-        .map_err(|e| LabError::new(format!("step 1 (build the lab) failed: {e}")))?;
+    let mut lab = Lab::build(&LabSpec::nats(vec![(s.nat, 1)])).map_err(|e| step(1, "build the lab", e))?;
     if s.keep_on_failure {
         lab.keep();
     }

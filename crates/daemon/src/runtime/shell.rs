@@ -66,10 +66,12 @@ pub struct Shell<S> {
     status: StatusListener,
     control_path: PathBuf,
     metrics_listener: Mutex<Option<TcpListener>>,
-    board: Option<Snapshot>,
+    snapshot: Option<Snapshot>,
     manager: Mutex<ServiceManager>,
     signals: Signals,
-    published: Mutex<Instant>,
+    /// When the next metrics snapshot is due: on a schedule, so that a loop ticking at
+    /// the publishing period publishes on every tick.
+    next_publish: Mutex<Instant>,
     _state: PhantomData<S>,
 }
 
@@ -88,10 +90,10 @@ impl Shell<Opened> {
             status,
             control_path,
             metrics_listener: Mutex::new(metrics_listener),
-            board: None,
+            snapshot: None,
             manager: Mutex::new(manager),
             signals,
-            published: Mutex::new(Instant::now()),
+            next_publish: Mutex::new(Instant::now()),
             _state: PhantomData,
         })
     }
@@ -114,16 +116,16 @@ impl Shell<Opened> {
         let removable = [confinement::removable(pidfile), vec![self.control_path.clone()]].concat();
         confinement::confine(self.role, filter, &removable).map_err(Failure::runtime)?;
         let listener = self.metrics_listener.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let board = metrics::start(listener)?;
+        let snapshot = metrics::start(listener)?;
         Ok(Shell {
             role: self.role,
             status: self.status,
             control_path: self.control_path,
             metrics_listener: Mutex::new(None),
-            board,
+            snapshot,
             manager: self.manager,
             signals: self.signals,
-            published: self.published,
+            next_publish: self.next_publish,
             _state: PhantomData,
         })
     }
@@ -156,11 +158,14 @@ impl Shell<Confined> {
             m.tick(Instant::now());
             m.status(&role.service_status());
         }
-        if let Some(board) = &self.board {
-            let mut published = self.published.lock().unwrap_or_else(PoisonError::into_inner);
-            if published.elapsed() >= PUBLISH_EVERY {
-                board.publish(self.samples(role));
-                *published = Instant::now();
+        if let Some(snapshot) = &self.snapshot {
+            let now = Instant::now();
+            let mut due = self.next_publish.lock().unwrap_or_else(PoisonError::into_inner);
+            if now >= *due {
+                snapshot.publish(self.samples(role));
+                // The next one a period after this one was due, or after now when the
+                // loop fell behind (no burst to catch up).
+                *due = (*due + PUBLISH_EVERY).max(now + PUBLISH_EVERY / 2);
             }
         }
         if self.signals.take_report_request() {

@@ -102,6 +102,9 @@ pub const RELAY_SILENCE: Duration = Duration::from_secs(1);
 /// Server Load Reduction solicitations before falling back to indirect bubbles (RFC
 /// 6081 §5.7.2).
 pub const SOLICITATIONS: u8 = 3;
+/// Why the address went when the daemon gave another list of servers
+/// ([`Client::set_servers`]): the daemon, which looked their names up, need not look again.
+pub const SERVERS_CHANGED: &str = "the Teredo servers' addresses changed";
 /// The client's link-local address on the Teredo interface.
 pub const LINK_LOCAL: Ipv6Addr = RS_SOURCE_RESTRICTED;
 

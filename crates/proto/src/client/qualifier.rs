@@ -273,8 +273,11 @@ impl<R: Random> Client<R> {
         if servers == self.cfg.servers {
             return;
         }
+        // What the old servers gave is moot; a loss of the address still has to reach
+        // the interface.
+        self.events.retain(|e| matches!(e, ClientEvent::Down(_)));
         if self.address().is_some() {
-            self.events.push_back(ClientEvent::Down("the Teredo servers' addresses changed"));
+            self.events.push_back(ClientEvent::Down(SERVERS_CHANGED));
         }
         self.forget_peers();
         self.q = Qualification::new(&servers);
@@ -329,7 +332,9 @@ impl<R: Random> Client<R> {
         next_server: Option<usize>,
         tx: &mut (impl Transmit + Ports),
     ) {
-        if matches!(self.q.phase, Phase::Up { .. }) {
+        // The interface loses its address, qualified or held while qualifying again (a
+        // network change whose new network does not reach the server).
+        if matches!(self.q.phase, Phase::Up { .. }) || self.q.held_address.is_some() {
             self.events.push_back(ClientEvent::Down(why));
         }
         self.q.maint = None;
@@ -342,6 +347,7 @@ impl<R: Random> Client<R> {
                 self.q.held_address = None;
             }
             None => {
+                self.q.held_address = None;
                 let backoff = match self.q.phase {
                     Phase::Offline { backoff, .. } => (backoff * 2).min(Duration::from_secs(120)),
                     _ => Duration::from_secs(10),

@@ -38,3 +38,23 @@ fn another_server_list_takes_the_address_away_and_qualifies_afresh() {
     assert_eq!(c.status().state, ClientState::Qualifying);
     assert_eq!(c.stats().advertisements, advertisements, "the counters go on");
 }
+
+#[test]
+fn a_client_that_finds_no_server_after_a_network_change_gives_the_held_address_up() {
+    let (mut c, addr) = qualified();
+    let mut w = Recorder::default();
+    c.on_network_change(secs(10), &mut w);
+    assert_eq!(c.address(), Some(addr), "held while it qualifies again");
+    assert_eq!(c.poll_event(), None);
+    // The new network does not reach the server: three solicitations unanswered.
+    for t in (14..=30).step_by(4) {
+        c.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(c.status().state, ClientState::Offline);
+    assert_eq!(c.address(), None);
+    assert_eq!(
+        std::iter::from_fn(|| c.poll_event()).collect::<Vec<_>>(),
+        vec![ClientEvent::Down("server does not answer")],
+        "the interface must drop the address it held"
+    );
+}

@@ -36,7 +36,9 @@ use discovery::{local_address, Discovery};
 use interface::Interface;
 use nix::poll::{PollFd, PollFlags};
 use output::Output;
-use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via, LINK_LOCAL};
+use shipworm_proto::client::{
+    Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via, LINK_LOCAL, SERVERS_CHANGED,
+};
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -366,6 +368,8 @@ impl ClientDaemon<'_> {
         while let Some(ev) = self.client.poll_event() {
             match ev {
                 ClientEvent::Up { server, address, nat, .. } => self.on_up(server, address, nat),
+                // The names were just looked up: that is why the servers changed.
+                ClientEvent::Down(SERVERS_CHANGED) => {}
                 // Lost the server: maybe its name points elsewhere now.
                 ClientEvent::Down(_) => self.names.resolve_all(Instant::now()),
                 ClientEvent::Nat(_) => {}
