@@ -149,7 +149,7 @@ impl World {
         client_cfg.pending_capacity = WAITING;
         client_cfg.queue_bytes = QUEUE_BYTES;
         client_cfg.random_ports = CLIENT_PORTS;
-        client_cfg.service_port = CLIENT_PORT;
+        client_cfg.service_port = NonZeroU16::new(CLIENT_PORT);
         client_cfg.hash_keys = (!seed, seed);
         let mut server_cfg = ServerConfig::new(SERVER);
         server_cfg.hash_keys = (seed, seed);

@@ -164,7 +164,7 @@ fn symmetric_nat_support_keeps_the_primary_servers_mapping() {
 fn status_tells_the_nat_behaviour_and_the_extensions() {
     // Port kept towards the primary (M is :40000): a port-preserving symmetric NAT.
     let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
-    cfg.service_port = 40000;
+    cfg.service_port = std::num::NonZeroU16::new(40000);
     let mut c = Client::new(cfg.clone(), Rng(7));
     qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
     let st = c.status();
@@ -176,7 +176,7 @@ fn status_tells_the_nat_behaviour_and_the_extensions() {
         st.extensions
     );
     // Another port: counted out some other way, predicted by the Echo Test.
-    cfg.service_port = 3544;
+    cfg.service_port = std::num::NonZeroU16::new(3544);
     let mut c = Client::new(cfg.clone(), Rng(7));
     qualify(&mut c, secs(1), M, "192.0.2.45:51234", false);
     assert_eq!((c.status().port_preserving, c.status().port_prediction), (false, "echo test"));
@@ -195,7 +195,7 @@ fn forged_indirect_bubbles_cannot_open_unbounded_ports_or_answers() {
     // from another Teredo source, must stay within the port table's cap and the shared
     // answer budget, and the ports must close again once nobody answers on them.
     let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
-    cfg.service_port = 40000;
+    cfg.service_port = std::num::NonZeroU16::new(40000);
     let cap = cfg.random_ports;
     let mut c = Client::new(cfg, Rng(11));
     let me = up_address(&qualify(&mut c, secs(1), M, "192.0.2.45:51234", false));

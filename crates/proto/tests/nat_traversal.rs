@@ -665,7 +665,7 @@ fn two_clients_behind_one_nat_meet_by_local_discovery() {
 
 /// The service port is what the model NATs see as the client's local port.
 fn with_service_port(_: usize, c: &mut ClientConfig) {
-    c.service_port = 40000;
+    c.service_port = std::num::NonZeroU16::new(40000);
 }
 
 #[test]

@@ -62,8 +62,8 @@ impl<R: Random> Client<R> {
         // changed, or our packets leave from a random port): it takes them only once we
         // echoed a nonce of its own.
         let reprove = learned_port || new_route;
-        let echo = if reprove { self.peers.get(&src).map_or(0, |p| p.nonce_received) } else { 0 };
-        if reprove && echo != 0 {
+        let echo = if reprove { self.peers.get(&src).and_then(|p| p.nonce_received) } else { None };
+        if reprove && echo.is_some() {
             // Tell it at once, through the port its NAT opened towards us: its own
             // bubbles to our address's mapping may all have been dropped, and it
             // would otherwise wait for its next indirect bubble's answer (RFC 6081 §6.1
@@ -73,7 +73,7 @@ impl<R: Random> Client<R> {
         }
         // Without its nonce yet (its indirect bubble is still on its way through the
         // servers), what the host queued waits for it: sent now, it would be dropped.
-        let hold = reprove && echo == 0;
+        let hold = reprove && echo.is_none();
         if pkt.is_bubble() && !pkt.trailers.is_empty() {
             self.on_peer_trailers(now, from, port, known, pkt, tx);
         }
@@ -136,18 +136,18 @@ impl<R: Random> Client<R> {
             // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
             // Without the Miredo rule, a symmetric-NAT Miredo client could not be reached.
             Some(mut p)
-                if ((!p.trusted || p.waiting) && nonce != 0 && p.nonce_sent == nonce && embedded.is_some())
+                if ((!p.trusted || p.waiting) && nonce.is_some() && p.nonce_sent == nonce && embedded.is_some())
                     || (p.waiting
                         && pkt.is_bubble()
-                        && nonce == 0
+                        && nonce.is_none()
                         && !p.knows_trailers
                         && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
             {
                 let learned_port =
                     (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
-                let by_nonce = nonce != 0;
+                let by_nonce = nonce.is_some();
                 if by_nonce {
-                    p.nonce_sent = 0;
+                    p.nonce_sent = None;
                 }
                 p.trusted = true;
                 p.mapped = from;

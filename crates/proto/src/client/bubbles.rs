@@ -3,7 +3,6 @@
 //! local address as the extensions want them).
 
 use super::*;
-use std::num::NonZeroU32;
 
 /// What a bubble carries beyond its headers: RFC 6081's trailers, in the order they go.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,9 +18,9 @@ pub(super) struct Trailers {
 }
 
 impl Trailers {
-    /// A Nonce trailer only, unless `nonce` is 0 (none).
-    pub(super) fn nonce(nonce: u32) -> Trailers {
-        Trailers { nonce: NonZeroU32::new(nonce), ..Trailers::default() }
+    /// A Nonce trailer only, if there is a nonce.
+    pub(super) fn nonce(nonce: Option<NonZeroU32>) -> Trailers {
+        Trailers { nonce, ..Trailers::default() }
     }
 
     /// A Neighbor Discovery Option trailer only.
@@ -82,20 +81,20 @@ impl<R: Random> Client<R> {
 
     /// A bubble nonce for a Nonce trailer (RFC 6081 §5.2.4.1): random, never 0, which
     /// means "none".
-    pub(super) fn bubble_nonce(&mut self) -> u32 {
+    pub(super) fn bubble_nonce(&mut self) -> NonZeroU32 {
         let mut b = [0u8; 4];
         self.rng.fill(&mut b);
-        u32::from_be_bytes(b).max(1)
+        NonZeroU32::new(u32::from_be_bytes(b)).unwrap_or(NonZeroU32::MIN)
     }
 
-    /// The Nonce trailer of a bubble, if Symmetric NAT Support is on (0: none).
-    pub(super) fn nonce_in(&self, pkt: &TeredoPacket<'_>) -> u32 {
+    /// The Nonce trailer of a bubble, if Symmetric NAT Support is on.
+    pub(super) fn nonce_in(&self, pkt: &TeredoPacket<'_>) -> Option<NonZeroU32> {
         if !self.cfg.symmetric_nat_support || !pkt.is_bubble() {
-            return 0;
+            return None;
         }
         match pkt.trailers.get(trailer_type::NONCE) {
-            Some(TrailerRepr::Nonce(n)) => u32::from_be_bytes(n),
-            _ => 0,
+            Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
+            _ => None,
         }
     }
 
@@ -109,7 +108,7 @@ impl<R: Random> Client<R> {
         server: Ipv4Addr,
         tx: &mut (impl Transmit + Ports),
     ) {
-        let nonce = if self.cfg.symmetric_nat_support { self.bubble_nonce() } else { 0 };
+        let nonce = if self.cfg.symmetric_nat_support { Some(self.bubble_nonce()) } else { None };
         let Some(mut p) = self.peers.get_mut(&dst) else {
             return;
         };
@@ -124,7 +123,7 @@ impl<R: Random> Client<R> {
         let mut trailers = Trailers::nonce(nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
         let predicted = self.ports.get(&dst).and_then(|e| e.predicted);
-        trailers.random_port = predicted.filter(|_| !reached && nonce != 0);
+        trailers.random_port = predicted.filter(|_| !reached && nonce.is_some());
         // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
         // only with a nonce to prove the bubbles it brings; not when it is our mapping
         // (no NAT in between: nothing to add).
@@ -132,7 +131,7 @@ impl<R: Random> Client<R> {
             Phase::Up { ra, .. } => Some(ra.mapped),
             _ => None,
         };
-        let list = nonce != 0 && !reached && ours && self.cfg.hairpinning;
+        let list = nonce.is_some() && !reached && ours && self.cfg.hairpinning;
         trailers.alternate = self.local.filter(|l| list && Some(*l) != mapped);
         self.send_bubble(me, &dst, trailers, Path::service(SocketAddrV4::new(server, TEREDO_PORT)), tx);
     }

@@ -57,9 +57,9 @@ pub struct ClientConfig {
     /// direct bubble each, so two clients behind one NAT that does not hairpin meet on
     /// their own network. Needs `symmetric_nat_support` (the nonces prove the bubbles).
     pub hairpinning: bool,
-    /// The service socket's local port, to tell a port-preserving NAT (0: not known,
-    /// and then no port prediction).
-    pub service_port: u16,
+    /// The service socket's local port, to tell a port-preserving NAT (not known: no
+    /// port prediction).
+    pub service_port: Option<NonZeroU16>,
     /// Peers reached through a random port of their own at once (RFC 6081 §5.4, §5.5):
     /// each is a socket.
     pub random_ports: usize,
@@ -85,7 +85,7 @@ impl ClientConfig {
             opening_bubble_ttl: 2,
             server_load_reduction: true,
             hairpinning: true,
-            service_port: 0,
+            service_port: None,
             random_ports: 64,
             local_discovery: true,
         }

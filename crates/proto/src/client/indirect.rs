@@ -7,8 +7,8 @@ use super::*;
 /// A packet from our server that is not an advertisement, as answering it needs it.
 struct FromServer {
     src: Ipv6Addr,
-    /// Its Nonce trailer (0: none).
-    nonce: u32,
+    /// Its Nonce trailer, if any.
+    nonce: Option<NonZeroU32>,
     /// The sender's Teredo address, when it is a Teredo peer's bubble.
     teredo: Option<TeredoAddr>,
     /// The addresses the peer listed (Alternate Address trailer, hairpinning).
@@ -52,12 +52,12 @@ impl<R: Random> Client<R> {
         };
         let teredo = TeredoAddr::decode(&src).filter(|_| pkt.is_bubble() && !src.is_link_local());
         // Whether this is the peer's answer to an indirect bubble of ours.
-        let first = self.peers.get(&src).is_none_or(|p| p.nonce_sent == 0);
+        let first = self.peers.get(&src).is_none_or(|p| p.nonce_sent.is_none());
         let answer_indirect = match teredo {
             Some(t) => self.remember_nonce(now, src, t, nonce),
             None => false,
         };
-        let new_peer_port = teredo.is_some() && nonce != 0 && self.remember_peer_port(now, src, pkt);
+        let new_peer_port = teredo.is_some() && nonce.is_some() && self.remember_peer_port(now, src, pkt);
         let echo_running = match (teredo, answer_indirect) {
             (Some(t), true) => self.open_random_port(now, &me, src, t, tx),
             _ => false,
@@ -78,9 +78,13 @@ impl<R: Random> Client<R> {
     /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists, at
     /// most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD). A
     /// malformed Alternate Address trailer spoils the bubble.
-    fn alternates_in(&self, pkt: &TeredoPacket<'_>, nonce: u32) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
+    fn alternates_in(
+        &self,
+        pkt: &TeredoPacket<'_>,
+        nonce: Option<NonZeroU32>,
+    ) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
         let mut alternates = [None; 2];
-        if nonce == 0 || !self.cfg.hairpinning {
+        if nonce.is_none() || !self.cfg.hairpinning {
             return Ok(alternates);
         }
         let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) else { return Ok(alternates) };
@@ -140,7 +144,7 @@ impl<R: Random> Client<R> {
         }
         // Our echo of its nonce now proves us to a peer met through hairpinning: what
         // waited for it follows the bubble.
-        if trusted && b.nonce != 0 {
+        if trusted && b.nonce.is_some() {
             self.flush(&src, o, tx);
         }
     }
@@ -165,23 +169,29 @@ impl<R: Random> Client<R> {
             if !b.echo_running && !self.random_port_bubbles(now, src, nonce, how, tx) {
                 self.send_indirect(now, me, src, t.server, tx);
             }
-        } else if nonce != 0 && (!b.first || (b.new_peer_port && self.first_contacts.allow_test(now))) {
+        } else if nonce.is_some() && (!b.first || (b.new_peer_port && self.first_contacts.allow_test(now))) {
             self.random_port_bubbles(now, src, nonce, how, tx);
         }
     }
 
-    /// An indirect bubble from Teredo peer `src`, carrying `nonce` (0: none): keep the
+    /// An indirect bubble from Teredo peer `src`, carrying `nonce` (if any): keep the
     /// nonce to echo (RFC 6081 §5.2.4.3), and say whether to answer with an indirect
     /// bubble of ours: the peer speaks the extension, we do not trust it yet, and
     /// neither its bubble budget nor the shared echo budget is spent. A peer entry is
     /// made for that answer's nonce (untrusted entries give way when the table is full).
-    pub(super) fn remember_nonce(&mut self, now: Duration, src: Ipv6Addr, t: TeredoAddr, nonce: u32) -> bool {
+    pub(super) fn remember_nonce(
+        &mut self,
+        now: Duration,
+        src: Ipv6Addr,
+        t: TeredoAddr,
+        nonce: Option<NonZeroU32>,
+    ) -> bool {
         let reachable =
             self.unreachable_embedded(*t.mapped.ip()).is_none() && self.unreachable_embedded(t.server).is_none();
         // A new entry only within the shared budget: forged indirect bubbles must not
         // crowd out the peers the host is reaching.
         let mut budget_spent = false;
-        if nonce != 0 && reachable && self.peers.get(&src).is_none() {
+        if nonce.is_some() && reachable && self.peers.get(&src).is_none() {
             if !self.first_contacts.allow_test(now) {
                 return false;
             }
@@ -192,8 +202,8 @@ impl<R: Random> Client<R> {
             return false;
         };
         p.nonce_received = nonce;
-        p.knows_trailers |= nonce != 0;
-        let may = nonce != 0
+        p.knows_trailers |= nonce.is_some();
+        let may = nonce.is_some()
             && reachable
             && !p.trusted
             && p.tries < PEER_TRIES

@@ -67,7 +67,7 @@ use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
 use std::collections::{HashSet, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
-use std::num::NonZeroU16;
+use std::num::{NonZeroU16, NonZeroU32};
 use std::time::Duration;
 
 mod acceptance;
@@ -327,7 +327,7 @@ impl<R: Random> Client<R> {
         let mut v = Vec::new();
         if c.symmetric_nat_support {
             v.push("symmetric NAT support");
-            if c.random_ports > 0 && c.service_port != 0 {
+            if c.random_ports > 0 && c.service_port.is_some() {
                 v.extend(["port-preserving symmetric NAT", "sequential port-symmetric NAT"]);
             }
             if c.hairpinning {

@@ -304,7 +304,7 @@ impl<R: Random> Client<R> {
         // port of ours keeps its number outside too; otherwise it is counted out in
         // sequence, and an Echo Test predicts it (§3.4).
         self.q.port_preserving =
-            self.q.nat == NatKind::Symmetric && self.cfg.service_port != 0 && ra.mapped.port() == self.cfg.service_port;
+            self.q.nat == NatKind::Symmetric && self.cfg.service_port.map(NonZeroU16::get) == Some(ra.mapped.port());
         self.q.phase = Phase::Up { server, ra, address };
         self.update_mapped_inbound();
         if changed {

@@ -68,7 +68,7 @@ impl<R: Random> Client<R> {
         &mut self,
         now: Duration,
         dst: Ipv6Addr,
-        echo: u32,
+        echo: Option<NonZeroU32>,
         how: Bubbling,
         tx: &mut (impl Transmit + Ports),
     ) -> bool {
@@ -86,7 +86,7 @@ impl<R: Random> Client<R> {
         }
         let (local, predicted, peer) = (e.local, e.predicted, e.peer);
         let heard =
-            matches!(how, Bubbling::Heard { .. }) || self.peers.get(&dst).is_some_and(|p| p.nonce_received != 0);
+            matches!(how, Bubbling::Heard { .. }) || self.peers.get(&dst).is_some_and(|p| p.nonce_received.is_some());
         let to = SocketAddrV4::new(*t.mapped.ip(), peer.map_or(t.mapped.port(), NonZeroU16::get));
         let ttl = match how {
             Bubbling::Heard { first: true } if self.cfg.opening_bubble_ttl > 0 => Some(self.cfg.opening_bubble_ttl),
@@ -139,9 +139,9 @@ impl<R: Random> Client<R> {
 
     /// The nonce our bubbles from the service port may echo to `peer`: none while a
     /// random port of ours is open for it (the peer must take us there, not here).
-    pub(super) fn primary_echo(&self, peer: &Ipv6Addr, echo: u32) -> u32 {
+    pub(super) fn primary_echo(&self, peer: &Ipv6Addr, echo: Option<NonZeroU32>) -> Option<NonZeroU32> {
         match self.ports.get(peer) {
-            Some(e) if e.local.is_some() && !e.via_local => 0,
+            Some(e) if e.local.is_some() && !e.via_local => None,
             _ => echo,
         }
     }

@@ -9,6 +9,7 @@
 use super::queue::{self, PacketQueue, QueueDrain};
 use bytemuck::{Pod, Zeroable};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU32;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
@@ -38,11 +39,11 @@ pub struct Peer {
     pub waiting: bool,
     /// RFC 6081 §5.2.1 Nonce Sent: the Nonce trailer of our last indirect bubble to this
     /// peer, which its direct bubble must echo to be accepted from a port its address
-    /// does not embed (0: none sent).
-    pub nonce_sent: u32,
+    /// does not embed.
+    pub nonce_sent: Option<NonZeroU32>,
     /// RFC 6081 §5.2.1 Nonce Received: the Nonce trailer of the peer's last indirect
-    /// bubble, echoed in our direct ones (0: none, or the peer sent none).
-    pub nonce_received: u32,
+    /// bubble, echoed in our direct ones (none, or the peer sent none).
+    pub nonce_received: Option<NonZeroU32>,
     /// RFC 6081 §5.7.1: direct bubbles with a Neighbor Discovery solicitation sent
     /// since the peer last spoke (Server Load Reduction).
     pub solicitations: u8,
@@ -64,8 +65,8 @@ impl Peer {
             tries: 0,
             bubble_window: now,
             waiting: false,
-            nonce_sent: 0,
-            nonce_received: 0,
+            nonce_sent: None,
+            nonce_received: None,
             solicitations: 0,
             knows_trailers: false,
         }
@@ -133,8 +134,9 @@ impl Slot {
         self.last_rx = nanos(p.last_rx);
         self.last_tx = nanos(p.last_tx);
         self.bubble_window = nanos(p.bubble_window);
-        self.nonce_sent = p.nonce_sent;
-        self.nonce_received = p.nonce_received;
+        // The slot keeps 0 for "none", as the Nonce trailer never carries it.
+        self.nonce_sent = p.nonce_sent.map_or(0, NonZeroU32::get);
+        self.nonce_received = p.nonce_received.map_or(0, NonZeroU32::get);
         self.mapped_ip = p.mapped.ip().octets();
         self.mapped_port = p.mapped.port();
         self.tries = p.tries;
@@ -156,8 +158,8 @@ impl Slot {
             tries: self.tries,
             bubble_window: Duration::from_nanos(self.bubble_window),
             waiting: self.flags & WAITING != 0,
-            nonce_sent: self.nonce_sent,
-            nonce_received: self.nonce_received,
+            nonce_sent: NonZeroU32::new(self.nonce_sent),
+            nonce_received: NonZeroU32::new(self.nonce_received),
             solicitations: self.solicitations,
             knows_trailers: self.flags & KNOWS_TRAILERS != 0,
         }
@@ -353,8 +355,8 @@ mod tests {
         p.knows_trailers = true;
         p.tries = 3;
         p.solicitations = 2;
-        p.nonce_sent = 0xdead_beef;
-        p.nonce_received = 7;
+        p.nonce_sent = NonZeroU32::new(0xdead_beef);
+        p.nonce_received = NonZeroU32::new(7);
         p.last_rx = Duration::new(1_000_000, 999_999_999);
         assert_eq!(Slot::holding(&p).decode(), p);
         assert_eq!(std::mem::align_of::<Slot>(), 64);

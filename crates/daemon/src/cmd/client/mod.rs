@@ -134,7 +134,7 @@ fn client_config(
     cfg.opening_bubble_ttl = conf.opening_bubble_ttl;
     cfg.server_load_reduction = conf.server_load_reduction;
     cfg.hairpinning = conf.hairpinning;
-    cfg.service_port = service_port;
+    cfg.service_port = NonZeroU16::new(service_port);
     cfg.local_discovery = conf.local_discovery;
     cfg.credentials = conf.credentials.clone();
     cfg
