@@ -79,6 +79,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
                 keep_on_failure: false,
                 first: Side::Client,
                 shipworm_extra: "",
+                narrow_wan: None,
             };
             let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
             // The same buffers for both chains, as for the relays measured alone.

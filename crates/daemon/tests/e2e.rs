@@ -10,6 +10,8 @@ mod anycast;
 mod calling_first;
 #[path = "e2e/client_to_client.rs"]
 mod client_to_client;
+#[path = "e2e/links.rs"]
+mod links;
 #[path = "e2e/nat_matrix.rs"]
 mod nat_matrix;
 #[path = "e2e/operations.rs"]
@@ -160,6 +162,7 @@ fn shipworm_chain(me: &std::path::Path, first: Side, extra: &'static str) -> Sce
         keep_on_failure: false,
         first,
         shipworm_extra: extra,
+        narrow_wan: None,
     }
 }
 
@@ -180,8 +183,15 @@ fn main() {
     }
     let me = std::path::PathBuf::from(env!("CARGO_BIN_EXE_shipworm"));
     let mut cases: Vec<Case> = Vec::new();
-    for topic in [nat_matrix::cases, client_to_client::cases, calling_first::cases, security::cases, operations::cases]
-    {
+    let topics = [
+        nat_matrix::cases,
+        links::cases,
+        client_to_client::cases,
+        calling_first::cases,
+        security::cases,
+        operations::cases,
+    ];
+    for topic in topics {
         cases.extend(topic(&me));
     }
     cases.extend(anycast::cases(&me));

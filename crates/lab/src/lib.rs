@@ -100,12 +100,16 @@ pub struct LabSpec {
     /// server route 2001::/32 through, and that learns the relays' announcements of it
     /// by BGP (see [`anycast`]).
     pub anycast: bool,
+    /// The first NAT box's link to the core has this IPv4 MTU, and neither the box nor
+    /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
+    /// whose routers' PMTU messages a firewall filters.
+    pub narrow_wan: Option<u32>,
 }
 
 impl LabSpec {
     /// NAT boxes with clients, one server.
     pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
-        LabSpec { nats, second_server: false, generator: false, anycast: false }
+        LabSpec { nats, second_server: false, generator: false, anycast: false, narrow_wan: None }
     }
 }
 
@@ -154,6 +158,9 @@ impl Lab {
         }
         for (i, &(kind, clients)) in spec.nats.iter().enumerate() {
             lab.build_nat(i + 1, kind, clients)?;
+        }
+        if let Some(mtu) = spec.narrow_wan.filter(|_| !spec.nats.is_empty()) {
+            lab.narrow_wan(1, mtu)?;
         }
         Ok(lab)
     }
@@ -270,6 +277,30 @@ impl Lab {
             Self::addr(&srv, "192.0.2.6/24", "eth0")?;
             Self::addr(&srv, "2001:db8:1::2/64", "eth0")?;
             netns::ip(&["-n", &srv, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
+        }
+        Ok(())
+    }
+
+    /// NAT box `i`'s link to the core narrowed to `mtu`, "fragmentation needed" dropped
+    /// wherever it would be sent (the box's and the core's output, and forwarded).
+    fn narrow_wan(&self, i: usize, mtu: u32) -> Result<()> {
+        let (nat, core) = (self.ns(&format!("nat{i}")), self.ns("core"));
+        let mtu = mtu.to_string();
+        let port = format!("p{}", 10 + i);
+        netns::ip(&["-n", &core, "link", "set", &port, "mtu", &mtu])?;
+        netns::ip(&["-n", &nat, "link", "set", "wan", "mtu", &mtu])?;
+        // A router that forwards packet by packet: no GRO to merge datagrams into a
+        // super-packet the kernel would cut to the narrow MTU whatever their DF bit.
+        for (ns, dev) in [(&core, port.as_str()), (&nat, "wan"), (&nat, "lan")] {
+            netns::exec(ns, &["ethtool", "-K", dev, "gro", "off"])?;
+        }
+        let filter = "table ip lab_pmtu_filter {
+  chain outbound { type filter hook output priority 0; icmp type destination-unreachable icmp code frag-needed drop; }
+  chain forwarded { type filter hook forward priority 0; icmp type destination-unreachable icmp code frag-needed drop; }
+}
+";
+        for ns in [&nat, &core] {
+            netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(filter))?;
         }
         Ok(())
     }

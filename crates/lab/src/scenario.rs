@@ -33,6 +33,9 @@ pub struct Scenario {
     /// miredo.conf lines for shipworm's relay and client (not Miredo's), e.g. to take a
     /// path the defaults do not (`TunOffload no`).
     pub shipworm_extra: &'static str,
+    /// The NAT's link to the core this narrow, with PMTU messages filtered
+    /// ([`LabSpec::narrow_wan`]).
+    pub narrow_wan: Option<u32>,
 }
 
 /// One end of a first contact.
@@ -80,7 +83,8 @@ pub struct Outcome {
 /// Run `s`, reporting each step through `say`. On success the lab is returned still
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
-    let mut lab = Lab::build(&LabSpec::nats(vec![(s.nat, 1)])).map_err(|e| step(1, "build the lab", e))?;
+    let spec = LabSpec { narrow_wan: s.narrow_wan, ..LabSpec::nats(vec![(s.nat, 1)]) };
+    let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     if s.keep_on_failure {
         lab.keep();
     }
@@ -344,8 +348,13 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
 /// The client's server dies: a shipworm client configured with a fallback server must
 /// qualify with it. Returns the time from the kill to the new address.
 pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str)) -> Result<(Lab, Duration)> {
-    let spec =
-        LabSpec { nats: vec![(NatKind::PortRestricted, 1)], second_server: true, generator: false, anycast: false };
+    let spec = LabSpec {
+        nats: vec![(NatKind::PortRestricted, 1)],
+        second_server: true,
+        generator: false,
+        anycast: false,
+        narrow_wan: None,
+    };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(client).map_err(|e| step(2, "start the servers", e))?;
     lab.start_server_b(client).map_err(|e| step(2, "start the servers", e))?;

@@ -29,6 +29,7 @@ impl RandomPorts {
         }
         let opened = UdpSocket::bind((self.bind, 0)).and_then(|s| {
             s.set_nonblocking(true)?;
+            crate::io::udp_socket::allow_fragmentation(std::os::fd::AsFd::as_fd(&s))?;
             Ok(s)
         });
         match opened.and_then(|s| Ok((s.local_addr()?.port(), s))) {

@@ -1,10 +1,11 @@
 //! A daemon's UDP socket: non-blocking, with the large buffers bursts need, bound to
-//! one address (and, for a relay with several workers, sharing its port).
+//! one address (and, for a relay with several workers, sharing its port), its datagrams
+//! sent without Don't Fragment.
 
 use crate::io::socket_buffers;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddrV4;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 /// A UDP socket bound to `addr`; with `shared_port`, other sockets of this process may
 /// bind the same port (SO_REUSEPORT: the kernel spreads flows over them).
@@ -12,11 +13,36 @@ pub fn bind(addr: SocketAddrV4, shared_port: bool) -> std::io::Result<Socket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     socket_buffers::enlarge(s.as_fd(), socket_buffers::DAEMON_BYTES);
     s.set_nonblocking(true)?;
+    allow_fragmentation(s.as_fd())?;
     if shared_port {
         s.set_reuse_port(true)?;
     }
     s.bind(&addr.into())?;
     Ok(s)
+}
+
+/// Send without Don't Fragment (IP_PMTUDISC_DONT), as RFC 4380 §5.1.1 asks ("SHOULD NOT
+/// set the DF bit") and Miredo does. Linux sets DF on UDP by default: on an IPv4 path
+/// narrower than a full-size Teredo datagram whose routers' "fragmentation needed"
+/// messages are filtered, those datagrams would vanish; without DF a router fragments
+/// them and the far end reassembles.
+pub fn allow_fragmentation(fd: BorrowedFd<'_>) -> std::io::Result<()> {
+    let v: libc::c_int = libc::IP_PMTUDISC_DONT;
+    // SAFETY: setsockopt on a descriptor we borrow, with an int value and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
@@ -32,5 +58,23 @@ mod tests {
         let err = bind(at, false).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE));
         assert!(a.nonblocking().unwrap());
+    }
+
+    #[test]
+    fn datagrams_leave_without_dont_fragment() {
+        let s = bind(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0), false).unwrap();
+        let mut v: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into an int of the size given.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!((r, v), (0, libc::IP_PMTUDISC_DONT), "Linux's default is IP_PMTUDISC_WANT: DF set");
     }
 }

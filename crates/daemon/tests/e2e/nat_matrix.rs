@@ -34,6 +34,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             keep_on_failure: false,
                             first,
                             shipworm_extra: "",
+                            narrow_wan: None,
                         };
                         cases.push(Case {
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),

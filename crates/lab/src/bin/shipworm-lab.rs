@@ -91,6 +91,7 @@ fn run(args: &LabArgs) -> Result<(), String> {
         keep_on_failure: args.keep,
         first: if args.first == "client" { Side::Client } else { Side::Native },
         shipworm_extra: "",
+        narrow_wan: None,
     };
     let mut n = 0;
     let mut say = |line: &str| {
