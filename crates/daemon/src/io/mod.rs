@@ -1,5 +1,6 @@
 //! The daemon's I/O floor: UDP sockets in batches (recvmmsg/sendmmsg, segmented
-//! sends, coalesced receives), a client's per-peer random ports, socket buffer sizing,
+//! sends, coalesced receives), a client's per-peer random ports, socket buffer sizing and
+//! options,
 //! the TUN device and its batches (offloads: super-packets cut and joined) and
 //! rtnetlink, BIRD's control socket. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
@@ -9,6 +10,7 @@ pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;
 pub mod socket_buffers;
+pub mod sockopt;
 pub mod tun;
 pub mod tun_batch;
 pub mod udp_batch;

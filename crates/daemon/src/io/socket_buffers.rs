@@ -4,7 +4,8 @@
 //! of a millisecond or two at 60 000 packets/s. With CAP_NET_ADMIN (the daemons have it
 //! while they set up) SO_*BUFFORCE passes the cap; without, the capped request stands.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use crate::io::sockopt;
+use std::os::fd::BorrowedFd;
 
 /// What the daemons ask for, each way (the kernel doubles it for its bookkeeping).
 pub const DAEMON_BYTES: usize = 4 << 20;
@@ -14,44 +15,19 @@ pub const DAEMON_BYTES: usize = 4 << 20;
 pub fn enlarge(fd: BorrowedFd<'_>, bytes: usize) {
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     for (forced, capped) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
-        if set(fd, forced, v) != 0 {
+        if !set(fd, forced, v) {
             set(fd, capped, v);
         }
     }
 }
 
-fn set(fd: BorrowedFd<'_>, opt: libc::c_int, v: libc::c_int) -> libc::c_int {
-    // SAFETY: setsockopt on a descriptor we borrow, with an int value and its size.
-    unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    }
+fn set(fd: BorrowedFd<'_>, opt: libc::c_int, v: libc::c_int) -> bool {
+    sockopt::set_int(fd, libc::SOL_SOCKET, opt, v).is_ok()
 }
 
 /// The receive buffer the kernel gave `fd`, in bytes (doubled, as the kernel reports it).
 pub fn receive_size(fd: BorrowedFd<'_>) -> usize {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt into an int of the size given.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r == 0 {
-        usize::try_from(v).unwrap_or(0)
-    } else {
-        0
-    }
+    sockopt::get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF).map_or(0, |v| usize::try_from(v).unwrap_or(0))
 }
 
 #[cfg(test)]

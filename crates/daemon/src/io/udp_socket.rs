@@ -2,10 +2,10 @@
 //! one address (and, for a relay with several workers, sharing its port), its datagrams
 //! sent without Don't Fragment.
 
-use crate::io::socket_buffers;
+use crate::io::{socket_buffers, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddrV4;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// A UDP socket bound to `addr`; with `shared_port`, other sockets of this process may
 /// bind the same port (SO_REUSEPORT: the kernel spreads flows over them).
@@ -27,22 +27,7 @@ pub fn bind(addr: SocketAddrV4, shared_port: bool) -> std::io::Result<Socket> {
 /// messages are filtered, those datagrams would vanish; without DF a router fragments
 /// them and the far end reassembles.
 pub fn allow_fragmentation(fd: BorrowedFd<'_>) -> std::io::Result<()> {
-    let v: libc::c_int = libc::IP_PMTUDISC_DONT;
-    // SAFETY: setsockopt on a descriptor we borrow, with an int value and its size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    sockopt::set_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DONT)
 }
 
 #[cfg(test)]
@@ -63,18 +48,7 @@ mod tests {
     #[test]
     fn datagrams_leave_without_dont_fragment() {
         let s = bind(SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 0), false).unwrap();
-        let mut v: libc::c_int = -1;
-        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        // SAFETY: getsockopt into an int of the size given.
-        let r = unsafe {
-            libc::getsockopt(
-                s.as_raw_fd(),
-                libc::IPPROTO_IP,
-                libc::IP_MTU_DISCOVER,
-                (&mut v as *mut libc::c_int).cast(),
-                &mut len,
-            )
-        };
-        assert_eq!((r, v), (0, libc::IP_PMTUDISC_DONT), "Linux's default is IP_PMTUDISC_WANT: DF set");
+        let v = sockopt::get_int(s.as_fd(), libc::IPPROTO_IP, libc::IP_MTU_DISCOVER).unwrap();
+        assert_eq!(v, libc::IP_PMTUDISC_DONT, "Linux's default is IP_PMTUDISC_WANT: DF set");
     }
 }
