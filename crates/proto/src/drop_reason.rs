@@ -71,7 +71,9 @@ pub enum DropReason {
     /// Held for a connectivity test that got no answer (or proved another relay).
     ConnectivityTestFailed,
     /// RFC 6081 trailers a server would have forwarded that do not parse (a TLV runs
-    /// past the end or holds a bad value), or more of them than any node sends.
+    /// past the end or holds a bad value), or more of them than any node sends; at a
+    /// client, a trailer of a type it does not know whose two top bits are 01, which
+    /// asks that the packet be discarded (§4.1).
     BadTrailers,
     /// Over a per-address rate: router solicitations from one IPv4 source (server), or
     /// bubbles to one IPv4 target (relay), past what any real exchange needs.

@@ -714,6 +714,8 @@ mod fuzz;
 mod secure_qualification;
 #[path = "client_cases/server_list.rs"]
 mod server_list;
+#[path = "client_cases/trailers.rs"]
+mod trailers;
 
 #[test]
 fn first_connectivity_test_goes_at_once_right_after_start() {

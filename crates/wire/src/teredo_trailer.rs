@@ -3,10 +3,14 @@
 //! space).
 //!
 //! Every node tolerates them and a server forwards them intact, so the trailer area is
-//! kept as the raw bytes it arrived as; this module only reads it. If a TLV runs past
-//! the end, the area is malformed: [`Trailers::validate`] says so and the typed look-ups
-//! return nothing (we ignore such trailers rather than drop the packet, so a plain
-//! RFC 4380 exchange is never broken by a bad trailer).
+//! kept as the raw bytes it arrived as; this module only reads it. The look-ups process
+//! the trailers as RFC 6081 §5.1.2 has a client do: in order, skipping unknown types,
+//! and stopping at the first malformed one (a TLV that runs past the end, or a known type
+//! whose value does not parse) — those before it count, the packet is kept, so a plain
+//! RFC 4380 exchange is never broken by a bad trailer. An unknown type whose two top
+//! bits are 01 asks that the packet be discarded ([`Trailers::must_discard`]).
+//! [`Trailers::validate`] says whether every TLV fits (what a server checks before it
+//! forwards them).
 
 use crate::{read_ipv4, read_u16, write_u16, Error, Result};
 use core::net::SocketAddrV4;
@@ -55,10 +59,12 @@ pub mod trailer_type {
     pub const ALTERNATE_ADDRESS: u8 = 0x03;
     /// Neighbor discovery option trailer (server load reduction).
     pub const NEIGHBOR_DISCOVERY: u8 = 0x04;
-    /// Random port trailer (port-preserving symmetric NAT), as RFC 6081 §4.5 numbers it.
+    /// Random port trailer (port-preserving symmetric NAT), as RFC 6081 §4.5 numbers it,
+    /// and as shipworm sends it: §4.5 is the section that defines the trailer, and the
+    /// number Windows' implementation (the RFC's source) is documented with.
     pub const RANDOM_PORT: u8 = 0x05;
-    /// The number RFC 6081's IANA table (§9) gives the random port trailer; accepted on
-    /// receipt, never sent.
+    /// The number RFC 6081's IANA table (§9) gives the random port trailer; parsed as
+    /// the same trailer, never sent.
     pub const RANDOM_PORT_IANA: u8 = 0x02;
 }
 
@@ -98,15 +104,53 @@ impl<'a> Trailers<'a> {
     pub fn validate(&self) -> Result<()> {
         self.iter().try_for_each(|t| t.map(|_| ()))
     }
-    /// The first trailer of type `kind`, if the whole area is well formed.
+    /// The first trailer of type `kind` before the first malformed one (RFC 6081
+    /// §5.1.2); a malformed trailer of that very type is returned, so that the caller can
+    /// tell it is (a bad Alternate Address trailer spoils its bubble, §5.6.4.2).
     pub fn find(&self, kind: u8) -> Option<Trailer<'a>> {
-        self.validate().ok()?;
-        self.iter().filter_map(|t| t.ok()).find(|t| t.kind == kind)
+        for t in self.iter() {
+            let t = t.ok()?;
+            if t.kind == kind {
+                return Some(t);
+            }
+            if is_known(t.kind) && TrailerRepr::parse(&t).is_err() {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// A trailer before the first malformed one is of a type this node does not know and
+    /// whose two top bits are 01: RFC 6081 §4.1 has the whole packet discarded.
+    pub fn must_discard(&self) -> bool {
+        for t in self.iter() {
+            let Ok(t) = t else { return false };
+            if is_known(t.kind) {
+                if TrailerRepr::parse(&t).is_err() {
+                    return false;
+                }
+            } else if t.kind >> 6 == 0b01 {
+                return true;
+            }
+        }
+        false
     }
     /// The typed value of the first trailer of type `kind`, if well formed.
     pub fn get(&self, kind: u8) -> Option<TrailerRepr<'a>> {
         TrailerRepr::parse(&self.find(kind)?).ok()
     }
+}
+
+/// A type this module parses.
+fn is_known(kind: u8) -> bool {
+    matches!(
+        kind,
+        trailer_type::NONCE
+            | trailer_type::ALTERNATE_ADDRESS
+            | trailer_type::NEIGHBOR_DISCOVERY
+            | trailer_type::RANDOM_PORT
+            | trailer_type::RANDOM_PORT_IANA
+    )
 }
 
 /// Iterator over trailer TLVs.
@@ -208,7 +252,7 @@ impl<'a> TrailerRepr<'a> {
                 ADVERTISEMENT => Ok(TrailerRepr::NeighborDiscovery(DiscoveryType::Advertisement)),
                 _ => Err(Error::BadValue),
             },
-            (trailer_type::RANDOM_PORT, RANDOM_PORT_LEN) => {
+            (trailer_type::RANDOM_PORT | trailer_type::RANDOM_PORT_IANA, RANDOM_PORT_LEN) => {
                 Ok(TrailerRepr::RandomPort(read_u16(&v[field::RANDOM_PORT])))
             }
             _ => Err(Error::BadValue),
@@ -329,6 +373,43 @@ mod tests {
         };
         assert_eq!(alt.len(), 2);
         assert_eq!(alt.iter().nth(1), Some("192.0.2.1:50000".parse().unwrap()));
+    }
+
+    #[test]
+    fn trailers_before_the_first_malformed_one_count_and_the_rest_do_not() {
+        // Nonce, then a Neighbor Discovery option of the wrong length, then a Random Port.
+        let t = Trailers::new(&[1, 4, 9, 8, 7, 6, 4, 2, 0, 0, 5, 2, 0x04, 0xb1]);
+        assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([9, 8, 7, 6])));
+        assert_eq!(t.get(trailer_type::RANDOM_PORT), None, "processing stopped at the bad one");
+        assert!(t.find(trailer_type::NEIGHBOR_DISCOVERY).is_some(), "the bad one itself is shown");
+        // A Nonce, then a TLV running past the end: the Nonce still counts.
+        let t = Trailers::new(&[1, 4, 1, 2, 3, 4, 0x7f, 9]);
+        assert_eq!(t.validate(), Err(Error::Truncated));
+        assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([1, 2, 3, 4])));
+    }
+
+    #[test]
+    fn an_unknown_type_with_top_bits_01_discards_the_packet_and_others_are_skipped() {
+        for (kind, discard) in [(0x40, true), (0x7f, true), (0x3f, false), (0x80, false), (0xc0, false)] {
+            let bytes = [kind, 1, 0, 1, 4, 1, 2, 3, 4];
+            let t = Trailers::new(&bytes);
+            assert_eq!(t.must_discard(), discard, "type {kind:#x}");
+            assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([1, 2, 3, 4])), "type {kind:#x}");
+        }
+        // After a malformed trailer nothing is processed, a 01 type neither.
+        assert!(!Trailers::new(&[4, 1, 0, 0x40, 0]).must_discard());
+    }
+
+    #[test]
+    fn the_random_port_trailer_is_read_under_both_numbers() {
+        for kind in [trailer_type::RANDOM_PORT, trailer_type::RANDOM_PORT_IANA] {
+            let bytes = [kind, 2, 0x04, 0xb1];
+            let t = Trailers::new(&bytes);
+            assert_eq!(t.get(kind), Some(TrailerRepr::RandomPort(1201)));
+        }
+        let mut b = [0u8; 4];
+        TrailerRepr::RandomPort(1201).emit(&mut b).unwrap();
+        assert_eq!(b, [trailer_type::RANDOM_PORT, 2, 0x04, 0xb1], "sent as §4.5 numbers it");
     }
 
     #[test]

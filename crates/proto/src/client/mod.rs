@@ -362,6 +362,10 @@ impl<R: Random> Client<R> {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
         };
+        // RFC 6081 §4.1, §5.1.2: an unknown trailer whose type says so voids the packet.
+        if pkt.trailers.must_discard() {
+            return self.dropped(DropReason::BadTrailers);
+        }
         if via == Via::Probe {
             return self.on_probe(datagram, &pkt, from);
         }
