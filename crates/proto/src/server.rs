@@ -305,7 +305,17 @@ impl Server {
             None if self.issued_by_us(&dst) => Admitted::NativeToClient,
             None => return Err(DropReason::SourceMismatch),
         };
-        // §5.3.1 dispatch on the destination.
+        // §5.3.1 dispatch on the destination: the server's own link-local address takes
+        // an Echo Request from a client (checks 5 passed: its own mapping), answered as
+        // solicitations are, within the same per-address rate.
+        if dst == self.link_local && matches!(admitted, Admitted::Client) {
+            if let Some(icmp) = icmp.as_ref().filter(|i| i.msg_type() == message::ECHO_REQUEST) {
+                if !self.solicitations.allow(*from.ip(), now) {
+                    return Err(DropReason::RateLimited);
+                }
+                return self.answer_echo(local, from, &src, icmp, out);
+            }
+        }
         if dst == ALL_ROUTERS || dst == self.link_local {
             return Err(DropReason::LocalDestination);
         }
@@ -329,6 +339,35 @@ impl Server {
                 (Admitted::NativeToClient, _) => Err(DropReason::SourceMismatch),
             },
         }
+    }
+
+    /// An Echo Reply from our link-local address to client `src` at `from`, from the
+    /// address the request came to (RFC 4380 §5.3.1: the server processes ICMPv6 Echo
+    /// Requests sent to its link-local address), echoing the request's identifier,
+    /// sequence number and data.
+    fn answer_echo(
+        &mut self,
+        local: Local,
+        from: SocketAddrV4,
+        src: &Ipv6Addr,
+        icmp: &Icmpv6Packet<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST])?;
+        let Icmpv6Repr::EchoRequest { ident, seq_no, data } = Icmpv6Repr::parse(src, &self.link_local, icmp)? else {
+            return Err(DropReason::BadValue);
+        };
+        let reply = Icmpv6Repr::EchoReply { ident, seq_no, data };
+        let ipv6 = Ipv6Repr {
+            src_addr: self.link_local,
+            dst_addr: *src,
+            next_header: ip_protocol::ICMPV6,
+            payload_len: reply.buffer_len(),
+            hop_limit: 64,
+        };
+        ipv6.emit(out)?;
+        let n = reply.emit(&self.link_local, src, out.get_mut(40..).ok_or(DropReason::TooBig)?)?;
+        Ok(ServerAction::Answer { from: local, to: from, len: 40 + n })
     }
 
     fn check_icmpv6_forward(&self, icmp: &Icmpv6Packet<&[u8]>, allowed: &[u8]) -> Result<(), DropReason> {

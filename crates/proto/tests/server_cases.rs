@@ -520,3 +520,23 @@ fn one_address_gets_advertisements_at_a_bounded_rate_and_others_still_get_theirs
     let _ = s.on_udp(Duration::from_secs(12), Local::Primary, sa(A_MAPPED), &solicit, &mut w);
     assert_eq!(actions(&w).len(), 1);
 }
+
+#[test]
+fn an_echo_request_to_the_servers_link_local_address_is_answered_from_it() {
+    // RFC 4380 §5.3.1: the server processes Echo Requests sent to its link-local address.
+    let mut s = server();
+    let ll = shipworm_wire::teredo_addr::server_link_local(P);
+    let req = echo(A_ADDR, &ll.to_string(), b"are you there");
+    let (action, out) = run(&mut s, Local::Secondary, A_MAPPED, &req);
+    assert_eq!(action, ServerAction::Udp { from: Local::Secondary, to: sa(A_MAPPED), len: out.len() });
+    let p = TeredoPacket::parse(&out).unwrap();
+    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (ll, a(A_ADDR)));
+    let icmp = Icmpv6Packet::new_checked(p.ipv6.payload()).unwrap();
+    assert_eq!(
+        Icmpv6Repr::parse(&ll, &a(A_ADDR), &icmp),
+        Ok(Icmpv6Repr::EchoReply { ident: 1, seq_no: 1, data: b"are you there" })
+    );
+    // Only from a client at its own mapping; nothing else at that address is answered.
+    assert_drop(&mut s, Local::Primary, "192.0.2.45:51234", &req, DropReason::SourceMismatch);
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &bubble(A_ADDR, &ll.to_string()), DropReason::LocalDestination);
+}
