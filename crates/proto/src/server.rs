@@ -403,22 +403,28 @@ impl Server {
         // answer from the other address, so only a cone NAT lets the answer in.
         let cone = src.octets()[8] & 0x80 != 0;
         let send_from = if cone { local.other() } else { local };
-        // Secure qualification: a known client identifier and a valid MAC, or nothing.
+        // Secure qualification: a known client identifier and a valid MAC get a signed
+        // RA; an identifier the server does not know (any more) gets the answer §5.3.2
+        // gives, an RA whose confirmation byte is not zero, unsigned (there is no secret
+        // to sign with), so that the client learns its identifier is not valid; a wrong
+        // MAC, or no authentication at all (no identifier), gets nothing (§5.3.1 check 4).
         let creds = match (&self.config.clients[..], &pkt.auth) {
             ([], _) => None,
             (_, None) => return Err(DropReason::AuthenticationFailed),
-            (clients, Some(auth)) => {
-                let c =
-                    clients.iter().find(|c| c.client_id == auth.client_id()).ok_or(DropReason::AuthenticationFailed)?;
-                if !secure::verify(&c.secret, auth, datagram) {
-                    return Err(DropReason::AuthenticationFailed);
-                }
-                Some(c)
-            }
+            // A nonce-only header carries no identifier: authentication is absent.
+            (_, Some(auth)) if auth.client_id().is_empty() => return Err(DropReason::AuthenticationFailed),
+            (clients, Some(auth)) => match clients.iter().find(|c| c.client_id == auth.client_id()) {
+                Some(c) if secure::verify(&c.secret, auth, datagram) => Some(Some(c)),
+                Some(_) => return Err(DropReason::AuthenticationFailed),
+                None => Some(None),
+            },
         };
         let zero_mac = [0u8; secure::MAC_LEN];
         let auth = pkt.auth_repr().map(|a| match creds {
-            Some(c) => AuthRepr { client_id: &c.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 0 },
+            Some(Some(c)) => {
+                AuthRepr { client_id: &c.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 0 }
+            }
+            Some(None) => AuthRepr { client_id: a.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 1 },
             None => AuthRepr::with_nonce(a.nonce),
         });
         let headers = TeredoHeaderRepr { auth, origin: Some(from) };
@@ -450,7 +456,7 @@ impl Server {
         ipv6.emit(out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         let n = ra.emit(&self.link_local, &src, out.get_mut(at + 40..).ok_or(DropReason::TooBig)?)?;
         let len = at + 40 + n;
-        if let Some(c) = creds {
+        if let Some(Some(c)) = creds {
             secure::sign(&c.secret, &mut out[..len]);
         }
         self.stats.advertisements += 1;

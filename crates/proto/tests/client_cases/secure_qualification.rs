@@ -48,12 +48,26 @@ fn signed_rs_gets_a_signed_ra_that_qualifies() {
 }
 
 #[test]
-fn wrong_secret_unknown_client_or_no_auth_get_nothing() {
+fn wrong_secret_or_no_auth_get_nothing() {
     let mut s = secure_server();
     assert!(exchange(&mut s, &mut secure_client(Some(creds("alice", "wrong")))).is_none());
-    assert!(exchange(&mut s, &mut secure_client(Some(creds("mallory", "correct horse")))).is_none());
     assert!(exchange(&mut s, &mut secure_client(None)).is_none());
-    assert_eq!(s.stats().drops.get(shipworm_proto::DropReason::AuthenticationFailed), 3);
+    assert_eq!(s.stats().drops.get(shipworm_proto::DropReason::AuthenticationFailed), 2);
+}
+
+#[test]
+fn an_unknown_client_identifier_is_told_so_and_does_not_qualify() {
+    // RFC 4380 §5.3.2: the confirmation byte is not zero when the identifier is not valid.
+    let mut s = secure_server();
+    let mut c = secure_client(Some(creds("mallory", "correct horse")));
+    let ra = exchange(&mut s, &mut c).expect("an answer saying the identifier is not valid");
+    let auth = TeredoPacket::parse(&ra).unwrap().auth_repr().unwrap();
+    assert_eq!((auth.client_id, auth.confirmation), (&b"mallory"[..], 1));
+    assert_eq!(auth.auth_value, &[0u8; 20][..], "no secret to sign with");
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
+    assert!(w.udp().is_empty(), "refused: the client does not go on to the secondary probe");
+    assert_eq!(c.address(), None);
 }
 
 #[test]
