@@ -195,6 +195,8 @@ fn main() {
         cases.extend(topic(&me));
     }
     cases.extend(anycast::cases(&me));
+    // Longest last: the queue is taken from its end, so it starts first.
+    cases.push(links::lossy_uplink(&me));
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));
 

@@ -281,6 +281,21 @@ impl Lab {
         Ok(())
     }
 
+    /// Lose `percent` % of client `c`'s outgoing UDP datagrams (to its servers, relay and
+    /// peers), at random, as a lossy radio link would; 0 stops the loss. An nftables
+    /// rule in the client's namespace (`numgen random`: no netem needed).
+    pub fn lose_uplink(&self, c: usize, percent: u32) -> Result<()> {
+        let ns = &self.clients[c].ns;
+        let _ = netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some("delete table inet lab_loss\n"));
+        if percent == 0 {
+            return Ok(());
+        }
+        let rules = format!(
+            "table inet lab_loss {{\n  chain outbound {{ type filter hook output priority 0; meta l4proto udp numgen random mod 100 < {percent} drop; }}\n}}\n"
+        );
+        netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(&rules)).map(drop)
+    }
+
     /// NAT box `i`'s link to the core narrowed to `mtu`, "fragmentation needed" dropped
     /// wherever it would be sent (the box's and the core's output, and forwarded).
     fn narrow_wan(&self, i: usize, mtu: u32) -> Result<()> {

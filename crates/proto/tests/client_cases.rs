@@ -710,6 +710,8 @@ fn unqualified_client_answers_the_host_with_unreachable() {
 #[path = "client_cases/fuzz.rs"]
 mod fuzz;
 
+#[path = "client_cases/lossy_link.rs"]
+mod lossy_link;
 #[path = "client_cases/secure_qualification.rs"]
 mod secure_qualification;
 #[path = "client_cases/server_list.rs"]

@@ -91,6 +91,16 @@ pub(super) struct Ra {
     pub(super) mtu: u32,
 }
 
+/// How long refresh solicitation `tries` (1 for the first) waits for its answer: 1, 2,
+/// 2, 4, 4 s, then the last one an RS's usual time-out (17 s in all).
+fn refresh_retry_after(tries: u8) -> Duration {
+    const WAITS: [u64; 5] = [1, 2, 2, 4, 4];
+    match WAITS.get(usize::from(tries.max(1)) - 1) {
+        Some(&s) if tries < REFRESH_TRIES => Duration::from_secs(s),
+        _ => RS_TIMEOUT,
+    }
+}
+
 impl<R: Random> Client<R> {
     /// Eight random bytes: a solicitation's authentication nonce, or the payload a
     /// connectivity test's echo reply must carry (unrelated to the bubbles' 32-bit
@@ -519,17 +529,21 @@ impl<R: Random> Client<R> {
                 self.send_rs(s.primary, nonce, tx);
                 self.q.maint = Some((nonce, now, 1));
             }
-            Some((nonce, sent, tries)) if now.saturating_sub(sent) >= RS_TIMEOUT => {
-                // With another server to go to, one unanswered refresh is enough: the
-                // mapping is kept alive by the new server sooner than by insisting.
-                let next = (server + 1 < self.cfg.servers.len()).then_some(server + 1);
-                let tries_left = if next.is_some() { tries < 1 } else { tries < RS_TRIES };
-                if tries_left {
+            // Retries back off (1, 2, 2, 4, 4 s): a lost solicitation or answer on a lossy
+            // link must not cost the address, every connection on it with it.
+            Some((nonce, sent, tries)) if now.saturating_sub(sent) >= refresh_retry_after(tries) => {
+                if tries < REFRESH_TRIES {
                     self.send_rs(s.primary, nonce, tx);
                     self.q.maint = Some((nonce, now, tries + 1));
+                } else if server + 1 < self.cfg.servers.len() {
+                    // The server is gone: the next one, and a new address.
+                    self.go_down(now, "server stopped answering", Some(server + 1), tx);
+                    return;
                 } else {
-                    // The server stopped answering: qualify again, with failover.
-                    self.go_down(now, "server stopped answering", next.or(Some(0)), tx);
+                    // No other server: qualify with it again, the address held (as after a
+                    // network change), and given up only if that fails too.
+                    self.q.maint = None;
+                    self.qualify(now, server, tx);
                     return;
                 }
             }
