@@ -15,6 +15,7 @@
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
 use shipworm_proto::server::{Local, Server, ServerConfig};
 use shipworm_proto::transmit::{Recorder, Sent, Source};
+use shipworm_proto::Action;
 use shipworm_wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use shipworm_wire::teredo_packet::TeredoPacket;
 use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
@@ -725,4 +726,35 @@ fn two_clients_with_mapped_ports_behind_symmetric_nats_meet() {
     // Without the mappings they are two plain symmetric NATs: RFC 6081 Figure 1 says no.
     let mut net = Net::new([Kind::Symmetric, Kind::Symmetric], with_service_port);
     assert!(!net.a_calls_b(), "{}", net.trace);
+}
+
+#[test]
+fn local_discovery_takes_the_attached_subnet_not_a_24() {
+    // RFC 6081 §5.6 / RFC 4380 §5.2.8: "on our link" is a subnet the host is attached to.
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    assert!(net.a_calls_b(), "{}", net.trace);
+    let ours = shipworm_wire::teredo_addr::TeredoAddr::decode(&net.addresses[0].unwrap()).unwrap().mapped;
+    net.clients[0].set_attached_subnets(&[(Ipv4Addr::new(10, 1, 0, 0), 16)]);
+    let neighbour = shipworm_wire::teredo_addr::TeredoAddr {
+        prefix: 0x2001_0000,
+        server: SERVER,
+        flags: shipworm_wire::teredo_addr::Flags(0),
+        mapped: SocketAddrV4::new(*ours.ip(), 4001),
+    }
+    .to_ipv6();
+    let mut b = vec![0u8; 40];
+    shipworm_wire::teredo_packet::emit_bubble(&neighbour, &shipworm_proto::local_discovery::ALL_NODES, 1, &mut b)
+        .unwrap();
+    // Another /24 of the attached /16: a neighbour, answered.
+    let mut out = net.out(0);
+    let from = SocketAddrV4::new(Ipv4Addr::new(10, 1, 7, 9), 4000);
+    assert_eq!(net.clients[0].on_udp(net.now, Via::Discovery, from, &b, &mut out), Ok(Action::Answered));
+    assert!(out.sent.iter().any(|s| s.to == from), "a bubble straight back");
+    // Off the attached subnet: not on our link.
+    let mut out = net.out(0);
+    let from = SocketAddrV4::new(Ipv4Addr::new(10, 2, 0, 9), 4000);
+    assert_eq!(
+        net.clients[0].on_udp(net.now, Via::Discovery, from, &b, &mut out),
+        Err(shipworm_proto::DropReason::SourceMismatch)
+    );
 }

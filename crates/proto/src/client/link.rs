@@ -6,7 +6,8 @@ use super::*;
 impl<R: Random> Client<R> {
     /// A discovery bubble heard on the link (RFC 4380 §5.2.8): from a Teredo address
     /// behind our own NAT (its address embeds our public one, Miredo's check) and from
-    /// our own network (the same /24: the client does not know its netmask). The peer is
+    /// our own network (a subnet the host is attached to, as the daemon lists them; the
+    /// same /24 when it could not). The peer is
     /// noted, not trusted, and gets a bubble straight back; a peer new to us also gets
     /// our announcement (it may have missed our last one).
     pub(super) fn on_discovery(
@@ -25,7 +26,7 @@ impl<R: Random> Client<R> {
         if !self.cfg.local_discovery || !pkt.is_bubble() || ip.dst_addr() != ALL_NODES || src == me {
             return self.dropped(DropReason::LocalDestination);
         }
-        let on_link = self.local.is_some_and(|l| u32::from(*l.ip()) >> 8 == u32::from(*from.ip()) >> 8);
+        let on_link = self.local.is_some_and(|l| self.same_subnet(*l.ip(), *from.ip()));
         match TeredoAddr::decode(&src) {
             Some(t) if *t.mapped.ip() == ours && on_link => {}
             _ => return self.dropped(DropReason::SourceMismatch),
@@ -59,5 +60,15 @@ impl<R: Random> Client<R> {
         self.stats.bubbles += 1;
         self.last_announce = Some(now);
         self.next_announce = now + Duration::from_secs(200 + self.rng.below(101));
+    }
+
+    /// Whether `a` and `b` are on one subnet this host is attached to (RFC 6081 §5.6's
+    /// "local subnet", as the daemon lists them); without a list, the same /24.
+    pub(super) fn same_subnet(&self, a: Ipv4Addr, b: Ipv4Addr) -> bool {
+        let (a, b) = (u32::from(a), u32::from(b));
+        if self.attached.is_empty() {
+            return a >> 8 == b >> 8;
+        }
+        self.attached.iter().any(|&(net, mask)| a & mask == net && b & mask == net)
     }
 }
