@@ -97,24 +97,6 @@ pub struct Recorder {
     pub port_cap: Option<usize>,
 }
 
-impl Recorder {
-    /// A recorder that opens at most `cap` ports at once.
-    pub fn with_port_cap(cap: usize) -> Recorder {
-        Recorder { port_cap: Some(cap), ..Recorder::default() }
-    }
-
-    /// The datagrams sent from `from`, as (destination, payload).
-    pub fn from(&self, from: Source) -> impl Iterator<Item = (SocketAddrV4, &[u8])> {
-        self.sent.iter().filter(move |s| s.from == from).map(|s| (s.to, s.payload.as_slice()))
-    }
-
-    /// Forget what was sent and delivered (the ports stay as they are).
-    pub fn clear(&mut self) {
-        self.sent.clear();
-        self.delivered.clear();
-    }
-}
-
 impl Transmit for Recorder {
     fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
         self.sent.push(Sent { from, to, payload: payload.to_vec(), ttl });

@@ -540,3 +540,27 @@ fn an_echo_request_to_the_servers_link_local_address_is_answered_from_it() {
     assert_drop(&mut s, Local::Primary, "192.0.2.45:51234", &req, DropReason::SourceMismatch);
     assert_drop(&mut s, Local::Primary, A_MAPPED, &bubble(A_ADDR, &ll.to_string()), DropReason::LocalDestination);
 }
+
+#[test]
+fn echo_requests_to_the_link_local_address_are_answered_within_the_solicitations_rate() {
+    // A spoofed source passes check 5 when its Teredo address embeds the victim it names:
+    // the answers such a flood draws stay within the per-address rate, and are no larger
+    // than the requests.
+    let mut s = server();
+    let (rate, burst) = shipworm_proto::server::DEFAULT_SOLICITATIONS_PER_ADDRESS;
+    let ll = shipworm_wire::teredo_addr::server_link_local(P);
+    let req = echo(A_ADDR, &ll.to_string(), &[7u8; 1000]);
+    let mut answered = 0;
+    for i in 0..20_000u64 {
+        let mut w = Recorder::default();
+        let now = Duration::from_secs(10) + Duration::from_micros(i * 100);
+        let _ = s.on_udp(now, Local::Primary, sa(A_MAPPED), &req, &mut w);
+        for (_, bytes) in actions(&w) {
+            assert!(bytes.len() <= req.len(), "an answer larger than its request: {} > {}", bytes.len(), req.len());
+            answered += 1;
+        }
+    }
+    let most = (burst + 2 * rate) as usize + 1;
+    assert!(answered <= most && answered >= burst as usize, "{answered} answered, at most {most}");
+    assert_eq!(s.stats().drops.get(DropReason::RateLimited), 20_000 - answered as u64);
+}

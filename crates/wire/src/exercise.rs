@@ -113,12 +113,8 @@ pub fn nd_options(data: &[u8]) {
 pub fn trailers(data: &[u8]) {
     let t = Trailers::new(data);
     let valid = t.validate().is_ok();
-    // RFC 6081 §5.1.2's processing: within bounds whatever the bytes; the look-ups stop
-    // at the first malformed trailer, never before a well-formed area's end.
-    let discard = t.must_discard();
-    if valid && t.iter().all(|tl| tl.is_ok_and(|tl| TrailerRepr::parse(&tl).is_ok())) {
-        assert!(!discard, "only unknown types ask for a discard");
-    }
+    // RFC 6081 §5.1.2's processing stays within bounds whatever the bytes.
+    black_box(t.must_discard());
     for tl in t.iter() {
         let Ok(tl) = tl else {
             assert!(!valid);

@@ -554,6 +554,8 @@ impl Worker<'_> {
         self.publish();
         if self.id == 0 {
             self.shared.shell.tick(self.shared);
+            // Requests that came while the worker was busy polling.
+            self.shared.shell.serve_status(self.shared);
         }
         self.next_tick += TICK;
     }

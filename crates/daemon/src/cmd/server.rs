@@ -101,6 +101,9 @@ fn serve(
         if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
             continue;
         }
+        if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            shell.serve_status(&daemon);
+        }
         for (local, batch) in &mut rx {
             let now = daemon.start.elapsed();
             drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {

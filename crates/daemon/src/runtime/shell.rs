@@ -65,13 +65,15 @@ pub struct Shell<S> {
     role: Role,
     status: StatusListener,
     control_path: PathBuf,
-    metrics_listener: Mutex<Option<TcpListener>>,
+    /// Bound while opened, handed to the metrics thread on confinement.
+    metrics_listener: Option<TcpListener>,
     snapshot: Option<Snapshot>,
     manager: Mutex<ServiceManager>,
     signals: Signals,
-    /// When the next metrics snapshot is due: on a schedule, so that a loop ticking at
-    /// the publishing period publishes on every tick.
-    next_publish: Mutex<Instant>,
+    /// When the next chores are due (watchdog, status line, metrics snapshot): on a
+    /// schedule, so that a loop ticking at the period does them on every tick, and one
+    /// that turns per batch does not do them per batch.
+    next_chores: Mutex<Instant>,
     _state: PhantomData<S>,
 }
 
@@ -89,11 +91,11 @@ impl Shell<Opened> {
             role,
             status,
             control_path,
-            metrics_listener: Mutex::new(metrics_listener),
+            metrics_listener,
             snapshot: None,
             manager: Mutex::new(manager),
             signals,
-            next_publish: Mutex::new(Instant::now()),
+            next_chores: Mutex::new(Instant::now()),
             _state: PhantomData,
         })
     }
@@ -107,25 +109,18 @@ impl Shell<Opened> {
         pidfile: Option<&Path>,
     ) -> Result<Shell<Confined>, Failure> {
         privileges::drop_root(user).map_err(Failure::runtime)?;
-        self.confine_dropped(filter, pidfile)
-    }
-
-    /// As [`confine`](Self::confine), for a role that dropped root its own way already
-    /// (the client keeps its interface helper privileged).
-    pub fn confine_dropped(self, filter: FilterMode, pidfile: Option<&Path>) -> Result<Shell<Confined>, Failure> {
         let removable = [confinement::removable(pidfile), vec![self.control_path.clone()]].concat();
         confinement::confine(self.role, filter, &removable).map_err(Failure::runtime)?;
-        let listener = self.metrics_listener.lock().unwrap_or_else(PoisonError::into_inner).take();
-        let snapshot = metrics::start(listener)?;
+        let snapshot = metrics::start(self.metrics_listener)?;
         Ok(Shell {
             role: self.role,
             status: self.status,
             control_path: self.control_path,
-            metrics_listener: Mutex::new(None),
+            metrics_listener: None,
             snapshot,
             manager: self.manager,
             signals: self.signals,
-            next_publish: self.next_publish,
+            next_chores: self.next_chores,
             _state: PhantomData,
         })
     }
@@ -149,32 +144,35 @@ impl Shell<Confined> {
         self.manager().ready(&role.service_status());
     }
 
-    /// The chore of every tick: feed the watchdog, say what the role does now, publish
-    /// its counters for Prometheus when due, log them if SIGUSR1 came, and answer the
-    /// status requests that wait.
+    /// The chores, called from the loop as often as it turns: the counters in the log if
+    /// SIGUSR1 came; and every [`PUBLISH_EVERY`], the watchdog fed, the status line and the
+    /// metrics snapshot brought up to date. Status requests are the loop's to answer when
+    /// the status socket is readable ([`Shell::serve_status`]).
     pub fn tick(&self, role: &impl Reports) {
-        {
-            let mut m = self.manager();
-            m.tick(Instant::now());
-            m.status(&role.service_status());
-        }
-        if let Some(snapshot) = &self.snapshot {
-            let now = Instant::now();
-            let mut due = self.next_publish.lock().unwrap_or_else(PoisonError::into_inner);
-            if now >= *due {
-                snapshot.publish(self.samples(role));
-                // The next one a period after this one was due, or after now when the
-                // loop fell behind (no burst to catch up).
-                *due = (*due + PUBLISH_EVERY).max(now + PUBLISH_EVERY / 2);
-            }
-        }
         if self.signals.take_report_request() {
             tracing::info!("counters: {}", role.counters().log_line());
         }
-        self.serve_status(role);
+        let now = Instant::now();
+        let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
+        if now < *due {
+            return;
+        }
+        // The next ones a period after these were due, or after now when the loop fell
+        // behind (no burst to catch up).
+        *due = (*due + PUBLISH_EVERY).max(now + PUBLISH_EVERY / 2);
+        drop(due);
+        {
+            let mut m = self.manager();
+            m.tick(now);
+            m.status(&role.service_status());
+        }
+        if let Some(snapshot) = &self.snapshot {
+            snapshot.publish(self.samples(role));
+        }
     }
 
-    /// Answer the status requests that wait (the loop polls [`Shell::status_fd`]).
+    /// Answer the status requests that wait (when the loop saw [`Shell::status_fd`]
+    /// readable).
     pub fn serve_status(&self, role: &impl Reports) {
         self.status.serve(|| role.status_json());
     }

@@ -235,6 +235,7 @@ struct ClientDaemon<'a> {
 /// What a wait found readable beside the service and probe sockets and the TUN, which
 /// are always read.
 struct Readable {
+    status: bool,
     discovery: bool,
     ports: Vec<NonZeroU16>,
 }
@@ -255,6 +256,9 @@ impl ClientDaemon<'_> {
             }
             self.out.flush();
             self.follow_events()?;
+            if readable.status {
+                shell.serve_status(self);
+            }
             shell.tick(self);
         }
         Ok(())
@@ -279,7 +283,7 @@ impl ClientDaemon<'_> {
         if self.out.ports.is_empty() {
             let mut fds = fds;
             wait::readable(&mut fds, wait)?;
-            return Ok(Readable { discovery: readable(&fds[5]), ports: Vec::new() });
+            return Ok(Readable { status: readable(&fds[4]), discovery: readable(&fds[5]), ports: Vec::new() });
         }
         let ports: Vec<u16> = self.out.ports.fds().map(|(p, _)| p).collect();
         let fixed = fds.len();
@@ -288,7 +292,7 @@ impl ClientDaemon<'_> {
         wait::readable(&mut all, wait)?;
         let ready =
             ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).filter_map(|(&p, _)| NonZeroU16::new(p));
-        Ok(Readable { discovery: readable(&all[5]), ports: ready.collect() })
+        Ok(Readable { status: readable(&all[4]), discovery: readable(&all[5]), ports: ready.collect() })
     }
 
     /// The network changed: the old gateway's mapping means nothing on the new network
