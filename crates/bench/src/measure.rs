@@ -404,9 +404,7 @@ pub(crate) fn measure_relay(
     hints: &Hints,
     say: &mut dyn FnMut(&str),
 ) -> Result<Figures, Failure> {
-    let mut lab =
-        Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true, anycast: false, narrow_wan: None })
-            .map_err(lab_err)?;
+    let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
     lab.start_relay_with(imp, extra).map_err(lab_err)?;
     let given = equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
@@ -625,9 +623,7 @@ pub(crate) fn e2e_udp(
 /// The same traffic forwarded by the relay host's kernel, no tunnel, and its
 /// decapsulation-size rate under the relays' flood.
 pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&str)) -> Result<Figures, Failure> {
-    let mut lab =
-        Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true, anycast: false, narrow_wan: None })
-            .map_err(lab_err)?;
+    let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let mut f = Figures::default();
     let out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;

@@ -67,9 +67,7 @@ pub(crate) fn soak(me: &Impl, plan: &SoakPlan, out: &Path, say: &mut dyn FnMut(&
     if cpus::available() {
         cpus::pin_traffic().map_err(Failure::runtime)?;
     }
-    let mut lab =
-        Lab::build(&LabSpec { nats: vec![], second_server: false, generator: true, anycast: false, narrow_wan: None })
-            .map_err(lab_err)?;
+    let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
     lab.start_relay_with(me, SHIPWORM_EXTRA).map_err(lab_err)?;
     let (gen, h6, rly) = (lab.ns("gen"), lab.ns("h6"), lab.ns("rly"));

@@ -842,14 +842,7 @@ mod tests {
             return;
         }
         use shipworm_lab::{Lab, LabSpec, GEN_V4, RELAY_V4};
-        let lab = Lab::build(&LabSpec {
-            nats: vec![],
-            second_server: false,
-            generator: true,
-            anycast: false,
-            narrow_wan: None,
-        })
-        .unwrap();
+        let lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).unwrap();
         let (gen, rly) = (lab.ns("gen"), lab.ns("rly"));
         let rx = socket_in(&rly, SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 9100))).unwrap();
         let tx = socket_in(&gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))).unwrap();

@@ -16,6 +16,8 @@ mod links;
 mod nat_matrix;
 #[path = "e2e/operations.rs"]
 mod operations;
+#[path = "e2e/peers.rs"]
+mod peers;
 #[path = "e2e/security.rs"]
 mod security;
 
@@ -190,6 +192,7 @@ fn main() {
         calling_first::cases,
         security::cases,
         operations::cases,
+        peers::cases,
     ];
     for topic in topics {
         cases.extend(topic(&me));

@@ -33,6 +33,7 @@ pub mod nat_probe;
 pub mod netns;
 pub mod peers;
 pub mod scenario;
+pub mod sixtofour;
 pub mod stun;
 pub mod traffic;
 
@@ -104,12 +105,17 @@ pub struct LabSpec {
     /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
     /// whose routers' PMTU messages a firewall filters.
     pub narrow_wan: Option<u32>,
+    /// A 6to4 site on the public segment: a host (`h64`, 192.0.2.60, 2002:c000:23c::1)
+    /// that reaches IPv6 through a 6to4 relay router (`r64`, 192.0.2.70,
+    /// 2001:db8:1::70), which the relay, the server and the native host route
+    /// 2002::/16 through (see [`sixtofour`]).
+    pub sixtofour: bool,
 }
 
 impl LabSpec {
     /// NAT boxes with clients, one server.
     pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
-        LabSpec { nats, second_server: false, generator: false, anycast: false, narrow_wan: None }
+        LabSpec { nats, second_server: false, generator: false, anycast: false, narrow_wan: None, sixtofour: false }
     }
 }
 
@@ -124,6 +130,8 @@ pub struct Lab {
     pub clients: Vec<ClientHost>,
     /// The STUN server miniupnpd boxes check their address with, once one runs.
     pub(crate) stun: Option<stun::StunResponder>,
+    /// The 6to4 site's tunnel ends, when it has one.
+    pub(crate) tunnels: Vec<sixtofour::Sit>,
     /// Environment the daemons started from now on get (a service manager's, say).
     pub(crate) daemon_env: Vec<(String, String)>,
 }
@@ -147,6 +155,7 @@ impl Lab {
             peers: Vec::new(),
             clients: Vec::new(),
             stun: None,
+            tunnels: Vec::new(),
             daemon_env: Vec::new(),
         };
         lab.build_core(spec.second_server)?;
@@ -155,6 +164,9 @@ impl Lab {
         }
         if spec.generator {
             lab.build_generator()?;
+        }
+        if spec.sixtofour {
+            lab.build_sixtofour()?;
         }
         for (i, &(kind, clients)) in spec.nats.iter().enumerate() {
             lab.build_nat(i + 1, kind, clients)?;

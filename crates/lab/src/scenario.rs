@@ -160,11 +160,71 @@ fn start_chain(nats: &[NatKind], server: &Impl, relay: &Impl, client: &Impl) -> 
     for i in 1..nats.len() {
         lab.add_spare_link(0, i + 1).map_err(|e| step(1, "add a network to move to", e))?;
     }
+    let address = start_roles(&mut lab, server, relay, client)?;
+    Ok((lab, address))
+}
+
+/// Steps 2-4 in a built lab: server, relay and client 0 started, the client qualified.
+fn start_roles(lab: &mut Lab, server: &Impl, relay: &Impl, client: &Impl) -> Result<Ipv6Addr> {
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
     lab.start_relay(relay).map_err(|e| step(3, "start the relay", e))?;
     lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
-    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
-    Ok((lab, address))
+    lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))
+}
+
+/// What a run with a 6to4 host measured.
+#[derive(Debug, Clone)]
+pub struct SixToFour {
+    /// The cold first contact's round trip, ms, from the side that spoke first.
+    pub first_ms: f64,
+    /// Client → 6to4 host.
+    pub ping_out: PingResult,
+    /// 6to4 host → client.
+    pub ping_in: PingResult,
+    /// Client → 6to4 host.
+    pub tcp_out: Transfer,
+    /// 6to4 host → client.
+    pub tcp_in: Transfer,
+}
+
+/// A 6to4 host (RFC 4380 §5.2.9's other kind of peer) and a client behind a
+/// port-restricted NAT: a cold first contact from `first` (a single echo request that
+/// must be answered: the client's connectivity test through the server, or the
+/// relay's bubble exchange), then pings and a TCP transfer each way. The 6to4 host's
+/// packets cross a 6to4 relay router to reach the native side, and the Teredo relay's
+/// go back through it ([`crate::sixtofour`]).
+pub fn run_sixtofour(
+    server: &Impl,
+    relay: &Impl,
+    client: &Impl,
+    first: Side,
+    bytes: usize,
+) -> Result<(Lab, SixToFour)> {
+    use crate::sixtofour::HOST_V6;
+    let spec = LabSpec { sixtofour: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
+    let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
+    let address = start_roles(&mut lab, server, relay, client)?;
+    let (ns, h64) = (lab.clients[0].ns.clone(), lab.ns("h64"));
+    let first_ms = match first {
+        Side::Client => first_contact(&ns, HOST_V6, "client → 6to4 host", &mut |_| {})
+            .map_err(|e| step(5, "first contact client → 6to4 host", e))?,
+        Side::Native => first_contact(&h64, address, "6to4 host → client", &mut |_| {})
+            .map_err(|e| step(5, "first contact 6to4 host → client", e))?,
+    };
+    let ping_out = traffic::ping(&ns, HOST_V6, 5, 2)
+        .and_then(|p| check_ping(&p).map(|()| p))
+        .map_err(|e| step(6, "ping6 client → 6to4 host", e))?;
+    let ping_in = traffic::ping(&h64, address, 5, 2)
+        .and_then(|p| check_ping(&p).map(|()| p))
+        .map_err(|e| step(6, "ping6 6to4 host → client", e))?;
+    let timeout = Duration::from_secs(30);
+    let tcp_out = traffic::tcp_transfer(&ns, &h64, HOST_V6, bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(7, "TCP client → 6to4 host", e))?;
+    let tcp_in = traffic::tcp_transfer(&h64, &ns, address, bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(8, "TCP 6to4 host → client", e))?;
+    Ok((lab, SixToFour { first_ms, ping_out, ping_in, tcp_out, tcp_in }))
 }
 
 /// Step 6 of a handoff: move client 0 behind the second NAT and wait (15 s at most)
@@ -348,13 +408,7 @@ pub fn run_handoff(client: &Impl, nats: [NatKind; 2], say: &mut dyn FnMut(&str))
 /// The client's server dies: a shipworm client configured with a fallback server must
 /// qualify with it. Returns the time from the kill to the new address.
 pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str)) -> Result<(Lab, Duration)> {
-    let spec = LabSpec {
-        nats: vec![(NatKind::PortRestricted, 1)],
-        second_server: true,
-        generator: false,
-        anycast: false,
-        narrow_wan: None,
-    };
+    let spec = LabSpec { second_server: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(client).map_err(|e| step(2, "start the servers", e))?;
     lab.start_server_b(client).map_err(|e| step(2, "start the servers", e))?;

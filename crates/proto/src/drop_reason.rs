@@ -81,11 +81,15 @@ pub enum DropReason {
     /// A Teredo address embedding a host of a subnet this host is attached to, or its
     /// directed broadcast (CVE-2006-6264: a way into the site from outside).
     AttachedSubnet,
+    /// An IPv6 address embedding one of this node's own IPv4 addresses in a 6to4 or
+    /// ISATAP form, as the destination of a packet leaving the tunnel or the source of
+    /// one entering it: a routing loop between tunnels (RFC 6324 §3.3).
+    RoutingLoop,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 33] = [
+    pub const ALL: [DropReason; 34] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -119,6 +123,7 @@ impl DropReason {
         DropReason::BadTrailers,
         DropReason::RateLimited,
         DropReason::AttachedSubnet,
+        DropReason::RoutingLoop,
     ];
 
     /// A stable name for metrics and logs.
@@ -157,6 +162,7 @@ impl DropReason {
             DropReason::BadTrailers => "bad_trailers",
             DropReason::RateLimited => "rate_limited",
             DropReason::AttachedSubnet => "attached_subnet",
+            DropReason::RoutingLoop => "routing_loop",
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod outcome;
 pub mod peer_table;
 pub mod port_prediction;
 pub mod relay;
+pub mod routing_loop;
 pub mod secure;
 pub mod server;
 pub mod transmit;

@@ -27,6 +27,7 @@ use crate::drop_reason::{DropCounters, DropReason};
 use crate::icmp_error::{self, RateLimit};
 use crate::outcome::{Action, Outcome};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
+use crate::routing_loop;
 pub use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
@@ -91,6 +92,9 @@ pub struct RelayConfig {
     /// The directed-broadcast addresses of the subnets the relay host is attached to
     /// (RFC 4380 §5.2.4): never a mapping or a server, whatever the address embeds.
     pub local_broadcasts: Vec<Ipv4Addr>,
+    /// The relay host's own IPv4 addresses: never a mapping, and the ones whose 6to4 and
+    /// ISATAP forms would make a routing loop (RFC 6324 §3.3).
+    pub own_ipv4: Vec<Ipv4Addr>,
     /// Secret keys for the peer table's hash.
     pub hash_keys: (u64, u64),
 }
@@ -110,6 +114,7 @@ impl Default for RelayConfig {
             icmp_rate: 10,
             bubbles_per_target: BUBBLES_PER_TARGET,
             local_broadcasts: Vec::new(),
+            own_ipv4: Vec::new(),
             hash_keys: (0, 0),
         }
     }
@@ -339,11 +344,18 @@ impl SharedRelay {
             self.icmp_error(w, now, &ip, unreachable::NO_ROUTE, tx);
             return w.dropped(DropReason::NotOurClient);
         };
-        if !is_global_unicast(*t.mapped.ip()) || !is_global_unicast(t.server) {
+        if !is_global_unicast(*t.mapped.ip())
+            || !is_global_unicast(t.server)
+            || self.cfg.own_ipv4.contains(t.mapped.ip())
+        {
             return w.dropped(DropReason::DestinationMappingNotGlobal);
         }
         if [*t.mapped.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
             return w.dropped(DropReason::AttachedSubnet);
+        }
+        // Into the tunnel: never from one of our own 6to4 or ISATAP addresses.
+        if routing_loop::embeds_own_ipv4(&ip.src_addr(), &self.cfg.own_ipv4) {
+            return w.dropped(DropReason::RoutingLoop);
         }
         let key = self.keys.key(&dst);
         let mut shard = lock(self.shard(&key));
@@ -526,6 +538,10 @@ impl SharedRelay {
         };
         if !served {
             return w.dropped(DropReason::NotServed);
+        }
+        // Out of the tunnel: never to one of our own 6to4 or ISATAP addresses.
+        if routing_loop::embeds_own_ipv4(&dst, &self.cfg.own_ipv4) {
+            return w.dropped(DropReason::RoutingLoop);
         }
         tx.deliver(ip.packet());
         w.stats.to_ipv6 += 1;

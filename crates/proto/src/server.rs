@@ -17,6 +17,7 @@
 use crate::address_rate::AddressRate;
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::outcome::{Action, Outcome};
+use crate::routing_loop;
 use crate::secure;
 use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
@@ -207,6 +208,10 @@ impl Server {
         *ip == self.config.primary || *ip == self.config.secondary
     }
 
+    fn own_addresses(&self) -> [Ipv4Addr; 2] {
+        [self.config.primary, self.config.secondary]
+    }
+
     /// Whether `addr` is a Teredo address this server issued.
     fn issued_by_us(&self, addr: &Ipv6Addr) -> bool {
         TeredoAddr::decode_with_prefix(addr, self.config.prefix).is_some_and(|t| t.server == self.config.primary)
@@ -329,6 +334,9 @@ impl Server {
                 }
                 self.forward_to_teredo(&t, from, &pkt, out)
             }
+            // Out of the tunnel to a native host: never to one of our own 6to4 or
+            // ISATAP addresses, which would come back (RFC 6324 §3.3).
+            None if routing_loop::embeds_own_ipv4(&dst, &self.own_addresses()) => Err(DropReason::RoutingLoop),
             // The direct connectivity test: a client's echo request to a native host.
             None => match (admitted, &icmp) {
                 (Admitted::Client, Some(icmp)) => {
@@ -517,6 +525,10 @@ impl Server {
         };
         if dest.server != self.config.primary {
             return Err(DropReason::NotOurClient);
+        }
+        // Into the tunnel: never from one of our own 6to4 or ISATAP addresses (RFC 6324 §3.3).
+        if routing_loop::embeds_own_ipv4(&ip.src_addr(), &self.own_addresses()) {
+            return Err(DropReason::RoutingLoop);
         }
         if ip.next_header() != ip_protocol::ICMPV6 {
             return Err(DropReason::NotBubbleOrIcmpv6);

@@ -637,12 +637,12 @@ fn trusted_peers_gone_silent_wait_within_the_same_cap_as_newcomers() {
 }
 
 #[test]
-fn a_trusted_client_reaches_neither_site_addresses_nor_other_tunnels() {
+fn a_trusted_client_reaches_neither_site_addresses_nor_v4_stand_ins() {
     let mut r = relay();
     let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
     w.delivered.clear();
-    for dst in ["fd00::1", "fc12::5", "2002:c000:201::1", "::ffff:192.0.2.7", "::192.0.2.7", "fec0::1"] {
+    for dst in ["fd00::1", "fc12::5", "::ffff:192.0.2.7", "::192.0.2.7", "fec0::1"] {
         let v = r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), &mut w);
         assert_eq!(v, Err(DropReason::NotServed), "{dst}");
     }
@@ -716,4 +716,42 @@ fn an_attached_subnets_broadcast_is_never_a_mapping_or_a_server() {
     }
     assert!(w.sent.is_empty());
     assert_eq!(r.on_tun(secs(1), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
+}
+
+/// RFC 4380 §5.2.9 and RFC 6324 §3.3: 6to4 hosts are peers like any other, both ways;
+/// only the relay's own 6to4 and ISATAP addresses, which would loop between the relay
+/// and a 6to4 or ISATAP router, are refused, each way, as `routing_loop`.
+#[test]
+fn sixtofour_hosts_are_served_and_only_a_loop_is_refused() {
+    let own = std::net::Ipv4Addr::new(192, 0, 2, 10);
+    let mut r = Relay::new(RelayConfig { own_ipv4: vec![own], hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    let sixtofour = "2002:c633:6401::5";
+    // A 6to4 host calls B first, and B answers: through, each way.
+    let pkt = udp_packet(sixtofour, B);
+    assert_eq!(r.on_tun(secs(1), &pkt, &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &bubble(B, sixtofour), &mut w), Ok(Action::Consumed));
+    assert_eq!(w.sent.last(), Some(&Sent::service(sa(B_MAPPED), pkt)));
+    let reply = udp_packet(B, sixtofour);
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &reply, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.delivered.last(), Some(&reply));
+    // Out of the tunnel to the relay's own 6to4 or ISATAP address: a loop.
+    for dst in ["2002:c000:20a::1", "2001:db8:7::200:5efe:c000:20a"] {
+        assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &udp_packet(B, dst), &mut w), Err(DropReason::RoutingLoop));
+    }
+    // Into the tunnel from one: a loop too.
+    let sent = w.sent.len();
+    assert_eq!(r.on_tun(secs(3), &udp_packet("2002:c000:20a::1", B), &mut w), Err(DropReason::RoutingLoop));
+    assert_eq!(w.sent.len(), sent);
+    assert_eq!(r.stats().drops.get(DropReason::RoutingLoop), 3);
+    // A Teredo address whose mapping is the relay itself is no peer.
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
+    let to_self = TeredoAddr {
+        prefix: PREFIX,
+        server: "65.54.227.120".parse().unwrap(),
+        flags: Flags(0),
+        mapped: SocketAddrV4::new(own, 3544),
+    };
+    let v = r.on_tun(secs(3), &udp_packet(NATIVE, &to_self.to_ipv6().to_string()), &mut w);
+    assert_eq!(v, Err(DropReason::DestinationMappingNotGlobal));
 }

@@ -494,9 +494,39 @@ fn forwarded_trailers_are_what_nodes_send_and_never_kilobytes_of_anything() {
 #[test]
 fn echoes_to_site_and_tunnel_addresses_are_not_forwarded() {
     let mut s = server();
-    for dst in ["fd00::1", "fc00:1::2", "2002:c000:201::1", "::ffff:192.0.2.7", "fec0::1"] {
+    for dst in ["fd00::1", "fc00:1::2", "::ffff:192.0.2.7", "fec0::1"] {
         assert_drop(&mut s, Local::Primary, A_MAPPED, &echo(A_ADDR, dst, b"x"), DropReason::DestinationNotGlobal);
     }
+}
+
+/// RFC 4380 §5.2.9: a client's connectivity test to a 6to4 host goes out natively and
+/// its reply comes back; RFC 6324 §3.3: not to or from the server's own 6to4 or ISATAP
+/// addresses (either of its two IPv4 addresses), which would loop.
+#[test]
+fn a_sixtofour_host_is_tested_like_any_native_host_but_a_loop_is_refused() {
+    let mut s = server();
+    let host = "2002:c633:6401::5";
+    let e = echo(A_ADDR, host, b"12345678");
+    assert_eq!(run(&mut s, Local::Primary, A_MAPPED, &e).0, ServerAction::Native { len: e.len() });
+    for own in ["2002:4136:e378::1", "2002:4136:e379:5::1", "2001:db8:7::5efe:4136:e378"] {
+        assert_drop(&mut s, Local::Primary, A_MAPPED, &echo(A_ADDR, own, b"x"), DropReason::RoutingLoop);
+    }
+    let reply = |src: &str| {
+        let (src, dst) = (a(src), a(B_ADDR));
+        let icmp = Icmpv6Repr::EchoReply { ident: 1, seq_no: 2, data: b"12345678" };
+        let mut p = vec![0u8; 40 + icmp.buffer_len()];
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: icmp.buffer_len(), hop_limit: 60 }
+            .emit(&mut p)
+            .unwrap();
+        icmp.emit(&src, &dst, &mut p[40..]).unwrap();
+        p
+    };
+    let p = reply(host);
+    let to_client = ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: p.len() };
+    assert_eq!(outcome(&mut s, |s, w| s.on_native(&p, w)).0, to_client);
+    let p = reply("2002:4136:e378::1");
+    assert_eq!(outcome(&mut s, |s, w| s.on_native(&p, w)).0, ServerAction::Drop(DropReason::RoutingLoop));
+    assert_eq!(s.stats().drops.get(DropReason::RoutingLoop), 4);
 }
 
 #[test]

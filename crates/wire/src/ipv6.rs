@@ -5,7 +5,7 @@
 //! buffer is a Teredo UDP payload.
 
 use crate::{read_ipv6, read_u16, read_u32, write_u16, write_u32, Error, Result};
-use core::net::Ipv6Addr;
+use core::net::{Ipv4Addr, Ipv6Addr};
 
 mod field {
     use crate::field::*;
@@ -229,10 +229,16 @@ pub trait Ipv6AddrExt {
     fn is_global_scope(&self) -> bool;
     /// Global scope and meant for the Internet at large, so a Teredo node may forward to
     /// it or accept from it: not unique-local (fc00::/7, a site's own networks, which a
-    /// tunnel from outside must not reach), not 6to4 (2002::/16, another tunnel: a
-    /// routing-loop risk, RFC 6324), not IPv4-mapped (::ffff:0:0/96) or IPv4-compatible
-    /// (::/96), which stand for IPv4 hosts and never travel as IPv6.
+    /// tunnel from outside must not reach), not IPv4-mapped (::ffff:0:0/96) or
+    /// IPv4-compatible (::/96), which stand for IPv4 hosts and never travel as IPv6.
+    /// 6to4 hosts (2002::/16) are peers like any other (RFC 4380 §5.2.9); the few of
+    /// their addresses that would loop are for the caller to refuse, knowing its own
+    /// IPv4 addresses ([`Ipv6AddrExt::tunnel_ipv4`]).
     fn is_forwardable(&self) -> bool;
+    /// The IPv4 addresses an automatic tunnel's address format embeds, which RFC 6324
+    /// §3.3 checks against a tunnel router's own: 6to4's `2002:V4ADDR::/48` (RFC 3056
+    /// §2) and ISATAP's interface identifier `[02]00:5efe:V4ADDR` (RFC 5214 §6.1).
+    fn tunnel_ipv4(&self) -> [Option<Ipv4Addr>; 2];
 }
 
 impl Ipv6AddrExt for Ipv6Addr {
@@ -250,7 +256,15 @@ impl Ipv6AddrExt for Ipv6Addr {
     fn is_forwardable(&self) -> bool {
         let s = self.segments();
         let v4_embedding = s[..5] == [0; 5] && (s[5] == 0 || s[5] == 0xffff);
-        self.is_global_scope() && s[0] & 0xfe00 != 0xfc00 && s[0] != 0x2002 && !v4_embedding
+        self.is_global_scope() && s[0] & 0xfe00 != 0xfc00 && !v4_embedding
+    }
+    fn tunnel_ipv4(&self) -> [Option<Ipv4Addr>; 2] {
+        let o = self.octets();
+        let sixtofour = (o[..2] == [0x20, 0x02]).then(|| Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+        // The universal/local bit (0x02) may be set or not; nothing else.
+        let isatap =
+            (o[8] & !0x02 == 0 && o[9..12] == [0, 0x5e, 0xfe]).then(|| Ipv4Addr::new(o[12], o[13], o[14], o[15]));
+        [sixtofour, isatap]
     }
 }
 
@@ -335,13 +349,12 @@ mod tests {
 
     #[test]
     fn only_internet_destinations_are_forwardable() {
-        for a in ["2001:db8::1", "2a00:1450::1", "2001::1", "64:ff9b::c000:201", "2003::1"] {
+        for a in ["2001:db8::1", "2a00:1450::1", "2001::1", "64:ff9b::c000:201", "2003::1", "2002:c000:201::1"] {
             assert!(a.parse::<Ipv6Addr>().unwrap().is_forwardable(), "{a}");
         }
         let refused = [
             "fd00::1",
             "fc12:3456::1",
-            "2002:c000:201::1",
             "::ffff:192.0.2.1",
             "::192.0.2.1",
             "fe80::1",
@@ -353,5 +366,19 @@ mod tests {
         for a in refused {
             assert!(!a.parse::<Ipv6Addr>().unwrap().is_forwardable(), "{a}");
         }
+    }
+
+    #[test]
+    fn tunnel_formats_give_their_ipv4() {
+        let v4 = |a: &str| a.parse::<Ipv6Addr>().unwrap().tunnel_ipv4();
+        let ip = Some(Ipv4Addr::new(192, 0, 2, 10));
+        assert_eq!(v4("2002:c000:20a::1"), [ip, None]);
+        assert_eq!(v4("2002:c000:20a:1:0:5efe:c000:20a"), [ip, ip]);
+        assert_eq!(v4("2001:db8::200:5efe:c000:20a"), [None, ip]);
+        assert_eq!(v4("2001:db8::5efe:c000:20a"), [None, ip]);
+        // Group bit or other bits set: not ISATAP.
+        assert_eq!(v4("2001:db8::100:5efe:c000:20a"), [None, None]);
+        assert_eq!(v4("2001:db8::201:5efe:c000:20a"), [None, None]);
+        assert_eq!(v4("2003:c000:20a::1"), [None, None]);
     }
 }

@@ -250,6 +250,8 @@ struct Interface {
     own: Vec<Ipv6Addr>,
     /// Each attached subnet's directed broadcast (none for /31 and /32).
     local_broadcasts: Vec<Ipv4Addr>,
+    /// The host's IPv4 addresses.
+    own_ipv4: Vec<Ipv4Addr>,
 }
 
 /// Make the TUN interface (a queue per worker), bring it up with its link-local
@@ -269,14 +271,14 @@ fn open_interface(conf: &MiredoConf, workers: usize) -> Result<Interface, Failur
         .into_iter()
         .filter(|a| TeredoAddr::decode_with_prefix(a, conf.prefix).is_none())
         .collect();
-    let local_broadcasts = nl
-        .ipv4_subnets()
-        .map_err(Failure::runtime)?
-        .into_iter()
-        .filter(|&(_, len)| len <= 30)
-        .map(|(a, len)| Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
+    let subnets = nl.ipv4_subnets().map_err(Failure::runtime)?;
+    let local_broadcasts = subnets
+        .iter()
+        .filter(|&&(_, len)| len <= 30)
+        .map(|&(a, len)| Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
         .collect();
-    Ok(Interface { tuns, name, own, local_broadcasts })
+    let own_ipv4 = subnets.iter().map(|&(a, _)| a).collect();
+    Ok(Interface { tuns, name, own, local_broadcasts, own_ipv4 })
 }
 
 /// A UDP socket per worker on one port: the first picks it (BindPort 0: any), the
@@ -324,6 +326,7 @@ fn relay_config(conf: &MiredoConf, iface: &Interface, hash_keys: (u64, u64)) -> 
         icmp_source: conf.relay_address.or_else(|| iface.own.first().copied()),
         hash_keys,
         local_broadcasts: iface.local_broadcasts.clone(),
+        own_ipv4: iface.own_ipv4.clone(),
         ..RelayConfig::default()
     }
 }

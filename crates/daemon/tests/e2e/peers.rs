@@ -1,0 +1,40 @@
+//! Peers other than Teredo clients and plain native hosts: a 6to4 host (RFC 4380
+//! §5.2.9), each side calling first, through every server/relay pairing with a
+//! shipworm client, and with Miredo's client through shipworm's server and relay.
+
+use super::*;
+
+/// The cases of this topic.
+pub fn cases(me: &std::path::Path) -> Vec<Case> {
+    let impls = [Impl::Shipworm(me.to_path_buf()), Impl::Miredo];
+    let mut cases: Vec<Case> = Vec::new();
+    // Every server/relay pairing with shipworm's client; Miredo's client through
+    // shipworm's server and relay.
+    let mut chains: Vec<(Impl, Impl, Impl)> =
+        pairings(&impls).into_iter().filter(|(_, _, c)| matches!(c, Impl::Shipworm(_))).collect();
+    chains.push((impls[0].clone(), impls[0].clone(), Impl::Miredo));
+    for first in [Side::Client, Side::Native] {
+        for (server, relay, client) in &chains {
+            {
+                let (server, relay, client) = (server.clone(), relay.clone(), client.clone());
+                cases.push(Case {
+                    name: format!("6to4 host ↔ client ({first}) server={server} relay={relay} client={client}"),
+                    expect: Expect::Pass,
+                    run: Box::new(move || {
+                        let (_lab, o) = scenario::run_sixtofour(&server, &relay, &client, first, P2P_BYTES)
+                            .map_err(Failed::from)?;
+                        Ok(format!(
+                            "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+                            o.first_ms,
+                            o.ping_out,
+                            o.ping_in,
+                            o.tcp_out.mbit_per_s(),
+                            o.tcp_in.mbit_per_s()
+                        ))
+                    }),
+                });
+            }
+        }
+    }
+    cases
+}
