@@ -24,7 +24,9 @@ pub enum Command {
     /// Run a Teredo server (RFC 4380 §5.3) on two consecutive public IPv4 addresses.
     ///
     /// Reads Miredo's miredo-server.conf format unchanged. Needs root (or CAP_NET_RAW)
-    /// to open its raw IPv6 socket, then runs as an unprivileged user.
+    /// to open its raw IPv6 socket, then runs as an unprivileged user. With
+    /// `ServerRelay yes` it relays too (RFC 4380 §5.4.3), on a TUN interface it makes
+    /// (CAP_NET_ADMIN, /dev/net/tun).
     Server(ServerArgs),
 
     /// Run a Teredo relay (RFC 4380 §5.4) or host-specific relay (§5.5).

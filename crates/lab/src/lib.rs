@@ -293,6 +293,18 @@ impl Lab {
         Ok(())
     }
 
+    /// Make the server host the relay too: the native side routes 2001::/32 to the
+    /// server (2001:db8:1::1) instead of the relay host, the server forwards IPv6, and
+    /// its own route to the relay host goes, so a server started with `ServerRelay
+    /// yes` can route the prefix to its interface.
+    pub fn route_teredo_through_server(&self) -> Result<()> {
+        let (srv, h6) = (self.ns("srv"), self.ns("h6"));
+        netns::ip(&["-n", &srv, "-6", "route", "del", "2001::/32"])?;
+        netns::exec(&srv, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::ip(&["-n", &h6, "-6", "route", "replace", "2001::/32", "via", &SERVER_V6.to_string()])?;
+        Ok(())
+    }
+
     /// Lose `percent` % of client `c`'s outgoing UDP datagrams (to its servers, relay and
     /// peers), at random, as a lossy radio link would; 0 stops the loss. An nftables
     /// rule in the client's namespace (`numgen random`: no netem needed).

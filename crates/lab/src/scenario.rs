@@ -172,59 +172,104 @@ fn start_roles(lab: &mut Lab, server: &Impl, relay: &Impl, client: &Impl) -> Res
     lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))
 }
 
-/// What a run with a 6to4 host measured.
+/// What a cold first contact and traffic each way between the client and a peer
+/// measured.
 #[derive(Debug, Clone)]
-pub struct SixToFour {
+pub struct Exchange {
     /// The cold first contact's round trip, ms, from the side that spoke first.
     pub first_ms: f64,
-    /// Client → 6to4 host.
+    /// Client → peer.
     pub ping_out: PingResult,
-    /// 6to4 host → client.
+    /// Peer → client.
     pub ping_in: PingResult,
-    /// Client → 6to4 host.
+    /// Client → peer.
     pub tcp_out: Transfer,
-    /// 6to4 host → client.
+    /// Peer → client.
     pub tcp_in: Transfer,
 }
 
+impl std::fmt::Display for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+            self.first_ms,
+            self.ping_out,
+            self.ping_in,
+            self.tcp_out.mbit_per_s(),
+            self.tcp_in.mbit_per_s()
+        )
+    }
+}
+
+/// The other end of an [`exchange`] with the client.
+struct Peer<'a> {
+    /// Its namespace.
+    ns: &'a str,
+    /// Its address.
+    addr: Ipv6Addr,
+    /// Its name in the steps.
+    what: &'a str,
+}
+
+/// `peer` and client 0 (at `address`): a cold first contact from `first` (a single
+/// echo request that must be answered), then pings and a TCP transfer of `bytes` each
+/// way; steps from `step0` on.
+fn exchange(lab: &Lab, peer: &Peer, address: Ipv6Addr, first: Side, step0: u32, bytes: usize) -> Result<Exchange> {
+    let (peer_ns, what) = (peer.ns, peer.what);
+    let peer = peer.addr;
+    let ns = lab.clients[0].ns.clone();
+    let first_ms = match first {
+        Side::Client => first_contact(&ns, peer, &format!("client → {what}"), &mut |_| {})
+            .map_err(|e| step(step0, &format!("first contact client → {what}"), e))?,
+        Side::Native => first_contact(peer_ns, address, &format!("{what} → client"), &mut |_| {})
+            .map_err(|e| step(step0, &format!("first contact {what} → client"), e))?,
+    };
+    let ping_out = traffic::ping(&ns, peer, 5, 2)
+        .and_then(|p| check_ping(&p).map(|()| p))
+        .map_err(|e| step(step0 + 1, &format!("ping6 client → {what}"), e))?;
+    let ping_in = traffic::ping(peer_ns, address, 5, 2)
+        .and_then(|p| check_ping(&p).map(|()| p))
+        .map_err(|e| step(step0 + 1, &format!("ping6 {what} → client"), e))?;
+    let timeout = Duration::from_secs(30);
+    let tcp_out = traffic::tcp_transfer(&ns, peer_ns, peer, bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(step0 + 2, &format!("TCP client → {what}"), e))?;
+    let tcp_in = traffic::tcp_transfer(peer_ns, &ns, address, bytes, timeout)
+        .and_then(check_transfer)
+        .map_err(|e| step(step0 + 3, &format!("TCP {what} → client"), e))?;
+    Ok(Exchange { first_ms, ping_out, ping_in, tcp_out, tcp_in })
+}
+
 /// A 6to4 host (RFC 4380 §5.2.9's other kind of peer) and a client behind a
-/// port-restricted NAT: a cold first contact from `first` (a single echo request that
-/// must be answered: the client's connectivity test through the server, or the
-/// relay's bubble exchange), then pings and a TCP transfer each way. The 6to4 host's
-/// packets cross a 6to4 relay router to reach the native side, and the Teredo relay's
-/// go back through it ([`crate::sixtofour`]).
-pub fn run_sixtofour(
-    server: &Impl,
-    relay: &Impl,
-    client: &Impl,
-    first: Side,
-    bytes: usize,
-) -> Result<(Lab, SixToFour)> {
-    use crate::sixtofour::HOST_V6;
+/// port-restricted NAT: [`exchange`] from step 5. The 6to4 host's packets cross a 6to4
+/// relay router to reach the native side, and the Teredo relay's go back through it
+/// ([`crate::sixtofour`]).
+pub fn run_sixtofour(server: &Impl, relay: &Impl, client: &Impl, first: Side, bytes: usize) -> Result<(Lab, Exchange)> {
     let spec = LabSpec { sixtofour: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     let address = start_roles(&mut lab, server, relay, client)?;
-    let (ns, h64) = (lab.clients[0].ns.clone(), lab.ns("h64"));
-    let first_ms = match first {
-        Side::Client => first_contact(&ns, HOST_V6, "client → 6to4 host", &mut |_| {})
-            .map_err(|e| step(5, "first contact client → 6to4 host", e))?,
-        Side::Native => first_contact(&h64, address, "6to4 host → client", &mut |_| {})
-            .map_err(|e| step(5, "first contact 6to4 host → client", e))?,
-    };
-    let ping_out = traffic::ping(&ns, HOST_V6, 5, 2)
-        .and_then(|p| check_ping(&p).map(|()| p))
-        .map_err(|e| step(6, "ping6 client → 6to4 host", e))?;
-    let ping_in = traffic::ping(&h64, address, 5, 2)
-        .and_then(|p| check_ping(&p).map(|()| p))
-        .map_err(|e| step(6, "ping6 6to4 host → client", e))?;
-    let timeout = Duration::from_secs(30);
-    let tcp_out = traffic::tcp_transfer(&ns, &h64, HOST_V6, bytes, timeout)
-        .and_then(check_transfer)
-        .map_err(|e| step(7, "TCP client → 6to4 host", e))?;
-    let tcp_in = traffic::tcp_transfer(&h64, &ns, address, bytes, timeout)
-        .and_then(check_transfer)
-        .map_err(|e| step(8, "TCP 6to4 host → client", e))?;
-    Ok((lab, SixToFour { first_ms, ping_out, ping_in, tcp_out, tcp_in }))
+    let h64 = lab.ns("h64");
+    let peer = Peer { ns: &h64, addr: crate::sixtofour::HOST_V6, what: "6to4 host" };
+    let x = exchange(&lab, &peer, address, first, 5, bytes)?;
+    Ok((lab, x))
+}
+
+/// A server that relays too (shipworm's `ServerRelay yes`, RFC 4380 §5.4.3) and no
+/// other relay: the native host routes 2001::/32 to the server, and everything between
+/// the client and the native host passes the server's address and port 3544.
+/// [`exchange`] from step 4.
+pub fn run_server_relay(server: &Impl, client: &Impl, first: Side, bytes: usize) -> Result<(Lab, Exchange)> {
+    let mut lab =
+        Lab::build(&LabSpec::nats(vec![(NatKind::PortRestricted, 1)])).map_err(|e| step(1, "build the lab", e))?;
+    lab.route_teredo_through_server().map_err(|e| step(1, "route 2001::/32 to the server", e))?;
+    let extra = if matches!(server, Impl::Shipworm(_)) { "ServerRelay yes\nInterfaceName tsrv\n" } else { "" };
+    lab.start_server_with(server, extra).map_err(|e| step(2, "start the server", e))?;
+    lab.start_client(0, client).map_err(|e| step(3, "start the client", e))?;
+    let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(3, "qualify the client", e))?;
+    let h6 = lab.ns("h6");
+    let x = exchange(&lab, &Peer { ns: &h6, addr: HOST6_V6, what: "native host" }, address, first, 4, bytes)?;
+    Ok((lab, x))
 }
 
 /// Step 6 of a handoff: move client 0 behind the second NAT and wait (15 s at most)

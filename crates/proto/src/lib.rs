@@ -36,6 +36,7 @@ pub mod relay;
 pub mod routing_loop;
 pub mod secure;
 pub mod server;
+pub mod server_relay;
 pub mod transmit;
 
 pub use drop_reason::{DropCounters, DropReason};

@@ -232,8 +232,17 @@ impl Server {
         datagram: &[u8],
         tx: &mut impl Transmit,
     ) -> Outcome {
+        self.with_scratch(tx, |s, out| s.handle_udp(now, local, from, datagram, out))
+    }
+
+    /// Run `handle` with the scratch buffer to build in, then send what it built.
+    fn with_scratch(
+        &mut self,
+        tx: &mut impl Transmit,
+        handle: impl FnOnce(&mut Self, &mut [u8]) -> Result<ServerAction, DropReason>,
+    ) -> Outcome {
         let mut out = std::mem::take(&mut self.scratch);
-        let action = self.handle_udp(now, local, from, datagram, &mut out);
+        let action = handle(self, &mut out);
         let outcome = self.emit(action, &out, tx);
         self.scratch = out;
         outcome
@@ -505,16 +514,32 @@ impl Server {
         Ok(ServerAction::Native { len })
     }
 
+    /// A bubble the relay function beside this server ([`crate::server_relay`]) sends one
+    /// of our clients: passed on as any relay's indirect bubble is, with an origin
+    /// indication naming our primary address and port 3544, where that relay is.
+    pub fn on_own_relay_bubble(&mut self, datagram: &[u8], tx: &mut impl Transmit) -> Outcome {
+        self.with_scratch(tx, |s, out| s.handle_own_relay_bubble(datagram, out))
+    }
+
+    fn handle_own_relay_bubble(&mut self, datagram: &[u8], out: &mut [u8]) -> Result<ServerAction, DropReason> {
+        let pkt = TeredoPacket::parse(datagram)?;
+        if !pkt.is_bubble() {
+            return Err(DropReason::NotBubbleOrIcmpv6);
+        }
+        match TeredoAddr::decode_with_prefix(&pkt.ipv6.dst_addr(), self.config.prefix) {
+            Some(t) if t.server == self.config.primary => {
+                self.forward_to_teredo(&t, SocketAddrV4::new(self.config.primary, TEREDO_PORT), &pkt, out)
+            }
+            _ => Err(DropReason::NotOurClient),
+        }
+    }
+
     /// An IPv6 packet arrived from the native side (the server's own IPv6 link, when
     /// it routes the server's Teredo prefix): echo replies for one of our clients go
     /// back over UDP to its mapping. No origin indication: there is no outer source to
     /// report.
     pub fn on_native(&mut self, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
-        let mut out = std::mem::take(&mut self.scratch);
-        let action = self.handle_native(packet, &mut out);
-        let outcome = self.emit(action, &out, tx);
-        self.scratch = out;
-        outcome
+        self.with_scratch(tx, |s, out| s.handle_native(packet, out))
     }
 
     fn handle_native(&mut self, packet: &[u8], out: &mut [u8]) -> Result<ServerAction, DropReason> {

@@ -1,9 +1,13 @@
 //! `shipworm server`: the Teredo server daemon. Two UDP sockets (primary and
 //! secondary address, port 3544), a raw IPv6 socket for the connectivity-test echoes it
-//! relays natively, batched I/O, then root is dropped.
+//! relays natively, batched I/O, then root is dropped. With `ServerRelay yes` it is a
+//! relay too, from the primary address and port (RFC 4380 §5.4.3): a TUN interface
+//! routes the Teredo prefix to it, and whatever goes native leaves through that.
 
 use crate::cli;
 use crate::config::server::{ServerOverrides, ServerSettings};
+use crate::io::netlink::Netlink;
+use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::counters::Counters;
@@ -17,7 +21,10 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
+use shipworm_proto::outcome::Outcome;
+use shipworm_proto::relay::{RelayConfig, RelayStats};
 use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
+use shipworm_proto::server_relay::ServerRelay;
 use shipworm_proto::transmit::{Source, Transmit};
 use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::{TeredoAddr, TEREDO_PORT};
@@ -63,7 +70,10 @@ fn serve(
     let mut cfg = settings.proto.clone();
     let (primary, secondary) = bind_addresses(&cfg)?;
     let raw = open_raw_ipv6()?;
-    cfg.hash_keys = OsRandom::open()?.hash_keys();
+    let mut random = OsRandom::open()?;
+    cfg.hash_keys = random.hash_keys();
+    let relay_keys = random.hash_keys();
+    let relay = settings.relay_interface.as_deref().map(|name| open_relay(name, &cfg, relay_keys)).transpose()?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
     let shell = Shell::open(Role::Server, control_path, settings.metrics_address)?;
     let shell = shell.confine(settings.user.as_deref(), settings.system_call_filter, pidfile)?;
@@ -80,25 +90,49 @@ fn serve(
         (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
         (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
     ];
+    let (machine, tun, interface) = match relay {
+        Some((relay_cfg, tun)) => {
+            let name = tun.name().to_string();
+            tracing::info!("relaying too, from {}:{TEREDO_PORT}, on interface {name}", cfg.primary);
+            (Machine::Both(Box::new(ServerRelay::new(cfg.clone(), relay_cfg))), Some(tun), Some(name))
+        }
+        None => (Machine::Server(Box::new(Server::new(cfg.clone()))), None, None),
+    };
     let mut daemon = ServerDaemon {
-        server: Server::new(cfg.clone()),
+        machine,
         out: Output {
             raw: &raw,
+            tun: tun.as_ref(),
             batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
             native_errors: 0,
+            tun_errors: 0,
         },
         cfg,
+        interface,
         start: std::time::Instant::now(),
     };
     shell.ready(&daemon);
+    let mut packet = vec![0u8; 65536];
+    let mut last_timer = std::time::Duration::ZERO;
     while !shell.stop_requested() {
         shell.tick(&daemon);
-        let mut fds = [
+        let now = daemon.start.elapsed();
+        // The relay's bubbles are repeated and its peers expire on its timer.
+        if now >= last_timer + TIMER {
+            daemon.machine.on_timer(now, &mut daemon.out);
+            daemon.out.flush();
+            last_timer = now;
+        }
+        let mut fds = vec![
             PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
             PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
             PollFd::new(shell.status_fd(), PollFlags::POLLIN),
         ];
-        if !wait::readable(&mut fds, std::time::Duration::from_millis(500))? {
+        if let Some(t) = &tun {
+            fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
+        }
+        let wake = if tun.is_some() { TIMER } else { std::time::Duration::from_millis(500) };
+        if !wait::readable(&mut fds, wake)? {
             continue;
         }
         if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
@@ -107,13 +141,109 @@ fn serve(
         for (local, batch) in &mut rx {
             let now = daemon.start.elapsed();
             drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
-                logging::outcome(daemon.server.on_udp(now, *local, from, data, &mut daemon.out), "datagram", from);
+                logging::outcome(daemon.machine.on_udp(now, *local, from, data, &mut daemon.out), "datagram", from);
             })?;
+            daemon.out.flush();
+        }
+        if let Some(t) = &tun {
+            // A bounded number per round, as for the sockets.
+            for _ in 0..BATCH * UDP_BATCHES_PER_ROUND {
+                match t.recv(&mut packet) {
+                    Ok(Some(n)) => {
+                        let now = daemon.start.elapsed();
+                        let outcome = daemon.machine.on_tun(now, &packet[..n], &mut daemon.out);
+                        logging::outcome(outcome, "packet", "the TUN");
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::debug!("TUN read: {e}");
+                        break;
+                    }
+                }
+            }
             daemon.out.flush();
         }
     }
     shell.stopping(&daemon);
     Ok(())
+}
+
+/// How often the relay's timer runs, and the longest a relaying server sleeps.
+const TIMER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The relay part's TUN interface, up with a link-local address and the route to the
+/// Teredo prefix, and its settings from what the host has: its IPv4 addresses (never a
+/// mapping; the routing-loop checks), its global IPv6 addresses (the source of ICMPv6
+/// errors), its subnets' broadcast addresses.
+fn open_relay(name: &str, cfg: &ServerConfig, hash_keys: (u64, u64)) -> Result<(RelayConfig, Tun), Failure> {
+    let mut tuns = Tun::create_queues(name, 1, false).map_err(Failure::runtime)?;
+    let tun = tuns.pop().ok_or_else(|| Failure::runtime("no TUN queue"))?;
+    let nl = Netlink::new().map_err(Failure::runtime)?;
+    let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
+    nl.set_link(index, true, cfg.mtu).map_err(Failure::runtime)?;
+    nl.add_address(index, std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64)
+        .map_err(Failure::runtime)?;
+    let prefix = TeredoAddr::client_prefix(cfg.prefix, std::net::Ipv4Addr::UNSPECIFIED);
+    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
+    let subnets = nl.ipv4_subnets().map_err(Failure::runtime)?;
+    let own_v6 = nl.global_ipv6_addresses().map_err(Failure::runtime)?;
+    let mut own_ipv4: Vec<_> = subnets.iter().map(|&(a, _)| a).collect();
+    own_ipv4.extend([cfg.primary, cfg.secondary]);
+    let relay = RelayConfig {
+        own_ipv4,
+        local_broadcasts: subnets
+            .iter()
+            .filter(|&&(_, len)| len <= 30)
+            .map(|&(a, len)| std::net::Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
+            .collect(),
+        icmp_source: own_v6.into_iter().find(|a| TeredoAddr::decode_with_prefix(a, cfg.prefix).is_none()),
+        hash_keys,
+        ..RelayConfig::default()
+    };
+    Ok((relay, tun))
+}
+
+/// What serves: a pure server, or a server that relays too.
+enum Machine {
+    Server(Box<Server>),
+    Both(Box<ServerRelay>),
+}
+
+impl Machine {
+    fn server(&self) -> &Server {
+        match self {
+            Machine::Server(s) => s,
+            Machine::Both(b) => b.server(),
+        }
+    }
+
+    fn on_udp(
+        &mut self,
+        now: std::time::Duration,
+        local: Local,
+        from: SocketAddrV4,
+        d: &[u8],
+        tx: &mut Output,
+    ) -> Outcome {
+        match self {
+            Machine::Server(s) => s.on_udp(now, local, from, d, tx),
+            Machine::Both(b) => b.on_udp(now, local, from, d, tx),
+        }
+    }
+
+    fn on_tun(&mut self, now: std::time::Duration, packet: &[u8], tx: &mut Output) -> Outcome {
+        match self {
+            // No TUN without the relay part.
+            Machine::Server(_) => Err(shipworm_proto::DropReason::NotServed),
+            Machine::Both(b) => b.on_tun(now, packet, tx),
+        }
+    }
+
+    fn on_timer(&mut self, now: std::time::Duration, tx: &mut Output) {
+        if let Machine::Both(b) = self {
+            b.on_timer(now, tx);
+        }
+    }
 }
 
 /// The primary and secondary addresses' sockets.
@@ -136,15 +266,21 @@ fn bind_addresses(cfg: &ServerConfig) -> Result<(Socket, Socket), Failure> {
 
 /// The server at work: its state machine, its output, what it serves.
 struct ServerDaemon<'a> {
-    server: Server,
+    machine: Machine,
     out: Output<'a>,
     cfg: ServerConfig,
+    /// The relay part's interface, when the server relays.
+    interface: Option<String>,
     start: std::time::Instant,
 }
 
 impl Reports for ServerDaemon<'_> {
     fn counters(&self) -> Counters {
-        counters(self.server.stats(), &self.out.io_errors())
+        let relay = match &self.machine {
+            Machine::Both(b) => Some((b.relay().stats(), b.relay().peer_count(), b.relay().pending_len())),
+            Machine::Server(_) => None,
+        };
+        counters(self.machine.server().stats(), relay, &self.out.io_errors())
     }
 
     /// The status document: addresses served, and the counters.
@@ -156,7 +292,8 @@ impl Reports for ServerDaemon<'_> {
             "uptime_s": self.start.elapsed().as_secs(),
             "primary": format!("{}:{TEREDO_PORT}", cfg.primary),
             "secondary": format!("{}:{TEREDO_PORT}", cfg.secondary),
-            "prefix": format!("{}/64", self.server.client_prefix()),
+            "prefix": format!("{}/64", self.machine.server().client_prefix()),
+            "relay_interface": self.interface,
             "mtu": cfg.mtu,
             "secure_qualification": !cfg.clients.is_empty(),
             "counters": self.counters().json(),
@@ -174,10 +311,15 @@ impl Reports for ServerDaemon<'_> {
 /// through the raw socket.
 struct Output<'a> {
     raw: &'a Socket,
+    /// The relay part's interface: when the server relays, everything native leaves
+    /// through it (written to it, the kernel forwards it as a router).
+    tun: Option<&'a Tun>,
     /// The primary address's batch, then the secondary's.
     batches: [SendBatch; 2],
     /// Echoes the raw socket could not send.
     native_errors: u64,
+    /// Packets the TUN refused.
+    tun_errors: u64,
 }
 
 impl Output<'_> {
@@ -193,6 +335,7 @@ impl Output<'_> {
         IoErrors {
             udp_send: self.batches.iter().map(SendBatch::failed).sum(),
             raw_send: self.native_errors,
+            tun_write: self.tun_errors,
             ..IoErrors::default()
         }
     }
@@ -213,8 +356,17 @@ impl Transmit for Output<'_> {
         }
     }
     fn deliver(&mut self, packet: &[u8]) {
-        if !send_native(self.raw, packet) {
-            self.native_errors += 1;
+        match self.tun {
+            Some(t) => {
+                if t.send(packet).is_err() {
+                    self.tun_errors += 1;
+                }
+            }
+            None => {
+                if !send_native(self.raw, packet) {
+                    self.native_errors += 1;
+                }
+            }
         }
     }
 }
@@ -236,16 +388,33 @@ fn send_native(raw: &Socket, packet: &[u8]) -> bool {
 
 /// The server's counters: every view of them (`/metrics`, the status JSON, the log
 /// line) is made from this one table.
-pub(crate) fn counters(s: &ServerStats, io: &IoErrors) -> Counters {
+pub(crate) fn counters(s: &ServerStats, relay: Option<(&RelayStats, usize, usize)>, io: &IoErrors) -> Counters {
     const FORWARDED: &str = "Bubbles and echoes forwarded, to Teredo clients (UDP) or native IPv6.";
     const BYTES: &str = "Bytes of the IPv6 packets forwarded, to Teredo clients (UDP) or native IPv6.";
+    const RELAYED: &str = "Packets the relay part forwarded, by direction (a server that relays).";
+    const RELAYED_BYTES: &str = "IPv6 bytes the relay part forwarded, by direction (a server that relays).";
     let mut t = Counters::new("server");
     t.counter("router_advertisements", "Router advertisements sent.", s.advertisements);
     t.counter("forwarded", FORWARDED, s.forwarded_udp).label("to", "teredo");
     t.counter("forwarded", FORWARDED, s.forwarded_native).label("to", "ipv6");
     t.counter("bytes", BYTES, s.forwarded_udp_bytes).label("to", "teredo");
     t.counter("bytes", BYTES, s.forwarded_native_bytes).label("to", "ipv6");
-    t.drops(&s.drops);
+    let mut drops = s.drops.clone();
+    if let Some((r, peers, waiting)) = relay {
+        t = t.with_tun();
+        t.counter("relayed", RELAYED, r.to_teredo).label("direction", "to_teredo");
+        t.counter("relayed", RELAYED, r.to_ipv6).label("direction", "to_ipv6");
+        t.counter("relayed_bytes", RELAYED_BYTES, r.to_teredo_bytes).label("direction", "to_teredo");
+        t.counter("relayed_bytes", RELAYED_BYTES, r.to_ipv6_bytes).label("direction", "to_ipv6");
+        t.counter("relay_bubbles", "Bubbles the relay part sent to new peers.", r.bubbles);
+        t.counter("relay_icmpv6_errors", "ICMPv6 errors the relay part sent.", r.icmp_errors);
+        t.gauge("relay_peers", "Peers in the relay part's table.", peers as u64);
+        t.gauge("relay_waiting_peers", "Peers waiting for the relay part's bubble's answer.", waiting as u64);
+        for (reason, n) in r.drops.nonzero() {
+            drops.count_n(reason, n as usize);
+        }
+    }
+    t.drops(&drops);
     t.io_errors(io);
     t
 }
@@ -267,11 +436,28 @@ mod counters_tests {
             ..Default::default()
         };
         s.drops.count(DropReason::RateLimited);
-        let t = counters(&s, &IoErrors { udp_send: 6, raw_send: 7, ..Default::default() });
+        let t = counters(&s, None, &IoErrors { udp_send: 6, raw_send: 7, ..Default::default() });
         assert_views_agree(&t);
         let j = t.json();
         assert_eq!(j["io_errors"]["raw_send"], 7, "raw-socket failures are raw_send, not tun_write: {j}");
         assert!(j["io_errors"].get("tun_write").is_none());
         assert_eq!(j["forwarded"]["ipv6"], 3);
+        assert!(j.get("relayed").is_none(), "a pure server has no relay rows: {j}");
+    }
+
+    #[test]
+    fn a_relaying_servers_views_agree_and_drops_add_up() {
+        let mut s = ServerStats::default();
+        s.drops.count(DropReason::RateLimited);
+        let mut r = RelayStats { to_teredo: 2, to_ipv6: 3, bubbles: 4, ..Default::default() };
+        r.drops.count(DropReason::RateLimited);
+        r.drops.count(DropReason::NoPeerEntry);
+        let t = counters(&s, Some((&r, 5, 1)), &IoErrors { tun_write: 8, ..Default::default() });
+        assert_views_agree(&t);
+        let j = t.json();
+        assert_eq!(j["relayed"]["to_ipv6"], 3);
+        assert_eq!(j["relay_peers"], 5);
+        assert_eq!(j["dropped"]["rate_limited"], 2, "one drop row per reason: {j}");
+        assert_eq!(j["io_errors"]["tun_write"], 8);
     }
 }

@@ -21,6 +21,8 @@ pub const DIRECTIVES: &[&str] = &[
     "SecureQualification",
     "SystemCallFilter",
     "MetricsAddress",
+    "ServerRelay",
+    "InterfaceName",
 ];
 
 /// Everything the server daemon needs to start.
@@ -36,6 +38,9 @@ pub struct ServerSettings {
     pub system_call_filter: crate::runtime::confinement::FilterMode,
     /// Where Prometheus scrapes `/metrics` (`MetricsAddress`; none by default).
     pub metrics_address: Option<std::net::SocketAddr>,
+    /// `ServerRelay yes`: the server is a relay too (RFC 4380 §5.4.3), on a TUN
+    /// interface of this name (`InterfaceName`, `teredo` by default).
+    pub relay_interface: Option<String>,
 }
 
 /// Command-line values that override the file.
@@ -65,6 +70,8 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let secure = f.take_all("SecureQualification");
     let filter = f.take("SystemCallFilter")?;
     let metrics = f.take("MetricsAddress")?;
+    let relays = f.take("ServerRelay")?;
+    let interface = f.take("InterfaceName")?;
 
     let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
         config::ipv4(v).and_then(config::global_unicast).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
@@ -118,8 +125,14 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
         .transpose()?
         .unwrap_or(crate::runtime::confinement::FilterMode::Enforce);
     let metrics_address = metrics.as_ref().map(|d| f.value(d, config::listen_address)).transpose()?;
+    let relays = relays.as_ref().map(|d| f.value(d, config::yes_no)).transpose()?.unwrap_or(false);
+    let relay_interface = match (relays, interface) {
+        (true, name) => Some(name.map_or_else(|| "teredo".to_string(), |d| d.value)),
+        (false, Some(d)) => return Err(f.error(&d, "InterfaceName names the relay's interface: set ServerRelay yes")),
+        (false, None) => None,
+    };
     f.finish(DIRECTIVES)?;
-    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter, metrics_address })
+    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter, metrics_address, relay_interface })
 }
 
 #[cfg(test)]
@@ -177,6 +190,17 @@ mod tests {
             .contains("unknown directive RelayType"));
         assert!(load_text("ServerBindAddress 192.0.2.1\nInterfaceMTU 9\n").unwrap_err().contains("1280"));
         assert!(load_text("ServerBindAddress 223.255.255.255\n").unwrap_err().contains("ServerBindAddress2"));
+    }
+
+    #[test]
+    fn server_relay_is_off_unless_asked() {
+        assert_eq!(load_text("ServerBindAddress 192.0.2.1\n").unwrap().relay_interface, None);
+        let s = load_text("ServerBindAddress 192.0.2.1\nServerRelay yes\n").unwrap();
+        assert_eq!(s.relay_interface.as_deref(), Some("teredo"));
+        let s = load_text("ServerBindAddress 192.0.2.1\nServerRelay yes\nInterfaceName tsrv\n").unwrap();
+        assert_eq!(s.relay_interface.as_deref(), Some("tsrv"));
+        let e = load_text("ServerBindAddress 192.0.2.1\nInterfaceName tsrv\n").unwrap_err();
+        assert!(e.contains("ServerRelay yes"), "{e}");
     }
 
     #[test]

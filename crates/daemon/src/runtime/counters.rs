@@ -34,13 +34,21 @@ pub struct Row {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counters {
     role: &'static str,
+    /// The role writes to a TUN interface (every role but a server that does not relay).
+    tun: bool,
     rows: Vec<Row>,
 }
 
 impl Counters {
     /// An empty table for `role` (`client`, `relay`, `server`).
     pub fn new(role: &'static str) -> Counters {
-        Counters { role, rows: Vec::new() }
+        Counters { role, tun: role != "server", rows: Vec::new() }
+    }
+
+    /// The role has a TUN interface after all (a server that relays).
+    pub fn with_tun(mut self) -> Counters {
+        self.tun = true;
+        self
     }
 
     /// A counter.
@@ -69,13 +77,14 @@ impl Counters {
 
     /// What the kernel refused or the TUN handed over unreadably (`io_errors{kind=…}`):
     /// the kinds this role's sockets can have (the server sends IPv6 through a raw
-    /// socket and has no TUN; the others have a TUN and no raw socket).
+    /// socket, and has a TUN only when it relays; the others have a TUN and no raw
+    /// socket).
     pub fn io_errors(&mut self, io: &IoErrors) {
         const HELP: &str = "UDP sends, raw IPv6 sends and TUN writes the kernel refused, TUN reads not understood.";
-        let kinds: &[(&str, u64)] = if self.role == "server" {
-            &[("udp_send", io.udp_send), ("raw_send", io.raw_send)]
-        } else {
-            &[("udp_send", io.udp_send), ("tun_write", io.tun_write), ("tun_read", io.tun_read)]
+        let kinds: &[(&str, u64)] = match (self.role == "server", self.tun) {
+            (true, false) => &[("udp_send", io.udp_send), ("raw_send", io.raw_send)],
+            (true, true) => &[("udp_send", io.udp_send), ("raw_send", io.raw_send), ("tun_write", io.tun_write)],
+            (false, _) => &[("udp_send", io.udp_send), ("tun_write", io.tun_write), ("tun_read", io.tun_read)],
         };
         for &(kind, n) in kinds {
             self.counter("io_errors", HELP, n).shared().label("kind", kind);

@@ -246,7 +246,8 @@ mod tests {
         let tables = [
             crate::cmd::client::counters(&client, 0, 0, &io, &tun),
             crate::cmd::relay::relay_counters(std::slice::from_ref(&relay), &relay, &io, &tun, 0, 0),
-            crate::cmd::server::counters(&server, &io),
+            crate::cmd::server::counters(&server, None, &io),
+            crate::cmd::server::counters(&server, Some((&relay, 0, 0)), &io),
         ];
         let state = ["shipworm_info", "shipworm_client_qualified", "shipworm_client_nat"].map(String::from);
         tables.iter().flat_map(|t| t.samples().into_iter().map(|s| s.name)).chain(state).collect()

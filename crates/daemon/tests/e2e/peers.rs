@@ -23,17 +23,28 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     run: Box::new(move || {
                         let (_lab, o) = scenario::run_sixtofour(&server, &relay, &client, first, P2P_BYTES)
                             .map_err(Failed::from)?;
-                        Ok(format!(
-                            "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
-                            o.first_ms,
-                            o.ping_out,
-                            o.ping_in,
-                            o.tcp_out.mbit_per_s(),
-                            o.tcp_in.mbit_per_s()
-                        ))
+                        Ok(o.to_string())
                     }),
                 });
             }
+        }
+    }
+    // A server that relays too, and no other relay: shipworm's client (RFC 4380
+    // §5.4.3: the server's packets from native hosts are a relay's) and Miredo's.
+    for first in [Side::Client, Side::Native] {
+        for client in &impls {
+            let (server, client) = (Impl::Shipworm(me.to_path_buf()), client.clone());
+            cases.push(Case {
+                name: format!(
+                    "server that relays ↔ native host ({first}) server=shipworm (ServerRelay yes) client={client}"
+                ),
+                expect: Expect::Pass,
+                run: Box::new(move || {
+                    let (_lab, o) =
+                        scenario::run_server_relay(&server, &client, first, P2P_BYTES).map_err(Failed::from)?;
+                    Ok(o.to_string())
+                }),
+            });
         }
     }
     cases

@@ -1,6 +1,6 @@
 //! What comes from our server that is not an advertisement: indirect bubbles (answered
 //! with a direct bubble, and with an indirect one of ours when the peer speaks RFC
-//! 6081) and relayed ICMPv6.
+//! 6081) and the ICMPv6 it passes on between Teredo peers.
 
 use super::*;
 
@@ -25,7 +25,7 @@ struct FromServer {
 
 impl<R: Random> Client<R> {
     /// From the server, not an RA: indirect bubbles (answer the origin with a direct
-    /// bubble) and relayed ICMPv6.
+    /// bubble) and the ICMPv6 it passes on between Teredo peers.
     pub(super) fn on_server_packet(
         &mut self,
         now: Duration,

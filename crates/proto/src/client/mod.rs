@@ -392,6 +392,14 @@ impl<R: Random> Client<R> {
             if Some(idx) == self.current_server() {
                 self.q.last_server_rx = now;
             }
+            // A server that also relays (RFC 4380 §5.3, §5.4.3) passes native hosts'
+            // packets on from its own endpoint: a pure server forwards nothing from a
+            // native source but a relay's indirect bubble. So they are a relay's, and
+            // meet the peer rules: a test's echo reply proves the server as that host's
+            // relay; a host calling first is tested.
+            if !pkt.is_bubble() && TeredoAddr::decode(&pkt.ipv6.src_addr()).is_none() {
+                return self.on_peer_packet(now, from, &pkt, None, tx);
+            }
             return self.on_server_packet(now, &pkt, tx);
         }
         self.on_peer_packet(now, from, &pkt, None, tx)
