@@ -263,6 +263,29 @@ impl Lab {
         self.check_pidfile(name, &pid)
     }
 
+    /// Start shipworm as a host-specific relay (`RelayType host`, RFC 4380 §5.5) on
+    /// the relay host, for its own addresses only.
+    pub fn start_host_relay(&mut self, imp: &Impl) -> Result<()> {
+        let (name, ns, addr) = ("relay", self.ns("rly"), crate::RELAY_V4);
+        let conf = self.write_conf(
+            "relay.conf",
+            &format!(
+                "# lab host-specific relay\nRelayType host\nInterfaceName teredo\nBindAddress {addr}\nBindPort 3545\n"
+            ),
+        )?;
+        let pid = self.dir().join("relay.pid");
+        let pid_arg = pid.display().to_string();
+        let Impl::Shipworm(bin) = imp else {
+            return err("Miredo has no host-specific relay");
+        };
+        let bin = bin.display().to_string();
+        let control = self.daemon_socket(name).display().to_string();
+        self.spawn(name, &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg, "--control", &control])?;
+        self.wait_udp(name, &ns, 3545, Duration::from_secs(10))?;
+        self.wait_route(name, &ns, "2001::/32", Duration::from_secs(10))?;
+        self.check_pidfile(name, &pid)
+    }
+
     fn wait_route(&mut self, name: &str, ns: &str, prefix: &str, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {

@@ -272,6 +272,35 @@ pub fn run_server_relay(server: &Impl, client: &Impl, first: Side, bytes: usize)
     Ok((lab, x))
 }
 
+/// A host-specific relay (shipworm's `RelayType host`) on the relay host, and a client:
+/// the client reaches the host's address (step 5, a single first echo); an address the
+/// host gets afterwards (as SLAAC or a temporary address would come) is reached too
+/// (step 6, a single first echo, after 1 s). Returns both round trips, ms.
+pub fn run_host_relay_new_address(server: &Impl, client: &Impl) -> Result<(Lab, (f64, f64))> {
+    let mut lab =
+        Lab::build(&LabSpec::nats(vec![(NatKind::PortRestricted, 1)])).map_err(|e| step(1, "build the lab", e))?;
+    lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    let me = Impl::Shipworm(match client {
+        Impl::Shipworm(b) => b.clone(),
+        Impl::Miredo => match server {
+            Impl::Shipworm(b) => b.clone(),
+            Impl::Miredo => return err("no shipworm binary to run the host-specific relay"),
+        },
+    });
+    lab.start_host_relay(&me).map_err(|e| step(3, "start the host-specific relay", e))?;
+    lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;
+    lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| step(4, "qualify the client", e))?;
+    let ns = lab.clients[0].ns.clone();
+    let first = first_contact(&ns, crate::RELAY_V6, "client → the relay host", &mut |_| {})
+        .map_err(|e| step(5, "first contact client → the relay host", e))?;
+    let added = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x99);
+    Lab::addr(&lab.ns("rly"), &format!("{added}/64"), "eth0").map_err(|e| step(6, "add an address", e))?;
+    std::thread::sleep(Duration::from_secs(1));
+    let later = first_contact(&ns, added, "client → the relay host's new address", &mut |_| {})
+        .map_err(|e| step(6, "first contact client → the relay host's new address", e))?;
+    Ok((lab, (first, later)))
+}
+
 /// Step 6 of a handoff: move client 0 behind the second NAT and wait (15 s at most)
 /// for an address other than `old` on its interface.
 fn move_and_wait(lab: &mut Lab, old: Ipv6Addr) -> Result<Ipv6Addr> {

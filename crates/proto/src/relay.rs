@@ -37,7 +37,7 @@ use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
@@ -206,7 +206,13 @@ pub struct SharedRelay {
     /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
     /// lock, never the other way round.
     bubble_rate: Mutex<AddressRate>,
+    /// A host-specific relay's served addresses, as the host's change (empty for a relay).
+    host_addresses: RwLock<Vec<Ipv6Addr>>,
 }
+
+/// Most addresses a host-specific relay serves: far more than any host has, and a
+/// bound on the list a local user could grow by adding addresses.
+pub const HOST_ADDRESSES_CAP: usize = 1024;
 
 /// Peers from which look-ups are fetched ahead: their lines (64 bytes each) no longer
 /// fit a last-level cache.
@@ -261,9 +267,30 @@ impl SharedRelay {
                 cfg.bubbles_per_target.1,
                 (k1.rotate_left(17), k0.rotate_left(29)),
             )),
+            host_addresses: RwLock::new(match &cfg.served {
+                Served::Only(v) => v.iter().copied().take(HOST_ADDRESSES_CAP).collect(),
+                Served::AnyGlobal => Vec::new(),
+            }),
             shards,
             cfg,
         }
+    }
+
+    /// A host-specific relay serves `addresses` from now on (the host's global
+    /// addresses, as they come and go), at most [`HOST_ADDRESSES_CAP`]; false when some
+    /// were left out. A relay that serves any destination ignores it.
+    pub fn set_served(&self, addresses: &[Ipv6Addr]) -> bool {
+        if self.cfg.served == Served::AnyGlobal {
+            return true;
+        }
+        let kept = addresses.len().min(HOST_ADDRESSES_CAP);
+        *self.host_addresses.write().unwrap_or_else(PoisonError::into_inner) = addresses[..kept].to_vec();
+        kept == addresses.len()
+    }
+
+    /// The addresses a host-specific relay serves now.
+    pub fn served(&self) -> Vec<Ipv6Addr> {
+        self.host_addresses.read().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Number of shards.
@@ -534,7 +561,7 @@ impl SharedRelay {
                     && !teredo_addr::is_teredo(&dst)
                     && TeredoAddr::decode_with_prefix(&dst, self.cfg.prefix).is_none()
             }
-            Served::Only(addrs) => addrs.contains(&dst),
+            Served::Only(_) => self.host_addresses.read().unwrap_or_else(PoisonError::into_inner).contains(&dst),
         };
         if !served {
             return w.dropped(DropReason::NotServed);
@@ -668,6 +695,11 @@ impl Relay {
     /// Bytes held in queues (a walk over the table).
     pub fn queued_bytes(&self) -> usize {
         self.shared.queued_bytes()
+    }
+
+    /// See [`SharedRelay::set_served`].
+    pub fn set_served(&self, addresses: &[Ipv6Addr]) -> bool {
+        self.shared.set_served(addresses)
     }
 
     /// See [`SharedRelay::on_tun`].

@@ -194,6 +194,34 @@ fn case45_destinations_outside_the_served_range_are_dropped() {
     }
 }
 
+/// A host-specific relay serves the host's addresses as they are now: one added later
+/// (SLAAC, a temporary address) is served, one removed is not, and the list is capped.
+#[test]
+fn a_host_specific_relay_follows_the_hosts_addresses() {
+    use shipworm_proto::relay::HOST_ADDRESSES_CAP;
+    let mut r = Relay::new(RelayConfig { served: Served::Only(vec![a("2001:db8::5")]), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    establish(&mut r, &mut w, secs(10));
+    let to = |r: &mut Relay, w: &mut Recorder, dst: &str| r.on_udp(secs(11), sa(B_MAPPED), &udp_packet(B, dst), w);
+    assert_eq!(to(&mut r, &mut w, "2001:db8::7"), Err(DropReason::NotServed));
+    assert!(r.set_served(&[a("2001:db8::5"), a("2001:db8::7")]));
+    assert_eq!(to(&mut r, &mut w, "2001:db8::7"), Ok(Action::Forwarded));
+    assert!(r.set_served(&[a("2001:db8::7")]));
+    assert_eq!(to(&mut r, &mut w, "2001:db8::5"), Err(DropReason::NotServed));
+    // A host with more addresses than the cap: the rest are not served, and it says so.
+    let many: Vec<Ipv6Addr> =
+        (0..HOST_ADDRESSES_CAP as u16 + 10).map(|i| Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, i)).collect();
+    assert!(!r.set_served(&many));
+    assert_eq!(to(&mut r, &mut w, "2001:db8:9::1"), Ok(Action::Forwarded));
+    let past = Ipv6Addr::new(0x2001, 0xdb8, 9, 0, 0, 0, 0, HOST_ADDRESSES_CAP as u16 + 1).to_string();
+    assert_eq!(to(&mut r, &mut w, &past), Err(DropReason::NotServed));
+    // A relay serving any destination is not narrowed.
+    let mut r = relay();
+    establish(&mut r, &mut w, secs(10));
+    assert!(r.set_served(&[a("2001:db8::7")]));
+    assert_eq!(to(&mut r, &mut w, "2001:db8::8"), Ok(Action::Forwarded));
+}
+
 #[test]
 fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
     let mut r = relay();

@@ -9,7 +9,7 @@
 use crate::cli;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::bird::BirdControl;
-use crate::io::netlink::Netlink;
+use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
@@ -106,9 +106,45 @@ struct WorkerShared<'a> {
     drain_time: Duration,
     /// When the drain ends: set by the first worker to see the stop.
     drain_until: OnceLock<Instant>,
+    /// A host-specific relay's watch on the host's IPv6 addresses, and the prefix whose
+    /// addresses (the relay's own Teredo ones) it never serves.
+    addresses: Option<(Mutex<AddressWatch>, u32)>,
 }
 
 impl WorkerShared<'_> {
+    /// A host-specific relay serves the host's addresses as they are now: what the
+    /// kernel said came or went since the last tick.
+    fn follow_addresses(&self) {
+        let Some((watch, prefix)) = &self.addresses else { return };
+        let changes = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).changes();
+        if changes.is_empty() {
+            return;
+        }
+        let mut served = self.relay.served();
+        for c in changes {
+            match c {
+                AddressChange::Added(a)
+                    if TeredoAddr::decode_with_prefix(&a, *prefix).is_none() && !served.contains(&a) =>
+                {
+                    tracing::info!("serving {a}, a new address of this host");
+                    served.push(a);
+                }
+                AddressChange::Removed(a) if served.contains(&a) => {
+                    tracing::info!("no longer serving {a}, gone from this host");
+                    served.retain(|x| *x != a);
+                }
+                _ => {}
+            }
+        }
+        if !self.relay.set_served(&served) {
+            tracing::warn!(
+                "this host has {} global addresses; a host-specific relay serves the first {}",
+                served.len(),
+                shipworm_proto::relay::HOST_ADDRESSES_CAP
+            );
+        }
+    }
+
     /// Whether the workers go on: until a stop is asked or a worker failed; with BIRD,
     /// a stop first withdraws the announcement and the workers forward what routing
     /// still sends here for the drain time.
@@ -342,6 +378,11 @@ fn serve(
     }
     let workers =
         conf.relay_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).clamp(1, 256);
+    // Subscribed before the addresses are listed, so that none comes between.
+    let addresses = match conf.role {
+        RelayType::Host => Some((AddressWatch::new().map_err(Failure::runtime)?, conf.prefix)),
+        _ => None,
+    };
     let mut iface = open_interface(conf, workers)?;
     let offloads = iface.tuns[0].offloads();
     let (socks, local) = bind_sockets(conf, workers)?;
@@ -385,6 +426,7 @@ fn serve(
         bird,
         drain_time: conf.drain_time,
         drain_until: OnceLock::new(),
+        addresses: addresses.map(|(w, p)| (Mutex::new(w), p)),
     };
     let ios: Vec<WorkerIo> =
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
@@ -553,6 +595,7 @@ impl Worker<'_> {
     fn tick(&mut self) {
         if self.id == 0 {
             self.shared.relay.on_timer(&mut self.state, self.shared.started.elapsed(), &mut self.out);
+            self.shared.follow_addresses();
         }
         self.publish();
         if self.id == 0 {

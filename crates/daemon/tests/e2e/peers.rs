@@ -47,5 +47,18 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             });
         }
     }
+    // A host-specific relay serves the addresses its host gets after it started.
+    for client in &impls {
+        let (me, client) = (Impl::Shipworm(me.to_path_buf()), client.clone());
+        cases.push(Case {
+            name: format!("host-specific relay serves an address added later server=shipworm client={client}"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (_lab, (first, later)) =
+                    scenario::run_host_relay_new_address(&me, &client).map_err(Failed::from)?;
+                Ok(format!("host's address: first echo {first:.1} ms; address added later: {later:.1} ms"))
+            }),
+        });
+    }
     cases
 }
