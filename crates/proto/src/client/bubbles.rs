@@ -13,8 +13,9 @@ pub(super) struct Trailers {
     pub random_port: Option<NonZeroU16>,
     /// Neighbor Discovery Option (§5.7): Server Load Reduction's solicitation or answer.
     pub discovery: Option<DiscoveryType>,
-    /// Alternate Address (§5.6): our local address, for a peer behind our own NAT.
-    pub alternate: Option<SocketAddrV4>,
+    /// Alternate Address (§5.6): our local address, and the port mapping our gateway
+    /// gave us, for a peer behind our own public address.
+    pub alternates: [Option<SocketAddrV4>; 2],
 }
 
 impl Trailers {
@@ -72,8 +73,13 @@ impl<R: Random> Client<R> {
         if let Some(kind) = trailers.discovery {
             n += emit(TrailerRepr::NeighborDiscovery(kind), &mut self.scratch[n..]);
         }
-        if let Some(local) = trailers.alternate {
-            n += emit_alternate_addresses(&[local], &mut self.scratch[n..]).expect("fits");
+        let listed = trailers.alternates.iter().flatten().copied();
+        let (list, count) = listed.fold(([SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0); 2], 0), |(mut l, k), a| {
+            l[k] = a;
+            (l, k + 1)
+        });
+        if count > 0 {
+            n += emit_alternate_addresses(&list[..count], &mut self.scratch[n..]).expect("fits");
         }
         tx.send(path.from, path.to, &self.scratch[..n], path.ttl);
         self.stats.bubbles += 1;
@@ -116,23 +122,30 @@ impl<R: Random> Client<R> {
         p.last_tx = now;
         p.tries += 1;
         let reached = p.trusted;
-        // Our local address goes only to a peer we are reaching ourselves (the host has
-        // packets for it), never in answer to an indirect bubble anyone could forge.
-        let ours = p.waiting;
         drop(p);
         let mut trailers = Trailers::nonce(nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
         let predicted = self.ports.get(&dst).and_then(|e| e.predicted);
         trailers.random_port = predicted.filter(|_| !reached && nonce.is_some());
-        // Hairpinning (§5.6.4.1): our local address, while the peer is not reached, and
-        // only with a nonce to prove the bubbles it brings; not when it is our mapping
-        // (no NAT in between: nothing to add).
-        let mapped = match &self.q.phase {
-            Phase::Up { ra, .. } => Some(ra.mapped),
-            _ => None,
-        };
-        let list = nonce.is_some() && !reached && ours && self.cfg.hairpinning;
-        trailers.alternate = self.local.filter(|l| list && Some(*l) != mapped);
+        if nonce.is_some() && !reached {
+            trailers.alternates = self.alternates_for(&dst);
+        }
         self.send_bubble(me, &dst, trailers, Path::service(SocketAddrV4::new(server, TEREDO_PORT)), tx);
+    }
+
+    /// Hairpinning (§5.6.4.1): what our indirect bubbles to `peer` list, whether we call
+    /// or answer — our local address and the mapping our gateway gave us (§5.6.3; none
+    /// when it is the server's mapping, which the address already says) — when the peer
+    /// is behind our own public address. Nobody else could use them, and only such a
+    /// peer learns the addresses of our network. Nothing when neither differs from our
+    /// mapping (no NAT in between).
+    pub(super) fn alternates_for(&self, peer: &Ipv6Addr) -> [Option<SocketAddrV4>; 2] {
+        let Phase::Up { ra, .. } = &self.q.phase else { return [None; 2] };
+        let behind_us = TeredoAddr::decode(peer).is_some_and(|t| t.mapped.ip() == ra.mapped.ip());
+        if !self.cfg.hairpinning || !behind_us {
+            return [None; 2];
+        }
+        let differs = |a: Option<SocketAddrV4>| a.filter(|a| *a != ra.mapped);
+        [differs(self.local), differs(self.port_mapping)]
     }
 }

@@ -77,14 +77,22 @@ impl<R: Random> Client<R> {
 
     /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists, at
     /// most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD). A
-    /// malformed Alternate Address trailer spoils the bubble.
+    /// malformed Alternate Address trailer spoils the bubble. Taken only from a peer
+    /// behind our own public address, the one case hairpinning is for: anyone else's
+    /// list would have us send into our own network at its choosing (the bubble can
+    /// be forged by any host that can reach our server).
     fn alternates_in(
         &self,
         pkt: &TeredoPacket<'_>,
         nonce: Option<NonZeroU32>,
     ) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
         let mut alternates = [None; 2];
-        if nonce.is_none() || !self.cfg.hairpinning {
+        let ours = match &self.q.phase {
+            Phase::Up { ra, .. } => Some(*ra.mapped.ip()),
+            _ => None,
+        };
+        let behind_us = TeredoAddr::decode(&pkt.ipv6.src_addr()).is_some_and(|t| Some(*t.mapped.ip()) == ours);
+        if nonce.is_none() || !self.cfg.hairpinning || !behind_us {
             return Ok(alternates);
         }
         let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) else { return Ok(alternates) };

@@ -219,9 +219,11 @@ impl<R: Random> Client<R> {
     }
 
     /// Server Load Reduction (RFC 6081 §5.7): a peer we trusted, silent for 30 s, is
-    /// asked directly first (true: a solicitation went); after three unanswered
-    /// solicitations we start over as if we had never met (§5.7.2), its random port
-    /// closed too (port prediction starts over).
+    /// asked directly first (true: a solicitation went, and that is all for now);
+    /// with the third solicitation, at 4 s, we also start over as if we had never met
+    /// (§5.7.2: "if the count is now three, it MUST send an indirect bubble"), its
+    /// random port closed too (port prediction starts over), and the caller sends the
+    /// bubbles of a first contact.
     fn solicit_silent_peer(
         &mut self,
         now: Duration,
@@ -234,17 +236,18 @@ impl<R: Random> Client<R> {
         if !(p.trusted && self.cfg.server_load_reduction && p.knows_trailers) {
             return false;
         }
-        if p.solicitations < SOLICITATIONS {
-            p.solicitations += 1;
-            p.tries += 1;
-            p.last_tx = now;
-            let to = p.mapped;
-            drop(p);
-            let ask = Trailers::discovery(DiscoveryType::Solicitation);
-            self.send_bubble(me, &dst, ask, Path::new(self.ports.via(&dst), to), tx);
-            self.stats.peer_solicitations += 1;
+        p.solicitations += 1;
+        p.tries += 1;
+        p.last_tx = now;
+        let (to, last) = (p.mapped, p.solicitations >= SOLICITATIONS);
+        drop(p);
+        let ask = Trailers::discovery(DiscoveryType::Solicitation);
+        self.send_bubble(me, &dst, ask, Path::new(self.ports.via(&dst), to), tx);
+        self.stats.peer_solicitations += 1;
+        if !last {
             return true;
         }
+        let Some(mut p) = self.peers.get_mut(&dst) else { return true };
         p.trusted = false;
         p.solicitations = 0;
         p.tries = 0;
