@@ -373,6 +373,19 @@ pub fn run_peer_to_peer(
     peer_to_peer(LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)]), nats, server, clients, "", transfer_bytes, say)
 }
 
+/// [`run_peer_to_peer`] with A qualified at the second server (192.0.2.5) and B at the
+/// first: each client's bubbles to the other go through the other's server (RFC 6081
+/// §6.1's arrangement).
+pub fn run_peer_to_peer_two_servers(
+    nats: [NatKind; 2],
+    server: &Impl,
+    clients: [&Impl; 2],
+    transfer_bytes: usize,
+) -> Result<(Lab, PeerToPeer)> {
+    let spec = LabSpec { second_server: true, ..LabSpec::nats(vec![(nats[0], 1), (nats[1], 1)]) };
+    peer_to_peer(spec, nats, server, clients, "", transfer_bytes, &mut |_| {})
+}
+
 /// Two clients behind one NAT box of kind `nat`, which (as Linux `masquerade` and most
 /// home routers) does not hairpin: A calls B cold, as in [`run_peer_to_peer`]; shipworm
 /// clients get the configuration lines `extra`.
@@ -396,12 +409,17 @@ fn peer_to_peer(
     transfer_bytes: usize,
     say: &mut dyn FnMut(&str),
 ) -> Result<(Lab, PeerToPeer)> {
+    let two_servers = spec.second_server;
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     lab.start_server(server).map_err(|e| step(2, "start the server", e))?;
+    if two_servers {
+        lab.start_server_b(server).map_err(|e| step(2, "start the second server", e))?;
+    }
     let mut addrs = Vec::new();
     for (c, imp) in clients.iter().enumerate() {
         let extra = if matches!(imp, Impl::Shipworm(_)) { extra } else { "" };
-        lab.start_client_with(c, imp, extra).map_err(|e| step(4, "start the clients", e))?;
+        let at = if two_servers && c == 0 { crate::SERVER_B_V4 } else { crate::SERVER_V4 };
+        lab.start_client_to(c, imp, &at.to_string(), extra).map_err(|e| step(4, "start the clients", e))?;
         addrs.push(lab.wait_qualified(c, Duration::from_secs(20)).map_err(|e| step(4, "qualify the clients", e))?);
     }
     say(&format!("clients qualified: {} ({}) and {} ({})", addrs[0], nats[0], addrs[1], nats[1]));

@@ -27,7 +27,7 @@ use shipworm_wire::ndisc_option::PrefixInfo;
 use shipworm_wire::teredo_addr::{self, server_link_local, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{TeredoHeaderRepr, TeredoPacket};
-use shipworm_wire::teredo_trailer::Trailers;
+use shipworm_wire::teredo_trailer::{trailer_type, Trailers};
 use shipworm_wire::{ip_protocol, teredo_origin};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
@@ -167,6 +167,10 @@ pub struct Server {
 enum Admitted {
     /// Check 5: a Teredo source whose mapping is the outer source.
     Client,
+    /// RFC 6081 §6.1's indirect bubble: a Teredo source behind a symmetric NAT, whose
+    /// bubble to one of our clients comes from another port of the address its mapping
+    /// names, with a Nonce trailer (see [`Server::on_udp`]).
+    SymmetricPeerBubble,
     /// Check 6: a native source writing to one of our clients (a relay's bubble or a
     /// native host's echo reply).
     NativeToClient,
@@ -224,6 +228,18 @@ impl Server {
     /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
     /// goes out through `tx` (from the secondary address as `Source::Secondary`); anything
     /// else is dropped and counted.
+    ///
+    /// Admission is RFC 4380 §5.3.1's, with one exception RFC 6081 §6.1 needs and does
+    /// not write down: a client behind a symmetric NAT whose peer uses another server
+    /// reaches that server from a port its address does not embed, and check 5 would drop
+    /// its indirect bubble (Miredo's server does). Such a bubble is passed on when it
+    /// comes from the IPv4 address its source embeds, carries a Nonce trailer (its
+    /// sender speaks RFC 6081) and goes to one of our clients, with an origin indication
+    /// naming the port it really came from. No data passes this way, only a bubble; the
+    /// client trusts nobody for it (its answer must echo the client's own nonce, which
+    /// travels through the peer's server), and what it answers is bounded as for any
+    /// bubble. Anyone who can send from that IPv4 address could always have sent the
+    /// bubble from the mapping itself.
     pub fn on_udp(
         &mut self,
         now: Duration,
@@ -315,6 +331,14 @@ impl Server {
         // Checks 5 to 7.
         let admitted = match TeredoAddr::decode_with_prefix(&src, self.config.prefix) {
             Some(t) if t.mapped == from => Admitted::Client,
+            Some(t)
+                if t.mapped.ip() == from.ip()
+                    && pkt.is_bubble()
+                    && pkt.trailers.find(trailer_type::NONCE).is_some()
+                    && self.issued_by_us(&dst) =>
+            {
+                Admitted::SymmetricPeerBubble
+            }
             Some(_) => return Err(DropReason::SourceMismatch),
             None if self.issued_by_us(&dst) => Admitted::NativeToClient,
             None => return Err(DropReason::SourceMismatch),
@@ -353,7 +377,7 @@ impl Server {
                     self.forward_native(ip, out)
                 }
                 (Admitted::Client, None) => Err(DropReason::NotBubbleOrIcmpv6),
-                (Admitted::NativeToClient, _) => Err(DropReason::SourceMismatch),
+                (Admitted::NativeToClient | Admitted::SymmetricPeerBubble, _) => Err(DropReason::SourceMismatch),
             },
         }
     }

@@ -238,13 +238,31 @@ fn case16_mapping_mismatch_is_ignored() {
     );
 }
 
+/// RFC 4380 §5.3.1 check 5, and the one exception RFC 6081 §6.1 needs: a client behind
+/// a symmetric NAT, whose peer is ours while it uses another server, reaches us from a
+/// port its address does not embed. Its indirect bubble is passed on when it comes from
+/// the embedded IPv4 address, carries a Nonce and goes to one of our clients, with an
+/// origin indication naming the real port; nothing else from such a port passes.
 #[test]
-fn a_bubble_from_another_port_of_the_embedded_address_is_dropped() {
-    // RFC 4380 §5.3.1 check 5 holds for bubbles too. (RFC 6081 clients behind symmetric
-    // NATs using different servers would need it relaxed; a host sharing the client's
-    // IPv4 address could then speak in its name, so it is not.)
+fn a_symmetric_nat_peers_nonce_bubble_from_another_port_is_passed_on_and_nothing_else() {
     let mut s = server();
-    assert_drop(&mut s, Local::Primary, "192.0.2.45:51234", &bubble(A_ADDR, B_ADDR), DropReason::SourceMismatch);
+    let from = "192.0.2.45:51234";
+    let mut with_nonce = bubble(A_ADDR, B_ADDR);
+    with_nonce.extend_from_slice(&[0x01, 0x04, 0xde, 0xad, 0xbe, 0xef]);
+    let (action, out) = run(&mut s, Local::Primary, from, &with_nonce);
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 8 + with_nonce.len() });
+    let origin = shipworm_wire::teredo_origin::parse(&out[..8]).unwrap();
+    assert_eq!(origin, sa(from), "the origin is where it came from");
+    assert_eq!(&out[8..], &with_nonce[..], "trailers intact");
+    // Without a nonce (RFC 4380 peers, Miredo's), from another address, to a client of
+    // another server, or not a bubble: check 5 as written.
+    assert_drop(&mut s, Local::Primary, from, &bubble(A_ADDR, B_ADDR), DropReason::SourceMismatch);
+    assert_drop(&mut s, Local::Primary, "198.51.100.99:51234", &with_nonce, DropReason::SourceMismatch);
+    let other_servers = "2001:0:c000:201:0:f227:39cc:9bf8";
+    let mut to_other = bubble(A_ADDR, other_servers);
+    to_other.extend_from_slice(&[0x01, 0x04, 0xde, 0xad, 0xbe, 0xef]);
+    assert_drop(&mut s, Local::Primary, from, &to_other, DropReason::SourceMismatch);
+    assert_drop(&mut s, Local::Primary, from, &echo(A_ADDR, B_ADDR, b"nonce123"), DropReason::SourceMismatch);
 }
 
 #[test]

@@ -85,5 +85,27 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }
         }
     }
+    // RFC 6081 §6.1's arrangement: A behind a symmetric NAT at one server calls B behind
+    // an address-restricted NAT at another; A's indirect bubble reaches B's server from a
+    // port A's address does not embed.
+    for server in impls.iter() {
+        let (server, me) = (server.clone(), Impl::Shipworm(me.clone()));
+        let expect = match server {
+            Impl::Shipworm(_) => Expect::Pass,
+            Impl::Miredo => Expect::Fail(
+                5,
+                "Miredo's server drops A's indirect bubble (RFC 4380 §5.3.1 check 5: its source's mapping is not where it came from); shipworm's passes it on (docs/decisions.md)",
+            ),
+        };
+        cases.push(Case {
+            name: format!("client↔client across two servers (RFC 6081 §6.1) A=symmetric/shipworm calls B=address-restricted/shipworm servers={server}"),
+            expect,
+            run: Box::new(move || {
+                scenario::run_peer_to_peer_two_servers([NatKind::Symmetric, NatKind::AddressRestricted], &server, [&me, &me], P2P_BYTES)
+                    .map(|(_lab, o)| direct_summary(&o))
+                    .map_err(Failed::from)
+            }),
+        });
+    }
     cases
 }
