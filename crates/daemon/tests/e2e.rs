@@ -20,6 +20,8 @@ mod operations;
 mod peers;
 #[path = "e2e/security.rs"]
 mod security;
+#[path = "e2e/windows_like.rs"]
+mod windows_like;
 
 use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::{Impl, NatKind};
@@ -193,6 +195,7 @@ fn main() {
         security::cases,
         operations::cases,
         peers::cases,
+        windows_like::cases,
     ];
     for topic in topics {
         cases.extend(topic(&me));

@@ -33,6 +33,7 @@ pub mod nat_probe;
 pub mod netns;
 pub mod peers;
 pub mod scenario;
+pub mod scripted_peer;
 pub mod sixtofour;
 pub mod stun;
 pub mod traffic;

@@ -55,7 +55,7 @@ impl crate::NatKind {
     }
 }
 
-fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
+pub(crate) fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     let ns = ns.to_string();
     // Sockets keep the namespace they were made in; make each in a thread that enters it.
     std::thread::spawn(move || -> Result<UdpSocket> {
