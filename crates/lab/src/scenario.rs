@@ -511,7 +511,7 @@ pub fn run_failover(client: &Impl, refresh_secs: u64, say: &mut dyn FnMut(&str))
     lab.stop_peer("server");
     let killed = Instant::now();
     let ns = lab.clients[0].ns.clone();
-    // The refresh interval, its six solicitations (17 s), and qualification.
+    // The refresh interval, its eight solicitations (25 s), and qualification.
     let limit = Duration::from_secs(refresh_secs + 30);
     loop {
         if let Some(a) = crate::peers::teredo_address(&ns) {

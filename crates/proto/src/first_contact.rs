@@ -41,7 +41,12 @@ impl Default for FirstContactLimits {
     }
 }
 
-/// Packets from one native source, all from one IPv4 endpoint.
+/// IPv4 endpoints one native source's packets are held for at once. Held apart: a
+/// packet forged in the source's name from elsewhere, arriving first, must not shut
+/// out the genuine ones from its relay (which then only the test's verdict sorts out).
+pub const ENDPOINTS_PER_SOURCE: usize = 4;
+
+/// Packets from one native source through one IPv4 endpoint.
 #[derive(Debug)]
 struct Waiting {
     from: SocketAddrV4,
@@ -51,18 +56,18 @@ struct Waiting {
 
 /// What became of a source's held packets.
 #[derive(Debug)]
-pub enum Release {
-    /// They came from the endpoint the test proved: deliver them, in order.
-    Deliver(crate::peer_table::QueueDrain),
-    /// They came from elsewhere: this many are dropped.
-    Drop(usize),
+pub struct Release {
+    /// Those that came through the endpoint the test proved: deliver them, in order.
+    pub deliver: Option<crate::peer_table::QueueDrain>,
+    /// How many came through any other endpoint: dropped.
+    pub dropped: usize,
 }
 
 /// The held packets of every native source under test.
 #[derive(Debug)]
 pub struct FirstContacts {
     limits: FirstContactLimits,
-    waiting: HashMap<Ipv6Addr, Waiting, KeyedHash>,
+    waiting: HashMap<Ipv6Addr, Vec<Waiting>, KeyedHash>,
     bytes: usize,
     tests: RateLimit,
 }
@@ -99,20 +104,32 @@ impl FirstContacts {
         self.waiting.contains_key(src)
     }
 
-    /// Hold `packet` from `src`, received from `from`. A source's packets must all
-    /// come from one endpoint: the first decides.
+    /// Hold `packet` from `src`, received from `from`: apart for each endpoint it came
+    /// through, at most [`ENDPOINTS_PER_SOURCE`] of them.
     pub fn hold(&mut self, src: Ipv6Addr, from: SocketAddrV4, packet: &[u8], now: Duration) -> Result<(), DropReason> {
         if self.bytes + packet.len() > self.limits.bytes {
             return Err(DropReason::FirstContactBudget);
         }
         match self.waiting.get(&src) {
-            Some(w) if w.from != from => return Err(DropReason::SourceMismatch),
+            Some(ws) if ws.len() >= ENDPOINTS_PER_SOURCE && !ws.iter().any(|w| w.from == from) => {
+                return Err(DropReason::SourceMismatch)
+            }
             None if self.waiting.len() >= self.limits.sources => return Err(DropReason::FirstContactBudget),
             _ => {}
         }
-        let w = self.waiting.entry(src).or_insert(Waiting { from, since: now, queue: PacketQueue::default() });
-        if !w.queue.push(packet, self.limits.bytes_per_source) {
-            if w.queue.is_empty() {
+        let ws = self.waiting.entry(src).or_default();
+        let at = match ws.iter().position(|w| w.from == from) {
+            Some(i) => i,
+            None => {
+                ws.push(Waiting { from, since: now, queue: PacketQueue::default() });
+                ws.len() - 1
+            }
+        };
+        if !ws[at].queue.push(packet, self.limits.bytes_per_source) {
+            if ws[at].queue.is_empty() {
+                ws.remove(at);
+            }
+            if ws.is_empty() {
                 self.waiting.remove(&src);
             }
             return Err(DropReason::QueueFull);
@@ -121,22 +138,29 @@ impl FirstContacts {
         Ok(())
     }
 
-    /// The test for `src` succeeded with its reply from `proven`: release its packets.
+    /// The test for `src` succeeded with its reply from `proven`: release its packets
+    /// that came through there, drop the rest.
     pub fn release(&mut self, src: &Ipv6Addr, proven: SocketAddrV4) -> Option<Release> {
-        let mut w = self.waiting.remove(src)?;
-        self.bytes -= w.queue.bytes();
-        Some(if w.from == proven { Release::Deliver(w.queue.drain()) } else { Release::Drop(w.queue.len()) })
+        let ws = self.waiting.remove(src)?;
+        let mut release = Release { deliver: None, dropped: 0 };
+        for mut w in ws {
+            self.bytes -= w.queue.bytes();
+            if w.from == proven {
+                release.deliver = Some(w.queue.drain());
+            } else {
+                release.dropped += w.queue.len();
+            }
+        }
+        Some(release)
     }
 
     /// Give up on `src`: its packets are dropped; returns how many.
     pub fn discard(&mut self, src: &Ipv6Addr) -> usize {
-        match self.waiting.remove(src) {
-            Some(w) => {
-                self.bytes -= w.queue.bytes();
-                w.queue.len()
-            }
-            None => 0,
+        let ws = self.waiting.remove(src).unwrap_or_default();
+        for w in &ws {
+            self.bytes -= w.queue.bytes();
         }
+        ws.iter().map(|w| w.queue.len()).sum()
     }
 
     /// Drop what waited longer than `max_age` (a test ends well before: this only
@@ -145,20 +169,23 @@ impl FirstContacts {
     pub fn expire(&mut self, now: Duration, max_age: Duration) -> usize {
         let mut dropped = 0;
         let bytes = &mut self.bytes;
-        self.waiting.retain(|_, w| {
-            let keep = now.saturating_sub(w.since) < max_age;
-            if !keep {
-                *bytes -= w.queue.bytes();
-                dropped += w.queue.len();
-            }
-            keep
+        self.waiting.retain(|_, ws| {
+            ws.retain(|w| {
+                let keep = now.saturating_sub(w.since) < max_age;
+                if !keep {
+                    *bytes -= w.queue.bytes();
+                    dropped += w.queue.len();
+                }
+                keep
+            });
+            !ws.is_empty()
         });
         dropped
     }
 
     /// Forget everything (the address changed): returns the packets dropped.
     pub fn clear(&mut self) -> usize {
-        let n = self.waiting.values().map(|w| w.queue.len()).sum();
+        let n = self.waiting.values().flatten().map(|w| w.queue.len()).sum();
         self.waiting.clear();
         self.bytes = 0;
         n
@@ -189,17 +216,26 @@ mod tests {
     fn held_packets_are_released_in_order_only_to_the_proven_endpoint() {
         let mut f = FirstContacts::new(limits(), KeyedHash::new(1, 2));
         let t = Duration::ZERO;
+        // A packet forged from elsewhere first, then the genuine ones (#40, 6): each
+        // endpoint's are held apart, and the test's verdict delivers the genuine ones.
+        f.hold(src(1), R2, &[3; 10], t).unwrap();
         f.hold(src(1), R, &[1; 10], t).unwrap();
         f.hold(src(1), R, &[2; 10], t).unwrap();
-        assert_eq!(f.hold(src(1), R2, &[3; 10], t), Err(DropReason::SourceMismatch), "one endpoint per source");
         f.hold(src(2), R, &[4; 10], t).unwrap();
-        assert_eq!(f.bytes(), 30);
-        let Some(Release::Deliver(mut d)) = f.release(&src(1), R) else { panic!("deliver") };
+        assert_eq!(f.bytes(), 40);
+        let Some(Release { deliver: Some(mut d), dropped: 1 }) = f.release(&src(1), R) else { panic!("deliver") };
         assert_eq!(d.next_packet(), Some(&[1u8; 10][..]));
         assert_eq!(d.next_packet(), Some(&[2u8; 10][..]));
         assert!(d.next_packet().is_none());
-        assert!(matches!(f.release(&src(2), R2), Some(Release::Drop(1))), "proven elsewhere: dropped");
+        assert!(matches!(f.release(&src(2), R2), Some(Release { deliver: None, dropped: 1 })), "proven elsewhere");
         assert_eq!((f.len(), f.bytes()), (0, 0));
+        // At most ENDPOINTS_PER_SOURCE endpoints for one source.
+        for i in 0..ENDPOINTS_PER_SOURCE as u16 {
+            f.hold(src(3), SocketAddrV4::new(R.ip().to_owned(), 4000 + i), &[0; 10], t).unwrap();
+        }
+        assert_eq!(f.hold(src(3), R, &[0; 10], t), Err(DropReason::SourceMismatch));
+        assert_eq!(f.discard(&src(3)), ENDPOINTS_PER_SOURCE);
+        assert_eq!(f.bytes(), 0);
     }
 
     #[test]

@@ -942,6 +942,13 @@ fn icmpv6_from_the_server_reaches_the_host_only_from_internet_sources() {
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     let ok = ipv6(peer, &me, 58, &echo);
     let _ = c.on_udp(secs(2), Via::Service, server, &ok, &mut w);
+    assert_eq!(w.delivered, vec![ok.clone()]);
+    // Nothing but echoes: a server forwards no other ICMPv6, so a Destination
+    // Unreachable or a Packet Too Big "from the server" is forged (#40, 7).
+    for forged in [[1u8, 4, 0, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0, 5, 0]] {
+        let v = c.on_udp(secs(2), Via::Service, server, &ipv6(peer, &me, 58, &forged), &mut w);
+        assert_eq!(v, Err(DropReason::Icmpv6TypeNotForwarded));
+    }
     assert_eq!(w.delivered, vec![ok]);
 }
 

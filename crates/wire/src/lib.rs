@@ -47,6 +47,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod bird_reply;
 pub mod checksum;
 pub mod coalescing;
 mod error;

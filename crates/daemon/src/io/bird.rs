@@ -9,6 +9,7 @@
 //! answer a run of lines with a four-digit code, `-` after the code while more follow.
 //! It is connected during set-up, as root, since the relay can open nothing once confined.
 
+use shipworm_wire::bird_reply;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -86,34 +87,27 @@ impl BirdControl {
     }
 
     /// Read one answer: its lines' texts joined, or the error BIRD gave (codes 8xxx and
-    /// 9xxx are errors).
+    /// 9xxx are errors). Lines are read as bytes and parsed by
+    /// `shipworm_wire::bird_reply`: whatever is at the other end cannot make this panic.
     fn answer(&mut self) -> Result<String, String> {
         let mut text: Vec<String> = Vec::new();
         for _ in 0..LINES_MAX {
-            let mut line = String::new();
+            let mut line = Vec::new();
             let n = std::io::Read::take(&mut self.reader, LINE_MAX as u64)
-                .read_line(&mut line)
+                .read_until(b'\n', &mut line)
                 .map_err(|e| format!("reading its answer: {e}"))?;
             if n == 0 {
                 return Err("it closed the connection".into());
             }
-            let line = line.trim_end_matches('\n');
-            // A continuation without a code starts with a space.
-            let (code, more, rest) = match line.as_bytes() {
-                [a, b, c, d, sep, ..] if [a, b, c, d].iter().all(|x| x.is_ascii_digit()) => {
-                    (&line[..4], *sep == b'-', &line[5..])
-                }
-                [b' ', ..] => ("", true, &line[1..]),
-                _ if line.len() == 4 && line.bytes().all(|x| x.is_ascii_digit()) => (line, false, ""),
-                _ => return Err(format!("not an answer of BIRD's: {line:?}")),
-            };
-            if code.starts_with('8') || code.starts_with('9') {
-                return Err(format!("BIRD refused: {rest}"));
+            let reply = bird_reply::parse_line(&line)
+                .map_err(|_| format!("not an answer of BIRD's: {:?}", String::from_utf8_lossy(&line)))?;
+            if reply.is_error() {
+                return Err(format!("BIRD refused: {}", reply.text));
             }
-            if !rest.trim().is_empty() {
-                text.push(rest.trim().to_string());
+            if !reply.text.trim().is_empty() {
+                text.push(reply.text.trim().to_string());
             }
-            if !more {
+            if !reply.more {
                 return Ok(text.join("; "));
             }
         }
@@ -180,6 +174,16 @@ mod tests {
         let mut c = BirdControl::connect(&path, "nosuch").unwrap();
         let e = c.disable().unwrap_err();
         assert!(e.contains("disable nosuch") && e.contains("syntax error"), "{e}");
+    }
+
+    #[test]
+    fn a_multibyte_character_after_the_code_is_an_error_not_a_panic() {
+        // The separator's place holds the first byte of "é": slicing the line there
+        // panicked and took the relay down (#40, 9).
+        let (path, _bird) = fake_bird(|_| "0011é x\n".into());
+        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let e = c.enable().unwrap_err();
+        assert!(e.contains("not an answer of BIRD's"), "{e}");
     }
 
     #[test]

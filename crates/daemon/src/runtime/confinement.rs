@@ -70,9 +70,13 @@ pub fn confine(role: Role, mode: FilterMode, removable: &[PathBuf]) -> Result<()
         return Ok(());
     }
     let files = file_access::restrict(role, removable)?;
-    let program = compile(role, mode)?;
+    // The ENOSYS filter first: installing a filter makes a prctl that the allow-list,
+    // once installed, would refuse. Filters stack whatever their order.
+    let programs = [missing_calls()?, compile(role, mode)?];
     refusal::install(role);
-    seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("installing the seccomp filter: {e}"))?;
+    for program in &programs {
+        seccompiler::apply_filter_all_threads(program).map_err(|e| format!("installing the seccomp filter: {e}"))?;
+    }
     tracing::info!(
         "confined: no new privileges, {files}, {} system calls allowed{}",
         syscalls::allowed(role).len(),
@@ -105,6 +109,16 @@ pub fn compile(role: Role, mode: FilterMode) -> Result<BpfProgram, String> {
     };
     let filter =
         SeccompFilter::new(rules, mismatch, SeccompAction::Allow, arch).map_err(|e| format!("seccomp filter: {e}"))?;
+    filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp filter: {e}"))
+}
+
+/// The second filter: [`syscalls::ENOSYS_CALLS`] answer ENOSYS, everything else is
+/// left to the first.
+pub fn missing_calls() -> Result<BpfProgram, String> {
+    let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))?;
+    let rules = syscalls::ENOSYS_CALLS.iter().map(|&(nr, _)| (nr, Vec::new())).collect();
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch)
+        .map_err(|e| format!("seccomp filter: {e}"))?;
     filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp filter: {e}"))
 }
 
@@ -217,6 +231,7 @@ mod tests {
         use std::io::Read;
         use std::os::fd::AsRawFd;
         let program = compile(role, FilterMode::Enforce).expect("compiles");
+        let missing = missing_calls().expect("compiles");
         let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
         // SAFETY: the child makes only system calls and exits.
         match unsafe { fork() }.expect("fork") {
@@ -225,7 +240,7 @@ mod tests {
                 unsafe { libc::dup2(write_end.as_raw_fd(), 2) };
                 let _ = nix::sys::prctl::set_no_new_privs();
                 refusal::install(role);
-                if seccompiler::apply_filter(&program).is_err() {
+                if seccompiler::apply_filter(&missing).is_err() || seccompiler::apply_filter(&program).is_err() {
                     // SAFETY: exiting the forked child.
                     unsafe { libc::_exit(99) };
                 }
@@ -254,6 +269,79 @@ mod tests {
             }
         }
         0
+    }
+
+    /// clone3 reads its flags from memory, out of the filter's reach: it answers ENOSYS
+    /// in every role, so no process can be started that way (#40, 8); threads still
+    /// start (glibc falls back to clone, which the filter checks).
+    #[test]
+    fn clone3_is_missing_for_every_role_and_threads_still_start() {
+        #[repr(C)]
+        struct CloneArgs {
+            flags: u64,
+            pidfd: u64,
+            child_tid: u64,
+            parent_tid: u64,
+            exit_signal: u64,
+            stack: u64,
+            stack_size: u64,
+            tls: u64,
+        }
+        let fork_by_clone3 = || {
+            let args = CloneArgs {
+                flags: 0,
+                pidfd: 0,
+                child_tid: 0,
+                parent_tid: 0,
+                exit_signal: libc::SIGCHLD as u64,
+                stack: 0,
+                stack_size: 0,
+                tls: 0,
+            };
+            // SAFETY: clone3 with a valid argument block; a new process (if the call
+            // were let through) exits at once.
+            let r =
+                unsafe { libc::syscall(libc::SYS_clone3, &args as *const CloneArgs, std::mem::size_of::<CloneArgs>()) };
+            if r == 0 {
+                // SAFETY: the (unexpected) new process ends here.
+                unsafe { libc::_exit(3) };
+            }
+            let enosys = r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
+            if enosys {
+                0
+            } else {
+                -1
+            }
+        };
+        for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
+            let (code, said) = in_confined_child_saying(role, fork_by_clone3);
+            assert_eq!(code, 0, "{}: clone3 was not refused with ENOSYS: {said}", role.name());
+        }
+    }
+
+    /// The helper, like server and relay, maps no executable memory (#40, 8).
+    #[test]
+    fn the_helper_maps_no_executable_memory() {
+        let exec_map = || {
+            // SAFETY: an anonymous mapping, unmapped if it is granted.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_EXEC,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                if p != libc::MAP_FAILED {
+                    libc::munmap(p, 4096);
+                }
+                0
+            }
+        };
+        for role in [Role::Helper, Role::Server, Role::Relay] {
+            assert_eq!(in_confined_child(role, exec_map), 70, "{}", role.name());
+        }
     }
 
     #[test]

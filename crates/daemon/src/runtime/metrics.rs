@@ -135,32 +135,103 @@ pub fn start(listener: Option<TcpListener>) -> Result<Option<Snapshot>, Failure>
 /// Answer scrapes on `listener` from `board` in a thread of its own, for the daemon's
 /// life.
 pub fn serve(listener: TcpListener, board: Snapshot) -> Result<(), Failure> {
+    listener.set_nonblocking(true).map_err(|e| Failure::runtime(format!("metrics listener: {e}")))?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let _ = conn.set_read_timeout(Some(SCRAPE_TIMEOUT));
-                let _ = conn.set_write_timeout(Some(SCRAPE_TIMEOUT));
-                let answer = answer(&read_request(&mut conn), &board);
-                let _ = conn.write_all(answer.as_bytes());
+            let mut conns: Vec<Scrape> = Vec::new();
+            loop {
+                poll_round(&listener, &mut conns, &board);
             }
         })
         .map(drop)
         .map_err(|e| Failure::runtime(format!("cannot start the metrics thread: {e}")))
 }
 
-/// The request's head, up to its blank line, at most [`REQUEST_BYTES`].
-fn read_request(conn: &mut impl Read) -> Vec<u8> {
-    let mut req = Vec::new();
-    let mut buf = [0u8; 1024];
-    while req.len() < REQUEST_BYTES && !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => req.extend_from_slice(&buf[..n.min(REQUEST_BYTES - req.len())]),
+/// Most scrapes open at once: a scraper sends one request at a time; more than this
+/// is someone holding connections open, and the oldest gives way.
+const CONNECTIONS: usize = 16;
+
+/// One scraper's connection: what it sent so far, what is left of the answer, and
+/// when it must be done — one deadline for the whole exchange, so that a connection
+/// dribbling a byte now and then holds nothing past it (a timeout per read would let
+/// it go on for hours).
+struct Scrape {
+    conn: std::net::TcpStream,
+    request: Vec<u8>,
+    answer: Option<(Vec<u8>, usize)>,
+    deadline: std::time::Instant,
+}
+
+/// Wait (at most a second) for the listener or a scrape to be ready, and move each
+/// ready one on: accept, read the request, answer, close; drop those past their
+/// deadline.
+fn poll_round(listener: &TcpListener, conns: &mut Vec<Scrape>, board: &Snapshot) {
+    use nix::poll::{PollFd, PollFlags};
+    use std::os::fd::AsFd;
+    let now = std::time::Instant::now();
+    conns.retain(|c| c.deadline > now);
+    let wait = conns.iter().map(|c| c.deadline - now).min().unwrap_or(Duration::from_secs(1));
+    let ready: Vec<bool> = {
+        let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        for c in conns.iter() {
+            let want = if c.answer.is_some() { PollFlags::POLLOUT } else { PollFlags::POLLIN };
+            fds.push(PollFd::new(c.conn.as_fd(), want));
+        }
+        if !crate::runtime::wait::readable(&mut fds, wait).unwrap_or(false) {
+            return;
+        }
+        fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect()
+    };
+    let mut done = vec![false; conns.len()];
+    for (i, c) in conns.iter_mut().enumerate() {
+        if ready[i + 1] {
+            done[i] = step(c, board);
         }
     }
-    req
+    let mut i = 0;
+    conns.retain(|_| {
+        i += 1;
+        !done[i - 1]
+    });
+    if ready[0] {
+        while let Ok((conn, _)) = listener.accept() {
+            if conn.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if conns.len() >= CONNECTIONS {
+                conns.remove(0);
+            }
+            let deadline = std::time::Instant::now() + SCRAPE_TIMEOUT;
+            conns.push(Scrape { conn, request: Vec::new(), answer: None, deadline });
+        }
+    }
+}
+
+/// Read what a scrape sent, or write what is left of its answer; true when it is done
+/// with (answered, closed, or broken).
+fn step(c: &mut Scrape, board: &Snapshot) -> bool {
+    if let Some((bytes, sent)) = &mut c.answer {
+        return match c.conn.write(&bytes[*sent..]) {
+            Ok(n) if n > 0 => {
+                *sent += n;
+                *sent == bytes.len()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+            _ => true,
+        };
+    }
+    let mut buf = [0u8; 1024];
+    match c.conn.read(&mut buf) {
+        Ok(0) => return true,
+        Ok(n) => c.request.extend_from_slice(&buf[..n.min(REQUEST_BYTES - c.request.len())]),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+        Err(_) => return true,
+    }
+    if c.request.len() >= REQUEST_BYTES || c.request.windows(4).any(|w| w == b"\r\n\r\n") {
+        c.answer = Some((answer(&c.request, board).into_bytes(), 0));
+    }
+    false
 }
 
 /// The HTTP answer to `request`: the metrics for `GET /metrics`, else an error.
@@ -214,9 +285,52 @@ mod tests {
         assert!(answer(b"GET / HTTP/1.1\r\n\r\n", &board()).starts_with("HTTP/1.1 404"));
         assert!(answer(b"POST /metrics HTTP/1.1\r\n\r\n", &board()).starts_with("HTTP/1.1 405"));
         assert!(answer(b"", &board()).starts_with("HTTP/1.1 405"));
-        // A request that never ends is read no further than REQUEST_BYTES.
-        let mut endless = std::io::repeat(b'a');
-        assert_eq!(read_request(&mut endless).len(), REQUEST_BYTES);
+    }
+
+    /// A connection dribbling a byte every 1.5 s (each read within any per-read
+    /// timeout) holds nobody else's scrape: answered at once, each time (#40, 5). Nor
+    /// do more such connections than the cap, nor one whose request never ends.
+    #[test]
+    fn dribbling_and_endless_connections_hold_no_scrape() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(listener, board()).unwrap();
+        let scrape = || {
+            let t = std::time::Instant::now();
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+            let mut got = String::new();
+            s.read_to_string(&mut got).unwrap();
+            assert!(got.contains("shipworm_relay_peers 3\n"), "{got}");
+            t.elapsed()
+        };
+        let dribblers: Vec<_> = (0..CONNECTIONS + 4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut d = std::net::TcpStream::connect(addr).unwrap();
+                    for _ in 0..3 {
+                        if d.write_all(b"G").is_err() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(1500));
+                    }
+                })
+            })
+            .collect();
+        let mut endless = std::net::TcpStream::connect(addr).unwrap();
+        endless.write_all(&[b'a'; REQUEST_BYTES]).unwrap();
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(700));
+            let took = scrape();
+            assert!(took < Duration::from_secs(3), "a scrape took {took:?}");
+        }
+        // The endless request was cut at REQUEST_BYTES and answered.
+        let mut got = String::new();
+        let _ = endless.read_to_string(&mut got);
+        assert!(got.starts_with("HTTP/1.1 405"), "{got}");
+        for d in dribblers {
+            d.join().unwrap();
+        }
     }
 
     /// The `shipworm_…` names in `text`, a counter's `_total` taken off.

@@ -184,6 +184,12 @@ pub const HOOK_DENIED: &[(i64, &str)] = calls![
     SYS_syslog,
 ];
 
+/// Calls every role is told do not exist (ENOSYS), whatever its list says: a second
+/// filter, whose answer wins over the first one's "allow". clone3 takes its flags from
+/// memory, where a filter cannot look; told it is missing, glibc (2.34 and later)
+/// starts threads with clone, whose flags the allow-list checks (threads only).
+pub const ENOSYS_CALLS: &[(i64, &str)] = calls![SYS_clone3];
+
 /// Every call `role` may make.
 pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
     let extra: &[&[(i64, &str)]] = match role {
@@ -221,11 +227,15 @@ pub fn conditions(role: Role, nr: i64) -> Vec<SeccompRule> {
     let me = std::process::id() as u64;
     let no_exec = |arg| rule(vec![cond(arg, Len::Dword, Op::MaskedEq(libc::PROT_EXEC as u64), 0)]);
     match nr {
-        // No new executable memory in server and relay; the client's resolver may load
-        // the NSS modules nsswitch.conf names, and the helper runs the hook.
-        libc::SYS_mmap | libc::SYS_mprotect if matches!(role, Role::Server | Role::Relay) => vec![no_exec(2)],
-        // Threads, not processes (clone3's flags are in memory, out of the filter's
-        // reach: a process started that way can do no more than this one).
+        // No new executable memory in server, relay and helper; the client's resolver
+        // may load the NSS modules nsswitch.conf names. (Hooks run in a process of their
+        // own, the hook runner, forked before the helper confines itself.)
+        libc::SYS_mmap | libc::SYS_mprotect if matches!(role, Role::Server | Role::Relay | Role::Helper) => {
+            vec![no_exec(2)]
+        }
+        // Threads, not processes. clone3's flags are in memory, out of the filter's
+        // reach: it answers ENOSYS instead ([`ENOSYS_CALLS`]), and the C library falls
+        // back to clone, whose flags the filter reads.
         libc::SYS_clone => {
             vec![rule(vec![cond(0, Len::Qword, Op::MaskedEq(libc::CLONE_THREAD as u64), libc::CLONE_THREAD as u64)])]
         }

@@ -71,6 +71,14 @@ impl<R: Random> Client<R> {
         if ip.next_header() != ip_protocol::ICMPV6 {
             return self.dropped(DropReason::NotBubbleOrIcmpv6);
         }
+        // A server passes on echo requests and replies between Teredo peers and nothing
+        // else (RFC 4380 §5.3.1); anything else from its endpoint is forged — an error
+        // aimed at a live connection (Destination Unreachable, Packet Too Big) — and
+        // anyone can forge that endpoint past every NAT kind.
+        let echo = matches!(ip.payload().first(), Some(&message::ECHO_REQUEST | &message::ECHO_REPLY));
+        if !echo {
+            return self.dropped(DropReason::Icmpv6TypeNotForwarded);
+        }
         self.deliver(ip.packet(), tx);
         Ok(Action::Forwarded)
     }

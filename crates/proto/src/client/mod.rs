@@ -49,7 +49,7 @@
 //! the first packet one round trip through the server and the relay.
 
 use crate::drop_reason::{DropCounters, DropReason};
-use crate::first_contact::{FirstContactLimits, FirstContacts, Release};
+use crate::first_contact::{FirstContactLimits, FirstContacts};
 use crate::icmp_error::{self, RateLimit};
 use crate::local_discovery::{LocalPeers, ALL_NODES, GROUP};
 use crate::outcome::{Action, Outcome};
@@ -91,10 +91,10 @@ pub const RS_TIMEOUT: Duration = Duration::from_secs(4);
 /// RSs per phase.
 pub const RS_TRIES: u8 = 3;
 /// Refresh solicitations before the server counts as gone: the first, then retries
-/// 1, 2, 2, 4 and 4 s apart. A lossy link (a phone's radio) loses one or two (all six lost
-/// at 30 % loss: 0.07 %); a server that is gone loses them all, and failover still comes
-/// 17 s after the first.
-pub const REFRESH_TRIES: u8 = 6;
+/// 1, 2, 2, 4, 4, 4 and 4 s apart. A lossy link (a phone's radio) loses one or two (all
+/// eight lost at 30 % loss: once in 15 000 refreshes); a server that is gone loses them
+/// all, and failover still comes 25 s after the first.
+pub const REFRESH_TRIES: u8 = 8;
 /// Bubble and connectivity-test spacing.
 pub const RETRY: Duration = Duration::from_secs(2);
 /// Bubbles or echoes per peer before giving up.

@@ -92,9 +92,9 @@ pub(super) struct Ra {
 }
 
 /// How long refresh solicitation `tries` (1 for the first) waits for its answer: 1, 2,
-/// 2, 4, 4 s, then the last one an RS's usual time-out (17 s in all).
+/// 2, 4, 4, 4, 4 s, then the last one an RS's usual time-out (25 s in all).
 fn refresh_retry_after(tries: u8) -> Duration {
-    const WAITS: [u64; 5] = [1, 2, 2, 4, 4];
+    const WAITS: [u64; 7] = [1, 2, 2, 4, 4, 4, 4];
     match WAITS.get(usize::from(tries.max(1)) - 1) {
         Some(&s) if tries < REFRESH_TRIES => Duration::from_secs(s),
         _ => RS_TIMEOUT,
@@ -529,7 +529,7 @@ impl<R: Random> Client<R> {
                 self.send_rs(s.primary, nonce, tx);
                 self.q.maint = Some((nonce, now, 1));
             }
-            // Retries back off (1, 2, 2, 4, 4 s): a lost solicitation or answer on a lossy
+            // Retries back off (1, 2, 2, 4, 4, 4, 4 s): a lost solicitation or answer on a lossy
             // link must not cost the address, every connection on it with it.
             Some((nonce, sent, tries)) if now.saturating_sub(sent) >= refresh_retry_after(tries) => {
                 if tries < REFRESH_TRIES {

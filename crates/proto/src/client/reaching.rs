@@ -89,18 +89,16 @@ impl<R: Random> Client<R> {
     /// The test for `src` passed through `proven`: deliver what it held, if it came
     /// from there too.
     pub(super) fn release_held(&mut self, src: &Ipv6Addr, proven: SocketAddrV4, tx: &mut (impl Transmit + Ports)) {
-        match self.first_contacts.release(src, proven) {
-            Some(Release::Deliver(mut d)) => {
-                while let Some(packet) = d.next_packet() {
-                    tx.deliver(packet);
-                    self.stats.delivered += 1;
-                    self.stats.delivered_bytes += packet.len() as u64;
-                    self.stats.first_contact_delivered += 1;
-                }
+        let Some(released) = self.first_contacts.release(src, proven) else { return };
+        if let Some(mut d) = released.deliver {
+            while let Some(packet) = d.next_packet() {
+                tx.deliver(packet);
+                self.stats.delivered += 1;
+                self.stats.delivered_bytes += packet.len() as u64;
+                self.stats.first_contact_delivered += 1;
             }
-            Some(Release::Drop(n)) => self.stats.drops.count_n(DropReason::SourceMismatch, n),
-            None => {}
         }
+        self.stats.drops.count_n(DropReason::SourceMismatch, released.dropped);
     }
 
     /// Drop what `src` held: its test failed or was overtaken.
