@@ -34,8 +34,10 @@ use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
 use shipworm_wire::teredo_addr::{self, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
+use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
@@ -195,6 +197,9 @@ pub struct SharedRelay {
     /// The tables' keys: a peer's hash is computed once, its high half picks the shard
     /// and its low half the slot, so the entries of one shard do not share slot bits.
     keys: KeyedHash,
+    /// Keys of the bubbles' nonces (apart from the table's: a nonce must tell nothing
+    /// of where a peer lies).
+    nonce_keys: KeyedHash,
     /// Where each shard's lines are, to fetch ahead without its lock (renewed under the
     /// lock after each insertion, which may have grown the table).
     lines: Box<[SharedPrefetcher]>,
@@ -251,6 +256,7 @@ impl SharedRelay {
             .collect();
         SharedRelay {
             keys,
+            nonce_keys: KeyedHash::new(k1.rotate_left(7) ^ 0x5bd1_e995, k0.rotate_left(41) ^ 0x2545_f491),
             lines: shards
                 .iter()
                 .map(|s: &Mutex<Shard>| {
@@ -488,8 +494,18 @@ impl SharedRelay {
         }
         p.last_tx = now;
         p.tries += 1;
+        // RFC 6081 §5.2.4's Nonce, kept while we reach the peer: a client that speaks
+        // RFC 6081 echoes it in its direct bubble, and that answer wins over any without
+        // it (a host sharing the client's public address cannot see it).
+        let nonce = *p.nonce_sent.get_or_insert_with(|| {
+            let h = std::hash::BuildHasher::hash_one(&self.nonce_keys, (u128::from(*dst), now.as_nanos()));
+            NonZeroU32::new(h as u32).unwrap_or(NonZeroU32::MIN)
+        });
         drop(p);
-        let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
+        let mut n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
+        w.scratch[n..n + 2].copy_from_slice(&[trailer_type::NONCE, 4]);
+        w.scratch[n + 2..n + 6].copy_from_slice(&nonce.get().to_be_bytes());
+        n += 6;
         tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n], None);
         w.stats.bubbles += 1;
         if let Some(mapped) = direct {
@@ -522,6 +538,10 @@ impl SharedRelay {
             return w.dropped(DropReason::SourceMismatch);
         };
         let embedded = t.mapped == from;
+        let bubble_nonce = match pkt.trailers.get(trailer_type::NONCE) {
+            Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
+            _ => None,
+        };
         let queue = {
             let key = self.keys.key(&src);
             let mut shard = lock(self.shard(&key));
@@ -530,9 +550,18 @@ impl SharedRelay {
                 return w.dropped(r);
             };
             let learned = p.trusted && p.mapped == from;
-            let answer = p.waiting && pkt.is_bubble() && t.mapped.ip() == from.ip();
-            if !(embedded || learned || answer) {
+            // Our bubbles' nonce echoed: the client itself, wherever its NAT put it. It
+            // moves a mapping an answer without it set (someone behind the same address).
+            let echo = bubble_nonce.filter(|_| pkt.is_bubble());
+            let by_nonce = echo.is_some() && echo == p.nonce_sent;
+            // Without a nonce (Miredo's clients), another port of the embedded address
+            // is taken while we wait for an answer: a symmetric NAT's.
+            let answer = p.waiting && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
+            if !(embedded || learned || answer || by_nonce) {
                 return w.dropped(DropReason::SourceMismatch);
+            }
+            if by_nonce {
+                p.nonce_sent = None;
             }
             p.trusted = true;
             p.mapped = from;

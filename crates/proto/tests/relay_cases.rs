@@ -783,3 +783,42 @@ fn sixtofour_hosts_are_served_and_only_a_loop_is_refused() {
     let v = r.on_tun(secs(3), &udp_packet(NATIVE, &to_self.to_ipv6().to_string()), &mut w);
     assert_eq!(v, Err(DropReason::DestinationMappingNotGlobal));
 }
+
+/// #40, 2: a host sharing the client's public address (one carrier-grade NAT) answers
+/// the relay's bubble first, from its own port and without the nonce; the client's own
+/// answer echoes the nonce from another port (a symmetric NAT) and wins: traffic moves
+/// there, and the other host cannot take it back, not even by replaying the nonce.
+/// Without a nonce (Miredo's clients echo none) the first same-address answer is taken,
+/// as before.
+#[test]
+fn an_answer_echoing_the_relays_nonce_wins_over_one_without_it() {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let mut r = relay();
+    let mut w = Recorder::default();
+    let pkt = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(1), &pkt, &mut w), Ok(Action::Queued));
+    let sent = w.sent.pop().expect("the indirect bubble");
+    let p = TeredoPacket::parse(&sent.payload).unwrap();
+    let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
+    let (other, client) = (sa("198.51.100.7:61000"), sa("198.51.100.7:62000"));
+    assert_eq!(r.on_udp(secs(1), other, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    let mut echo = bubble(B, NATIVE);
+    echo.extend_from_slice(&[1, 4]);
+    echo.extend_from_slice(&nonce);
+    assert_eq!(r.on_udp(secs(1), client, &echo, &mut w), Ok(Action::Consumed));
+    w.sent.clear();
+    assert_eq!(r.on_tun(secs(2), &pkt, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent.last().map(|s| s.to), Some(client), "the mapping is the one the nonce proved");
+    // Neither a bubble without it nor the nonce replayed moves it back.
+    assert_eq!(r.on_udp(secs(3), other, &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(3), other, &echo, &mut w), Err(DropReason::SourceMismatch));
+    w.sent.clear();
+    assert_eq!(r.on_tun(secs(3), &pkt, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent.last().map(|s| s.to), Some(client));
+    // A wrong nonce from the address is no answer either.
+    let c = "2001:0:4136:e378:0:f227:39cc:9bf7";
+    assert_eq!(r.on_tun(secs(4), &udp_packet(NATIVE, c), &mut w), Ok(Action::Queued));
+    let mut wrong = bubble(c, NATIVE);
+    wrong.extend_from_slice(&[1, 4, 0, 0, 0, 1]);
+    assert_eq!(r.on_udp(secs(4), sa("198.51.100.8:5000"), &wrong, &mut w), Err(DropReason::SourceMismatch));
+}
