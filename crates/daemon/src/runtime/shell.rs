@@ -74,7 +74,31 @@ pub struct Shell<S> {
     /// schedule, so that a loop ticking at the period does them on every tick, and one
     /// that turns per batch does not do them per batch.
     next_chores: Mutex<Instant>,
+    /// The status document as last rendered: what callers of the status socket get.
+    rendered: RenderedStatus,
     _state: PhantomData<S>,
+}
+
+/// The status document, rendered at most once per [`PUBLISH_EVERY`] whatever the number
+/// of callers: the status socket is open to local users, and rendering a relay's locks
+/// every shard and walks its waiting peers, which a caller looping connect() would
+/// otherwise take from the workers.
+#[derive(Default)]
+pub struct RenderedStatus(Mutex<Option<(Instant, String)>>);
+
+impl RenderedStatus {
+    /// The document rendered within the last [`PUBLISH_EVERY`], or a new one.
+    pub fn get(&self, now: Instant, render: impl FnOnce() -> String) -> String {
+        let mut last = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*last {
+            Some((at, doc)) if now.saturating_duration_since(*at) < PUBLISH_EVERY => doc.clone(),
+            _ => {
+                let doc = render();
+                *last = Some((now, doc.clone()));
+                doc
+            }
+        }
+    }
 }
 
 impl Shell<Opened> {
@@ -96,6 +120,7 @@ impl Shell<Opened> {
             manager: Mutex::new(manager),
             signals,
             next_chores: Mutex::new(Instant::now()),
+            rendered: RenderedStatus::default(),
             _state: PhantomData,
         })
     }
@@ -121,6 +146,7 @@ impl Shell<Opened> {
             manager: self.manager,
             signals: self.signals,
             next_chores: self.next_chores,
+            rendered: self.rendered,
             _state: PhantomData,
         })
     }
@@ -174,7 +200,7 @@ impl Shell<Confined> {
     /// Answer the status requests that wait (when the loop saw [`Shell::status_fd`]
     /// readable).
     pub fn serve_status(&self, role: &impl Reports) {
-        self.status.serve(|| role.status_json());
+        self.status.serve(|| self.rendered.get(Instant::now(), || role.status_json()));
     }
 
     /// The status socket, for the loop's poll.
@@ -205,5 +231,31 @@ impl Shell<Confined> {
 
     fn manager(&self) -> std::sync::MutexGuard<'_, ServiceManager> {
         self.manager.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A flood of status requests renders the document at most once per period (#40,
+    /// 10: each render of a relay's locks every shard).
+    #[test]
+    fn a_flood_of_status_requests_renders_once_a_period() {
+        let cache = RenderedStatus::default();
+        let renders = Cell::new(0);
+        let render = || {
+            renders.set(renders.get() + 1);
+            format!("doc {}", renders.get())
+        };
+        let t0 = Instant::now();
+        for i in 0..10_000u32 {
+            let at = t0 + Duration::from_micros(u64::from(i) * 10);
+            assert_eq!(cache.get(at, render), "doc 1");
+        }
+        assert_eq!(renders.get(), 1);
+        assert_eq!(cache.get(t0 + PUBLISH_EVERY, render), "doc 2", "fresh again after a period");
+        assert_eq!(renders.get(), 2);
     }
 }
