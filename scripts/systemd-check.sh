@@ -99,6 +99,14 @@ wait_status() {
 
 printf '  server: %s\n' "$(wait_status shipworm-server.service serving)"
 printf '  client: %s\n' "$(wait_status shipworm-client.service qualified:)"
+# The client and its interface helper each confine themselves and say so; the helper
+# closes what it inherited but the journal's socket, so its record arrives too.
+confined=$(inside journalctl -u shipworm-client -o cat --no-pager | grep -c '^confined:' || true)
+if [ "$confined" -lt 2 ]; then
+    inside journalctl -u shipworm-client -o cat --no-pager | head -n 30 >&2
+    die "only $confined \"confined:\" record(s) in the journal: the interface helper's is missing"
+fi
+printf '  journal: the client and its helper each said how they are confined\n'
 
 old=$(show shipworm-client.service MainPID)
 start=$(date +%s%N)

@@ -10,11 +10,32 @@ use std::io::IsTerminal;
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::EnvFilter;
 
+/// The descriptors logging writes to beside stdio (the journal's socket), which a
+/// process that closes what it inherited must keep (the interface helper).
+static DESCRIPTORS: std::sync::OnceLock<Vec<i32>> = std::sync::OnceLock::new();
+
+/// The descriptors logging writes to beside stdio.
+pub fn descriptors() -> &'static [i32] {
+    DESCRIPTORS.get().map_or(&[], Vec::as_slice)
+}
+
+/// The descriptors open now, asked of each number in turn: listing /proc/self/fd would
+/// open one more for the listing, whose number the next socket then takes.
+fn open_descriptors() -> Vec<i32> {
+    // SAFETY: F_GETFD only reads a descriptor's flags; a closed number answers EBADF.
+    (0..1024).filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1).collect()
+}
+
 /// Start logging at `default` unless `SHIPWORM_LOG` says otherwise.
 pub fn init(default: &str) {
     let filter = || EnvFilter::try_from_env("SHIPWORM_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     if stderr_is_journal() {
-        if let Ok(journal) = tracing_journald::layer() {
+        // The journal layer opens a socket of its own and hides it: which descriptor it
+        // is shows only as the one that was not there before.
+        let before = open_descriptors();
+        let layer = tracing_journald::layer();
+        let _ = DESCRIPTORS.set(open_descriptors().into_iter().filter(|fd| !before.contains(fd)).collect());
+        if let Ok(journal) = layer {
             let journal = journal.with_syslog_identifier("shipworm".into()).with_field_prefix(None);
             if tracing_subscriber::registry().with(filter()).with(journal).try_init().is_ok() {
                 return;
