@@ -15,3 +15,4 @@ pub mod tun;
 pub mod tun_batch;
 pub mod udp_batch;
 pub mod udp_socket;
+pub mod upnp;

@@ -15,9 +15,10 @@
 //! exchange is short: PCP tries twice (100 and 300 ms; a gateway without it answers
 //! with an ICMP error at once), UPnP searches for a second.
 
+use crate::io::upnp;
 use shipworm_wire::pcp::{result, Opcode, Request, Response, SERVER_PORT};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -50,7 +51,7 @@ pub enum Protocols {
 /// How the mapping was had, and how to renew and delete it.
 enum Via {
     Pcp { gateway: Ipv4Addr, nonce: [u8; 12] },
-    Upnp(Box<igd_next::Gateway>),
+    Upnp(Box<upnp::Igd>),
 }
 
 /// A mapping held.
@@ -86,16 +87,9 @@ impl PortMapping {
             }
         }
         if matches!(protocols, Protocols::Auto | Protocols::Upnp) {
-            let ours = |g: igd_next::Gateway| {
-                // Only the default gateway may map our port: any host on the LAN can
-                // answer a search.
-                if g.addr.ip() == IpAddr::V4(gateway) {
-                    Ok(g)
-                } else {
-                    Err(format!("{} answered the search, not the default gateway {gateway}", g.addr))
-                }
-            };
-            match upnp_gateway(internal).and_then(ours).and_then(|g| ask(Via::Upnp(Box::new(g)))) {
+            // Only the default gateway may map our port, and only its answers are read:
+            // any host on the LAN can answer a search (`upnp`).
+            match upnp::discover(*internal.ip(), gateway, SEARCH).and_then(|g| ask(Via::Upnp(Box::new(g)))) {
                 Ok(m) => return m.keep_if(wanted),
                 Err(e) => tracing::info!("no UPnP mapping: {e}"),
             }
@@ -132,33 +126,22 @@ impl PortMapping {
                 self.lifetime = got.lifetime.max(MIN_LIFETIME);
             }
             Via::Upnp(g) => {
-                let add = |lease| {
-                    g.add_port(
-                        igd_next::PortMappingProtocol::UDP,
-                        self.external.port(),
-                        SocketAddr::V4(self.internal),
-                        lease,
-                        DESCRIPTION,
-                    )
-                };
+                let add = |lease| g.add_port(self.external.port(), self.internal, lease, DESCRIPTION);
                 // IGDv1 gateways may take only permanent leases (error 725): renewal
                 // then has nothing to do, and the exit deletes it.
                 self.lifetime = match add(LIFETIME) {
                     Ok(()) => LIFETIME,
-                    Err(igd_next::AddPortError::OnlyPermanentLeasesSupported) => {
-                        add(0).map_err(|e| e.to_string())?;
+                    Err(upnp::AddError::OnlyPermanentLeases) => {
+                        add(0).map_err(|e| format!("{e:?}"))?;
                         0
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(upnp::AddError::Other(e)) => return Err(e),
                 };
-                match g.get_external_ip() {
-                    Ok(IpAddr::V4(ip)) => self.external = SocketAddrV4::new(ip, self.external.port()),
-                    other => {
-                        let _ = g.remove_port(igd_next::PortMappingProtocol::UDP, self.external.port());
-                        return Err(match other {
-                            Err(e) => e.to_string(),
-                            Ok(_) => "the gateway's external address is not IPv4".into(),
-                        });
+                match g.external_ip() {
+                    Ok(ip) => self.external = SocketAddrV4::new(ip, self.external.port()),
+                    Err(e) => {
+                        let _ = g.remove_port(self.external.port());
+                        return Err(e);
                     }
                 }
             }
@@ -207,9 +190,7 @@ impl PortMapping {
             Via::Pcp { gateway, nonce } => pcp_socket(*gateway)
                 .map_err(|e| e.to_string())
                 .and_then(|sock| pcp_exchange(&sock, &self.pcp_map(*nonce, 0)).map(drop)),
-            Via::Upnp(g) => {
-                g.remove_port(igd_next::PortMappingProtocol::UDP, self.external.port()).map_err(|e| e.to_string())
-            }
+            Via::Upnp(g) => g.remove_port(self.external.port()),
         };
         match done {
             Ok(()) => tracing::info!("port mapping {} released", self.external),
@@ -387,17 +368,6 @@ fn local_towards(gateway: Ipv4Addr) -> Option<Ipv4Addr> {
         SocketAddr::V4(a) => Some(*a.ip()),
         SocketAddr::V6(_) => None,
     }
-}
-
-/// The UPnP gateway answering an SSDP search from `internal`'s address.
-fn upnp_gateway(internal: SocketAddrV4) -> Result<igd_next::Gateway, String> {
-    let options = igd_next::SearchOptions {
-        bind_addr: SocketAddr::new(IpAddr::V4(*internal.ip()), 0),
-        timeout: Some(SEARCH),
-        single_search_timeout: Some(SEARCH),
-        ..Default::default()
-    };
-    igd_next::search_gateway(options).map_err(|e| e.to_string())
 }
 
 fn pcp_socket(gateway: Ipv4Addr) -> io::Result<UdpSocket> {

@@ -1,0 +1,435 @@
+//! UPnP IGD port mapping (AddPortMapping, DeletePortMapping, GetExternalIPAddress),
+//! with every input bounded. Whoever is on the LAN can answer a search, so:
+//!
+//! * SSDP answers are taken only from the default gateway's address, and read from one
+//!   datagram; the description's URL must name that same address.
+//! * Every HTTP exchange has one deadline for the whole of it, and a cap on what is read
+//!   (a description is a few kilobytes; 64 KiB is far more than any gateway's).
+//! * XML is read by a streaming parser with a bound on nesting: no tree is built, and a
+//!   document nested a hundred thousand deep is refused, not recursed into.
+//!
+//! A hand-written client, not a library's: the maintained ones (`igd-next`) read the
+//! whole body of any responder and parse it into a tree recursively.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+use xml::reader::{EventReader, ParserConfig, XmlEvent};
+
+/// The SSDP multicast group and port.
+const SSDP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 255, 250), 1900);
+/// Most bytes read from an HTTP answer, headers and body.
+pub const HTTP_MAX: usize = 64 * 1024;
+/// Deepest XML nesting taken (a description nests about 8 deep).
+pub const XML_DEPTH_MAX: usize = 32;
+/// One HTTP exchange, all of it.
+const HTTP_WITHIN: Duration = Duration::from_secs(3);
+/// The services that map ports.
+const SERVICES: [&str; 3] = [
+    "urn:schemas-upnp-org:service:WANIPConnection:1",
+    "urn:schemas-upnp-org:service:WANIPConnection:2",
+    "urn:schemas-upnp-org:service:WANPPPConnection:1",
+];
+
+/// A gateway's port-mapping service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Igd {
+    /// Its HTTP endpoint (the default gateway's address).
+    pub http: SocketAddrV4,
+    /// The control URL's path.
+    pub control: String,
+    /// The service type it answered for.
+    pub service: String,
+}
+
+/// Why AddPortMapping failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddError {
+    /// UPnP error 725: the gateway takes permanent leases only (IGDv1).
+    OnlyPermanentLeases,
+    /// Anything else, said.
+    Other(String),
+}
+
+/// Search from `internal` for the IGD at `gateway`, for at most `within`.
+pub fn discover(internal: Ipv4Addr, gateway: Ipv4Addr, within: Duration) -> Result<Igd, String> {
+    let deadline = Instant::now() + within;
+    let sock = UdpSocket::bind((internal, 0)).map_err(|e| format!("SSDP socket: {e}"))?;
+    let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
+                  ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
+    sock.send_to(search.as_bytes(), SSDP).map_err(|e| format!("SSDP search: {e}"))?;
+    let mut buf = [0u8; 2048];
+    let mut refused = None;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+        sock.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        let (n, from) = match sock.recv_from(&mut buf) {
+            Ok(r) => r,
+            Err(_) => break,
+        };
+        // Only the default gateway's word counts, and it is not even read otherwise.
+        if from.ip() != std::net::IpAddr::V4(gateway) {
+            refused = Some(format!("{from} answered the search, not the default gateway {gateway}"));
+            continue;
+        }
+        let location = ssdp_location(&buf[..n]).ok_or("an SSDP answer without a LOCATION")?;
+        let (http, path) = http_url(&location, gateway)?;
+        let description =
+            http_exchange(http, &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"))?;
+        let (control, service) = control_url(&description.1)?;
+        let control = match http_url(&control, gateway) {
+            Ok((at, path)) if at == http => path,
+            Ok((at, _)) => return Err(format!("the control URL names {at}, not {http}")),
+            Err(_) if control.starts_with('/') => control,
+            Err(_) => format!("/{control}"),
+        };
+        return Ok(Igd { http, control, service });
+    }
+    Err(refused.unwrap_or_else(|| "no UPnP gateway answered the search".into()))
+}
+
+/// The LOCATION header of an SSDP answer.
+pub fn ssdp_location(answer: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(answer).ok()?;
+    let mut lines = text.split("\r\n");
+    if !lines.next()?.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    lines.find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("location").then(|| value.trim().to_string())
+    })
+}
+
+/// `http://A.B.C.D[:port]/path` on `host`: the endpoint and the path.
+pub fn http_url(url: &str, host: Ipv4Addr) -> Result<(SocketAddrV4, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("not an http URL: {url:.80}"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (ip, port) = match authority.split_once(':') {
+        Some((ip, port)) => (ip, port.parse::<u16>().map_err(|_| format!("a bad port in {url:.80}"))?),
+        None => (authority, 80),
+    };
+    let ip: Ipv4Addr = ip.parse().map_err(|_| format!("not an IPv4 address in {url:.80}"))?;
+    if ip != host {
+        return Err(format!("{url:.80} is not on the default gateway {host}"));
+    }
+    Ok((SocketAddrV4::new(ip, port), if path.is_empty() { "/".into() } else { path.into() }))
+}
+
+/// Send `request` to `to` and read the answer: (status code, body). One deadline for
+/// it all, and at most [`HTTP_MAX`] bytes read.
+fn http_exchange(to: SocketAddrV4, request: &str) -> Result<(u16, String), String> {
+    let deadline = Instant::now() + HTTP_WITHIN;
+    let mut conn = TcpStream::connect_timeout(&SocketAddr::V4(to), HTTP_WITHIN).map_err(|e| format!("{to}: {e}"))?;
+    conn.set_write_timeout(Some(HTTP_WITHIN)).map_err(|e| e.to_string())?;
+    conn.write_all(request.as_bytes()).map_err(|e| format!("{to}: {e}"))?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
+        let left = left.ok_or_else(|| format!("{to} did not answer within {HTTP_WITHIN:?}"))?;
+        conn.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if got.len() + n > HTTP_MAX => return Err(format!("{to}: an answer of more than {HTTP_MAX} bytes")),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("{to}: {e}")),
+        }
+    }
+    parse_http(&got).map_err(|e| format!("{to}: {e}"))
+}
+
+/// An HTTP/1.x answer read to its end: the status code and the body (de-chunked).
+pub fn parse_http(answer: &[u8]) -> Result<(u16, String), String> {
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or("an HTTP answer without its headers' end")?;
+    let head = std::str::from_utf8(&answer[..split]).map_err(|_| "HTTP headers that are not text")?;
+    let body = &answer[split + 4..];
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or_default();
+    let code = status
+        .strip_prefix("HTTP/1.")
+        .and_then(|s| s.get(2..5))
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("not an HTTP status line: {status:.80}"))?;
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(n, v)| {
+            n.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked { dechunk(body)? } else { body.to_vec() };
+    Ok((code, String::from_utf8(body).map_err(|_| "a body that is not UTF-8 text")?))
+}
+
+/// A chunked body's data.
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let end = body.windows(2).position(|w| w == b"\r\n").ok_or("a chunk size without its line end")?;
+        let size = std::str::from_utf8(&body[..end]).ok().and_then(|s| {
+            let hex = s.split(';').next()?.trim();
+            usize::from_str_radix(hex, 16).ok()
+        });
+        let size = size.ok_or("a bad chunk size")?;
+        body = &body[end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = body.get(..size).ok_or("a chunk past the end")?;
+        out.extend_from_slice(chunk);
+        body = body.get(size + 2..).ok_or("a chunk without its line end")?;
+    }
+}
+
+/// Walk `xml` as a stream, at most [`XML_DEPTH_MAX`] deep, calling `on` with each
+/// element's path of local names and its text.
+fn walk_xml(xml: &str, mut on: impl FnMut(&[String], &str)) -> Result<(), String> {
+    let config = ParserConfig::new().trim_whitespace(true).ignore_comments(true);
+    let mut path: Vec<String> = Vec::new();
+    for event in EventReader::new_with_config(xml.as_bytes(), config) {
+        match event.map_err(|e| format!("XML: {e}"))? {
+            XmlEvent::StartElement { name, .. } => {
+                if path.len() >= XML_DEPTH_MAX {
+                    return Err(format!("XML nested more than {XML_DEPTH_MAX} deep"));
+                }
+                path.push(name.local_name);
+            }
+            XmlEvent::EndElement { .. } => {
+                path.pop();
+            }
+            XmlEvent::Characters(text) | XmlEvent::CData(text) => on(&path, &text),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The control URL and type of the first port-mapping service a description lists.
+pub fn control_url(description: &str) -> Result<(String, String), String> {
+    let (mut kind, mut control) = (String::new(), String::new());
+    let mut found = None;
+    walk_xml(description, |path, text| {
+        if found.is_some() || path.len() < 2 || path[path.len() - 2] != "service" {
+            return;
+        }
+        match path[path.len() - 1].as_str() {
+            "serviceType" => (kind, control) = (text.to_string(), String::new()),
+            "controlURL" => control = text.to_string(),
+            _ => {}
+        }
+        if SERVICES.contains(&kind.as_str()) && !control.is_empty() {
+            found = Some((control.clone(), kind.clone()));
+        }
+    })?;
+    found.ok_or_else(|| "the gateway's description lists no port-mapping service".into())
+}
+
+/// The text of the first element called `name` in `xml`.
+pub fn element_text(xml: &str, name: &str) -> Result<Option<String>, String> {
+    let mut found = None;
+    walk_xml(xml, |path, text| {
+        if found.is_none() && path.last().is_some_and(|n| n == name) {
+            found = Some(text.to_string());
+        }
+    })?;
+    Ok(found)
+}
+
+impl Igd {
+    /// Call `action` with `args`; the answer's body, or the UPnP error code and text.
+    fn soap(&self, action: &str, args: &[(&str, String)]) -> Result<String, (Option<u16>, String)> {
+        let args: String = args.iter().map(|(n, v)| format!("<{n}>{v}</{n}>")).collect();
+        let body = format!(
+            "<?xml version=\"1.0\"?>\r\n<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+             s:encodingStyle=\"http://schemas.xmlsoap.org/soap/encoding/\"><s:Body>\
+             <u:{action} xmlns:u=\"{service}\">{args}</u:{action}></s:Body></s:Envelope>",
+            service = self.service
+        );
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {http}\r\nContent-Type: text/xml; charset=\"utf-8\"\r\n\
+             SOAPAction: \"{service}#{action}\"\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n{body}",
+            path = self.control,
+            http = self.http,
+            service = self.service,
+            len = body.len()
+        );
+        let (code, answer) = http_exchange(self.http, &request).map_err(|e| (None, e))?;
+        if code == 200 {
+            return Ok(answer);
+        }
+        let error = element_text(&answer, "errorCode").ok().flatten().and_then(|c| c.trim().parse().ok());
+        let text = element_text(&answer, "errorDescription").ok().flatten().unwrap_or_default();
+        Err((error, format!("{action}: HTTP {code}, UPnP error {error:?} {text:.80}")))
+    }
+
+    /// Map UDP `external_port` to `internal` for `lease` seconds (0: until deleted).
+    pub fn add_port(
+        &self,
+        external_port: u16,
+        internal: SocketAddrV4,
+        lease: u32,
+        description: &str,
+    ) -> Result<(), AddError> {
+        let args = [
+            ("NewRemoteHost", String::new()),
+            ("NewExternalPort", external_port.to_string()),
+            ("NewProtocol", "UDP".into()),
+            ("NewInternalPort", internal.port().to_string()),
+            ("NewInternalClient", internal.ip().to_string()),
+            ("NewEnabled", "1".into()),
+            ("NewPortMappingDescription", description.into()),
+            ("NewLeaseDuration", lease.to_string()),
+        ];
+        match self.soap("AddPortMapping", &args) {
+            Ok(_) => Ok(()),
+            Err((Some(725), _)) => Err(AddError::OnlyPermanentLeases),
+            Err((_, e)) => Err(AddError::Other(e)),
+        }
+    }
+
+    /// Delete the UDP mapping of `external_port`.
+    pub fn remove_port(&self, external_port: u16) -> Result<(), String> {
+        let args = [
+            ("NewRemoteHost", String::new()),
+            ("NewExternalPort", external_port.to_string()),
+            ("NewProtocol", "UDP".into()),
+        ];
+        self.soap("DeletePortMapping", &args).map(drop).map_err(|(_, e)| e)
+    }
+
+    /// The gateway's external IPv4 address.
+    pub fn external_ip(&self) -> Result<Ipv4Addr, String> {
+        let answer = self.soap("GetExternalIPAddress", &[]).map_err(|(_, e)| e)?;
+        let text = element_text(&answer, "NewExternalIPAddress")?.ok_or("no NewExternalIPAddress in the answer")?;
+        text.trim().parse().map_err(|_| format!("the external address is not IPv4: {text:.40}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    const DESCRIPTION: &str = r#"<?xml version="1.0"?>
+<root xmlns="urn:schemas-upnp-org:device-1-0"><device><deviceType>urn:schemas-upnp-org:device:InternetGatewayDevice:1</deviceType>
+<serviceList><service><serviceType>urn:schemas-upnp-org:service:Layer3Forwarding:1</serviceType><controlURL>/ctl/L3F</controlURL></service></serviceList>
+<deviceList><device><deviceList><device><serviceList><service>
+<serviceType>urn:schemas-upnp-org:service:WANIPConnection:1</serviceType><serviceId>urn:upnp-org:serviceId:WANIPConn1</serviceId>
+<controlURL>/ctl/IPConn</controlURL><eventSubURL>/evt/IPConn</eventSubURL></service></serviceList></device></deviceList></device></deviceList></device></root>"#;
+
+    #[test]
+    fn a_gateways_description_names_its_port_mapping_service() {
+        let (control, kind) = control_url(DESCRIPTION).unwrap();
+        assert_eq!(
+            (control.as_str(), kind.as_str()),
+            ("/ctl/IPConn", "urn:schemas-upnp-org:service:WANIPConnection:1")
+        );
+        let answer = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body>\
+                      <u:GetExternalIPAddressResponse xmlns:u=\"urn:schemas-upnp-org:service:WANIPConnection:1\">\
+                      <NewExternalIPAddress>192.0.2.21</NewExternalIPAddress></u:GetExternalIPAddressResponse></s:Body></s:Envelope>";
+        assert_eq!(element_text(answer, "NewExternalIPAddress").unwrap().as_deref(), Some("192.0.2.21"));
+    }
+
+    #[test]
+    fn ssdp_answers_and_urls_are_taken_only_for_the_gateway() {
+        let gw = Ipv4Addr::new(10, 1, 0, 1);
+        let answer = b"HTTP/1.1 200 OK\r\nCACHE-CONTROL: max-age=120\r\nLocation: http://10.1.0.1:5000/rootDesc.xml\r\nST: x\r\n\r\n";
+        let at = ssdp_location(answer).unwrap();
+        assert_eq!(http_url(&at, gw).unwrap(), (SocketAddrV4::new(gw, 5000), "/rootDesc.xml".into()));
+        assert!(http_url("http://10.1.0.66:5000/rootDesc.xml", gw).is_err(), "another host");
+        assert!(http_url("https://10.1.0.1/x", gw).is_err());
+        assert!(http_url("http://10.1.0.1:99999/x", gw).is_err());
+        assert!(ssdp_location(b"NOTIFY * HTTP/1.1\r\nLocation: http://10.1.0.1/\r\n\r\n").is_none());
+    }
+
+    #[test]
+    fn http_answers_are_read_whole_or_chunked_and_refused_when_broken() {
+        let (code, body) = parse_http(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello").unwrap();
+        assert_eq!((code, body.as_str()), (200, "hello"));
+        let chunked = b"HTTP/1.1 500 Internal Server Error\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+        assert_eq!(parse_http(chunked).unwrap(), (500, "abcde".into()));
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\n"[..],
+            b"SSH-2.0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ] {
+            assert!(parse_http(bad).is_err());
+        }
+    }
+
+    /// #40, 3: a description nested 100 000 deep is refused, not recursed into (a tree
+    /// builder overflowed the stack with it and took the client down).
+    #[test]
+    fn a_description_nested_100_000_deep_is_refused_without_a_crash() {
+        let deep = format!("{}{}", "<a>".repeat(100_000), "</a>".repeat(100_000));
+        let e = control_url(&deep).unwrap_err();
+        assert!(e.contains("nested more than"), "{e}");
+        // On a thread with a small stack, as the mapping thread has.
+        let t = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || control_url(&deep).is_err());
+        assert!(t.unwrap().join().unwrap());
+    }
+
+    /// A fake gateway's HTTP server that answers once with `answer`, dribbled if asked.
+    fn fake_http(answer: Vec<u8>, dribble: bool) -> SocketAddrV4 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(at) = l.local_addr().unwrap() else { unreachable!() };
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            if dribble {
+                for b in answer {
+                    if c.write_all(&[b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            } else {
+                let _ = c.write_all(&answer);
+            }
+        });
+        at
+    }
+
+    #[test]
+    fn an_endless_or_dribbling_answer_is_cut_at_its_cap_or_its_deadline() {
+        let mut endless = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        endless.extend(vec![b'<'; HTTP_MAX * 4]);
+        let e = http_exchange(fake_http(endless, false), "GET / HTTP/1.1\r\n\r\n").unwrap_err();
+        assert!(e.contains("more than"), "{e}");
+        let t = Instant::now();
+        let e =
+            http_exchange(fake_http(b"HTTP/1.1 200 OK\r\n\r\nxxxxxxxxxxxx".to_vec(), true), "GET / HTTP/1.1\r\n\r\n")
+                .unwrap_err();
+        assert!(e.contains("did not answer within"), "{e}");
+        assert!(t.elapsed() < HTTP_WITHIN + Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn random_bytes_never_panic_the_parsers() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let seeds: [&[u8]; 3] = [
+            DESCRIPTION.as_bytes(),
+            b"HTTP/1.1 200 OK\r\nLocation: http://10.1.0.1:5000/x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ];
+        for _ in 0..3000 {
+            let seed = seeds[(next() % 3) as usize];
+            let mut m = seed.to_vec();
+            for _ in 0..(next() % 6) {
+                let at = (next() as usize) % m.len();
+                m[at] = next() as u8;
+            }
+            let _ = ssdp_location(&m);
+            let _ = parse_http(&m);
+            if let Ok(text) = std::str::from_utf8(&m) {
+                let _ = control_url(text);
+                let _ = http_url(text, Ipv4Addr::new(10, 1, 0, 1));
+            }
+        }
+    }
+}
