@@ -35,3 +35,25 @@ pub fn birdc(ctl: &Path, args: &[&str]) -> Result<String> {
     all.extend_from_slice(args);
     netns::run("birdc", &all).map_err(|e| LabError::new(format!("birdc {}: {e}", args.join(" "))))
 }
+
+/// The process ids that hold a connection to BIRD's control socket `ctl`, as `ss -xpn`
+/// in namespace `ns` shows them: BIRD's side of each connection names the socket's
+/// path and the peer's socket inode, and the peer's line names its process.
+pub fn connected_to(ns: &str, ctl: &Path) -> Result<Vec<u32>> {
+    let out = netns::exec(ns, &["ss", "-xpn"])?;
+    let ctl = ctl.display().to_string();
+    // Columns: Netid State Recv-Q Send-Q Local Port Peer Port [users].
+    let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let peers: Vec<&str> =
+        rows.iter().filter(|r| r.get(4) == Some(&ctl.as_str())).filter_map(|r| r.get(7).copied()).collect();
+    let mut pids = Vec::new();
+    for r in rows.iter().filter(|r| r.get(5).is_some_and(|ino| peers.contains(ino))) {
+        let users = r.get(8..).map(|u| u.join(" ")).unwrap_or_default();
+        for part in users.split("pid=").skip(1) {
+            if let Ok(pid) = part.split(',').next().unwrap_or_default().parse() {
+                pids.push(pid);
+            }
+        }
+    }
+    Ok(pids)
+}

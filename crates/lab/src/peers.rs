@@ -112,6 +112,11 @@ impl Lab {
         Ok(())
     }
 
+    /// The process id of the daemon started as `name`, while it runs.
+    pub fn peer_pid(&self, name: &str) -> Option<u32> {
+        self.peers.iter().find(|p| p.name == name).and_then(|p| p.child.as_ref()).map(Child::id)
+    }
+
     /// Send `signal` to the daemon started as `name`.
     pub fn signal_peer(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
         let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError::new(format!("no daemon {name}")))?;

@@ -119,22 +119,6 @@ impl Helper {
     }
 }
 
-/// Keep only stdio, the journal's socket and `keep`: the child of a fork holds every
-/// descriptor of the client (its TUN among them, which must close when the client
-/// does). The journal's is owned by the logging layer, which goes on writing to its
-/// number: closed, the number would go to the next socket opened, and the records with
-/// it.
-fn close_all_but(keep: &[i32]) {
-    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
-        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default();
-    let logging = crate::runtime::logging::descriptors();
-    for fd in fds.into_iter().filter(|fd| *fd > 2 && !keep.contains(fd) && !logging.contains(fd)) {
-        // SAFETY: closing a descriptor this process owns and no object here uses.
-        unsafe { libc::close(fd) };
-    }
-}
-
 /// A stop asked of the client is the client's business: the helper ends when the
 /// client's end of the socket closes.
 fn ignore_stop_signals() {
@@ -157,7 +141,7 @@ fn helper_main(sock: Socket, setup: HelperSetup) -> Result<(), String> {
     };
     let mut keep = vec![sock.as_raw_fd()];
     keep.extend(runner.as_ref().map(|r| r.as_raw_fd()));
-    close_all_but(&keep);
+    crate::runtime::inherited::close_all_but(&keep);
     let nl = Netlink::new()?;
     let index = nl.link_index(&setup.interface)?;
     privileges::drop_root_keep_net_admin(setup.user.as_deref())?;
@@ -278,7 +262,7 @@ fn start_hook_runner(hook: PathBuf, user: Option<&str>) -> Result<Socket, String
         Ok(ForkResult::Parent { .. }) => Ok(ours),
         Ok(ForkResult::Child) => {
             drop(ours);
-            close_all_but(&[theirs.as_raw_fd()]);
+            crate::runtime::inherited::close_all_but(&[theirs.as_raw_fd()]);
             set_name("shipworm-hook");
             let code = match hook_runner_main(&theirs, &hook, user) {
                 Ok(()) => 0,

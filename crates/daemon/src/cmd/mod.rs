@@ -3,6 +3,7 @@
 //! (`crate::io`) and the shared runtime (`crate::runtime`).
 
 pub mod address;
+pub mod bird_link;
 pub mod check_config;
 pub mod client;
 pub mod client_helper;

@@ -7,8 +7,8 @@
 //! timers every 250 ms (worker 0); root is dropped once everything is set up.
 
 use crate::cli;
+use crate::cmd::bird_link::BirdLink;
 use crate::config::miredo::{MiredoConf, RelayType};
-use crate::io::bird::BirdControl;
 use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
@@ -101,7 +101,7 @@ struct WorkerShared<'a> {
     /// How long a worker keeps polling without sleeping after its last packet.
     busy_poll: Duration,
     /// BIRD, told to withdraw the announcement when a stop is asked (`BirdSocket`).
-    bird: Option<Mutex<BirdControl>>,
+    bird: Option<Mutex<BirdLink>>,
     /// How long the workers go on forwarding once BIRD withdrew (`DrainTime`).
     drain_time: Duration,
     /// When the drain ends: set by the first worker to see the stop.
@@ -160,7 +160,7 @@ impl WorkerShared<'_> {
     }
 
     /// Tell BIRD to withdraw; the drain's end.
-    fn withdraw(&self, bird: &Mutex<BirdControl>) -> Instant {
+    fn withdraw(&self, bird: &Mutex<BirdLink>) -> Instant {
         self.shell.stopping_after(self.drain_time);
         match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).disable() {
             Ok(said) => {
@@ -334,11 +334,13 @@ fn bind_sockets(conf: &MiredoConf, workers: usize) -> Result<(Vec<Socket>, Socke
     Ok((socks, local))
 }
 
-/// BIRD's control socket, connected now: once confined the relay opens nothing.
-/// Without BIRD the relay still serves; its announcement then follows its interface.
-fn connect_bird(conf: &MiredoConf) -> Option<Mutex<BirdControl>> {
+/// BIRD's control socket, connected now (once confined the relay opens nothing) and
+/// handed to a process of its own that takes enable and disable only ([`BirdLink`]):
+/// the relay keeps no connection to BIRD. Without BIRD the relay still serves; its
+/// announcement then follows its interface.
+fn connect_bird(conf: &MiredoConf) -> Option<Mutex<BirdLink>> {
     let path = conf.bird_socket.as_deref()?;
-    match BirdControl::connect(path, &conf.bird_protocol) {
+    match BirdLink::start(path, &conf.bird_protocol, conf.user.as_deref(), conf.system_call_filter) {
         Ok(b) => Some(Mutex::new(b)),
         Err(e) => {
             tracing::warn!("{e}; the prefix's announcement follows the interface only, with no drain on stop");

@@ -41,6 +41,12 @@ pub fn is_protocol_name(name: &str) -> bool {
         && name.len() <= 64
 }
 
+impl std::os::fd::AsRawFd for BirdControl {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.reader.get_ref().as_raw_fd()
+    }
+}
+
 impl BirdControl {
     /// Connect and read BIRD's greeting.
     pub fn connect(path: &Path, protocol: &str) -> Result<BirdControl, String> {

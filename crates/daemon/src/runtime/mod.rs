@@ -10,6 +10,7 @@ pub mod counters;
 pub mod drain;
 pub mod error;
 pub mod file_access;
+pub mod inherited;
 pub mod logging;
 pub mod metrics;
 pub mod pidfile;

@@ -284,6 +284,15 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if !announced(&ctl) {
                     return Err(Failed::at(2, format!("step 2: BIRD does not announce 2001::/32:\n{}", lab.log_tail("relay", 10))));
                 }
+                // #40, 4: the relay itself holds no connection to BIRD (which takes any
+                // command); the process that does is its small BIRD link.
+                let relay_pid = lab.peer_pid("relay").ok_or("the relay is not running")?;
+                let holders = shipworm_lab::bird::connected_to(&lab.ns("rly"), &ctl).map_err(|e| e.to_string())?;
+                if holders.is_empty() || holders.contains(&relay_pid) {
+                    return Err(Failed::at(2, format!(
+                        "step 2: connected to BIRD: {holders:?}; the relay (pid {relay_pid}) must not be, its BIRD link must"
+                    )));
+                }
                 // The native host pings the client every 20 ms through the relay while it stops.
                 let h6 = lab.ns("h6");
                 let t0 = Instant::now();

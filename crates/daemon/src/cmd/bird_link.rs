@@ -1,0 +1,145 @@
+//! BIRD's control socket, held by a small process of its own (`shipworm-bird`), so that
+//! the relay holds no connection to BIRD once confined. BIRD's socket takes any
+//! command (`disable all`, `down`, `configure`): a relay subverted through a datagram
+//! could otherwise withdraw every route of the site. The holder is forked during set-up,
+//! keeps the connection and one end of a socket pair, drops root and every capability,
+//! confines itself, and understands two one-byte requests: enable and disable the one
+//! protocol configured (`BirdProtocol`). It ignores stop signals (the relay must still
+//! withdraw after a SIGTERM sent to the whole service) and ends when the relay's end
+//! closes.
+
+use crate::io::bird::BirdControl;
+use crate::runtime::confinement::{self, FilterMode};
+use crate::runtime::syscalls::Role;
+use nix::unistd::{fork, ForkResult};
+use socket2::{Domain, Socket, Type};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+/// The requests, one byte each.
+const ENABLE: u8 = b'E';
+const DISABLE: u8 = b'D';
+/// Longest answer text passed back.
+const ANSWER_MAX: usize = 512;
+/// How long the relay waits for an answer (BIRD's own wait, and some).
+const ANSWER_WITHIN: Duration = Duration::from_secs(3);
+
+/// The relay's end of the link to the holder.
+pub struct BirdLink {
+    sock: Socket,
+}
+
+impl BirdLink {
+    /// Connect to BIRD at `path` (the greeting read), then fork the holder, which runs
+    /// as `user`, confined with `filter`. Call during set-up: as root, before any thread
+    /// starts.
+    pub fn start(path: &Path, protocol: &str, user: Option<&str>, filter: FilterMode) -> Result<BirdLink, String> {
+        let bird = BirdControl::connect(path, protocol)?;
+        let (ours, theirs) =
+            Socket::pair(Domain::UNIX, Type::SEQPACKET, None).map_err(|e| format!("BIRD link socketpair: {e}"))?;
+        // SAFETY: the relay has started no thread yet (the caller's promise); the child
+        // runs only this module's code and exits without returning.
+        match unsafe { fork() } {
+            Ok(ForkResult::Parent { .. }) => {
+                drop(theirs);
+                drop(bird);
+                ours.set_read_timeout(Some(ANSWER_WITHIN)).map_err(|e| e.to_string())?;
+                Ok(BirdLink { sock: ours })
+            }
+            Ok(ForkResult::Child) => {
+                drop(ours);
+                let code = match holder_main(&theirs, bird, user, filter) {
+                    Ok(()) => 0,
+                    Err(e) => {
+                        tracing::error!("BIRD link: {e}");
+                        1
+                    }
+                };
+                std::process::exit(code)
+            }
+            Err(e) => Err(format!("cannot start the BIRD link: {e}")),
+        }
+    }
+
+    /// Announce: enable the protocol. BIRD's line, or why not.
+    pub fn enable(&mut self) -> Result<String, String> {
+        self.ask(ENABLE)
+    }
+
+    /// Withdraw: disable the protocol.
+    pub fn disable(&mut self) -> Result<String, String> {
+        self.ask(DISABLE)
+    }
+
+    fn ask(&mut self, verb: u8) -> Result<String, String> {
+        self.sock.send(&[verb]).map_err(|e| format!("the BIRD link is gone: {e}"))?;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1 + ANSWER_MAX];
+        let n = self.sock.recv(&mut buf).map_err(|e| format!("the BIRD link did not answer: {e}"))?;
+        // SAFETY: recv initialised the first n bytes.
+        let bytes: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
+        decode_answer(&bytes)
+    }
+}
+
+/// `[0 | 1, text…]`: BIRD's line (0) or why not (1).
+fn encode_answer(r: &Result<String, String>) -> Vec<u8> {
+    let (tag, text) = match r {
+        Ok(t) => (0u8, t),
+        Err(e) => (1u8, e),
+    };
+    let mut b = vec![tag];
+    b.extend(text.bytes().take(ANSWER_MAX));
+    b
+}
+
+fn decode_answer(b: &[u8]) -> Result<String, String> {
+    match b.split_first() {
+        Some((0, text)) => Ok(String::from_utf8_lossy(text).into_owned()),
+        Some((1, text)) => Err(String::from_utf8_lossy(text).into_owned()),
+        _ => Err("the BIRD link closed".into()),
+    }
+}
+
+fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter: FilterMode) -> Result<(), String> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
+        // SAFETY: setting a disposition to SIG_IGN.
+        unsafe { libc::signal(sig, libc::SIG_IGN) };
+    }
+    let _ = nix::sys::prctl::set_name(c"shipworm-bird");
+    crate::runtime::inherited::close_all_but(&[sock.as_raw_fd(), bird.as_raw_fd()]);
+    crate::runtime::privileges::drop_root(user)?;
+    confinement::confine(Role::Helper, filter, &[])?;
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
+    loop {
+        let n = match sock.recv(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return Ok(()),
+        };
+        // SAFETY: recv initialised the first n bytes.
+        let request: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
+        let answer = match request.as_slice() {
+            [ENABLE] => bird.enable(),
+            [DISABLE] => bird.disable(),
+            _ => Err("refused: the BIRD link takes enable and disable only".into()),
+        };
+        if sock.send(&encode_answer(&answer)).is_err() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_round_trip_and_are_capped() {
+        assert_eq!(decode_answer(&encode_answer(&Ok("teredo: enabled".into()))), Ok("teredo: enabled".into()));
+        assert_eq!(decode_answer(&encode_answer(&Err("no".into()))), Err("no".into()));
+        assert_eq!(encode_answer(&Ok("x".repeat(10_000))).len(), 1 + ANSWER_MAX);
+        assert!(decode_answer(&[]).is_err() && decode_answer(&[7, 1]).is_err());
+    }
+}
