@@ -131,6 +131,9 @@ fn upnp_answers(c: &crate::ClientHost) -> Result<bool> {
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
     s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900))
         .map_err(|e| LabError::new(format!("SSDP: {e}")))?;
+    // A responder may wait up to MX seconds before it answers (UPnP Device Architecture
+    // 1.1 §1.3.3; miniupnpd does).
+    s.set_read_timeout(Some(std::time::Duration::from_millis(2500))).map_err(|e| LabError::new(e.to_string()))?;
     let mut b = [0u8; 1500];
     Ok(s.recv_from(&mut b)
         .is_ok_and(|(n, _)| String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:")))

@@ -168,7 +168,8 @@ fn next_hop(packet: &[u8], relay_router: Option<Ipv4Addr>) -> Option<Ipv4Addr> {
 /// The IPv6 packet inside a received IPv4 one, when it passes RFC 3056 §5.3's check.
 fn decapsulate(packet: &[u8]) -> Option<&[u8]> {
     let ihl = usize::from(*packet.first()? & 0x0f) * 4;
-    let outer_src = Ipv4Addr::new(*packet.get(12)?, packet[13], packet[14], packet[15]);
+    let header = packet.get(..20).filter(|_| ihl >= 20)?;
+    let outer_src = Ipv4Addr::new(header[12], header[13], header[14], header[15]);
     let inner = packet.get(ihl..)?;
     let src = inner.get(8..24)?;
     if inner[0] >> 4 != 6 {

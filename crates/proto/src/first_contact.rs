@@ -44,6 +44,8 @@ impl Default for FirstContactLimits {
 /// IPv4 endpoints one native source's packets are held for at once. Held apart: a
 /// packet forged in the source's name from elsewhere, arriving first, must not shut
 /// out the genuine ones from its relay (which then only the test's verdict sorts out).
+/// A newcomer past the cap takes the place of the endpoint held longest: forgeries
+/// sent first cannot fill the places before the genuine packet comes.
 pub const ENDPOINTS_PER_SOURCE: usize = 4;
 
 /// Packets from one native source through one IPv4 endpoint.
@@ -105,19 +107,30 @@ impl FirstContacts {
     }
 
     /// Hold `packet` from `src`, received from `from`: apart for each endpoint it came
-    /// through, at most [`ENDPOINTS_PER_SOURCE`] of them.
-    pub fn hold(&mut self, src: Ipv6Addr, from: SocketAddrV4, packet: &[u8], now: Duration) -> Result<(), DropReason> {
+    /// through, at most [`ENDPOINTS_PER_SOURCE`] of them. Returns how many packets of
+    /// another endpoint gave way to it (dropped).
+    pub fn hold(
+        &mut self,
+        src: Ipv6Addr,
+        from: SocketAddrV4,
+        packet: &[u8],
+        now: Duration,
+    ) -> Result<usize, DropReason> {
         if self.bytes + packet.len() > self.limits.bytes {
             return Err(DropReason::FirstContactBudget);
         }
-        match self.waiting.get(&src) {
-            Some(ws) if ws.len() >= ENDPOINTS_PER_SOURCE && !ws.iter().any(|w| w.from == from) => {
-                return Err(DropReason::SourceMismatch)
-            }
-            None if self.waiting.len() >= self.limits.sources => return Err(DropReason::FirstContactBudget),
-            _ => {}
+        if !self.waiting.contains_key(&src) && self.waiting.len() >= self.limits.sources {
+            return Err(DropReason::FirstContactBudget);
         }
         let ws = self.waiting.entry(src).or_default();
+        let mut gave_way = 0;
+        if ws.len() >= ENDPOINTS_PER_SOURCE && !ws.iter().any(|w| w.from == from) {
+            if let Some(oldest) = (0..ws.len()).min_by_key(|&i| ws[i].since) {
+                let w = ws.remove(oldest);
+                self.bytes -= w.queue.bytes();
+                gave_way = w.queue.len();
+            }
+        }
         let at = match ws.iter().position(|w| w.from == from) {
             Some(i) => i,
             None => {
@@ -135,7 +148,7 @@ impl FirstContacts {
             return Err(DropReason::QueueFull);
         }
         self.bytes += packet.len();
-        Ok(())
+        Ok(gave_way)
     }
 
     /// The test for `src` succeeded with its reply from `proven`: release its packets
@@ -218,10 +231,10 @@ mod tests {
         let t = Duration::ZERO;
         // A packet forged from elsewhere first, then the genuine ones (#40, 6): each
         // endpoint's are held apart, and the test's verdict delivers the genuine ones.
-        f.hold(src(1), R2, &[3; 10], t).unwrap();
-        f.hold(src(1), R, &[1; 10], t).unwrap();
-        f.hold(src(1), R, &[2; 10], t).unwrap();
-        f.hold(src(2), R, &[4; 10], t).unwrap();
+        assert_eq!(f.hold(src(1), R2, &[3; 10], t), Ok(0));
+        assert_eq!(f.hold(src(1), R, &[1; 10], t), Ok(0));
+        assert_eq!(f.hold(src(1), R, &[2; 10], t), Ok(0));
+        assert_eq!(f.hold(src(2), R, &[4; 10], t), Ok(0));
         assert_eq!(f.bytes(), 40);
         let Some(Release { deliver: Some(mut d), dropped: 1 }) = f.release(&src(1), R) else { panic!("deliver") };
         assert_eq!(d.next_packet(), Some(&[1u8; 10][..]));
@@ -229,12 +242,15 @@ mod tests {
         assert!(d.next_packet().is_none());
         assert!(matches!(f.release(&src(2), R2), Some(Release { deliver: None, dropped: 1 })), "proven elsewhere");
         assert_eq!((f.len(), f.bytes()), (0, 0));
-        // At most ENDPOINTS_PER_SOURCE endpoints for one source.
+        // As many forged endpoints as there are places, then the genuine one: the one
+        // held longest gives way, and the genuine packet waits for the verdict.
         for i in 0..ENDPOINTS_PER_SOURCE as u16 {
-            f.hold(src(3), SocketAddrV4::new(R.ip().to_owned(), 4000 + i), &[0; 10], t).unwrap();
+            let forged = SocketAddrV4::new(R2.ip().to_owned(), 4000 + i);
+            assert_eq!(f.hold(src(3), forged, &[0; 10], t + Duration::from_millis(u64::from(i))), Ok(0));
         }
-        assert_eq!(f.hold(src(3), R, &[0; 10], t), Err(DropReason::SourceMismatch));
-        assert_eq!(f.discard(&src(3)), ENDPOINTS_PER_SOURCE);
+        assert_eq!(f.hold(src(3), R, &[7; 10], t + Duration::from_secs(1)), Ok(1));
+        let Some(Release { deliver: Some(mut d), dropped }) = f.release(&src(3), R) else { panic!("deliver") };
+        assert_eq!((d.next_packet(), dropped), (Some(&[7u8; 10][..]), ENDPOINTS_PER_SOURCE - 1));
         assert_eq!(f.bytes(), 0);
     }
 

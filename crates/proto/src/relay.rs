@@ -492,26 +492,28 @@ impl SharedRelay {
                 return false;
             }
         }
+        // RFC 6081 §5.2.4's Nonce, one for each round of reaching the peer: a client that
+        // speaks RFC 6081 echoes it in its direct bubble, and that answer wins over any
+        // without it. It goes only through the client's server (not in the direct
+        // bubble, which anyone at the mapping would see): a host sharing the client's
+        // public address never has it.
+        if p.tries == 0 || p.nonce_sent.is_none() {
+            let h = std::hash::BuildHasher::hash_one(&self.nonce_keys, (u128::from(*dst), now.as_nanos()));
+            p.nonce_sent = Some(NonZeroU32::new(h as u32).unwrap_or(NonZeroU32::MIN));
+        }
+        let nonce = p.nonce_sent.expect("just set");
         p.last_tx = now;
         p.tries += 1;
-        // RFC 6081 §5.2.4's Nonce, kept while we reach the peer: a client that speaks
-        // RFC 6081 echoes it in its direct bubble, and that answer wins over any without
-        // it (a host sharing the client's public address cannot see it).
-        let nonce = *p.nonce_sent.get_or_insert_with(|| {
-            let h = std::hash::BuildHasher::hash_one(&self.nonce_keys, (u128::from(*dst), now.as_nanos()));
-            NonZeroU32::new(h as u32).unwrap_or(NonZeroU32::MIN)
-        });
         drop(p);
-        let mut n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
-        w.scratch[n..n + 2].copy_from_slice(&[trailer_type::NONCE, 4]);
-        w.scratch[n + 2..n + 6].copy_from_slice(&nonce.get().to_be_bytes());
-        n += 6;
-        tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n], None);
-        w.stats.bubbles += 1;
+        let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         if let Some(mapped) = direct {
             tx.send(Source::Service, mapped, &w.scratch[..n], None);
             w.stats.bubbles += 1;
         }
+        w.scratch[n..n + 2].copy_from_slice(&[trailer_type::NONCE, 4]);
+        w.scratch[n + 2..n + 6].copy_from_slice(&nonce.get().to_be_bytes());
+        tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n + 6], None);
+        w.stats.bubbles += 1;
         true
     }
 
@@ -550,17 +552,21 @@ impl SharedRelay {
                 return w.dropped(r);
             };
             let learned = p.trusted && p.mapped == from;
-            // Our bubbles' nonce echoed: the client itself, wherever its NAT put it. It
-            // moves a mapping an answer without it set (someone behind the same address).
+            // Our bubbles' nonce echoed: the client itself, from any port of the address
+            // it embeds (a symmetric NAT's). It moves a mapping an answer without it set
+            // (someone behind the same address).
             let echo = bubble_nonce.filter(|_| pkt.is_bubble());
-            let by_nonce = echo.is_some() && echo == p.nonce_sent;
+            let by_nonce = echo.is_some() && echo == p.nonce_sent && t.mapped.ip() == from.ip();
             // Without a nonce (Miredo's clients), another port of the embedded address
             // is taken while we wait for an answer: a symmetric NAT's.
             let answer = p.waiting && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
             if !(embedded || learned || answer || by_nonce) {
                 return w.dropped(DropReason::SourceMismatch);
             }
-            if by_nonce {
+            // Spent once it proved the client, or once the client spoke from the mapping
+            // its address embeds; kept after an answer without it (which of two hosts
+            // behind one address answered is not known yet), until the next round.
+            if by_nonce || embedded {
                 p.nonce_sent = None;
             }
             p.trusted = true;

@@ -27,7 +27,7 @@ use shipworm_wire::ndisc_option::PrefixInfo;
 use shipworm_wire::teredo_addr::{self, server_link_local, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{TeredoHeaderRepr, TeredoPacket};
-use shipworm_wire::teredo_trailer::{trailer_type, Trailers};
+use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr, Trailers};
 use shipworm_wire::{ip_protocol, teredo_origin};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::time::Duration;
@@ -163,6 +163,17 @@ pub struct Server {
     scratch: Vec<u8>,
 }
 
+/// Which trailers a forwarded bubble keeps.
+#[derive(Clone, Copy)]
+enum Passed {
+    /// All of them (well-formed, within [`MAX_FORWARDED_TRAILERS`]).
+    All,
+    /// Its Nonce only: a bubble admitted from a port its source does not embed (RFC 6081
+    /// §6.1) brings nothing else — no Random Port or Alternate Address of a sender that
+    /// could be a neighbour behind the same address.
+    NonceOnly,
+}
+
 /// How a datagram passed the admission checks of RFC 4380 §5.3.1.
 enum Admitted {
     /// Check 5: a Teredo source whose mapping is the outer source.
@@ -234,12 +245,14 @@ impl Server {
     /// reaches that server from a port its address does not embed, and check 5 would drop
     /// its indirect bubble (Miredo's server does). Such a bubble is passed on when it
     /// comes from the IPv4 address its source embeds, carries a Nonce trailer (its
-    /// sender speaks RFC 6081) and goes to one of our clients, with an origin indication
-    /// naming the port it really came from. No data passes this way, only a bubble; the
-    /// client trusts nobody for it (its answer must echo the client's own nonce, which
-    /// travels through the peer's server), and what it answers is bounded as for any
-    /// bubble. Anyone who can send from that IPv4 address could always have sent the
-    /// bubble from the mapping itself.
+    /// sender speaks RFC 6081), comes from another server's client and goes to one of
+    /// ours, with an origin indication naming the port it really came from and its
+    /// Nonce as its only trailer. No data passes this way, only a bubble; the client
+    /// trusts nobody for it (its answer must echo the client's own nonce, which travels
+    /// through the peer's server), and what it answers is bounded as for any bubble.
+    /// What it gives a host sharing that IPv4 address (a carrier-grade NAT's other
+    /// subscribers, who cannot choose the peer's port): bubbles in the peer's name,
+    /// without Random Port or Alternate Address trailers.
     pub fn on_udp(
         &mut self,
         now: Duration,
@@ -333,6 +346,7 @@ impl Server {
             Some(t) if t.mapped == from => Admitted::Client,
             Some(t)
                 if t.mapped.ip() == from.ip()
+                    && t.server != self.config.primary
                     && pkt.is_bubble()
                     && pkt.trailers.find(trailer_type::NONCE).is_some()
                     && self.issued_by_us(&dst) =>
@@ -365,7 +379,11 @@ impl Server {
                 if let Some(icmp) = &icmp {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST, message::ECHO_REPLY])?;
                 }
-                self.forward_to_teredo(&t, from, &pkt, out)
+                let trailers = match admitted {
+                    Admitted::SymmetricPeerBubble => Passed::NonceOnly,
+                    _ => Passed::All,
+                };
+                self.forward_to_teredo(&t, from, &pkt, trailers, out)
             }
             // Out of the tunnel to a native host: never to one of our own 6to4 or
             // ISATAP addresses, which would come back (RFC 6324 §3.3).
@@ -512,6 +530,7 @@ impl Server {
         dest: &TeredoAddr,
         from: SocketAddrV4,
         pkt: &TeredoPacket<'_>,
+        trailers: Passed,
         out: &mut [u8],
     ) -> Result<ServerAction, DropReason> {
         if !is_global_unicast(*dest.mapped.ip()) || self.is_own(dest.mapped.ip()) {
@@ -524,7 +543,14 @@ impl Server {
         let packet_len = pkt.ipv6.total_len();
         out.get_mut(at..at + packet_len).ok_or(DropReason::TooBig)?.copy_from_slice(pkt.ipv6.packet());
         at += packet_len;
-        at += copy_trailers(&pkt.trailers, out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
+        let rest = out.get_mut(at..).ok_or(DropReason::TooBig)?;
+        at += match trailers {
+            Passed::All => copy_trailers(&pkt.trailers, rest)?,
+            Passed::NonceOnly => match pkt.trailers.get(trailer_type::NONCE) {
+                Some(nonce @ TrailerRepr::Nonce(_)) => nonce.emit(rest).map_err(|_| DropReason::TooBig)?,
+                _ => return Err(DropReason::BadTrailers),
+            },
+        };
         self.stats.forwarded_udp += 1;
         self.stats.forwarded_udp_bytes += packet_len as u64;
         Ok(ServerAction::Forward { to: dest.mapped, len: at })
@@ -552,7 +578,7 @@ impl Server {
         }
         match TeredoAddr::decode_with_prefix(&pkt.ipv6.dst_addr(), self.config.prefix) {
             Some(t) if t.server == self.config.primary => {
-                self.forward_to_teredo(&t, SocketAddrV4::new(self.config.primary, TEREDO_PORT), &pkt, out)
+                self.forward_to_teredo(&t, SocketAddrV4::new(self.config.primary, TEREDO_PORT), &pkt, Passed::All, out)
             }
             _ => Err(DropReason::NotOurClient),
         }

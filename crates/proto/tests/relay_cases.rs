@@ -87,8 +87,15 @@ fn restricted_mode_also_bubbles_the_mapping_directly() {
     let mut r = Relay::new(RelayConfig { direct_bubbles: true, ..RelayConfig::default() });
     let mut w = Recorder::default();
     let _ = r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w);
-    let to: Vec<SocketAddrV4> = w.sent.iter().map(|s| s.to).collect();
+    let mut to: Vec<SocketAddrV4> = w.sent.iter().map(|s| s.to).collect();
+    to.sort();
     assert_eq!(to, vec![sa(B_SERVER), sa(B_MAPPED)]);
+    // The nonce goes only through the server: whoever sits at the mapping (another
+    // host behind the same address, maybe) does not see it.
+    let direct = w.sent.iter().find(|s| s.to == sa(B_MAPPED)).unwrap();
+    assert!(TeredoPacket::parse(&direct.payload).unwrap().trailers.is_empty());
+    let indirect = w.sent.iter().find(|s| s.to == sa(B_SERVER)).unwrap();
+    assert!(!TeredoPacket::parse(&indirect.payload).unwrap().trailers.is_empty());
 }
 
 #[test]
@@ -805,6 +812,8 @@ fn an_answer_echoing_the_relays_nonce_wins_over_one_without_it() {
     let mut echo = bubble(B, NATIVE);
     echo.extend_from_slice(&[1, 4]);
     echo.extend_from_slice(&nonce);
+    // From another address than the one B's address embeds: no proof of B.
+    assert_eq!(r.on_udp(secs(1), sa("198.51.100.8:62000"), &echo, &mut w), Err(DropReason::SourceMismatch));
     assert_eq!(r.on_udp(secs(1), client, &echo, &mut w), Ok(Action::Consumed));
     w.sent.clear();
     assert_eq!(r.on_tun(secs(2), &pkt, &mut w), Ok(Action::Forwarded));

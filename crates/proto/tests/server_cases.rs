@@ -246,23 +246,37 @@ fn case16_mapping_mismatch_is_ignored() {
 #[test]
 fn a_symmetric_nat_peers_nonce_bubble_from_another_port_is_passed_on_and_nothing_else() {
     let mut s = server();
+    // A peer of another server (192.0.2.1), mapped at 192.0.2.45:40000 there, reaching
+    // our server from another port of that address.
+    let peer = "2001:0:c000:201:0:63bf:3fff:fdd2";
     let from = "192.0.2.45:51234";
-    let mut with_nonce = bubble(A_ADDR, B_ADDR);
-    with_nonce.extend_from_slice(&[0x01, 0x04, 0xde, 0xad, 0xbe, 0xef]);
+    let nonce = [0x01, 0x04, 0xde, 0xad, 0xbe, 0xef];
+    let mut with_nonce = bubble(peer, B_ADDR);
+    with_nonce.extend_from_slice(&nonce);
+    // Its Random Port and Alternate Address trailers stay behind: a neighbour behind
+    // the same address could have written them.
+    with_nonce.extend_from_slice(&[0x05, 0x02, 0x9c, 0x40, 0x03, 0x08, 0, 0, 10, 0, 0, 5, 0, 53]);
     let (action, out) = run(&mut s, Local::Primary, from, &with_nonce);
-    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 8 + with_nonce.len() });
+    assert_eq!(action, ServerAction::Udp { from: Local::Primary, to: sa(B_MAPPED), len: 8 + 40 + 6 });
     let origin = shipworm_wire::teredo_origin::parse(&out[..8]).unwrap();
     assert_eq!(origin, sa(from), "the origin is where it came from");
-    assert_eq!(&out[8..], &with_nonce[..], "trailers intact");
+    assert_eq!(&out[8..48], &with_nonce[..40]);
+    assert_eq!(&out[48..], &nonce, "the Nonce, and nothing else");
     // Without a nonce (RFC 4380 peers, Miredo's), from another address, to a client of
-    // another server, or not a bubble: check 5 as written.
-    assert_drop(&mut s, Local::Primary, from, &bubble(A_ADDR, B_ADDR), DropReason::SourceMismatch);
-    assert_drop(&mut s, Local::Primary, "198.51.100.99:51234", &with_nonce, DropReason::SourceMismatch);
+    // another server, from one of our own clients (its server saw its real mapping), or
+    // not a bubble: check 5 as written.
+    let mut plain = bubble(peer, B_ADDR);
+    assert_drop(&mut s, Local::Primary, from, &plain, DropReason::SourceMismatch);
+    plain.extend_from_slice(&nonce);
+    assert_drop(&mut s, Local::Primary, "198.51.100.99:51234", &plain, DropReason::SourceMismatch);
     let other_servers = "2001:0:c000:201:0:f227:39cc:9bf8";
-    let mut to_other = bubble(A_ADDR, other_servers);
-    to_other.extend_from_slice(&[0x01, 0x04, 0xde, 0xad, 0xbe, 0xef]);
+    let mut to_other = bubble(peer, other_servers);
+    to_other.extend_from_slice(&nonce);
     assert_drop(&mut s, Local::Primary, from, &to_other, DropReason::SourceMismatch);
-    assert_drop(&mut s, Local::Primary, from, &echo(A_ADDR, B_ADDR, b"nonce123"), DropReason::SourceMismatch);
+    let mut ours = bubble(A_ADDR, B_ADDR);
+    ours.extend_from_slice(&nonce);
+    assert_drop(&mut s, Local::Primary, from, &ours, DropReason::SourceMismatch);
+    assert_drop(&mut s, Local::Primary, from, &echo(peer, B_ADDR, b"nonce123"), DropReason::SourceMismatch);
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! command (`disable all`, `down`, `configure`): a relay subverted through a datagram
 //! could otherwise withdraw every route of the site. The holder is forked during set-up,
 //! keeps the connection and one end of a socket pair, drops root and every capability,
-//! confines itself, and understands two one-byte requests: enable and disable the one
-//! protocol configured (`BirdProtocol`). It ignores stop signals (the relay must still
+//! confines itself, and understands two requests (a sequence number and one byte):
+//! enable and disable the one protocol configured (`BirdProtocol`). It ignores stop signals (the relay must still
 //! withdraw after a SIGTERM sent to the whole service) and ends when the relay's end
 //! closes.
 
@@ -28,6 +28,9 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 /// The relay's end of the link to the holder.
 pub struct BirdLink {
     sock: Socket,
+    /// The last request's number: an answer to an earlier one (late, after a time-out)
+    /// is told apart and skipped.
+    seq: u8,
 }
 
 impl BirdLink {
@@ -45,7 +48,7 @@ impl BirdLink {
                 drop(theirs);
                 drop(bird);
                 ours.set_read_timeout(Some(ANSWER_WITHIN)).map_err(|e| e.to_string())?;
-                Ok(BirdLink { sock: ours })
+                Ok(BirdLink { sock: ours, seq: 0 })
             }
             Ok(ForkResult::Child) => {
                 drop(ours);
@@ -73,12 +76,19 @@ impl BirdLink {
     }
 
     fn ask(&mut self, verb: u8) -> Result<String, String> {
-        self.sock.send(&[verb]).map_err(|e| format!("the BIRD link is gone: {e}"))?;
-        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1 + ANSWER_MAX];
-        let n = self.sock.recv(&mut buf).map_err(|e| format!("the BIRD link did not answer: {e}"))?;
-        // SAFETY: recv initialised the first n bytes.
-        let bytes: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
-        decode_answer(&bytes)
+        self.seq = self.seq.wrapping_add(1);
+        self.sock.send(&[self.seq, verb]).map_err(|e| format!("the BIRD link is gone: {e}"))?;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2 + ANSWER_MAX];
+        loop {
+            let n = self.sock.recv(&mut buf).map_err(|e| format!("the BIRD link did not answer: {e}"))?;
+            // SAFETY: recv initialised the first n bytes.
+            let bytes: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
+            match bytes.split_first() {
+                Some((&seq, answer)) if seq == self.seq => return decode_answer(answer),
+                Some(_) => continue,
+                None => return Err("the BIRD link closed".into()),
+            }
+        }
     }
 }
 
@@ -120,12 +130,17 @@ fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter:
         };
         // SAFETY: recv initialised the first n bytes.
         let request: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
-        let answer = match request.as_slice() {
-            [ENABLE] => bird.enable(),
-            [DISABLE] => bird.disable(),
-            _ => Err("refused: the BIRD link takes enable and disable only".into()),
+        let (seq, answer) = match request.as_slice() {
+            [seq, ENABLE] => (*seq, bird.enable()),
+            [seq, DISABLE] => (*seq, bird.disable()),
+            _ => (
+                request.first().copied().unwrap_or(0),
+                Err("refused: the BIRD link takes enable and disable only".into()),
+            ),
         };
-        if sock.send(&encode_answer(&answer)).is_err() {
+        let mut reply = vec![seq];
+        reply.extend(encode_answer(&answer));
+        if sock.send(&reply).is_err() {
             return Ok(());
         }
     }

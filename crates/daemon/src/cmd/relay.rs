@@ -27,6 +27,7 @@ use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::relay::{RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit};
+use shipworm_wire::ipv6::Ipv6AddrExt;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -124,7 +125,9 @@ impl WorkerShared<'_> {
         for c in changes {
             match c {
                 AddressChange::Added(a)
-                    if TeredoAddr::decode_with_prefix(&a, *prefix).is_none() && !served.contains(&a) =>
+                    if a.is_forwardable()
+                        && TeredoAddr::decode_with_prefix(&a, *prefix).is_none()
+                        && !served.contains(&a) =>
                 {
                     tracing::info!("serving {a}, a new address of this host");
                     served.push(a);
@@ -354,7 +357,9 @@ fn relay_config(conf: &MiredoConf, iface: &Interface, hash_keys: (u64, u64)) -> 
     RelayConfig {
         prefix: conf.prefix,
         served: match conf.role {
-            RelayType::Host => Served::Only(iface.own.clone()),
+            // The host's Internet addresses: not its site's own (unique-local), which a
+            // tunnel from outside must not reach.
+            RelayType::Host => Served::Only(iface.own.iter().copied().filter(|a| a.is_forwardable()).collect()),
             _ => Served::AnyGlobal,
         },
         direct_bubbles: conf.role == RelayType::Restricted,

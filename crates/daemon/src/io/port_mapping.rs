@@ -13,7 +13,7 @@
 //!
 //! Renewed at half its lifetime, deleted on exit and when the network changes. Each
 //! exchange is short: PCP tries twice (100 and 300 ms; a gateway without it answers
-//! with an ICMP error at once), UPnP searches for a second.
+//! with an ICMP error at once), UPnP searches for two seconds.
 
 use crate::io::upnp;
 use shipworm_wire::pcp::{result, Opcode, Request, Response, SERVER_PORT};
@@ -30,8 +30,9 @@ const UDP: u8 = 17;
 const MIN_LIFETIME: u32 = 120;
 /// PCP: waits for an answer, one per try.
 const TRIES: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(300)];
-/// UPnP: how long to look for a gateway.
-const SEARCH: Duration = Duration::from_secs(1);
+/// UPnP: how long to look for a gateway. A gateway may wait up to the search's MX (1 s)
+/// before it answers (miniupnpd does).
+const SEARCH: Duration = Duration::from_secs(2);
 /// What the mapping is called on the gateway.
 const DESCRIPTION: &str = "shipworm Teredo";
 

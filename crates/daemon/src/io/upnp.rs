@@ -71,20 +71,38 @@ pub fn discover(internal: Ipv4Addr, gateway: Ipv4Addr, within: Duration) -> Resu
             refused = Some(format!("{from} answered the search, not the default gateway {gateway}"));
             continue;
         }
-        let location = ssdp_location(&buf[..n]).ok_or("an SSDP answer without a LOCATION")?;
-        let (http, path) = http_url(&location, gateway)?;
-        let description =
-            http_exchange(http, &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"))?;
-        let (control, service) = control_url(&description.1)?;
-        let control = match http_url(&control, gateway) {
-            Ok((at, path)) if at == http => path,
-            Ok((at, _)) => return Err(format!("the control URL names {at}, not {http}")),
-            Err(_) if control.starts_with('/') => control,
-            Err(_) => format!("/{control}"),
-        };
-        return Ok(Igd { http, control, service });
+        // A gateway may answer several times (one per device or service): an answer
+        // that leads nowhere does not end the search.
+        match igd_at(&buf[..n], gateway) {
+            Ok(igd) => return Ok(igd),
+            Err(e) => refused = Some(e),
+        }
     }
     Err(refused.unwrap_or_else(|| "no UPnP gateway answered the search".into()))
+}
+
+/// The port-mapping service an SSDP answer of the gateway's leads to.
+fn igd_at(answer: &[u8], gateway: Ipv4Addr) -> Result<Igd, String> {
+    let location = ssdp_location(answer).ok_or("an SSDP answer without a LOCATION")?;
+    let (http, path) = http_url(&location, gateway)?;
+    let description =
+        http_exchange(http, &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"))?;
+    let (control, service) = control_url(&description.1)?;
+    let control = match http_url(&control, gateway) {
+        Ok((at, path)) if at == http => path,
+        Ok((at, _)) => return Err(format!("the control URL names {at}, not {http}")),
+        Err(_) if control.starts_with('/') => control,
+        Err(_) => format!("/{control}"),
+    };
+    if !is_request_path(&control) {
+        return Err(format!("an unusable control URL: {control:.80}"));
+    }
+    Ok(Igd { http, control, service })
+}
+
+/// Whether `path` can go into a request line as it is: printable, no spaces.
+fn is_request_path(path: &str) -> bool {
+    path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// The LOCATION header of an SSDP answer.
@@ -112,7 +130,11 @@ pub fn http_url(url: &str, host: Ipv4Addr) -> Result<(SocketAddrV4, String), Str
     if ip != host {
         return Err(format!("{url:.80} is not on the default gateway {host}"));
     }
-    Ok((SocketAddrV4::new(ip, port), if path.is_empty() { "/".into() } else { path.into() }))
+    let path = if path.is_empty() { "/" } else { path };
+    if !is_request_path(path) {
+        return Err(format!("a path with spaces or control characters in {url:.80}"));
+    }
+    Ok((SocketAddrV4::new(ip, port), path.into()))
 }
 
 /// Send `request` to `to` and read the answer: (status code, body). One deadline for
@@ -134,8 +156,29 @@ fn http_exchange(to: SocketAddrV4, request: &str) -> Result<(u16, String), Strin
             Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(e) => return Err(format!("{to}: {e}")),
         }
+        // A gateway that keeps the connection open despite "Connection: close" has
+        // said all once its body is complete.
+        if is_complete(&got) {
+            break;
+        }
     }
     parse_http(&got).map_err(|e| format!("{to}: {e}"))
+}
+
+/// Whether `got` holds a whole answer: its headers and the body their Content-Length
+/// announces, or a chunked body's last chunk. Without either, the close ends it.
+fn is_complete(got: &[u8]) -> bool {
+    let Some(split) = got.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+    let head = String::from_utf8_lossy(&got[..split]).to_ascii_lowercase();
+    let body = &got[split + 4..];
+    let header = |name: &str| {
+        head.split("\r\n")
+            .find_map(|l| l.split_once(':').filter(|(n, _)| n.trim() == name).map(|(_, v)| v.trim().to_string()))
+    };
+    if header("transfer-encoding").is_some_and(|v| v == "chunked") {
+        return body.ends_with(b"0\r\n\r\n");
+    }
+    header("content-length").and_then(|v| v.parse::<usize>().ok()).is_some_and(|len| body.len() >= len)
 }
 
 /// An HTTP/1.x answer read to its end: the status code and the body (de-chunked).
@@ -387,6 +430,30 @@ mod tests {
             }
         });
         at
+    }
+
+    /// A gateway that keeps the connection open after a complete answer (despite
+    /// "Connection: close") is not waited for.
+    #[test]
+    fn a_complete_answer_on_a_connection_left_open_is_taken_at_once() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(at) = l.local_addr().unwrap() else { unreachable!() };
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+            std::thread::sleep(Duration::from_secs(5));
+        });
+        let t = Instant::now();
+        assert_eq!(http_exchange(at, "GET / HTTP/1.1\r\n\r\n").unwrap(), (200, "hello".into()));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(is_complete(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"));
+        assert!(!is_complete(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello"));
+        assert!(
+            http_url("http://10.1.0.1/ctl\r\nX: y", Ipv4Addr::new(10, 1, 0, 1)).is_err(),
+            "no CR/LF into a request"
+        );
     }
 
     #[test]

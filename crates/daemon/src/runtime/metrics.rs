@@ -149,7 +149,7 @@ pub fn serve(listener: TcpListener, board: Snapshot) -> Result<(), Failure> {
 }
 
 /// Most scrapes open at once: a scraper sends one request at a time; more than this
-/// is someone holding connections open, and the oldest gives way.
+/// is someone holding connections open, and the oldest still silent gives way.
 const CONNECTIONS: usize = 16;
 
 /// One scraper's connection: what it sent so far, what is left of the answer, and
@@ -200,7 +200,10 @@ fn poll_round(listener: &TcpListener, conns: &mut Vec<Scrape>, board: &Snapshot)
                 continue;
             }
             if conns.len() >= CONNECTIONS {
-                conns.remove(0);
+                // The oldest that has not sent a whole request gives way first: a burst of
+                // idle connections must not push out a scrape being answered.
+                let idle = conns.iter().position(|c| c.answer.is_none()).unwrap_or(0);
+                conns.remove(idle);
             }
             let deadline = std::time::Instant::now() + SCRAPE_TIMEOUT;
             conns.push(Scrape { conn, request: Vec::new(), answer: None, deadline });

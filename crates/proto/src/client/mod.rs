@@ -92,8 +92,9 @@ pub const RS_TIMEOUT: Duration = Duration::from_secs(4);
 pub const RS_TRIES: u8 = 3;
 /// Refresh solicitations before the server counts as gone: the first, then retries
 /// 1, 2, 2, 4, 4, 4 and 4 s apart. A lossy link (a phone's radio) loses one or two (all
-/// eight lost at 30 % loss: once in 15 000 refreshes); a server that is gone loses them
-/// all, and failover still comes 25 s after the first.
+/// eight exchanges lost at 30 % loss one way: once in 15 000 refreshes; 30 % each way,
+/// 51 % of exchanges: once in 220); a server that is gone loses them all, and failover
+/// still comes 25 s after the first.
 pub const REFRESH_TRIES: u8 = 8;
 /// Bubble and connectivity-test spacing.
 pub const RETRY: Duration = Duration::from_secs(2);

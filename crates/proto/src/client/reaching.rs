@@ -59,8 +59,9 @@ impl<R: Random> Client<R> {
         tx: &mut (impl Transmit + Ports),
     ) -> Outcome {
         // Held first: over budget, nothing else is spent (not even a peer entry).
-        if let Err(r) = self.first_contacts.hold(src, from, packet, now) {
-            return self.dropped(r);
+        match self.first_contacts.hold(src, from, packet, now) {
+            Ok(gave_way) => self.stats.drops.count_n(DropReason::SourceMismatch, gave_way),
+            Err(r) => return self.dropped(r),
         }
         if self.peers.get(&src).is_none_or(|p| !p.waiting) {
             self.make_room_to_wait();

@@ -190,13 +190,20 @@ fn a_forged_first_packet_does_not_shut_out_the_genuine_one() {
     let mut w = Recorder::default();
     let _ = c.on_udp(secs(2), Via::Service, sa(RELAY2), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).unwrap();
+    // More forgeries, from as many endpoints as there are places: they take no place
+    // from the genuine packet either.
+    let places = shipworm_proto::first_contact::ENDPOINTS_PER_SOURCE as u16;
+    for i in 1..places {
+        let from = SocketAddrV4::new("203.0.113.20".parse().unwrap(), 4000 + i);
+        let _ = c.on_udp(secs(2) + ms(u64::from(i)), Via::Service, from, &datagram(HOST, me, 1), &mut w);
+    }
     let genuine = datagram(HOST, me, 2);
     assert_eq!(c.on_udp(secs(2), Via::Service, sa(RELAY), &genuine, &mut w), Ok(shipworm_proto::Action::Queued));
     assert_eq!(echo_request(&w, me, HOST).map(|e| e.2), Some(echo.2.clone()), "one test for the source");
     w = Recorder::default();
     let _ = c.on_udp(secs(3), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(w.delivered, vec![genuine], "what the relay brought, and only that");
-    assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), 1, "the forged one");
+    assert_eq!(c.stats().drops.get(DropReason::SourceMismatch), u64::from(places), "the forged ones");
     let _ = c.on_tun(secs(3), &ipv6(&me.to_string(), HOST, 17, &[8; 8]), &mut w);
     assert_eq!(w.udp()[0].0, sa(RELAY), "the proven relay carries the traffic");
 }
