@@ -47,8 +47,9 @@ fn addr_to_storage(a: SocketAddr) -> (Storage, u32) {
     }
 }
 
-/// The heap arrays a batch points into. Boxed slices never move when the owner does,
-/// so the raw pointers in `hdrs` stay valid for the life of the batch.
+/// The heap arrays a batch points into. The raw pointers in `iovs` and `hdrs` are set
+/// by each call that hands them to the kernel (`recv`, the send side's layout), from its
+/// own borrow: never kept across a move of the arrays.
 struct Arrays {
     bufs: Box<[u8]>,
     addrs: Box<[Storage]>,
@@ -57,27 +58,21 @@ struct Arrays {
     slot: usize,
 }
 
-// SAFETY: the raw pointers only point into the boxed slices owned by the same value.
+// SAFETY: the raw pointers only ever point into the boxed slices owned by the same value,
+// and are set afresh before each use.
 unsafe impl Send for Arrays {}
 
 impl Arrays {
+    /// The arrays, zeroed: the pointers in `iovs` and `hdrs` are set by each call that
+    /// hands them to the kernel, from its own borrow of the arrays.
     fn new(n: usize, slot: usize) -> Arrays {
-        let mut bufs = vec![0u8; n * slot].into_boxed_slice();
-        // SAFETY: plain old data, zero is valid.
-        let mut addrs: Box<[Storage]> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let mut iovs: Box<[libc::iovec]> =
-            (0..n).map(|i| libc::iovec { iov_base: bufs[i * slot..].as_mut_ptr().cast(), iov_len: slot }).collect();
-        let hdrs = (0..n)
-            .map(|i| {
-                // SAFETY: plain old data, zero is valid.
-                let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                h.msg_hdr.msg_name = (&mut addrs[i] as *mut Storage).cast();
-                h.msg_hdr.msg_namelen = std::mem::size_of::<Storage>() as u32;
-                h.msg_hdr.msg_iov = &mut iovs[i];
-                h.msg_hdr.msg_iovlen = 1;
-                h
-            })
-            .collect();
+        let bufs = vec![0u8; n * slot].into_boxed_slice();
+        // SAFETY: plain old data, zero is valid (null pointers, set before any use).
+        let addrs: Box<[Storage]> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let iovs: Box<[libc::iovec]> =
+            (0..n).map(|_| libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }).collect();
+        // SAFETY: plain old data, zero is valid (null pointers, set before any use).
+        let hdrs = (0..n).map(|_| unsafe { std::mem::zeroed::<libc::mmsghdr>() }).collect();
         Arrays { bufs, addrs, iovs, hdrs, slot }
     }
 }
@@ -134,11 +129,7 @@ impl RecvBatch {
             return RecvBatch::new(fd, n, slot);
         }
         let n = GRO_MESSAGES;
-        let mut b = RecvBatch { fd, a: Arrays::new(n, GRO_SLOT), filled: 0, ctrl: vec![[0; GRO_CMSG_WORDS]; n].into() };
-        for i in 0..n {
-            b.a.hdrs[i].msg_hdr.msg_control = b.ctrl[i].as_mut_ptr().cast();
-        }
-        b
+        RecvBatch { fd, a: Arrays::new(n, GRO_SLOT), filled: 0, ctrl: vec![[0; GRO_CMSG_WORDS]; n].into() }
     }
 
     /// Datagrams one call can return.
@@ -152,12 +143,22 @@ impl RecvBatch {
         let fd = self.fd.as_fd();
         let n = self.a.hdrs.len();
         let ctrl_len = if self.ctrl.is_empty() { 0 } else { std::mem::size_of::<[u64; GRO_CMSG_WORDS]>() };
+        let slot = self.a.slot;
         for i in 0..n {
-            self.a.iovs[i].iov_len = self.a.slot;
-            self.a.hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<Storage>() as u32;
-            self.a.hdrs[i].msg_hdr.msg_flags = 0;
-            self.a.hdrs[i].msg_hdr.msg_controllen = ctrl_len;
-            self.a.hdrs[i].msg_len = 0;
+            // The pointers are taken afresh from this borrow of the arrays each call (as
+            // the send side does), not kept from before the arrays last moved.
+            self.a.iovs[i] = libc::iovec { iov_base: self.a.bufs[i * slot..].as_mut_ptr().cast(), iov_len: slot };
+            let h = &mut self.a.hdrs[i];
+            h.msg_hdr.msg_name = (&mut self.a.addrs[i] as *mut Storage).cast();
+            h.msg_hdr.msg_namelen = std::mem::size_of::<Storage>() as u32;
+            h.msg_hdr.msg_iov = &mut self.a.iovs[i];
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_hdr.msg_controllen = ctrl_len;
+            if let Some(c) = self.ctrl.get_mut(i) {
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+            }
+            h.msg_len = 0;
         }
         // SAFETY: every header points into arrays owned by `self.a`, sized as declared.
         let r = unsafe {
@@ -393,6 +394,11 @@ impl SendBatch {
 
     /// Lay out the messages of one sendmmsg call from slot `at`; returns how many.
     fn plan(&mut self, mut at: usize) -> usize {
+        // The slots' addresses, from this borrow of the arrays (see `Arrays`).
+        let slot = self.a.slot;
+        for j in at..self.queued {
+            self.a.iovs[j].iov_base = self.a.bufs[j * slot..].as_mut_ptr().cast();
+        }
         let mut m = 0;
         while at < self.queued {
             let k = self.row_at(at);
