@@ -45,9 +45,13 @@ impl Peer {
 
     pub(crate) fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            // SIGTERM first: both implementations clean their interfaces up on it.
+            // SIGTERM first: both implementations clean their interfaces up on it. Not to
+            // a child already reaped: its number may be another process's by now (or
+            // a thread of this one).
             let pid = nix::unistd::Pid::from_raw(c.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            }
             let deadline = Instant::now() + Duration::from_secs(2);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -119,8 +123,13 @@ impl Lab {
 
     /// Send `signal` to the daemon started as `name`.
     pub fn signal_peer(&mut self, name: &str, signal: nix::sys::signal::Signal) -> Result<()> {
-        let p = self.peers.iter().find(|p| p.name == name).ok_or_else(|| LabError::new(format!("no daemon {name}")))?;
-        let c = p.child.as_ref().ok_or_else(|| LabError::new(format!("{name} is not running")))?;
+        let p =
+            self.peers.iter_mut().find(|p| p.name == name).ok_or_else(|| LabError::new(format!("no daemon {name}")))?;
+        let c = p.child.as_mut().ok_or_else(|| LabError::new(format!("{name} is not running")))?;
+        // Not to a child already reaped: its number may be another process's by now.
+        if !matches!(c.try_wait(), Ok(None)) {
+            return err(format!("{name} is not running"));
+        }
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal)
             .map_err(|e| LabError::new(format!("signal {name}: {e}")))
     }

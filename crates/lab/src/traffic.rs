@@ -150,6 +150,9 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
                     h.update(&buf[..n]);
                     total += n as u64;
                 }
+                // A signal to the test process (a daemon stopped, a child reaped) is no
+                // end of the transfer.
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return err(format!("receive after {total} bytes: {e}")),
             }
         }

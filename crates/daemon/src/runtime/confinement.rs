@@ -217,77 +217,78 @@ mod refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::{fork, ForkResult};
 
-    /// In a child: confine as `role`, then make `call`; the exit status says what happened
-    /// (0: allowed; 70: stopped by the filter).
-    fn in_confined_child(role: Role, call: fn() -> i64) -> i32 {
-        in_confined_child_saying(role, call).0
-    }
-
-    /// [`in_confined_child`], with what the child wrote on stderr.
-    fn in_confined_child_saying(role: Role, call: fn() -> i64) -> (i32, String) {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        let program = compile(role, FilterMode::Enforce).expect("compiles");
-        let missing = missing_calls().expect("compiles");
-        let (read_end, write_end) = nix::unistd::pipe().expect("pipe");
-        // SAFETY: the child makes only system calls and exits.
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                // SAFETY: pointing the child's stderr at the pipe.
-                unsafe { libc::dup2(write_end.as_raw_fd(), 2) };
-                let _ = nix::sys::prctl::set_no_new_privs();
-                refusal::install(role);
-                if seccompiler::apply_filter(&missing).is_err() || seccompiler::apply_filter(&program).is_err() {
-                    // SAFETY: exiting the forked child.
-                    unsafe { libc::_exit(99) };
-                }
-                let r = call();
-                // SAFETY: exiting the forked child.
-                unsafe { libc::_exit(if r >= 0 { 0 } else { 1 }) }
-            }
-            ForkResult::Parent { child } => {
-                drop(write_end);
-                let mut said = String::new();
-                let _ = std::fs::File::from(read_end).read_to_string(&mut said);
-                match waitpid(child, None).expect("waitpid") {
-                    WaitStatus::Exited(_, code) => (code, said),
-                    other => panic!("child ended as {other:?}"),
+    /// The calls a confined child makes, by name: each returns ≥ 0 when it was let
+    /// through, and a call the filter refuses never returns (the SIGSYS handler exits
+    /// with 70).
+    mod calls {
+        /// 50 named threads one after another, each doing `work`: 0 when all ran.
+        fn named_threads(work: fn()) -> i64 {
+            for i in 0..50 {
+                let t = std::thread::Builder::new().name(format!("worker-{i}")).spawn(work);
+                if !t.is_ok_and(|t| t.join().is_ok()) {
+                    return -1;
                 }
             }
+            0
         }
-    }
 
-    /// 50 named threads one after another, each doing `work`: 0 when all ran.
-    fn named_threads(work: fn()) -> i64 {
-        for i in 0..50 {
-            let t = std::thread::Builder::new().name(format!("worker-{i}")).spawn(work);
-            if !t.is_ok_and(|t| t.join().is_ok()) {
-                return -1;
+        /// Every role's metrics thread and the relay's workers are named (Rust names a
+        /// thread with prctl).
+        pub fn threads() -> i64 {
+            named_threads(|| ())
+        }
+
+        /// The client looks server names up on a named thread.
+        pub fn resolve() -> i64 {
+            named_threads(|| drop(std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 3544))))
+        }
+
+        /// A prctl off every list (only PR_SET_NAME and PR_GET_NAME are on them).
+        pub fn dumpable() -> i64 {
+            // SAFETY: a prctl that only changes this (child) process.
+            unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as i64 }
+        }
+
+        pub fn time() -> i64 {
+            // SAFETY: reading the clock into a local.
+            unsafe {
+                let mut ts = std::mem::zeroed::<libc::timespec>();
+                libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) as i64
             }
         }
-        0
-    }
 
-    /// clone3 reads its flags from memory, out of the filter's reach: it answers ENOSYS
-    /// in every role, so no process can be started that way (#40, 8); threads still
-    /// start (glibc falls back to clone, which the filter checks).
-    #[test]
-    fn clone3_is_missing_for_every_role_and_threads_still_start() {
-        #[repr(C)]
-        struct CloneArgs {
-            flags: u64,
-            pidfd: u64,
-            child_tid: u64,
-            parent_tid: u64,
-            exit_signal: u64,
-            stack: u64,
-            stack_size: u64,
-            tls: u64,
+        pub fn open() -> i64 {
+            // SAFETY: opening a path; the child exits soon after.
+            unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY) as i64 }
         }
-        let fork_by_clone3 = || {
+
+        pub fn udp() -> i64 {
+            // SAFETY: a new socket the child owns.
+            unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) as i64 }
+        }
+
+        pub fn exec() -> i64 {
+            // SAFETY: execve with valid, NUL-terminated arguments.
+            unsafe {
+                let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
+                libc::execve(c"/bin/true".as_ptr(), argv.as_ptr(), std::ptr::null()) as i64
+            }
+        }
+
+        /// A process started by clone3 (flags 0): 0 when clone3 answered ENOSYS.
+        pub fn fork_by_clone3() -> i64 {
+            #[repr(C)]
+            struct CloneArgs {
+                flags: u64,
+                pidfd: u64,
+                child_tid: u64,
+                parent_tid: u64,
+                exit_signal: u64,
+                stack: u64,
+                stack_size: u64,
+                tls: u64,
+            }
             let args = CloneArgs {
                 flags: 0,
                 pidfd: 0,
@@ -312,17 +313,10 @@ mod tests {
             } else {
                 -1
             }
-        };
-        for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
-            let (code, said) = in_confined_child_saying(role, fork_by_clone3);
-            assert_eq!(code, 0, "{}: clone3 was not refused with ENOSYS: {said}", role.name());
         }
-    }
 
-    /// The helper, like server and relay, maps no executable memory (#40, 8).
-    #[test]
-    fn the_helper_maps_no_executable_memory() {
-        let exec_map = || {
+        /// Executable memory (anonymous, unmapped if granted).
+        pub fn exec_map() -> i64 {
             // SAFETY: an anonymous mapping, unmapped if it is granted.
             unsafe {
                 let p = libc::mmap(
@@ -338,22 +332,99 @@ mod tests {
                 }
                 0
             }
-        };
+        }
+
+        /// A call a child makes: ≥ 0 when let through.
+        pub type Call = fn() -> i64;
+
+        pub const ALL: &[(&str, Call)] = &[
+            ("threads", threads),
+            ("resolve", resolve),
+            ("dumpable", dumpable),
+            ("time", time),
+            ("open", open),
+            ("udp", udp),
+            ("exec", exec),
+            ("fork_by_clone3", fork_by_clone3),
+            ("exec_map", exec_map),
+        ];
+    }
+
+    /// The environment variable that makes [`confined_child`] the child.
+    const CHILD: &str = "SHIPWORM_CONFINED_CHILD";
+
+    /// In a new process (this test binary again, running [`confined_child`] alone):
+    /// confine as `role`, then make the call named `call`; the exit status says what
+    /// happened (0: allowed; 70: stopped by the filter), with what it wrote on stderr. A
+    /// process of its own, not a fork of this one: a fork of a multi-threaded test run
+    /// can inherit a lock another thread held, and hang on it.
+    fn in_confined_child_saying(role: Role, call: &str) -> (i32, String) {
+        assert!(calls::ALL.iter().any(|(n, _)| *n == call), "no call {call}");
+        let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "runtime::confinement::tests::confined_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{}:{call}", role as u8))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .output()
+            .expect("run the child");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        match out.status.code() {
+            Some(code) => (code, said),
+            None => panic!("child ended as {:?}: {said}", out.status),
+        }
+    }
+
+    fn in_confined_child(role: Role, call: &str) -> i32 {
+        in_confined_child_saying(role, call).0
+    }
+
+    /// The child's part of [`in_confined_child_saying`]; as a test of its own (no
+    /// [`CHILD`] in the environment) it does nothing.
+    #[test]
+    fn confined_child() {
+        let Ok(spec) = std::env::var(CHILD) else { return };
+        let (role, name) = spec.split_once(':').expect("ROLE:CALL");
+        let role = Role::from_u8(role.parse().expect("a role number"));
+        let call = calls::ALL.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).expect("a known call");
+        let program = compile(role, FilterMode::Enforce).expect("compiles");
+        let missing = missing_calls().expect("compiles");
+        let _ = nix::sys::prctl::set_no_new_privs();
+        refusal::install(role);
+        if seccompiler::apply_filter(&missing).is_err() || seccompiler::apply_filter(&program).is_err() {
+            // SAFETY: ending this child process.
+            unsafe { libc::_exit(99) };
+        }
+        let r = call();
+        // SAFETY: ending this child process without the harness's report.
+        unsafe { libc::_exit(if r >= 0 { 0 } else { 1 }) }
+    }
+
+    /// clone3 reads its flags from memory, out of the filter's reach: it answers ENOSYS
+    /// in every role, so no process can be started that way (#40, 8); threads still
+    /// start (glibc falls back to clone, which the filter checks).
+    #[test]
+    fn clone3_is_missing_for_every_role_and_threads_still_start() {
+        for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
+            let (code, said) = in_confined_child_saying(role, "fork_by_clone3");
+            assert_eq!(code, 0, "{}: clone3 was not refused with ENOSYS: {said}", role.name());
+        }
+    }
+
+    /// The helper, like server and relay, maps no executable memory (#40, 8).
+    #[test]
+    fn the_helper_maps_no_executable_memory() {
         for role in [Role::Helper, Role::Server, Role::Relay] {
-            assert_eq!(in_confined_child(role, exec_map), 70, "{}", role.name());
+            assert_eq!(in_confined_child(role, "exec_map"), 70, "{}", role.name());
         }
     }
 
     #[test]
     fn a_confined_role_starts_named_threads_and_the_client_resolves_names_on_them() {
-        // Every role's metrics thread and the relay's workers are named (Rust names a
-        // thread with prctl); the client looks server names up on a named thread.
         for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
-            let (code, said) = in_confined_child_saying(role, || named_threads(|| ()));
+            let (code, said) = in_confined_child_saying(role, "threads");
             assert_eq!(code, 0, "{}: {said}", role.name());
         }
-        let resolve = || named_threads(|| drop(std::net::ToSocketAddrs::to_socket_addrs(&("localhost", 3544))));
-        let (code, said) = in_confined_child_saying(Role::Client, resolve);
+        let (code, said) = in_confined_child_saying(Role::Client, "resolve");
         assert_eq!(code, 0, "{said}");
     }
 
@@ -361,9 +432,7 @@ mod tests {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     fn a_refusal_names_the_role_the_call_and_its_first_argument() {
         // prctl is on every list for thread names (PR_SET_NAME); PR_SET_DUMPABLE is not.
-        // SAFETY: a prctl that only changes this (child) process.
-        let dumpable = || unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as i64 };
-        let (code, said) = in_confined_child_saying(Role::Relay, dumpable);
+        let (code, said) = in_confined_child_saying(Role::Relay, "dumpable");
         assert_eq!(code, 70, "{said}");
         let expected =
             format!("the relay made system call {} (prctl, first argument {})", libc::SYS_prctl, libc::PR_SET_DUMPABLE);
@@ -372,24 +441,13 @@ mod tests {
 
     #[test]
     fn a_confined_daemon_is_stopped_at_its_first_call_off_the_list_and_not_before() {
-        // SAFETY: plain system calls on a path and descriptors the child owns.
-        let open = || unsafe { libc::open(c"/etc/hostname".as_ptr(), libc::O_RDONLY) as i64 };
-        let exec = || unsafe {
-            let argv = [c"/bin/true".as_ptr(), std::ptr::null()];
-            libc::execve(c"/bin/true".as_ptr(), argv.as_ptr(), std::ptr::null()) as i64
-        };
-        let udp = || unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) as i64 };
-        let time = || unsafe {
-            let mut ts = std::mem::zeroed::<libc::timespec>();
-            libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) as i64
-        };
         for role in [Role::Server, Role::Relay, Role::Helper] {
-            assert_eq!(in_confined_child(role, time), 0, "{}: reading the clock", role.name());
-            assert_eq!(in_confined_child(role, open), 70, "{}: opening a file", role.name());
-            assert_eq!(in_confined_child(role, udp), 70, "{}: a new socket", role.name());
-            assert_eq!(in_confined_child(role, exec), 70, "{}: running a program", role.name());
+            assert_eq!(in_confined_child(role, "time"), 0, "{}: reading the clock", role.name());
+            assert_eq!(in_confined_child(role, "open"), 70, "{}: opening a file", role.name());
+            assert_eq!(in_confined_child(role, "udp"), 70, "{}: a new socket", role.name());
+            assert_eq!(in_confined_child(role, "exec"), 70, "{}: running a program", role.name());
         }
-        assert_eq!(in_confined_child(Role::Client, udp), 0, "the client opens UDP sockets (DNS, PCP, random ports)");
-        assert_eq!(in_confined_child(Role::Client, exec), 70, "the client runs no program");
+        assert_eq!(in_confined_child(Role::Client, "udp"), 0, "the client opens UDP sockets (DNS, PCP, random ports)");
+        assert_eq!(in_confined_child(Role::Client, "exec"), 70, "the client runs no program");
     }
 }

@@ -93,30 +93,60 @@ pub fn restrict(role: Role, removable: &[PathBuf]) -> Result<Outcome, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::{fork, ForkResult};
     use std::path::Path;
 
-    /// In a forked child: restrict as `role` (removable: `dir`/x.pid), then run `check`
-    /// with the ABI enforced; its exit status is the bits `check` returned (255: Landlock
-    /// is not here).
-    fn in_restricted_child(role: Role, dir: &Path, check: impl FnOnce(i32) -> u8) -> u8 {
-        // SAFETY: the child makes system calls and plain file operations, then exits.
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                let _ = nix::sys::prctl::set_no_new_privs();
-                let code = match restrict(role, &[dir.join("x.pid")]) {
-                    Ok(Outcome::Enforced { abi, .. }) => check(abi),
-                    _ => 255,
-                };
-                // SAFETY: exiting the forked child.
-                unsafe { libc::_exit(code as i32) }
-            }
-            ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
-                WaitStatus::Exited(_, code) => code as u8,
-                other => panic!("child ended as {other:?}"),
-            },
+    /// The environment variable that makes [`restricted_child`] the child.
+    const CHILD: &str = "SHIPWORM_RESTRICTED_CHILD";
+
+    /// In a new process (this test binary again, running [`restricted_child`] alone):
+    /// restrict as `role` (removable: `dir`/x.pid), then try what [`attempts`] tries; the
+    /// exit status is the bits it returned (255: Landlock is not here). A process of its
+    /// own, not a fork of the multi-threaded test run, whose locks a fork could inherit.
+    fn in_restricted_child(role: Role, dir: &Path) -> u8 {
+        let status = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "runtime::file_access::tests::restricted_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, format!("{}:{}", role as u8, dir.display()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("run the child");
+        match status.code() {
+            Some(code) => code as u8,
+            None => panic!("child ended as {status:?}"),
         }
+    }
+
+    /// What a restricted role tries, as bits: read /etc/passwd (1), read a file beside
+    /// its pid file (2), remove its pid file (4), create a file (8), write under /etc
+    /// (16), bind a TCP port (32), and whether the kernel restricts TCP (64).
+    fn attempts(abi: i32, dir: &Path) -> u8 {
+        let mut bits = 0u8;
+        bits |= u8::from(std::fs::File::open("/etc/passwd").is_ok());
+        bits |= u8::from(std::fs::read_to_string(dir.join("other")).is_ok()) << 1;
+        bits |= u8::from(std::fs::remove_file(dir.join("x.pid")).is_ok()) << 2;
+        bits |= u8::from(std::fs::write(dir.join("new"), "x").is_ok()) << 3;
+        bits |= u8::from(std::fs::write("/etc/shipworm-landlock-test", "x").is_ok()) << 4;
+        bits |= u8::from(std::net::TcpListener::bind("127.0.0.1:0").is_ok()) << 5;
+        // Landlock restricts TCP from ABI 4 on.
+        bits |= u8::from(abi >= 4) << 6;
+        bits
+    }
+
+    /// The child's part of [`in_restricted_child`]; as a test of its own (no [`CHILD`]
+    /// in the environment) it does nothing.
+    #[test]
+    fn restricted_child() {
+        let Ok(spec) = std::env::var(CHILD) else { return };
+        let (role, dir) = spec.split_once(':').expect("ROLE:DIR");
+        let role = Role::from_u8(role.parse().expect("a role number"));
+        let dir = Path::new(dir);
+        let _ = nix::sys::prctl::set_no_new_privs();
+        let code = match restrict(role, &[dir.join("x.pid")]) {
+            Ok(Outcome::Enforced { abi, .. }) => attempts(abi, dir),
+            _ => 255,
+        };
+        // SAFETY: ending this child process without the harness's report.
+        unsafe { libc::_exit(i32::from(code)) }
     }
 
     fn scratch(name: &str) -> PathBuf {
@@ -131,20 +161,8 @@ mod tests {
     #[test]
     fn a_confined_role_reaches_only_the_files_its_work_needs() {
         for role in [Role::Server, Role::Relay, Role::Helper, Role::Client] {
-            let d = scratch(role.name());
-            let dir = d.clone();
-            let got = in_restricted_child(role, &d, move |abi| {
-                let mut bits = 0u8;
-                bits |= u8::from(std::fs::File::open("/etc/passwd").is_ok());
-                bits |= u8::from(std::fs::read_to_string(dir.join("other")).is_ok()) << 1;
-                bits |= u8::from(std::fs::remove_file(dir.join("x.pid")).is_ok()) << 2;
-                bits |= u8::from(std::fs::write(dir.join("new"), "x").is_ok()) << 3;
-                bits |= u8::from(std::fs::write("/etc/shipworm-landlock-test", "x").is_ok()) << 4;
-                bits |= u8::from(std::net::TcpListener::bind("127.0.0.1:0").is_ok()) << 5;
-                // Landlock restricts TCP from ABI 4 on.
-                bits |= u8::from(abi >= 4) << 6;
-                bits
-            });
+            let d = scratch(&role.name().replace(' ', "-"));
+            let got = in_restricted_child(role, &d);
             if got == 255 {
                 eprintln!("Landlock not enforced here: nothing to check");
                 return;
