@@ -377,7 +377,10 @@ impl Lab {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             self.check_alive(&name)?;
-            if let Some(a) = teredo_address(&ns) {
+            // Qualified: the address, and the default route through the interface (a
+            // client may set them one after the other; Miredo's does), else a first
+            // packet sent at once finds no route.
+            if let Some(a) = teredo_address(&ns).filter(|_| routes_through_teredo(&ns)) {
                 // Behind a gateway that maps ports, a shipworm client asks for its mapping
                 // once qualified (on a thread of its own): the case starts when it holds
                 // it, as a user's later traffic would find it.
@@ -398,6 +401,11 @@ impl Lab {
         }
         err(format!("client {client} did not qualify within {within:?}:\n{}", self.log_tail(&name, 15)))
     }
+}
+
+/// Whether `ns` has its default IPv6 route through the Teredo interface.
+pub fn routes_through_teredo(ns: &str) -> bool {
+    netns::exec(ns, &["ip", "-6", "route", "show", "default", "dev", "teredo"]).is_ok_and(|out| !out.trim().is_empty())
 }
 
 /// The global 2001::/32 address on interface `teredo` in `ns`, if any.
