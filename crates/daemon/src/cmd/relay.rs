@@ -300,10 +300,7 @@ fn open_interface(conf: &MiredoConf, workers: usize) -> Result<Interface, Failur
     let name = tuns[0].name().to_string();
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(&name).map_err(Failure::runtime)?;
-    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
-    nl.set_link(index, true, conf.mtu.into()).map_err(Failure::runtime)?;
-    nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
-    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
+    bring_up(&nl, index, conf.mtu.into(), conf.prefix)?;
     let own = nl
         .global_ipv6_addresses()
         .map_err(Failure::runtime)?
@@ -311,13 +308,28 @@ fn open_interface(conf: &MiredoConf, workers: usize) -> Result<Interface, Failur
         .filter(|a| TeredoAddr::decode_with_prefix(a, conf.prefix).is_none())
         .collect();
     let subnets = nl.ipv4_subnets().map_err(Failure::runtime)?;
-    let local_broadcasts = subnets
+    let local_broadcasts = directed_broadcasts(&subnets);
+    let own_ipv4 = subnets.iter().map(|&(a, _)| a).collect();
+    Ok(Interface { tuns, name, own, local_broadcasts, own_ipv4 })
+}
+
+/// A relay's interface up, with its link-local address and the route to the Teredo
+/// prefix `prefix` (its first 32 bits).
+pub(crate) fn bring_up(nl: &Netlink, index: u32, mtu: u32, prefix: u32) -> Result<(), Failure> {
+    nl.set_link(index, true, mtu).map_err(Failure::runtime)?;
+    nl.add_address(index, Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64).map_err(Failure::runtime)?;
+    let route = TeredoAddr::client_prefix(prefix, Ipv4Addr::UNSPECIFIED);
+    nl.add_route(index, route, 32, None).map_err(Failure::runtime)
+}
+
+/// The directed-broadcast address of each attached subnet, `(address, prefix length)`
+/// as netlink lists them (none for /31 and /32, which have none).
+pub(crate) fn directed_broadcasts(subnets: &[(Ipv4Addr, u8)]) -> Vec<Ipv4Addr> {
+    subnets
         .iter()
         .filter(|&&(_, len)| len <= 30)
         .map(|&(a, len)| Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
-        .collect();
-    let own_ipv4 = subnets.iter().map(|&(a, _)| a).collect();
-    Ok(Interface { tuns, name, own, local_broadcasts, own_ipv4 })
+        .collect()
 }
 
 /// A UDP socket per worker on one port: the first picks it (BindPort 0: any), the

@@ -180,22 +180,14 @@ fn open_relay(name: &str, cfg: &ServerConfig, hash_keys: (u64, u64)) -> Result<(
     let tun = tuns.pop().ok_or_else(|| Failure::runtime("no TUN queue"))?;
     let nl = Netlink::new().map_err(Failure::runtime)?;
     let index = nl.link_index(tun.name()).map_err(Failure::runtime)?;
-    nl.set_link(index, true, cfg.mtu).map_err(Failure::runtime)?;
-    nl.add_address(index, std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff), 64)
-        .map_err(Failure::runtime)?;
-    let prefix = TeredoAddr::client_prefix(cfg.prefix, std::net::Ipv4Addr::UNSPECIFIED);
-    nl.add_route(index, prefix, 32, None).map_err(Failure::runtime)?;
+    crate::cmd::relay::bring_up(&nl, index, cfg.mtu, cfg.prefix)?;
     let subnets = nl.ipv4_subnets().map_err(Failure::runtime)?;
     let own_v6 = nl.global_ipv6_addresses().map_err(Failure::runtime)?;
     let mut own_ipv4: Vec<_> = subnets.iter().map(|&(a, _)| a).collect();
     own_ipv4.extend([cfg.primary, cfg.secondary]);
     let relay = RelayConfig {
         own_ipv4,
-        local_broadcasts: subnets
-            .iter()
-            .filter(|&&(_, len)| len <= 30)
-            .map(|&(a, len)| std::net::Ipv4Addr::from(u32::from(a) | (u32::MAX >> len)))
-            .collect(),
+        local_broadcasts: crate::cmd::relay::directed_broadcasts(&subnets),
         icmp_source: own_v6.into_iter().find(|a| TeredoAddr::decode_with_prefix(a, cfg.prefix).is_none()),
         hash_keys,
         ..RelayConfig::default()

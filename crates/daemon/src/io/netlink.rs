@@ -322,6 +322,28 @@ mod tests {
         b
     }
 
+    /// Any local process may send a netlink datagram to the watch's port: one claiming a
+    /// new address for the host (which a host-specific relay would then serve) is not
+    /// taken; only the kernel's (port 0) are.
+    #[test]
+    fn a_notification_from_anyone_but_the_kernel_is_ignored() {
+        use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+        let Ok(mut watch) = AddressWatch::new() else { return };
+        let mut at = SocketAddr::new(0, 0);
+        watch.socket.get_address(&mut at).unwrap();
+        let mut forger = Socket::new(NETLINK_ROUTE).unwrap();
+        forger.bind_auto().unwrap();
+        let forged = message(true, AddressScope::Universe, IpAddr::V6("2001:db8::66".parse().unwrap()));
+        let sent = forger.send_to(&forged, &SocketAddr::new(at.port_number(), 0), 0);
+        assert!(sent.is_ok(), "the forged notification could not even be sent: {sent:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(watch.changes(), Vec::new());
+        // What it would have been taken as, from the kernel.
+        let mut out = Vec::new();
+        parse_address_changes(&forged, &mut out);
+        assert_eq!(out, vec![AddressChange::Added("2001:db8::66".parse().unwrap())]);
+    }
+
     #[test]
     fn global_ipv6_changes_are_read_from_a_datagram_of_several_messages() {
         let v6: Ipv6Addr = "2001:db8::7".parse().unwrap();

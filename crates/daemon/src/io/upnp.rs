@@ -410,8 +410,9 @@ mod tests {
         assert!(t.unwrap().join().unwrap());
     }
 
-    /// A fake gateway's HTTP server that answers once with `answer`, dribbled if asked.
-    fn fake_http(answer: Vec<u8>, dribble: bool) -> SocketAddrV4 {
+    /// A fake gateway's HTTP server that answers once with `answer`, dribbled if asked,
+    /// and keeps the connection open for `linger` after.
+    fn fake_http(answer: Vec<u8>, dribble: bool, linger: Duration) -> SocketAddrV4 {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let SocketAddr::V4(at) = l.local_addr().unwrap() else { unreachable!() };
         std::thread::spawn(move || {
@@ -428,6 +429,7 @@ mod tests {
             } else {
                 let _ = c.write_all(&answer);
             }
+            std::thread::sleep(linger);
         });
         at
     }
@@ -436,15 +438,8 @@ mod tests {
     /// "Connection: close") is not waited for.
     #[test]
     fn a_complete_answer_on_a_connection_left_open_is_taken_at_once() {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let SocketAddr::V4(at) = l.local_addr().unwrap() else { unreachable!() };
-        std::thread::spawn(move || {
-            let (mut c, _) = l.accept().unwrap();
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
-            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
-            std::thread::sleep(Duration::from_secs(5));
-        });
+        let at =
+            fake_http(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec(), false, Duration::from_secs(5));
         let t = Instant::now();
         assert_eq!(http_exchange(at, "GET / HTTP/1.1\r\n\r\n").unwrap(), (200, "hello".into()));
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
@@ -460,12 +455,14 @@ mod tests {
     fn an_endless_or_dribbling_answer_is_cut_at_its_cap_or_its_deadline() {
         let mut endless = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
         endless.extend(vec![b'<'; HTTP_MAX * 4]);
-        let e = http_exchange(fake_http(endless, false), "GET / HTTP/1.1\r\n\r\n").unwrap_err();
+        let e = http_exchange(fake_http(endless, false, Duration::ZERO), "GET / HTTP/1.1\r\n\r\n").unwrap_err();
         assert!(e.contains("more than"), "{e}");
         let t = Instant::now();
-        let e =
-            http_exchange(fake_http(b"HTTP/1.1 200 OK\r\n\r\nxxxxxxxxxxxx".to_vec(), true), "GET / HTTP/1.1\r\n\r\n")
-                .unwrap_err();
+        let e = http_exchange(
+            fake_http(b"HTTP/1.1 200 OK\r\n\r\nxxxxxxxxxxxx".to_vec(), true, Duration::ZERO),
+            "GET / HTTP/1.1\r\n\r\n",
+        )
+        .unwrap_err();
         assert!(e.contains("did not answer within"), "{e}");
         assert!(t.elapsed() < HTTP_WITHIN + Duration::from_secs(1), "{:?}", t.elapsed());
     }

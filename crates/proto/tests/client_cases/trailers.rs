@@ -39,3 +39,48 @@ fn a_nonce_before_a_malformed_trailer_still_counts() {
         "our direct bubble echoes the nonce that came before the malformed trailer"
     );
 }
+
+/// RFC 6081 §5.6 hairpinning, only between peers behind one public address (the case
+/// it is for). A forged indirect bubble from a peer elsewhere, listing addresses of our
+/// network, draws nothing to them; from a peer behind our own address, it draws a
+/// bubble to each, and our indirect answer lists our local address and the mapping our
+/// gateway gave us (§5.6.3), not the server's, which the address already says.
+#[test]
+fn alternates_are_heard_and_told_only_behind_one_public_address() {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let (mut c, me) = qualified();
+    c.set_local_address(Some(sa("10.0.0.7:40000")));
+    c.set_port_mapping(Some(sa("192.0.2.45:40100")));
+    let listed = [sa("192.168.1.1:53"), sa("10.0.0.5:161")];
+    let indirect = |mapped: &str, nonce: u8| {
+        let src = TeredoAddr {
+            prefix: 0x2001_0000,
+            server: Q,
+            flags: shipworm_wire::teredo_addr::Flags(0),
+            mapped: sa(mapped),
+        };
+        let mut d = vec![0u8; 8];
+        TeredoHeaderRepr { auth: None, origin: Some(sa(mapped)) }.emit(&mut d).unwrap();
+        d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
+        d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, nonce]);
+        d.extend_from_slice(&[3, 14, 0, 0, 192, 168, 1, 1, 0, 53, 10, 0, 0, 5, 0, 161]);
+        d
+    };
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &indirect("198.51.100.9:5000", 1), &mut w);
+    assert!(w.udp().iter().all(|(to, _)| !listed.contains(to)), "sent into our network for a stranger: {:?}", w.udp());
+    let answer = w.udp().into_iter().find(|(to, _)| *to == SocketAddrV4::new(Q, 3544)).expect("an indirect answer");
+    let p = TeredoPacket::parse(&answer.1).unwrap();
+    assert!(p.trailers.find(trailer_type::ALTERNATE_ADDRESS).is_none(), "our network told to a stranger");
+    // A peer behind our own public address.
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(3), Via::Service, SocketAddrV4::new(P, 3544), &indirect("192.0.2.45:41000", 3), &mut w);
+    for to in listed {
+        assert!(w.udp().iter().any(|(t, _)| *t == to), "no bubble to {to}: {:?}", w.udp());
+    }
+    let answer = w.udp().into_iter().find(|(to, _)| *to == SocketAddrV4::new(Q, 3544)).expect("an indirect answer");
+    let p = TeredoPacket::parse(&answer.1).unwrap();
+    let t = p.trailers.find(trailer_type::ALTERNATE_ADDRESS).expect("our alternates in the answer");
+    let Ok(TrailerRepr::AlternateAddress(list)) = TrailerRepr::parse(&t) else { panic!("malformed") };
+    assert_eq!(list.iter().collect::<Vec<_>>(), vec![sa("10.0.0.7:40000"), sa("192.0.2.45:40100")]);
+}
