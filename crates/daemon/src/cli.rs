@@ -24,7 +24,8 @@ pub enum Command {
     /// Run a Teredo server (RFC 4380 §5.3) on two consecutive public IPv4 addresses.
     ///
     /// Reads Miredo's miredo-server.conf format unchanged. Needs root (or CAP_NET_RAW)
-    /// to open its raw IPv6 socket, then runs as an unprivileged user. With
+    /// to open its raw IPv6 socket (held by a small process, shipworm-echo, that sends
+    /// only connectivity-test echoes), then runs as an unprivileged user. With
     /// `ServerRelay yes` it relays too (RFC 4380 §5.4.3), on a TUN interface it makes
     /// (CAP_NET_ADMIN, /dev/net/tun).
     Server(ServerArgs),

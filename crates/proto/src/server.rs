@@ -392,6 +392,9 @@ impl Server {
             None => match (admitted, &icmp) {
                 (Admitted::Client, Some(icmp)) => {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST])?;
+                    if !icmp.verify_checksum(&src, &dst) {
+                        return Err(DropReason::BadChecksum);
+                    }
                     self.forward_native(ip, out)
                 }
                 (Admitted::Client, None) => Err(DropReason::NotBubbleOrIcmpv6),
@@ -559,6 +562,7 @@ impl Server {
     /// Relay natively, as a router: hop limit decremented, trailers dropped.
     fn forward_native(&mut self, ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<ServerAction, DropReason> {
         let len = copy_routed(ip, out)?;
+        debug_assert!(is_connectivity_test_echo(&self.config, &out[..len]), "a native packet the rule refuses");
         self.stats.forwarded_native += 1;
         self.stats.forwarded_native_bytes += len as u64;
         Ok(ServerAction::Native { len })
@@ -641,6 +645,32 @@ fn copy_trailers(trailers: &Trailers<'_>, out: &mut [u8]) -> Result<usize, DropR
 
 /// Copy `ip` (trailers dropped) into `out` as a router forwards it: hop limit
 /// decremented, refused when it would reach zero. Returns its length.
+/// Whether a pure server may send `packet` to native IPv6: an ICMPv6 Echo Request
+/// standing alone, within the forwarding cap, with a valid checksum, from a Teredo
+/// address under our prefix to a native destination that does not come back to us (the
+/// direct connectivity test, RFC 4380 §5.2.9). The only thing it ever sends there; the
+/// process that holds the raw socket checks each packet against this rule, so a server
+/// subverted through a datagram cannot use that socket for anything else (a spoofed
+/// router advertisement, a TCP reset).
+pub fn is_connectivity_test_echo(config: &ServerConfig, packet: &[u8]) -> bool {
+    let Ok(ip) = Ipv6Packet::new_checked(packet) else { return false };
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let own = [config.primary, config.secondary];
+    if ip.total_len() != packet.len()
+        || ip.next_header() != ip_protocol::ICMPV6
+        || ip.hop_limit() == 0
+        || ip.payload().len() > config.max_forwarded_icmpv6
+        || TeredoAddr::decode_with_prefix(&src, config.prefix).is_none()
+        || !dst.is_forwardable()
+        || TeredoAddr::decode_with_prefix(&dst, config.prefix).is_some()
+        || routing_loop::embeds_own_ipv4(&dst, &own)
+    {
+        return false;
+    }
+    let Ok(icmp) = Icmpv6Packet::new_checked(ip.payload()) else { return false };
+    icmp.msg_type() == message::ECHO_REQUEST && icmp.msg_code() == 0 && icmp.verify_checksum(&src, &dst)
+}
+
 fn copy_routed(ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<usize, DropReason> {
     if ip.hop_limit() <= 1 {
         return Err(DropReason::HopLimitExceeded);

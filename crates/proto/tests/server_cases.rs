@@ -1,7 +1,7 @@
 //! The Teredo server against the black-box cases of the requirements reference (§11,
 //! cases 1–23) and the admission rules of RFC 4380 §5.3, byte vectors in, actions out.
 
-use shipworm_proto::server::{Local, Server, ServerConfig};
+use shipworm_proto::server::{is_connectivity_test_echo, Local, Server, ServerConfig};
 use shipworm_proto::transmit::{Recorder, Source};
 use shipworm_proto::{DropReason, Outcome};
 use shipworm_wire::icmpv6::{Icmpv6Packet, Icmpv6Repr};
@@ -359,6 +359,76 @@ fn only_echo_requests_go_native() {
     let mut last_hop = echo(A_ADDR, "2001:db8::1", b"x");
     last_hop[7] = 1;
     assert_drop(&mut s, Local::Primary, A_MAPPED, &last_hop, DropReason::HopLimitExceeded);
+    let mut damaged = echo(A_ADDR, "2001:db8::1", b"x");
+    damaged[43] ^= 1;
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &damaged, DropReason::BadChecksum);
+}
+
+/// #40, 11: what the raw socket's holder lets out. The server's own native packet
+/// passes; each change below makes it something else the raw socket could carry (with
+/// its checksum made right again, so that only the change decides), and is refused.
+#[test]
+fn the_raw_socket_carries_connectivity_test_echoes_and_nothing_else() {
+    let mut s = server();
+    let (_, good) = run(&mut s, Local::Primary, A_MAPPED, &echo(A_ADDR, "2001:db8::1", b"12345678"));
+    let cfg = s.config().clone();
+    assert!(is_connectivity_test_echo(&cfg, &good));
+    let refit = |mut p: Vec<u8>| {
+        let ip = Ipv6Packet::new_checked(&p[..]).unwrap();
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        Icmpv6Packet::new_checked(&mut p[40..]).unwrap().fill_checksum(&src, &dst);
+        p
+    };
+    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut p = good.clone();
+        f(&mut p);
+        refit(p)
+    };
+    let set_src = |p: &mut Vec<u8>, s: &str| p[8..24].copy_from_slice(&a(s).octets());
+    let set_dst = |p: &mut Vec<u8>, s: &str| p[24..40].copy_from_slice(&a(s).octets());
+    let refused: Vec<(&str, Vec<u8>)> = vec![
+        // A router advertisement from a link-local source, hop limit 255.
+        (
+            "router advertisement",
+            with(&|p| {
+                p[40] = 134;
+                p[7] = 255;
+                set_src(p, "fe80::1");
+                set_dst(p, "ff02::1");
+            }),
+        ),
+        ("router advertisement from a Teredo source", with(&|p| p[40] = 134)),
+        ("echo reply", with(&|p| p[40] = 129)),
+        ("destination unreachable", with(&|p| p[40] = 1)),
+        ("echo request, code 1", with(&|p| p[41] = 1)),
+        ("spoofed native source", with(&|p| set_src(p, "2001:db8::66"))),
+        ("to a Teredo address", with(&|p| set_dst(p, B_ADDR))),
+        ("to multicast", with(&|p| set_dst(p, "ff0e::1"))),
+        ("to link-local", with(&|p| set_dst(p, "fe80::1"))),
+        ("to our own 6to4 address", with(&|p| set_dst(p, "2002:4136:e378::1"))),
+        ("UDP", with(&|p| p[6] = 17)),
+        ("TCP", with(&|p| p[6] = 6)),
+        ("bytes after the packet", with(&|p| p.push(0))),
+        ("hop limit 0", with(&|p| p[7] = 0)),
+        (
+            "too large",
+            refit({
+                let mut p = echo(A_ADDR, "2001:db8::1", &[0u8; 1300]);
+                p[7] = 63;
+                p
+            }),
+        ),
+        ("bad checksum", {
+            let mut p = good.clone();
+            p[43] ^= 1;
+            p
+        }),
+        ("truncated", good[..44].to_vec()),
+        ("nothing", Vec::new()),
+    ];
+    for (what, p) in refused {
+        assert!(!is_connectivity_test_echo(&cfg, &p), "{what} would leave through the raw socket");
+    }
 }
 
 #[test]

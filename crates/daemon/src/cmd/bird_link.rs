@@ -9,8 +9,7 @@
 //! closes.
 
 use crate::io::bird::BirdControl;
-use crate::runtime::confinement::{self, FilterMode};
-use crate::runtime::syscalls::Role;
+use crate::runtime::confinement::FilterMode;
 use nix::unistd::{fork, ForkResult};
 use socket2::{Domain, Socket, Type};
 use std::os::fd::AsRawFd;
@@ -112,14 +111,7 @@ fn decode_answer(b: &[u8]) -> Result<String, String> {
 }
 
 fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter: FilterMode) -> Result<(), String> {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
-        // SAFETY: setting a disposition to SIG_IGN.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
-    }
-    let _ = nix::sys::prctl::set_name(c"shipworm-bird");
-    crate::runtime::inherited::close_all_but(&[sock.as_raw_fd(), bird.as_raw_fd()]);
-    crate::runtime::privileges::drop_root(user)?;
-    confinement::confine(Role::Helper, filter, &[])?;
+    crate::runtime::holder::enter(c"shipworm-bird", &[sock.as_raw_fd(), bird.as_raw_fd()], user, filter)?;
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
     loop {
         let n = match sock.recv(&mut buf) {

@@ -7,6 +7,7 @@ pub mod bird_link;
 pub mod check_config;
 pub mod client;
 pub mod client_helper;
+pub mod echo_link;
 pub mod relay;
 pub mod server;
 pub mod status;

@@ -60,7 +60,7 @@ impl Output<'_> {
             udp_send: self.batch.failed(),
             tun_write: self.tun_out.failed(),
             tun_read: tun_in.refused(),
-            raw_send: 0,
+            ..IoErrors::default()
         }
     }
 
@@ -653,7 +653,7 @@ mod counters_tests {
         sum.add(&w1);
         sum.icmp_errors = 10;
         sum.drops.count(DropReason::LoopGuard);
-        let io = IoErrors { udp_send: 11, tun_write: 12, tun_read: 13, raw_send: 0 };
+        let io = IoErrors { udp_send: 11, tun_write: 12, tun_read: 13, ..IoErrors::default() };
         let tun = TunOffloadCounts { super_packets_read: 14, joined_writes: 15 };
         let t = relay_counters(&[w0, w1], &sum, &io, &tun, 16, 17);
         assert_views_agree(&t);

@@ -1,10 +1,12 @@
 //! `shipworm server`: the Teredo server daemon. Two UDP sockets (primary and
 //! secondary address, port 3544), a raw IPv6 socket for the connectivity-test echoes it
-//! relays natively, batched I/O, then root is dropped. With `ServerRelay yes` it is a
+//! relays natively (held by a process of its own, [`EchoLink`]), batched I/O, then root
+//! is dropped. With `ServerRelay yes` it is a
 //! relay too, from the primary address and port (RFC 4380 §5.4.3): a TUN interface
 //! routes the Teredo prefix to it, and whatever goes native leaves through that.
 
 use crate::cli;
+use crate::cmd::echo_link::EchoLink;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
@@ -26,31 +28,15 @@ use shipworm_proto::relay::{RelayConfig, RelayStats};
 use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
 use shipworm_proto::server_relay::ServerRelay;
 use shipworm_proto::transmit::{Source, Transmit};
-use shipworm_wire::ipv6::Ipv6Packet;
 use shipworm_wire::teredo_addr::{TeredoAddr, TEREDO_PORT};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::net::{SocketAddrV4, SocketAddrV6};
+use socket2::Socket;
+use std::net::SocketAddrV4;
 use std::os::fd::AsFd;
 
 /// Datagrams per system call.
 const BATCH: usize = 32;
 /// Batches read from one address per round at most (see `runtime::drain`).
 const UDP_BATCHES_PER_ROUND: usize = 8;
-
-fn open_raw_ipv6() -> Result<Socket, Failure> {
-    // IPPROTO_RAW over IPv6 sends whole packets, header included: the echo keeps the
-    // client's Teredo source address.
-    let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW))).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EPERM) {
-            "; run as root or grant CAP_NET_RAW (it is dropped once the socket is open)"
-        } else {
-            ""
-        };
-        Failure::runtime(format!("cannot open the raw IPv6 socket for connectivity-test echoes: {e}{hint}"))
-    })?;
-    s.set_nonblocking(true).map_err(|e| Failure::runtime(format!("{e}")))?;
-    Ok(s)
-}
 
 /// `shipworm server`: load the file (command-line addresses and user win), then serve.
 pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
@@ -69,7 +55,12 @@ fn serve(
 ) -> Result<(), Failure> {
     let mut cfg = settings.proto.clone();
     let (primary, secondary) = bind_addresses(&cfg)?;
-    let raw = open_raw_ipv6()?;
+    // A pure server's echoes leave through the raw socket's holder; a relaying one's
+    // through its interface.
+    let echo_link = match settings.relay_interface {
+        None => Some(EchoLink::start(&cfg, settings.user.as_deref(), settings.system_call_filter)?),
+        Some(_) => None,
+    };
     let mut random = OsRandom::open()?;
     cfg.hash_keys = random.hash_keys();
     let relay_keys = random.hash_keys();
@@ -98,10 +89,13 @@ fn serve(
         }
         None => (Machine::Server(Box::new(Server::new(cfg.clone()))), None, None),
     };
+    // The link's own descriptor, once: polled while the link itself is borrowed to send.
+    let link_answers = echo_link.as_ref().map(|l| l.as_fd().try_clone_to_owned()).transpose();
+    let link_answers = link_answers.map_err(|e| Failure::runtime(format!("echo link: {e}")))?;
     let mut daemon = ServerDaemon {
         machine,
         out: Output {
-            raw: &raw,
+            echo_link,
             tun: tun.as_ref(),
             batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
             native_errors: 0,
@@ -131,12 +125,22 @@ fn serve(
         if let Some(t) = &tun {
             fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
         }
+        // The echo link's answers (refused, not sent), counted when they come.
+        let answers_at = fds.len();
+        if let Some(fd) = &link_answers {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
         let wake = if tun.is_some() { TIMER } else { std::time::Duration::from_millis(500) };
         if !wait::readable(&mut fds, wake)? {
             continue;
         }
         if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
             shell.serve_status(&daemon);
+        }
+        if fds.get(answers_at).and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+            if let Some(link) = &mut daemon.out.echo_link {
+                link.take_answers();
+            }
         }
         for (local, batch) in &mut rx {
             let now = daemon.start.elapsed();
@@ -300,15 +304,16 @@ impl Reports for ServerDaemon<'_> {
 
 /// The server's output: answers and forwards from either address in a send batch
 /// each (flushed when full and after each batch received), echoes to native IPv6
-/// through the raw socket.
+/// through the raw socket's holder.
 struct Output<'a> {
-    raw: &'a Socket,
+    /// A pure server's way to native IPv6 (a relaying one has its interface).
+    echo_link: Option<EchoLink>,
     /// The relay part's interface: when the server relays, everything native leaves
     /// through it (written to it, the kernel forwards it as a router).
     tun: Option<&'a Tun>,
     /// The primary address's batch, then the secondary's.
     batches: [SendBatch; 2],
-    /// Echoes the raw socket could not send.
+    /// Native packets with no way out (never: the server has its link or its interface).
     native_errors: u64,
     /// Packets the TUN refused.
     tun_errors: u64,
@@ -326,7 +331,8 @@ impl Output<'_> {
     fn io_errors(&self) -> IoErrors {
         IoErrors {
             udp_send: self.batches.iter().map(SendBatch::failed).sum(),
-            raw_send: self.native_errors,
+            raw_send: self.native_errors + self.echo_link.as_ref().map_or(0, |l| l.failed),
+            raw_refused: self.echo_link.as_ref().map_or(0, |l| l.refused),
             tun_write: self.tun_errors,
             ..IoErrors::default()
         }
@@ -354,26 +360,13 @@ impl Transmit for Output<'_> {
                     self.tun_errors += 1;
                 }
             }
-            None => {
-                if !send_native(self.raw, packet) {
-                    self.native_errors += 1;
+            None => match &mut self.echo_link {
+                // Counted by the link when it does not go.
+                Some(link) => {
+                    link.send(packet);
                 }
-            }
-        }
-    }
-}
-
-/// Send `packet` to its destination through the raw socket; whether it went.
-fn send_native(raw: &Socket, packet: &[u8]) -> bool {
-    // The server built this packet; a view is still the one way to read a header.
-    let Ok(ip) = Ipv6Packet::new_checked(packet) else { return false };
-    let d = ip.dst_addr();
-    let dst = SockAddr::from(SocketAddrV6::new(d, 0, 0, 0));
-    match raw.send_to(packet, &dst) {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::debug!("native send to {d}: {e}");
-            false
+                None => self.native_errors += 1,
+            },
         }
     }
 }

@@ -80,9 +80,10 @@ impl Counters {
     /// socket, and has a TUN only when it relays; the others have a TUN and no raw
     /// socket).
     pub fn io_errors(&mut self, io: &IoErrors) {
-        const HELP: &str = "UDP sends, raw IPv6 sends and TUN writes the kernel refused, TUN reads not understood.";
+        const HELP: &str = "UDP sends, raw IPv6 sends and TUN writes the kernel refused, raw IPv6 packets their \
+                            holder refused, TUN reads not understood.";
         let kinds: &[(&str, u64)] = match (self.role == "server", self.tun) {
-            (true, false) => &[("udp_send", io.udp_send), ("raw_send", io.raw_send)],
+            (true, false) => &[("udp_send", io.udp_send), ("raw_send", io.raw_send), ("raw_refused", io.raw_refused)],
             (true, true) => &[("udp_send", io.udp_send), ("raw_send", io.raw_send), ("tun_write", io.tun_write)],
             (false, _) => &[("udp_send", io.udp_send), ("tun_write", io.tun_write), ("tun_read", io.tun_read)],
         };
@@ -300,7 +301,7 @@ pub(crate) mod tests {
         let mut d = DropCounters::default();
         d.count_n(shipworm_proto::DropReason::QueueFull, 4);
         t.drops(&d);
-        t.io_errors(&IoErrors { udp_send: 1, tun_write: 0, tun_read: 2, raw_send: 0 });
+        t.io_errors(&IoErrors { udp_send: 1, tun_write: 0, tun_read: 2, ..IoErrors::default() });
         assert_views_agree(&t);
         assert_eq!(t.json()["packets"]["to_teredo"]["1"], 6);
         assert_eq!(t.json()["dropped"]["queue_full"], 4);

@@ -9,6 +9,7 @@ pub mod confinement;
 pub mod counters;
 pub mod drain;
 pub mod error;
+pub mod holder;
 pub mod file_access;
 pub mod inherited;
 pub mod logging;

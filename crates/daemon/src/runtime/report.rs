@@ -11,6 +11,9 @@ pub struct IoErrors {
     pub udp_send: u64,
     /// IPv6 packets the server's raw socket could not send (the server has no TUN).
     pub raw_send: u64,
+    /// Packets the raw socket's holder refused as not connectivity-test echoes: zero
+    /// unless the server is wrong or subverted.
+    pub raw_refused: u64,
     /// IPv6 packets the TUN refused.
     pub tun_write: u64,
     /// TUN reads not understood (a super-packet or header we could not take).
@@ -22,6 +25,7 @@ impl IoErrors {
     pub fn add(&mut self, o: &IoErrors) {
         self.udp_send += o.udp_send;
         self.raw_send += o.raw_send;
+        self.raw_refused += o.raw_refused;
         self.tun_write += o.tun_write;
         self.tun_read += o.tun_read;
     }

@@ -48,7 +48,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_default()
                     };
                     let comm = field("Name:");
-                    let role = if comm == "shipworm-iface" || comm == "shipworm-hook" {
+                    let role = if ["shipworm-iface", "shipworm-hook", "shipworm-echo"].contains(&comm.as_str()) {
                         comm.clone()
                     } else {
                         cmdline.split_whitespace().nth(1).unwrap_or("?").to_string()
@@ -72,26 +72,30 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             return Err(Failed::at(6, format!("step 6: {what}: {set} {} (want {want_caps})", field(set))));
                         }
                     }
-                    if role == "shipworm-iface" {
-                        // Its sockets: the socketpair to the client and netlink, none in
-                        // the namespace's UDP, TCP or raw tables.
-                        let mut tables = String::new();
-                        for t in ["udp", "udp6", "tcp", "tcp6", "raw", "raw6"] {
-                            tables += &std::fs::read_to_string(proc_dir.join("net").join(t)).unwrap_or_default();
+                    // Its sockets, against the namespace's tables: the helper holds none
+                    // (the socketpair to the client and netlink only); a raw IPv6
+                    // socket, which sends any packet, only the server's echo link (#40, 11).
+                    let table = |t: &str| std::fs::read_to_string(proc_dir.join("net").join(t)).unwrap_or_default();
+                    let raw6 = table("raw6");
+                    let mut tables = raw6.clone();
+                    for t in ["udp", "udp6", "tcp", "tcp6", "raw"] {
+                        tables += &table(t);
+                    }
+                    for fd in std::fs::read_dir(proc_dir.join("fd")).map_err(|e| e.to_string())?.flatten() {
+                        let target = std::fs::read_link(fd.path()).unwrap_or_default().display().to_string();
+                        let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) else { continue };
+                        let held = |t: &str| t.split_whitespace().any(|w| w == inode);
+                        if role == "shipworm-iface" && held(&tables) {
+                            return Err(Failed::at(6, format!("step 6: {what} holds a network socket ({target})")));
                         }
-                        for fd in std::fs::read_dir(proc_dir.join("fd")).map_err(|e| e.to_string())?.flatten() {
-                            let target = std::fs::read_link(fd.path()).unwrap_or_default().display().to_string();
-                            if let Some(inode) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
-                                if tables.split_whitespace().any(|w| w == inode) {
-                                    return Err(Failed::at(6, format!("step 6: {what} holds a network socket ({target})")));
-                                }
-                            }
+                        if role != "shipworm-echo" && held(&raw6) {
+                            return Err(Failed::at(6, format!("step 6: {what} holds a raw IPv6 socket ({target})")));
                         }
                     }
                     seen.push(what);
                 }
                 seen.sort();
-                for role in ["server", "relay", "client", "shipworm-iface", "shipworm-hook"] {
+                for role in ["server", "relay", "client", "shipworm-iface", "shipworm-hook", "shipworm-echo"] {
                     if !seen.iter().any(|s| s.starts_with(&format!("{role} "))) {
                         return Err(Failed::at(6, format!("step 6: no {role} process found among {seen:?}")));
                     }

@@ -31,7 +31,7 @@ impl Output<'_> {
             udp_send: self.batch.failed() + self.probe_errors + self.ports.failures,
             tun_write: self.tun_out.failed(),
             tun_read: tun_in.refused(),
-            raw_send: 0,
+            ..IoErrors::default()
         }
     }
 

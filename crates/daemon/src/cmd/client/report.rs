@@ -151,7 +151,7 @@ mod counters_tests {
         (st.first_contact_delivered, st.silent_retests, st.peer_solicitations) = (11, 12, 13);
         (st.peer_advertisements, st.echo_tests) = (14, 15);
         st.drops.count(DropReason::QueueFull);
-        let io = IoErrors { udp_send: 16, tun_write: 17, tun_read: 18, raw_send: 0 };
+        let io = IoErrors { udp_send: 16, tun_write: 17, tun_read: 18, ..IoErrors::default() };
         let tun = TunOffloadCounts { super_packets_read: 19, joined_writes: 20 };
         let t = counters(&st, 21, 22, &io, &tun);
         assert_views_agree(&t);
