@@ -1,5 +1,5 @@
 #![no_main]
-//! Fuzz target: see `shipworm_wire::exercise::bird_reply` for what is checked.
+//! Fuzz target: see `shipworm_side_wire::exercise::bird_reply` for what is checked.
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| shipworm_wire::exercise::bird_reply(data));
+fuzz_target!(|data: &[u8]| shipworm_side_wire::exercise::bird_reply(data));

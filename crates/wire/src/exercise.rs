@@ -287,12 +287,3 @@ pub fn offload(data: &[u8]) {
     };
     assert_eq!(payload, packet.len() - head - l4, "the segments carry the super-packet's payload");
 }
-
-/// BIRD answer lines: parsing never panics; a line that parses has a code below 10 000
-/// or none, and its text is a part of the line.
-pub fn bird_reply(data: &[u8]) {
-    let Ok(l) = crate::bird_reply::parse_line(data) else { return };
-    assert!(l.code.is_none_or(|c| c < 10_000));
-    assert!(l.text.len() <= data.len());
-    assert!(data.windows(l.text.len().max(1)).any(|w| l.text.is_empty() || w == l.text.as_bytes()));
-}

@@ -47,7 +47,6 @@
 #[cfg(test)]
 extern crate std;
 
-pub mod bird_reply;
 pub mod checksum;
 pub mod coalescing;
 mod error;

@@ -1,7 +1,7 @@
 //! The client's privileged half, split off as Miredo splits miredo-privproc: a small
 //! process that keeps CAP_NET_ADMIN and does nothing but put the qualified address,
 //! MTU and default route on the client's own interface and start the hook script, when
-//! the client asks over a socketpair (`io::helper_protocol`). It holds no network
+//! the client asks over a socketpair (`shipworm_side_wire::helper_request`). It holds no network
 //! socket and parses nothing from the network; the client, which parses everything,
 //! holds no capability.
 //!
@@ -9,7 +9,6 @@
 //! a program the operator wrote cannot live within the helper's allow-list, so the
 //! hook runner has no capability and a deny-list of what no hook needs instead.
 
-use crate::io::helper_protocol::{self, Request, REQUEST_LEN};
 use crate::io::netlink::Netlink;
 use crate::runtime::confinement::{self, FilterMode};
 use crate::runtime::privileges;
@@ -17,6 +16,7 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use nix::unistd::{fork, ForkResult, Pid};
 use shipworm_proto::client::LINK_LOCAL;
+use shipworm_side_wire::helper_request::{self as helper_protocol, Request, REQUEST_LEN};
 use socket2::{Domain, Socket, Type};
 use std::net::Ipv6Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};

@@ -9,7 +9,7 @@
 //! answer a run of lines with a four-digit code, `-` after the code while more follow.
 //! It is connected during set-up, as root, since the relay can open nothing once confined.
 
-use shipworm_wire::bird_reply;
+use shipworm_side_wire::bird_reply;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -94,7 +94,7 @@ impl BirdControl {
 
     /// Read one answer: its lines' texts joined, or the error BIRD gave (codes 8xxx and
     /// 9xxx are errors). Lines are read as bytes and parsed by
-    /// `shipworm_wire::bird_reply`: whatever is at the other end cannot make this panic.
+    /// `shipworm_side_wire::bird_reply`: whatever is at the other end cannot make this panic.
     fn answer(&mut self) -> Result<String, String> {
         let mut text: Vec<String> = Vec::new();
         for _ in 0..LINES_MAX {

@@ -5,7 +5,6 @@
 //! rtnetlink, BIRD's control socket. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
 pub mod bird;
-pub mod helper_protocol;
 pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;

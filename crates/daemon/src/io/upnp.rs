@@ -11,25 +11,18 @@
 //! A hand-written client, not a library's: the maintained ones (`igd-next`) read the
 //! whole body of any responder and parse it into a tree recursively.
 
+use shipworm_side_wire::http_answer::{http_url, is_complete, is_request_path, parse_http, ssdp_location};
+use shipworm_side_wire::upnp_description::{control_url, element_text};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
-use xml::reader::{EventReader, ParserConfig, XmlEvent};
 
 /// The SSDP multicast group and port.
 const SSDP: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(239, 255, 255, 250), 1900);
 /// Most bytes read from an HTTP answer, headers and body.
 pub const HTTP_MAX: usize = 64 * 1024;
-/// Deepest XML nesting taken (a description nests about 8 deep).
-pub const XML_DEPTH_MAX: usize = 32;
 /// One HTTP exchange, all of it.
 const HTTP_WITHIN: Duration = Duration::from_secs(3);
-/// The services that map ports.
-const SERVICES: [&str; 3] = [
-    "urn:schemas-upnp-org:service:WANIPConnection:1",
-    "urn:schemas-upnp-org:service:WANIPConnection:2",
-    "urn:schemas-upnp-org:service:WANPPPConnection:1",
-];
 
 /// A gateway's port-mapping service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,43 +93,6 @@ fn igd_at(answer: &[u8], gateway: Ipv4Addr) -> Result<Igd, String> {
     Ok(Igd { http, control, service })
 }
 
-/// Whether `path` can go into a request line as it is: printable, no spaces.
-fn is_request_path(path: &str) -> bool {
-    path.starts_with('/') && path.bytes().all(|b| b.is_ascii_graphic())
-}
-
-/// The LOCATION header of an SSDP answer.
-pub fn ssdp_location(answer: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(answer).ok()?;
-    let mut lines = text.split("\r\n");
-    if !lines.next()?.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    lines.find_map(|l| {
-        let (name, value) = l.split_once(':')?;
-        name.trim().eq_ignore_ascii_case("location").then(|| value.trim().to_string())
-    })
-}
-
-/// `http://A.B.C.D[:port]/path` on `host`: the endpoint and the path.
-pub fn http_url(url: &str, host: Ipv4Addr) -> Result<(SocketAddrV4, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("not an http URL: {url:.80}"))?;
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let (ip, port) = match authority.split_once(':') {
-        Some((ip, port)) => (ip, port.parse::<u16>().map_err(|_| format!("a bad port in {url:.80}"))?),
-        None => (authority, 80),
-    };
-    let ip: Ipv4Addr = ip.parse().map_err(|_| format!("not an IPv4 address in {url:.80}"))?;
-    if ip != host {
-        return Err(format!("{url:.80} is not on the default gateway {host}"));
-    }
-    let path = if path.is_empty() { "/" } else { path };
-    if !is_request_path(path) {
-        return Err(format!("a path with spaces or control characters in {url:.80}"));
-    }
-    Ok((SocketAddrV4::new(ip, port), path.into()))
-}
-
 /// Send `request` to `to` and read the answer: (status code, body). One deadline for
 /// it all, and at most [`HTTP_MAX`] bytes read.
 fn http_exchange(to: SocketAddrV4, request: &str) -> Result<(u16, String), String> {
@@ -163,117 +119,6 @@ fn http_exchange(to: SocketAddrV4, request: &str) -> Result<(u16, String), Strin
         }
     }
     parse_http(&got).map_err(|e| format!("{to}: {e}"))
-}
-
-/// Whether `got` holds a whole answer: its headers and the body their Content-Length
-/// announces, or a chunked body's last chunk. Without either, the close ends it.
-fn is_complete(got: &[u8]) -> bool {
-    let Some(split) = got.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
-    let head = String::from_utf8_lossy(&got[..split]).to_ascii_lowercase();
-    let body = &got[split + 4..];
-    let header = |name: &str| {
-        head.split("\r\n")
-            .find_map(|l| l.split_once(':').filter(|(n, _)| n.trim() == name).map(|(_, v)| v.trim().to_string()))
-    };
-    if header("transfer-encoding").is_some_and(|v| v == "chunked") {
-        return body.ends_with(b"0\r\n\r\n");
-    }
-    header("content-length").and_then(|v| v.parse::<usize>().ok()).is_some_and(|len| body.len() >= len)
-}
-
-/// An HTTP/1.x answer read to its end: the status code and the body (de-chunked).
-pub fn parse_http(answer: &[u8]) -> Result<(u16, String), String> {
-    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or("an HTTP answer without its headers' end")?;
-    let head = std::str::from_utf8(&answer[..split]).map_err(|_| "HTTP headers that are not text")?;
-    let body = &answer[split + 4..];
-    let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap_or_default();
-    let code = status
-        .strip_prefix("HTTP/1.")
-        .and_then(|s| s.get(2..5))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| format!("not an HTTP status line: {status:.80}"))?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(n, v)| {
-            n.trim().eq_ignore_ascii_case("transfer-encoding") && v.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
-    let body = if chunked { dechunk(body)? } else { body.to_vec() };
-    Ok((code, String::from_utf8(body).map_err(|_| "a body that is not UTF-8 text")?))
-}
-
-/// A chunked body's data.
-fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let end = body.windows(2).position(|w| w == b"\r\n").ok_or("a chunk size without its line end")?;
-        let size = std::str::from_utf8(&body[..end]).ok().and_then(|s| {
-            let hex = s.split(';').next()?.trim();
-            usize::from_str_radix(hex, 16).ok()
-        });
-        let size = size.ok_or("a bad chunk size")?;
-        body = &body[end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        let chunk = body.get(..size).ok_or("a chunk past the end")?;
-        out.extend_from_slice(chunk);
-        body = body.get(size + 2..).ok_or("a chunk without its line end")?;
-    }
-}
-
-/// Walk `xml` as a stream, at most [`XML_DEPTH_MAX`] deep, calling `on` with each
-/// element's path of local names and its text.
-fn walk_xml(xml: &str, mut on: impl FnMut(&[String], &str)) -> Result<(), String> {
-    let config = ParserConfig::new().trim_whitespace(true).ignore_comments(true);
-    let mut path: Vec<String> = Vec::new();
-    for event in EventReader::new_with_config(xml.as_bytes(), config) {
-        match event.map_err(|e| format!("XML: {e}"))? {
-            XmlEvent::StartElement { name, .. } => {
-                if path.len() >= XML_DEPTH_MAX {
-                    return Err(format!("XML nested more than {XML_DEPTH_MAX} deep"));
-                }
-                path.push(name.local_name);
-            }
-            XmlEvent::EndElement { .. } => {
-                path.pop();
-            }
-            XmlEvent::Characters(text) | XmlEvent::CData(text) => on(&path, &text),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// The control URL and type of the first port-mapping service a description lists.
-pub fn control_url(description: &str) -> Result<(String, String), String> {
-    let (mut kind, mut control) = (String::new(), String::new());
-    let mut found = None;
-    walk_xml(description, |path, text| {
-        if found.is_some() || path.len() < 2 || path[path.len() - 2] != "service" {
-            return;
-        }
-        match path[path.len() - 1].as_str() {
-            "serviceType" => (kind, control) = (text.to_string(), String::new()),
-            "controlURL" => control = text.to_string(),
-            _ => {}
-        }
-        if SERVICES.contains(&kind.as_str()) && !control.is_empty() {
-            found = Some((control.clone(), kind.clone()));
-        }
-    })?;
-    found.ok_or_else(|| "the gateway's description lists no port-mapping service".into())
-}
-
-/// The text of the first element called `name` in `xml`.
-pub fn element_text(xml: &str, name: &str) -> Result<Option<String>, String> {
-    let mut found = None;
-    walk_xml(xml, |path, text| {
-        if found.is_none() && path.last().is_some_and(|n| n == name) {
-            found = Some(text.to_string());
-        }
-    })?;
-    Ok(found)
 }
 
 impl Igd {

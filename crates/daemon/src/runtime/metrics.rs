@@ -13,6 +13,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
+use shipworm_side_wire::metrics_request::MetricsRequest;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
@@ -239,13 +240,12 @@ fn step(c: &mut Scrape, board: &Snapshot) -> bool {
 
 /// The HTTP answer to `request`: the metrics for `GET /metrics`, else an error.
 fn answer(request: &[u8], board: &Snapshot) -> String {
-    let line = request.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or_default();
-    let mut words = line.split(|&b| b == b' ');
-    let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
-    let (status, kind, body) = match (method, path) {
-        (b"GET", b"/metrics") => ("200 OK", prometheus_client::encoding::prometheus_text::CONTENT_TYPE, board.render()),
-        (b"GET", _) => ("404 Not Found", "text/plain", "only /metrics here\n".to_string()),
-        _ => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".to_string()),
+    let (status, kind, body) = match MetricsRequest::parse(request) {
+        MetricsRequest::Metrics => {
+            ("200 OK", prometheus_client::encoding::prometheus_text::CONTENT_TYPE, board.render())
+        }
+        MetricsRequest::NotFound => ("404 Not Found", "text/plain", "only /metrics here\n".to_string()),
+        MetricsRequest::MethodNotAllowed => ("405 Method Not Allowed", "text/plain", "GET /metrics\n".to_string()),
     };
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -2,11 +2,11 @@
 //! machine's events.
 
 use crate::cmd::client_helper::Helper;
-use crate::io::helper_protocol::Request;
 use crate::io::netlink::Netlink;
 use crate::runtime::Failure;
 use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::client::ClientEvent;
+use shipworm_side_wire::helper_request::Request;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;

@@ -5,7 +5,11 @@
 //! `io/bird.rs`); whatever is at the other end of the socket, no line can make the
 //! parser panic, and what is not one of BIRD's is refused.
 
-use crate::{Error, Result};
+/// A line that is not one of BIRD's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAReplyLine;
+
+type Result<T> = core::result::Result<T, NotAReplyLine>;
 
 /// A line of an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,7 +33,7 @@ impl ReplyLine<'_> {
 pub fn parse_line(line: &[u8]) -> Result<ReplyLine<'_>> {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     fn text(b: &[u8]) -> Result<&str> {
-        core::str::from_utf8(b).map_err(|_| Error::BadValue)
+        core::str::from_utf8(b).map_err(|_| NotAReplyLine)
     }
     let digits = |b: &[u8]| b.iter().all(u8::is_ascii_digit);
     let code = |b: &[u8]| b.iter().fold(0u16, |acc, d| acc * 10 + u16::from(d - b'0'));
@@ -39,7 +43,7 @@ pub fn parse_line(line: &[u8]) -> Result<ReplyLine<'_>> {
             Ok(ReplyLine { code: Some(code(&[*a, *b, *c, *d])), more: *sep == b'-', text: text(rest)? })
         }
         [b' ', rest @ ..] => Ok(ReplyLine { code: None, more: true, text: text(rest)? }),
-        _ => Err(Error::BadValue),
+        _ => Err(NotAReplyLine),
     }
 }
 
@@ -63,7 +67,7 @@ mod tests {
     fn what_is_not_birds_is_refused_without_a_panic() {
         // A multi-byte character where the separator goes (the old parser sliced it).
         for bad in [&b"0011\xc3\xa9 x"[..], b"0011\xff", b"001", b"abcd x", b"0011x", b"", b"0011 \xff"] {
-            assert_eq!(parse_line(bad), Err(Error::BadValue), "{bad:?}");
+            assert_eq!(parse_line(bad), Err(NotAReplyLine), "{bad:?}");
         }
     }
 }
