@@ -13,6 +13,7 @@ mod report;
 mod run;
 mod soak;
 mod stats;
+mod status_flood;
 mod traffic;
 
 use clap::Parser;
@@ -69,6 +70,10 @@ pub enum Part {
         #[arg(long, default_value_t = 5)]
         warmup: u32,
     },
+    /// The relay's highest clean rate, quiet and while a local process floods its
+    /// status socket (2,000 requests a second), over `--rounds` rounds; writes
+    /// OUT/report.md (default results/status-flood). Root.
+    StatusFlood,
 }
 
 fn main() -> ExitCode {
@@ -92,6 +97,26 @@ fn main() -> ExitCode {
             if args.out == std::path::Path::new("results/latest") { "results/soak".into() } else { args.out.clone() };
         let run = run::shipworm_binary(&args).and_then(|bin| {
             soak::soak(&shipworm_lab::Impl::Shipworm(bin), &plan, &out, &mut |l: &str| println!("{l}"))
+        });
+        return match run {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => {
+                eprintln!("shipworm-bench: {}", f.message);
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Part::StatusFlood) = args.part {
+        let out = if args.out == std::path::Path::new("results/latest") {
+            "results/status-flood".into()
+        } else {
+            args.out.clone()
+        };
+        let rounds = if args.quick { 1 } else { args.rounds };
+        let run = run::shipworm_binary(&args).and_then(|bin| {
+            status_flood::status_flood(&shipworm_lab::Impl::Shipworm(bin), rounds, args.quick, &out, &mut |l: &str| {
+                println!("{l}")
+            })
         });
         return match run {
             Ok(()) => ExitCode::SUCCESS,
