@@ -81,8 +81,9 @@ impl ServerRelay {
 
     /// What a pure server would refuse and a relay handles: well formed, for a native
     /// destination, and not the echo request of a connectivity test (the server's to
-    /// forward, RFC 4380 §5.3.1). What does not parse stays with the server, which
-    /// counts it.
+    /// forward, RFC 4380 §5.3.1). An echo request past the server's forwarding cap is
+    /// no test but a user's large ping: the relay's, as any data. What does not parse
+    /// stays with the server, which counts it.
     fn is_for_relay(&self, datagram: &[u8]) -> bool {
         let Ok(pkt) = TeredoPacket::parse(datagram) else { return false };
         let ip = &pkt.ipv6;
@@ -90,10 +91,11 @@ impl ServerRelay {
         if !dst.is_global_scope() || TeredoAddr::decode_with_prefix(&dst, self.server.config().prefix).is_some() {
             return false;
         }
-        let echo_request = !pkt.is_bubble()
+        let connectivity_test = !pkt.is_bubble()
             && ip.next_header() == ip_protocol::ICMPV6
-            && ip.payload().first() == Some(&message::ECHO_REQUEST);
-        !echo_request
+            && ip.payload().first() == Some(&message::ECHO_REQUEST)
+            && ip.payload().len() <= self.server.config().max_forwarded_icmpv6;
+        !connectivity_test
     }
 }
 

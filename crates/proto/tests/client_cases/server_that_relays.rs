@@ -116,4 +116,17 @@ fn a_combined_server_and_relay_carries_a_clients_traffic_both_ways() {
     let s = ws.sent.pop().unwrap();
     assert_eq!(c.on_udp(secs(3), Via::Service, server, &s.payload, &mut wc), Ok(shipworm_proto::Action::Forwarded));
     assert_eq!(wc.delivered.last(), Some(&back));
+    // A user's large ping (an echo request past the server's forwarding cap, which is
+    // for connectivity tests): the relay part carries it as any data.
+    let r = Icmpv6Repr::EchoRequest { ident: 9, seq_no: 1, data: &[0x5a; 1400] };
+    let mut ping = vec![0u8; 40 + r.buffer_len()];
+    Ipv6Repr { src_addr: me, dst_addr: a(host), next_header: 58, payload_len: r.buffer_len(), hop_limit: 64 }
+        .emit(&mut ping)
+        .unwrap();
+    r.emit(&me, &a(host), &mut ping[40..]).unwrap();
+    let _ = c.on_tun(secs(4), &ping, &mut wc);
+    let (to, sent) = wc.pop_udp().expect("the ping, to the relay");
+    assert_eq!(to, server);
+    assert_eq!(sr.on_udp(secs(4), Local::Primary, mapped, &sent, &mut ws), Ok(shipworm_proto::Action::Forwarded));
+    assert_eq!(ws.delivered.pop(), Some(ping));
 }
