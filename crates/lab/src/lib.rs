@@ -102,6 +102,10 @@ pub struct LabSpec {
     /// server route 2001::/32 through, and that learns the relays' announcements of it
     /// by BGP (see [`anycast`]).
     pub anycast: bool,
+    /// With `anycast`: the relays share an IPv4 service address too (192.0.2.100, on
+    /// each relay host's loopback), announced by BGP beside the prefix; the core routes
+    /// it through the router, so clients reach whichever relay routing prefers.
+    pub anycast_v4: bool,
     /// The first NAT box's link to the core has this IPv4 MTU, and neither the box nor
     /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
     /// whose routers' PMTU messages a firewall filters.
@@ -116,7 +120,15 @@ pub struct LabSpec {
 impl LabSpec {
     /// NAT boxes with clients, one server.
     pub fn nats(nats: Vec<(NatKind, usize)>) -> LabSpec {
-        LabSpec { nats, second_server: false, generator: false, anycast: false, narrow_wan: None, sixtofour: false }
+        LabSpec {
+            nats,
+            second_server: false,
+            generator: false,
+            anycast: false,
+            anycast_v4: false,
+            narrow_wan: None,
+            sixtofour: false,
+        }
     }
 }
 
@@ -135,6 +147,8 @@ pub struct Lab {
     pub(crate) tunnels: Vec<sixtofour::Sit>,
     /// Environment the daemons started from now on get (a service manager's, say).
     pub(crate) daemon_env: Vec<(String, String)>,
+    /// The relays' shared IPv4 service address, when they have one.
+    pub(crate) relay_anycast_v4: Option<Ipv4Addr>,
 }
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -158,10 +172,11 @@ impl Lab {
             stun: None,
             tunnels: Vec::new(),
             daemon_env: Vec::new(),
+            relay_anycast_v4: None,
         };
         lab.build_core(spec.second_server)?;
         if spec.anycast {
-            lab.build_anycast_core()?;
+            lab.build_anycast_core(spec.anycast_v4)?;
         }
         if spec.generator {
             lab.build_generator()?;

@@ -254,7 +254,9 @@ impl Lab {
     /// routed core), bound to the place's address (port 3545, so that its packets are
     /// told from the server's), with extra configuration lines.
     pub fn start_relay_at(&mut self, place: Place, imp: &Impl, extra: &str) -> Result<()> {
-        let (name, short, addr) = (place.daemon(), place.short(), place.v4());
+        let (name, short) = (place.daemon(), place.short());
+        // Relays sharing an anycast address serve from it.
+        let addr = self.relay_anycast_v4.unwrap_or(place.v4());
         let ns = self.ns(short);
         let conf = self.write_conf(
             &format!("{name}.conf"),

@@ -99,6 +99,11 @@ pub struct RelayConfig {
     pub own_ipv4: Vec<Ipv4Addr>,
     /// Secret keys for the peer table's hash.
     pub hash_keys: (u64, u64),
+    /// New peers a second that a client's own packet may enter (RFC 4380 §5.4.2's
+    /// embedded-mapping rule: relays sharing an anycast address take over each other's
+    /// clients that way). Anyone able to forge a UDP source can use it, so its rate is
+    /// bounded: with idle peers forgotten, forged entries stay a small part of the table.
+    pub client_first_per_s: u32,
 }
 
 impl Default for RelayConfig {
@@ -118,6 +123,7 @@ impl Default for RelayConfig {
             local_broadcasts: Vec::new(),
             own_ipv4: Vec::new(),
             hash_keys: (0, 0),
+            client_first_per_s: 1000,
         }
     }
 }
@@ -167,7 +173,24 @@ struct Shard {
     /// searches this list.
     pending: VecDeque<Ipv6Addr>,
     pending_capacity: usize,
+    /// Packets from clients met first through their own traffic from another port than
+    /// their address embeds (a symmetric NAT's), held until a bubble exchange proves
+    /// that port: at most [`HELD_PER_SHARD`], the oldest giving way.
+    held: VecDeque<Held>,
 }
+
+/// A client's packet to the native side, held while its port is proved.
+#[derive(Debug)]
+struct Held {
+    client: Ipv6Addr,
+    at: Duration,
+    packet: Box<[u8]>,
+}
+
+/// Client packets held a shard, at most.
+pub const HELD_PER_SHARD: usize = 32;
+/// How long a held packet waits for its client's proof.
+const HELD_FOR: Duration = Duration::from_secs(2);
 
 /// What one worker keeps to itself: counters and scratch space, never shared, so
 /// counting a packet touches no other core's cache lines.
@@ -208,6 +231,9 @@ pub struct SharedRelay {
     /// timer updates it.
     large: AtomicBool,
     icmp: Mutex<RateLimit>,
+    /// Peers entered by their own first packet, a second (see
+    /// [`RelayConfig::client_first_per_s`]).
+    client_first: Mutex<RateLimit>,
     /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
     /// lock, never the other way round.
     bubble_rate: Mutex<AddressRate>,
@@ -251,6 +277,7 @@ impl SharedRelay {
                         .with_address_cap(cfg.per_address.div_ceil(n).max(1)),
                     pending: VecDeque::new(),
                     pending_capacity: part(cfg.pending_capacity.max(1), i),
+                    held: VecDeque::new(),
                 })
             })
             .collect();
@@ -267,6 +294,7 @@ impl SharedRelay {
                 .collect(),
             large: AtomicBool::new(false),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
+            client_first: Mutex::new(RateLimit::new(cfg.client_first_per_s)),
             bubble_rate: Mutex::new(AddressRate::new(
                 BUBBLE_RATE_BUCKETS,
                 cfg.bubbles_per_target.0,
@@ -544,12 +572,11 @@ impl SharedRelay {
             Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
             _ => None,
         };
-        let queue = {
+        let (queue, held) = {
             let key = self.keys.key(&src);
             let mut shard = lock(self.shard(&key));
             let Some(mut p) = shard.peers.get_mut_keyed(&key) else {
-                let r = if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch };
-                return w.dropped(r);
+                return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
             let learned = p.trusted && p.mapped == from;
             // Our bubbles' nonce echoed: the client itself, from any port of the address
@@ -561,6 +588,18 @@ impl SharedRelay {
             // is taken while we wait for an answer: a symmetric NAT's.
             let answer = p.waiting && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
             if !(embedded || learned || answer || by_nonce) {
+                let waiting = p.waiting;
+                drop(p);
+                // More from a client whose first packets are held while its port is
+                // proved: held too.
+                if waiting
+                    && !pkt.is_bubble()
+                    && t.mapped.ip() == from.ip()
+                    && shard.held.iter().any(|h| h.client == src)
+                {
+                    hold(&mut shard.held, w, src, now, ip.packet());
+                    return Ok(Action::Queued);
+                }
                 return w.dropped(DropReason::SourceMismatch);
             }
             // Spent once it proved the client, or once the client spoke from the mapping
@@ -569,13 +608,19 @@ impl SharedRelay {
             if by_nonce || embedded {
                 p.nonce_sent = None;
             }
+            let was_waiting = p.waiting;
             p.trusted = true;
             p.mapped = from;
             p.last_rx = now;
             p.tries = 0;
             p.waiting = false;
             // The queue's bytes leave with the drain: sent after the lock is released.
-            p.take_queue()
+            let queue = p.take_queue();
+            drop(p);
+            // What the client sent while its port was being proved goes now.
+            let held =
+                if was_waiting && !shard.held.is_empty() { take_held(&mut shard.held, &src) } else { Vec::new() };
+            (queue, held)
         };
         if let Some(mut q) = queue {
             while let Some(packet) = q.next_packet() {
@@ -584,31 +629,118 @@ impl SharedRelay {
                 w.stats.to_teredo_bytes += packet.len() as u64;
             }
         }
+        for packet in &held {
+            tx.deliver(packet);
+            w.stats.to_ipv6 += 1;
+            w.stats.to_ipv6_bytes += packet.len() as u64;
+        }
         if pkt.is_bubble() {
             return Ok(Action::Consumed);
         }
-        let dst = ip.dst_addr();
-        let served = match &self.cfg.served {
-            // Never back into a Teredo prefix (ours, whatever it is configured to, or the
-            // standard one), nor to a site's own or another tunnel's addresses.
-            Served::AnyGlobal => {
-                dst.is_forwardable()
-                    && !teredo_addr::is_teredo(&dst)
-                    && TeredoAddr::decode_with_prefix(&dst, self.cfg.prefix).is_none()
-            }
-            Served::Only(_) => self.host_addresses.read().unwrap_or_else(PoisonError::into_inner).contains(&dst),
-        };
-        if !served {
-            return w.dropped(DropReason::NotServed);
-        }
-        // Out of the tunnel: never to one of our own 6to4 or ISATAP addresses.
-        if routing_loop::embeds_own_ipv4(&dst, &self.cfg.own_ipv4) {
-            return w.dropped(DropReason::RoutingLoop);
+        if let Err(r) = self.may_leave(&ip.dst_addr()) {
+            return w.dropped(r);
         }
         tx.deliver(ip.packet());
         w.stats.to_ipv6 += 1;
         w.stats.to_ipv6_bytes += ip.packet().len() as u64;
         Ok(Action::Forwarded)
+    }
+
+    /// Whether a client's packet may leave for native destination `dst`.
+    fn may_leave(&self, dst: &Ipv6Addr) -> Result<(), DropReason> {
+        let served = match &self.cfg.served {
+            // Never back into a Teredo prefix (ours, whatever it is configured to, or the
+            // standard one), nor to a site's own or another tunnel's addresses.
+            Served::AnyGlobal => {
+                dst.is_forwardable()
+                    && !teredo_addr::is_teredo(dst)
+                    && TeredoAddr::decode_with_prefix(dst, self.cfg.prefix).is_none()
+            }
+            Served::Only(_) => self.host_addresses.read().unwrap_or_else(PoisonError::into_inner).contains(dst),
+        };
+        if !served {
+            return Err(DropReason::NotServed);
+        }
+        // Out of the tunnel: never to one of our own 6to4 or ISATAP addresses.
+        if routing_loop::embeds_own_ipv4(dst, &self.cfg.own_ipv4) {
+            return Err(DropReason::RoutingLoop);
+        }
+        Ok(())
+    }
+
+    /// A packet from a client we have no entry for: its own first packet (RFC 4380
+    /// §5.4.2). From the mapping its address embeds, the client is entered, trusted,
+    /// and the packet goes on (a relay sharing an anycast address with one that went
+    /// takes over its clients so). From another port of the embedded address (a
+    /// symmetric NAT's), the packet is held and the port proved as for any new peer: a
+    /// bubble through the client's server with a nonce, which the client's direct
+    /// bubble echoes from that port. Anything else, and bubbles, are dropped; new
+    /// entries come at a bounded rate.
+    #[allow(clippy::too_many_arguments)]
+    fn client_first(
+        &self,
+        shard: &mut Shard,
+        w: &mut RelayWorker,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        (key, t): (&Key, &TeredoAddr),
+        tx: &mut impl Transmit,
+    ) -> Outcome {
+        let embedded = t.mapped == from;
+        if pkt.is_bubble() {
+            return w.dropped(if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch });
+        }
+        if t.mapped.ip() != from.ip() {
+            return w.dropped(DropReason::SourceMismatch);
+        }
+        if !is_global_unicast(*from.ip()) || !is_global_unicast(t.server) || self.cfg.own_ipv4.contains(from.ip()) {
+            return w.dropped(DropReason::DestinationMappingNotGlobal);
+        }
+        if [*from.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
+            return w.dropped(DropReason::AttachedSubnet);
+        }
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
+        if let Err(r) = self.may_leave(&dst) {
+            return w.dropped(r);
+        }
+        if !self.client_first.lock().unwrap_or_else(PoisonError::into_inner).allow(now) {
+            return w.dropped(DropReason::RateLimited);
+        }
+        if !embedded {
+            while shard.pending.len() >= shard.pending_capacity {
+                let old = shard.pending.pop_front().expect("non-empty");
+                if let Some(lost) = shard.peers.give_way(&old) {
+                    w.stats.drops.count_n(DropReason::QueueFull, lost);
+                }
+            }
+        }
+        let mut peer = Peer::new(src, t.mapped, now);
+        if embedded {
+            peer.trusted = true;
+            peer.last_rx = now;
+        }
+        match shard.peers.insert(peer, now).map(drop) {
+            Ok(()) => {}
+            Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
+            Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
+        }
+        self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
+        if embedded {
+            tx.deliver(ip.packet());
+            w.stats.to_ipv6 += 1;
+            w.stats.to_ipv6_bytes += ip.packet().len() as u64;
+            return Ok(Action::Forwarded);
+        }
+        if let Some(mut p) = shard.peers.get_mut_keyed(key) {
+            p.waiting = true;
+        }
+        shard.pending.push_back(src);
+        hold(&mut shard.held, w, src, now, ip.packet());
+        // The bubbles' source: the native host the client speaks to.
+        self.send_bubbles(&mut shard.peers, w, now, &src, dst, tx);
+        Ok(Action::Queued)
     }
 
     /// Time passes: bubbles are repeated every 2 s for waiting peers; a peer whose
@@ -637,7 +769,13 @@ impl SharedRelay {
                     shard.pending.push_back(dst);
                     continue;
                 }
+                // The bubbles' source: the native host of a queued packet, or the one a
+                // held packet of the client's goes to.
                 let src = p.queue().first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
+                let src = src.or_else(|| {
+                    let h = shard.held.iter().find(|h| h.client == dst)?;
+                    Ipv6Packet::new_checked(&h.packet[..]).ok().map(|ip| ip.dst_addr())
+                });
                 match src {
                     Some(src) if p.tries < MAX_BUBBLES => {
                         self.send_bubbles(&mut shard.peers, w, now, &dst, src, tx);
@@ -645,6 +783,11 @@ impl SharedRelay {
                     }
                     _ => self.give_up(&mut shard.peers, w, now, dst, tx),
                 }
+            }
+            // Held packets whose client never proved its port are let go.
+            while shard.held.front().is_some_and(|h| now.saturating_sub(h.at) >= HELD_FOR) {
+                shard.held.pop_front();
+                w.stats.drops.count(DropReason::QueueFull);
             }
             shard.peers.sweep(now, sweep);
         }
@@ -694,6 +837,29 @@ impl SharedRelay {
             w.stats.icmp_errors += 1;
         }
     }
+}
+
+/// Hold `packet` of `client`'s, the oldest held giving way when the shard holds its most.
+fn hold(held: &mut VecDeque<Held>, w: &mut RelayWorker, client: Ipv6Addr, now: Duration, packet: &[u8]) {
+    if held.len() >= HELD_PER_SHARD {
+        held.pop_front();
+        w.stats.drops.count(DropReason::QueueFull);
+    }
+    held.push_back(Held { client, at: now, packet: packet.into() });
+}
+
+/// The packets held for `client`, taken out of `held` in the order they came.
+fn take_held(held: &mut VecDeque<Held>, client: &Ipv6Addr) -> Vec<Box<[u8]>> {
+    let mut out = Vec::new();
+    held.retain_mut(|h| {
+        if h.client == *client {
+            out.push(std::mem::take(&mut h.packet));
+            false
+        } else {
+            true
+        }
+    });
+    out
 }
 
 /// The relay on one thread: one shard, one worker (tests, and what the sans-IO

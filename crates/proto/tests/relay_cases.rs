@@ -153,13 +153,105 @@ fn symmetric_nat_client_is_learned_from_its_bubble() {
     assert_eq!(v, Err(DropReason::SourceMismatch));
 }
 
+/// RFC 4380 §5.4.2: a client's own first packet, from the mapping its address embeds,
+/// enters it (trusted) and goes on; the way back needs no bubble. This is how a relay
+/// sharing an anycast address takes over the clients of one that went (#42). A bubble
+/// from a stranger enters nothing.
 #[test]
-fn unknown_teredo_sources_are_dropped() {
+fn a_clients_own_first_packet_from_its_embedded_mapping_enters_it() {
     let mut r = relay();
     let mut w = Recorder::default();
-    let v = r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w);
-    assert_eq!(v, Err(DropReason::NoPeerEntry));
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Err(DropReason::NoPeerEntry));
+    assert_eq!(r.peer_count(), 0);
+    let up = udp_packet(B, NATIVE);
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &up, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.delivered, vec![up]);
+    assert!(w.sent.is_empty(), "no bubble for a client whose mapping its address proves");
+    let down = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(2), &down, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), down)]);
+    // Not from another address, nor to what a client may not reach.
+    let mut r = relay();
+    let v = r.on_udp(secs(1), sa("203.0.113.5:3544"), &udp_packet(B, NATIVE), &mut w);
+    assert_eq!(v, Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, "fe80::1"), &mut w), Err(DropReason::NotServed));
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &udp_packet(B, "ff0e::1"), &mut w), Err(DropReason::NotServed));
+    assert_eq!(r.peer_count(), 0, "a refused packet enters nobody");
+}
+
+/// A client behind a symmetric NAT speaks first from another port than its address
+/// embeds: its packets are held, a bubble with a nonce goes through its server, and
+/// the direct bubble echoing the nonce from that port proves it: the held packets go
+/// on, in order, and the port is the client's both ways. Unproved, they are let go.
+#[test]
+fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let mut r = relay();
+    let mut w = Recorder::default();
+    let port = sa("198.51.100.7:61000");
+    let (first, second) = (ipv6(B, NATIVE, 17, &[1; 8]), ipv6(B, NATIVE, 17, &[2; 8]));
+    assert_eq!(r.on_udp(secs(1), port, &first, &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(1), port, &second, &mut w), Ok(Action::Queued), "held too, not proved yet");
     assert!(w.delivered.is_empty());
+    let indirect = w.sent.pop().expect("a bubble through the client's server");
+    assert_eq!(indirect.to, sa(B_SERVER));
+    let p = TeredoPacket::parse(&indirect.payload).unwrap();
+    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (a(NATIVE), a(B)), "from the host the client speaks to");
+    let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
+    let mut echo = bubble(B, NATIVE);
+    echo.extend_from_slice(&[1, 4]);
+    echo.extend_from_slice(&nonce);
+    assert_eq!(r.on_udp(secs(1), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(w.delivered, vec![first, second.clone()], "the held packets go on once the port is proved");
+    assert_eq!(r.on_udp(secs(2), port, &second, &mut w), Ok(Action::Forwarded));
+    w.sent.clear();
+    let down = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(2), &down, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent, vec![Sent::service(port, down)]);
+    // Never proved: the held packets go after 2 s, and more than a shard holds push the
+    // oldest out; nothing is delivered.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    for i in 0..40u8 {
+        assert_eq!(r.on_udp(secs(10), port, &ipv6(B, NATIVE, 17, &[i; 8]), &mut w), Ok(Action::Queued));
+    }
+    assert_eq!(r.stats().drops.get(DropReason::QueueFull), 8, "32 held, the 8 oldest pushed out");
+    let c = "2001:0:4136:e378:0:f227:39cc:9bf7";
+    for i in 0..40u8 {
+        let from = SocketAddrV4::new("198.51.100.8".parse().unwrap(), 20_000 + u16::from(i));
+        let _ = r.on_udp(secs(10), from, &ipv6(c, NATIVE, 17, &[i; 8]), &mut w);
+    }
+    r.on_timer(secs(13), &mut w);
+    assert!(w.delivered.is_empty());
+    assert!(r.stats().drops.get(DropReason::QueueFull) >= 1);
+}
+
+/// Entries a client's own packet makes come at a bounded rate: a forger of UDP sources
+/// cannot fill the table that way.
+#[test]
+fn clients_entered_by_their_own_packets_come_at_a_bounded_rate() {
+    let mut r = Relay::new(RelayConfig { client_first_per_s: 10, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    let client = |k: u16| {
+        let mapped = SocketAddrV4::new("198.51.100.7".parse().unwrap(), 10_000 + k);
+        let (p, m) = (!(10_000 + k), mapped.ip().octets().map(|o| !o));
+        let addr = format!(
+            "2001:0:4136:e378:0:{p:x}:{:x}:{:x}",
+            u16::from_be_bytes([m[0], m[1]]),
+            u16::from_be_bytes([m[2], m[3]])
+        );
+        (addr, mapped)
+    };
+    let mut verdicts = Vec::new();
+    for k in 0..30 {
+        let (addr, mapped) = client(k);
+        verdicts.push(r.on_udp(secs(5), mapped, &udp_packet(&addr, NATIVE), &mut w));
+    }
+    assert_eq!(verdicts.iter().filter(|v| **v == Ok(Action::Forwarded)).count(), 10, "{verdicts:?}");
+    assert!(verdicts[10..].iter().all(|v| *v == Err(DropReason::RateLimited)));
+    assert_eq!(r.peer_count(), 10);
+    let (addr, mapped) = client(100);
+    assert_eq!(r.on_udp(secs(6), mapped, &udp_packet(&addr, NATIVE), &mut w), Ok(Action::Forwarded), "a second later");
 }
 
 #[test]
@@ -480,7 +572,7 @@ mod sharded {
                 let (addr, mapped) = client(k * 2000);
                 (mapped, udp_packet(&addr.to_string(), NATIVE))
             })
-            .chain([(client(0).1, vec![0x60; 7]), (client(n + 5).1, udp_packet(&client(n + 5).0.to_string(), NATIVE))])
+            .chain([(client(0).1, vec![0x60; 7]), (client(n + 5).1, bubble(&client(n + 5).0.to_string(), NATIVE))])
             .collect();
         for (_, d) in &batch {
             shared.prefetch_udp(d);

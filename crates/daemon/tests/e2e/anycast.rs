@@ -104,15 +104,10 @@ struct Moved {
 
 /// Relays A and B (`relays`, each with BIRD health as it can) announce through the
 /// router; echoes flow through A; A ends as `end_by` says 1.5 s into the stream.
-fn failover(
-    me: &Path,
-    relays: &(Impl, Impl),
-    client: &Impl,
-    end_by: End,
-    caller: Caller,
-) -> Result<(Moved, String), Failed> {
+fn failover(me: &Path, sc: &Scenario) -> Result<(Moved, String), Failed> {
+    let (relays, client, end_by, caller) = (&sc.relays, &sc.client, sc.end_by, sc.caller);
     let ship = Impl::Shipworm(me.to_path_buf());
-    let spec = LabSpec { anycast: true, ..LabSpec::nats(vec![(NatKind::PortRestricted, 1)]) };
+    let spec = LabSpec { anycast: true, anycast_v4: sc.shared_v4, ..LabSpec::nats(vec![(sc.nat, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| e.to_string())?;
     let rtr = lab.start_router_bird().map_err(|e| Failed::at(1, format!("step 1 (the router's BIRD): {e}")))?;
     for (place, imp) in [(Place::A, &relays.0), (Place::B, &relays.1)] {
@@ -150,6 +145,7 @@ fn failover(
     let client_stream = stream(&c, &h6, HOST6_V6, to_native);
     std::thread::sleep((start + BEFORE).saturating_duration_since(Instant::now()));
     let through_a = lab.anycast_relay();
+    let ending = start.elapsed();
     match end_by {
         // Miredo's relay is two processes: both go.
         End::Killed => lab.signal_peer_tree(Place::A.daemon(), Signal::SIGKILL).map_err(|e| e.to_string())?,
@@ -162,6 +158,7 @@ fn failover(
     // Relay A is gone (or going) once the call returns: whatever is sent from here on
     // must find B.
     let end = start.elapsed();
+    let ending = end - ending;
     // When the router stopped routing through A.
     let mut rerouted = None;
     while start.elapsed() < STREAM {
@@ -211,15 +208,19 @@ fn failover(
     }
     let how = match lab.client_status(0) {
         Some(st) => format!(
-            "rerouted {} after; client: {} silent re-test(s), {} first contact(s)",
+            "{}rerouted {} after; client: {} silent re-test(s), {} first contact(s)",
+            if sc.shared_v4 { "one relay address; " } else { "" },
             ms(rerouted),
             st["counters"]["silent_retests"],
             st["counters"]["first_contacts"]
         ),
         None => format!("rerouted {} after", ms(rerouted)),
     };
+    let a_ns = lab.ns(Place::A.short());
+    let a_link = shipworm_lab::netns::exec(&a_ns, &["ip", "-br", "link", "show"]).unwrap_or_default();
     let logs = format!(
-        "relay B:\n{}\nclient:\n{}\nserver:\n{}",
+        "ended at {end:?} (the end took {ending:?})\nrelay A's host's links now:\n{a_link}\nrelay A:\n{}\nrelay B:\n{}\nclient:\n{}\nserver:\n{}",
+        lab.log_tail(Place::A.daemon(), 6),
         lab.log_tail(Place::B.daemon(), 8),
         lab.log_tail("client0", 8),
         lab.log_tail("server", 4)
@@ -256,12 +257,39 @@ impl Bar {
     }
 }
 
+/// One anycast case.
+struct Scenario {
+    name: String,
+    relays: (Impl, Impl),
+    client: Impl,
+    end_by: End,
+    caller: Caller,
+    bar: Bar,
+    /// The client's NAT.
+    nat: NatKind,
+    /// The relays share an IPv4 service address (clients see one relay endpoint).
+    shared_v4: bool,
+}
+
 /// The anycast cases.
 pub fn cases(me: &Path) -> Vec<Case> {
     let ship = Impl::Shipworm(me.to_path_buf());
     let second = Duration::from_secs(1);
+    let quarter = Duration::from_millis(250);
     let native = "the native host pings the client";
     let mut table = Vec::new();
+    let mut case = |name: String, relays: (Impl, Impl), client: Impl, end_by, caller, bar| {
+        table.push(Scenario {
+            name,
+            relays,
+            client,
+            end_by,
+            caller,
+            bar,
+            nat: NatKind::PortRestricted,
+            shared_v4: false,
+        })
+    };
     // The native host pings the client (the issue's case): its requests must come back
     // within a second, through B, whichever relays and whichever client. Relay B's first
     // packet to the client is cold: its bubble through the server, answered at its origin.
@@ -276,14 +304,14 @@ pub fn cases(me: &Path) -> Vec<Case> {
             "relay A ({}) killed, relay B ({}), {native} ({client}); native → client within 1 s",
             relays.0, relays.1
         );
-        table.push((name, relays, client, End::Killed, Caller::Native, Bar::NativeWithin(second)));
+        case(name, relays, client, End::Killed, Caller::Native, Bar::NativeWithin(second));
     }
     let both = (ship.clone(), ship.clone());
     // The client pings: nothing comes back through B until the client's own traffic
     // finds it (the native host answers only what reaches it). The client tests the
     // silent host again after a second and follows the reply to B.
     for client in [ship.clone(), Impl::Miredo] {
-        table.push((
+        case(
             format!(
                 "relay A (shipworm) killed, the client ({client}) pings the native host; client → native within 2 s"
             ),
@@ -292,43 +320,71 @@ pub fn cases(me: &Path) -> Vec<Case> {
             End::Killed,
             Caller::Client,
             Bar::ClientWithin(2 * second),
-        ));
+        );
     }
     // The relay host is cut off: BFD (three missed 50-ms hellos) ends the BGP session.
-    table.push((
+    case(
         format!("relay host A cut off (BFD), {native}; native → client within 1 s"),
         both.clone(),
         ship.clone(),
         End::CutOff,
         Caller::Native,
         Bar::NativeWithin(second),
-    ));
+    );
     // A clean stop: the relay withdraws first and forwards while routing moves.
-    table.push((
+    case(
         format!("relay A (shipworm) stopped cleanly, {native}; no echo lost"),
-        both,
-        ship,
+        both.clone(),
+        ship.clone(),
         End::Stopped,
         Caller::Native,
         Bar::NothingLost,
-    ));
+    );
+    // The relays share their IPv4 address too: the client sends to one relay endpoint,
+    // which routing moves to B with the prefix; B takes the client's packets by the
+    // mapping its address embeds, or, behind a symmetric NAT, holds them until a
+    // nonce-carrying bubble exchange proves the client's port.
+    for (client, nat, caller) in [
+        (ship.clone(), NatKind::PortRestricted, Caller::Client),
+        (ship.clone(), NatKind::Symmetric, Caller::Client),
+        (Impl::Miredo, NatKind::PortRestricted, Caller::Client),
+        (ship.clone(), NatKind::PortRestricted, Caller::Native),
+    ] {
+        let (who, bar) = match caller {
+            Caller::Client => {
+                (format!("the client ({client}, {nat}) pings the native host"), Bar::ClientWithin(quarter))
+            }
+            Caller::Native => (format!("{native} ({client}, {nat})"), Bar::NativeWithin(quarter)),
+        };
+        let way = if caller == Caller::Client { "client → native" } else { "native → client" };
+        table.push(Scenario {
+            name: format!("one relay address: relay A (shipworm) killed, {who}; {way} within 250 ms"),
+            relays: both.clone(),
+            client,
+            end_by: End::Killed,
+            caller,
+            bar,
+            nat,
+            shared_v4: true,
+        });
+    }
     table
         .into_iter()
-        .map(|(name, relays, client, end_by, caller, bar)| {
+        .map(|sc| {
             let me = me.to_path_buf();
             Case {
-                name: format!("anycast relays: {name}"),
-                expect: match (&client, caller) {
-                    (Impl::Miredo, Caller::Client) => Expect::Fail(
+                name: format!("anycast relays: {}", sc.name),
+                expect: match (&sc.client, sc.caller, sc.shared_v4) {
+                    (Impl::Miredo, Caller::Client, false) => Expect::Fail(
                         5,
                         "Miredo's client sends to the relay it trusted until the peer entry expires, 30 s after the host's last packet: nothing tests a native host that fell silent",
                     ),
                     _ => Expect::Pass,
                 },
                 run: Box::new(move || {
-                    let (m, how) = failover(&me, &relays, &client, end_by, caller)?;
+                    let (m, how) = failover(&me, &sc)?;
                     let text = report(&m, &how);
-                    if bar.met(&m) {
+                    if sc.bar.met(&m) {
                         Ok(text)
                     } else {
                         Err(Failed::at(5, format!("step 5: {text}\n{}", m.logs)))
