@@ -112,7 +112,7 @@ pub fn relay_bird_config(place: Place, health: Health, shared_v4: bool) -> Strin
     let v4 = if shared_v4 {
         format!(
             "# The relays' shared IPv4 address, bound to the relay's interface: gone with it.\n\
-             protocol static teredo4 {{\n    ipv4;\n    route {RELAY_ANYCAST_V4}/32 via \"teredo\";\n}}\n\
+             protocol static teredo4 {{\n{disabled}    ipv4;\n    route {RELAY_ANYCAST_V4}/32 via \"teredo\";\n}}\n\
              protocol bgp upstream4 {{\n    local {v4} as {asn};\n    neighbor {ROUTER_V4} as {ROUTER_AS};\n    bfd on;\n    {QUICK_CONNECT}\n    \
              ipv4 {{ import none; export where proto = \"teredo4\"; }};\n}}\n",
             v4 = place.v4(),

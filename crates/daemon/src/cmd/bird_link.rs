@@ -4,7 +4,7 @@
 //! could otherwise withdraw every route of the site. The holder is forked during set-up,
 //! keeps the connection and one end of a socket pair, drops root and every capability,
 //! confines itself, and understands two requests (a sequence number and one byte):
-//! enable and disable the one protocol configured (`BirdProtocol`). It ignores stop signals (the relay must still
+//! enable and disable the protocols configured (`BirdProtocol`). It ignores stop signals (the relay must still
 //! withdraw after a SIGTERM sent to the whole service) and ends when the relay's end
 //! closes.
 
@@ -36,8 +36,13 @@ impl BirdLink {
     /// Connect to BIRD at `path` (the greeting read), then fork the holder, which runs
     /// as `user`, confined with `filter`. Call during set-up: as root, before any thread
     /// starts.
-    pub fn start(path: &Path, protocol: &str, user: Option<&str>, filter: FilterMode) -> Result<BirdLink, String> {
-        let bird = BirdControl::connect(path, protocol)?;
+    pub fn start(
+        path: &Path,
+        protocols: &[String],
+        user: Option<&str>,
+        filter: FilterMode,
+    ) -> Result<BirdLink, String> {
+        let bird = BirdControl::connect(path, protocols)?;
         let (ours, theirs) =
             Socket::pair(Domain::UNIX, Type::SEQPACKET, None).map_err(|e| format!("BIRD link socketpair: {e}"))?;
         // SAFETY: the relay has started no thread yet (the caller's promise); the child
@@ -64,12 +69,12 @@ impl BirdLink {
         }
     }
 
-    /// Announce: enable the protocol. BIRD's line, or why not.
+    /// Announce: enable the protocols. BIRD's lines, or why not.
     pub fn enable(&mut self) -> Result<String, String> {
         self.ask(ENABLE)
     }
 
-    /// Withdraw: disable the protocol.
+    /// Withdraw: disable the protocols.
     pub fn disable(&mut self) -> Result<String, String> {
         self.ask(DISABLE)
     }

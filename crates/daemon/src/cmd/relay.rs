@@ -355,7 +355,7 @@ fn bind_sockets(conf: &MiredoConf, workers: usize) -> Result<(Vec<Socket>, Socke
 /// announcement then follows its interface.
 fn connect_bird(conf: &MiredoConf) -> Option<Mutex<BirdLink>> {
     let path = conf.bird_socket.as_deref()?;
-    match BirdLink::start(path, &conf.bird_protocol, conf.user.as_deref(), conf.system_call_filter) {
+    match BirdLink::start(path, &conf.bird_protocols, conf.user.as_deref(), conf.system_call_filter) {
         Ok(b) => Some(Mutex::new(b)),
         Err(e) => {
             tracing::warn!("{e}; the prefix's announcement follows the interface only, with no drain on stop");

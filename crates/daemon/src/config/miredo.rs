@@ -130,8 +130,9 @@ pub struct MiredoConf {
     /// BIRD's control socket (`BirdSocket`, relays): the relay enables `bird_protocol`
     /// once it serves and disables it when asked to stop.
     pub bird_socket: Option<std::path::PathBuf>,
-    /// The BIRD protocol that announces the Teredo prefix (`BirdProtocol`, default `teredo`).
-    pub bird_protocol: String,
+    /// The BIRD protocols that announce the Teredo prefix, and the relays' shared IPv4
+    /// address if they have one (`BirdProtocol`, one to four names, default `teredo`).
+    pub bird_protocols: Vec<String>,
     /// How long a stopping relay keeps forwarding after BIRD withdrew its announcement
     /// (`DrainTime`, seconds): the time routing takes to move the traffic elsewhere.
     pub drain_time: std::time::Duration,
@@ -187,7 +188,7 @@ impl MiredoConf {
             system_call_filter: FilterMode::Enforce,
             metrics_address: None,
             bird_socket: None,
-            bird_protocol: "teredo".into(),
+            bird_protocols: vec!["teredo".into()],
             drain_time: Duration::from_secs(2),
             warnings: Vec::new(),
         }
@@ -382,7 +383,7 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
     let within = |range, unit| f.value(d, |v| config::number_in(v, range, unit));
     match name {
         "BirdSocket" => c.bird_socket = Some(f.value(d, bird_socket)?),
-        "BirdProtocol" => c.bird_protocol = f.value(d, bird_protocol)?,
+        "BirdProtocol" => c.bird_protocols = f.value(d, bird_protocols)?,
         "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
@@ -486,13 +487,13 @@ fn bird_socket(value: &str) -> Result<PathBuf, String> {
     }
 }
 
-/// The name of a BIRD protocol, as BIRD's configuration writes it.
-fn bird_protocol(value: &str) -> Result<String, String> {
-    if crate::io::bird::is_protocol_name(value) {
-        Ok(value.to_string())
-    } else {
-        Err("expected a BIRD protocol name (letters, digits, '_', not starting with a digit)".into())
+/// The names of one to four BIRD protocols, as BIRD's configuration writes them.
+fn bird_protocols(value: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = value.split_whitespace().map(str::to_string).collect();
+    if names.is_empty() || names.len() > 4 || !names.iter().all(|n| crate::io::bird::is_protocol_name(n)) {
+        return Err("expected one to four BIRD protocol names (letters, digits, '_', not starting with a digit)".into());
     }
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -559,11 +560,14 @@ mod tests {
         let c =
             load_text("RelayType relay\nBirdSocket /run/bird/bird.ctl\nBirdProtocol teredo_v6\nDrainTime 5\n").unwrap();
         assert_eq!(c.bird_socket.as_deref(), Some(Path::new("/run/bird/bird.ctl")));
-        assert_eq!((c.bird_protocol.as_str(), c.drain_time.as_secs()), ("teredo_v6", 5));
+        assert_eq!((c.bird_protocols.clone(), c.drain_time.as_secs()), (vec!["teredo_v6".to_string()], 5));
         let d = load_text("RelayType relay\n").unwrap();
-        assert_eq!((d.bird_socket, d.bird_protocol.as_str(), d.drain_time.as_secs()), (None, "teredo", 2));
+        assert_eq!((d.bird_socket, d.bird_protocols, d.drain_time.as_secs()), (None, vec!["teredo".to_string()], 2));
+        let two = load_text("RelayType relay\nBirdProtocol teredo  teredo4\n").unwrap();
+        assert_eq!(two.bird_protocols, vec!["teredo".to_string(), "teredo4".to_string()]);
+        assert!(load_text("RelayType relay\nBirdProtocol a b c d e\n").unwrap_err().contains("one to four"));
         assert!(load_text("RelayType relay\nBirdSocket bird.ctl\n").unwrap_err().contains("absolute path"));
-        assert!(load_text("RelayType relay\nBirdProtocol 1x\n").unwrap_err().contains("BIRD protocol name"));
+        assert!(load_text("RelayType relay\nBirdProtocol 1x\n").unwrap_err().contains("BIRD protocol names"));
         assert!(load_text("RelayType relay\nDrainTime 601\n").unwrap_err().contains("0 to 600 seconds"));
         // A client has no announcement to withdraw.
         let client = load_text("ServerAddress 192.0.2.1\nBirdSocket /run/bird/bird.ctl\n").unwrap();
@@ -689,7 +693,7 @@ mod tests {
         .unwrap();
         assert_eq!((r.role, r.prefix, r.mtu), (RelayType::Restricted, 0x3ffe_831f, 1400));
         assert_eq!(r.bird_socket.as_deref(), Some(Path::new("/run/bird/bird.ctl")));
-        assert_eq!((r.bird_protocol.as_str(), r.drain_time.as_secs()), ("teredo6", 10));
+        assert_eq!((r.bird_protocols.clone(), r.drain_time.as_secs()), (vec!["teredo6".to_string()], 10));
         assert_eq!((r.peer_capacity, r.peers_per_address, r.queue_bytes), (1000, 8, 8192));
         assert_eq!(r.relay_address, Some("2001:db8::1".parse().unwrap()));
         assert_eq!((r.relay_threads, r.busy_poll_us), (Some(2), 100));

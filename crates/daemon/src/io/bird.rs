@@ -25,11 +25,12 @@ const LINE_MAX: usize = 4096;
 /// Most lines an answer to enable/disable may take (BIRD's take two).
 const LINES_MAX: usize = 64;
 
-/// A connection to BIRD's control socket, for one protocol.
+/// A connection to BIRD's control socket, for the protocols that announce the relay
+/// (the Teredo prefix's, and the relays' shared IPv4 address's when they have one).
 pub struct BirdControl {
     reader: BufReader<UnixStream>,
     path: PathBuf,
-    protocol: String,
+    protocols: Vec<String>,
 }
 
 /// A protocol's name as BIRD's grammar takes it unquoted: a letter or `_`, then letters,
@@ -49,7 +50,7 @@ impl std::os::fd::AsRawFd for BirdControl {
 
 impl BirdControl {
     /// Connect and read BIRD's greeting.
-    pub fn connect(path: &Path, protocol: &str) -> Result<BirdControl, String> {
+    pub fn connect(path: &Path, protocols: &[String]) -> Result<BirdControl, String> {
         let stream = UnixStream::connect(path).map_err(|e| {
             format!(
                 "cannot reach BIRD at {}: {e} (is bird running, and BirdSocket its control socket?)",
@@ -59,7 +60,7 @@ impl BirdControl {
         stream.set_read_timeout(Some(ANSWER_WITHIN)).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(ANSWER_WITHIN)).map_err(|e| e.to_string())?;
         let mut bird =
-            BirdControl { reader: BufReader::new(stream), path: path.to_path_buf(), protocol: protocol.into() };
+            BirdControl { reader: BufReader::new(stream), path: path.to_path_buf(), protocols: protocols.to_vec() };
         let greeting = bird.answer().map_err(|e| format!("BIRD at {}: {e}", path.display()))?;
         if !greeting.starts_with("BIRD") {
             return Err(format!("{} does not greet like BIRD: {greeting:?}", path.display()));
@@ -67,26 +68,38 @@ impl BirdControl {
         Ok(bird)
     }
 
-    /// Announce: enable the protocol that carries the Teredo prefix. BIRD's line, e.g.
-    /// "teredo: enabled" (or "already enabled").
+    /// Announce: enable the protocols that carry the Teredo prefix (and the shared
+    /// address). BIRD's lines, e.g. "teredo: enabled" (or "already enabled").
     pub fn enable(&mut self) -> Result<String, String> {
         self.command("enable")
     }
 
-    /// Withdraw: disable that protocol.
+    /// Withdraw: disable those protocols.
     pub fn disable(&mut self) -> Result<String, String> {
         self.command("disable")
     }
 
+    /// `verb` on each protocol in turn, all of them tried: the answers joined, or the
+    /// first error.
     fn command(&mut self, verb: &str) -> Result<String, String> {
-        let line = format!("{verb} {}\n", self.protocol);
-        let what = format!("BIRD at {}: {verb} {}", self.path.display(), self.protocol);
+        let protocols = self.protocols.clone();
+        let answers: Vec<Result<String, String>> = protocols.iter().map(|p| self.command_one(verb, p)).collect();
+        let mut said = Vec::new();
+        for a in answers {
+            said.push(a?);
+        }
+        Ok(said.join("; "))
+    }
+
+    fn command_one(&mut self, verb: &str, protocol: &str) -> Result<String, String> {
+        let line = format!("{verb} {protocol}\n");
+        let what = format!("BIRD at {}: {verb} {protocol}", self.path.display());
         let context = |e: String| format!("{what}: {e}");
         self.reader.get_mut().write_all(line.as_bytes()).map_err(|e| context(e.to_string()))?;
         let said = self.answer().map_err(context)?;
         // "enable x" on a name BIRD does not know is a syntax error (code 9001), and so
         // fails above; an answer that names no protocol at all is not what we asked.
-        if !said.contains(&self.protocol) {
+        if !said.contains(protocol) {
             return Err(context(format!("unexpected answer {said:?}")));
         }
         Ok(said)
@@ -165,11 +178,30 @@ mod tests {
             "disable teredo" => "0009-teredo: disabled\n0000 \n".into(),
             _ => "9001 syntax error\n".into(),
         });
-        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let mut c = BirdControl::connect(&path, &["teredo".to_string()]).unwrap();
         assert_eq!(c.enable().unwrap(), "teredo: enabled");
         assert_eq!(c.disable().unwrap(), "teredo: disabled");
         drop(c);
         assert_eq!(bird.join().unwrap(), ["enable teredo", "disable teredo"]);
+    }
+
+    /// Relays sharing an IPv4 address announce it beside the prefix: both protocols
+    /// go together, each asked in turn, and one refused is the answer's error even when
+    /// the other went.
+    #[test]
+    fn two_protocols_are_enabled_and_disabled_together() {
+        let (path, bird) = fake_bird(|line| match line {
+            "enable teredo" => "0011-teredo: enabled\n0000 \n".into(),
+            "enable teredo4" => "0011-teredo4: enabled\n0000 \n".into(),
+            "disable teredo" => "0009-teredo: disabled\n0000 \n".into(),
+            _ => "9001 syntax error\n".into(),
+        });
+        let mut c = BirdControl::connect(&path, &["teredo".to_string(), "teredo4".to_string()]).unwrap();
+        assert_eq!(c.enable().unwrap(), "teredo: enabled; teredo4: enabled");
+        let e = c.disable().unwrap_err();
+        assert!(e.contains("disable teredo4") && e.contains("syntax error"), "{e}");
+        drop(c);
+        assert_eq!(bird.join().unwrap(), ["enable teredo", "enable teredo4", "disable teredo", "disable teredo4"]);
     }
 
     #[test]
@@ -177,7 +209,7 @@ mod tests {
         let (path, _bird) = fake_bird(|_| {
             "9001 syntax error, unexpected CF_SYM_UNDEFINED, expecting CF_SYM_KNOWN or TEXT or ALL\n".into()
         });
-        let mut c = BirdControl::connect(&path, "nosuch").unwrap();
+        let mut c = BirdControl::connect(&path, &["nosuch".to_string()]).unwrap();
         let e = c.disable().unwrap_err();
         assert!(e.contains("disable nosuch") && e.contains("syntax error"), "{e}");
     }
@@ -187,14 +219,14 @@ mod tests {
         // The separator's place holds the first byte of "é": slicing the line there
         // panicked and took the relay down (#40, 9).
         let (path, _bird) = fake_bird(|_| "0011é x\n".into());
-        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let mut c = BirdControl::connect(&path, &["teredo".to_string()]).unwrap();
         let e = c.enable().unwrap_err();
         assert!(e.contains("not an answer of BIRD's"), "{e}");
     }
 
     #[test]
     fn no_bird_at_the_path_says_so_and_how_to_fix_it() {
-        let e = BirdControl::connect(Path::new("/nonexistent/bird.ctl"), "teredo").err().unwrap();
+        let e = BirdControl::connect(Path::new("/nonexistent/bird.ctl"), &["teredo".to_string()]).err().unwrap();
         assert!(e.contains("/nonexistent/bird.ctl") && e.contains("is bird running"), "{e}");
     }
 
@@ -202,17 +234,17 @@ mod tests {
     fn a_silent_or_endless_peer_is_not_waited_for_forever() {
         // Greets, then says nothing: the answer times out.
         let (path, _bird) = fake_bird(|_| String::new());
-        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let mut c = BirdControl::connect(&path, &["teredo".to_string()]).unwrap();
         let started = std::time::Instant::now();
         assert!(c.enable().is_err());
         assert!(started.elapsed() < ANSWER_WITHIN * 2);
         // A line longer than any of BIRD's is refused, not gathered.
         let (path, _bird) = fake_bird(|_| "0011-".to_string() + &"x".repeat(LINE_MAX * 4));
-        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let mut c = BirdControl::connect(&path, &["teredo".to_string()]).unwrap();
         assert!(c.enable().is_err());
         // So is an answer that never ends.
         let (path, _bird) = fake_bird(|_| "0011-teredo: enabled\n".repeat(LINES_MAX * 4));
-        let mut c = BirdControl::connect(&path, "teredo").unwrap();
+        let mut c = BirdControl::connect(&path, &["teredo".to_string()]).unwrap();
         assert!(c.enable().unwrap_err().contains("more than"));
     }
 
