@@ -122,14 +122,21 @@ impl WorkerShared<'_> {
             return;
         }
         let mut served = self.relay.served();
+        let mut relisted = false;
         for c in changes {
             match c {
+                AddressChange::Relisted => {
+                    relisted = true;
+                    served.clear();
+                }
                 AddressChange::Added(a)
                     if a.is_forwardable()
                         && TeredoAddr::decode_with_prefix(&a, *prefix).is_none()
                         && !served.contains(&a) =>
                 {
-                    tracing::info!("serving {a}, a new address of this host");
+                    if !relisted {
+                        tracing::info!("serving {a}, a new address of this host");
+                    }
                     served.push(a);
                 }
                 AddressChange::Removed(a) if served.contains(&a) => {
@@ -138,6 +145,13 @@ impl WorkerShared<'_> {
                 }
                 _ => {}
             }
+        }
+        if relisted {
+            tracing::info!(
+                "address notifications were lost (the kernel's buffer overran): the host's addresses listed \
+                 again, {} served",
+                served.len()
+            );
         }
         if !self.relay.set_served(&served) {
             tracing::warn!(

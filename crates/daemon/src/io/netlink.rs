@@ -223,10 +223,19 @@ const IPV6_ADDRESS_CHANGES: u32 = 0x100;
 
 /// A subscription to the host's IPv6 address changes, read without an event loop (a
 /// confined relay has none and may not start one): each RTM_NEWADDR and RTM_DELADDR
-/// is parsed where it lies in the datagram. Opened before confinement.
+/// is parsed where it lies in the datagram. Opened before confinement. When the kernel
+/// dropped notifications (ENOBUFS: a storm of changes outran the socket's buffer), the
+/// watch asks the kernel for the whole list on the same socket and hands it over once
+/// complete, so what was missed is not missed for good.
 pub struct AddressWatch {
     socket: rtnetlink::sys::Socket,
     buf: Vec<u8>,
+    /// The listing asked for after a loss: its sequence number, what came so far, and
+    /// whether more was lost while it came (then it is asked for again once it ends:
+    /// the kernel runs one listing at a time on a socket).
+    listing: Option<(u32, Vec<Ipv6Addr>, bool)>,
+    /// The last listing's sequence number.
+    seq: u32,
 }
 
 /// One change of a global IPv6 address.
@@ -236,6 +245,9 @@ pub enum AddressChange {
     Added(Ipv6Addr),
     /// It no longer has it.
     Removed(Ipv6Addr),
+    /// Notifications were lost: forget what is known; an `Added` for each address the
+    /// host has now follows at once.
+    Relisted,
 }
 
 impl AddressWatch {
@@ -247,7 +259,7 @@ impl AddressWatch {
             .bind(&SocketAddr::new(0, IPV6_ADDRESS_CHANGES))
             .map_err(|e| format!("cannot subscribe to IPv6 address changes: {e}"))?;
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(AddressWatch { socket, buf: Vec::with_capacity(16384) })
+        Ok(AddressWatch { socket, buf: Vec::with_capacity(16384), listing: None, seq: 0 })
     }
 
     /// The changes of global-scope addresses since the last call, in order. Only the
@@ -260,30 +272,101 @@ impl AddressWatch {
             self.buf.clear();
             match self.socket.recv_from(&mut self.buf, 0) {
                 Ok((n, from)) if n > 0 => {
-                    if from.port_number() == 0 {
-                        parse_address_changes(&self.buf, &mut out);
+                    if from.port_number() != 0 {
+                        continue;
+                    }
+                    let seq = self.listing.as_ref().map(|(seq, ..)| *seq);
+                    let mut listed = Vec::new();
+                    let end = parse_datagram(&self.buf, seq, &mut out, &mut listed);
+                    if let Some((_, so_far, _)) = &mut self.listing {
+                        so_far.extend(listed);
+                    }
+                    match (end, self.listing.take()) {
+                        (Some(true), Some((_, all, false))) => {
+                            out.push(AddressChange::Relisted);
+                            out.extend(all.into_iter().map(AddressChange::Added));
+                        }
+                        // Spoiled by a loss while it came: once more.
+                        (Some(true), Some((.., true))) => self.ask_listing(),
+                        // Refused: the next loss asks again.
+                        (Some(false), Some(_)) => {}
+                        (_, listing) => self.listing = listing,
                     }
                 }
+                // Notifications were dropped: ask for the whole list (or, while one
+                // comes, again once it has come).
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => match &mut self.listing {
+                    Some((.., spoiled)) => *spoiled = true,
+                    None => self.ask_listing(),
+                },
                 _ => return out,
             }
+        }
+    }
+
+    /// Ask the kernel for every IPv6 address (a dump on this very socket: a confined
+    /// relay opens no other).
+    fn ask_listing(&mut self) {
+        use rtnetlink::packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+        use rtnetlink::packet_route::address::AddressMessage;
+        use rtnetlink::packet_route::RouteNetlinkMessage;
+        use rtnetlink::sys::SocketAddr;
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let mut a = AddressMessage::default();
+        a.header.family = AddressFamily::Inet6;
+        let mut m = NetlinkMessage::new(
+            NetlinkHeader::default(),
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetAddress(a)),
+        );
+        m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        m.header.sequence_number = self.seq;
+        m.finalize();
+        let mut b = vec![0u8; m.buffer_len()];
+        m.serialize(&mut b);
+        match self.socket.send_to(&b, &SocketAddr::new(0, 0), 0) {
+            Ok(_) => self.listing = Some((self.seq, Vec::new(), false)),
+            Err(e) => tracing::warn!("address notifications were lost and the list could not be asked for: {e}"),
         }
     }
 }
 
 /// The global-scope IPv6 address changes in one netlink datagram (it may hold several
 /// messages); anything else, or anything that does not parse, is skipped.
-pub fn parse_address_changes(mut datagram: &[u8], out: &mut Vec<AddressChange>) {
+pub fn parse_address_changes(datagram: &[u8], out: &mut Vec<AddressChange>) {
+    parse_datagram(datagram, None, out, &mut Vec::new());
+}
+
+/// One datagram: notifications go to `out` as changes; the answers to our listing
+/// `listing` (its sequence number) put their addresses in `listed`. Whether the
+/// listing ended in it: `Some(true)` at its end (NLMSG_DONE), `Some(false)` refused
+/// (NLMSG_ERROR).
+fn parse_datagram(
+    mut datagram: &[u8],
+    listing: Option<u32>,
+    out: &mut Vec<AddressChange>,
+    listed: &mut Vec<Ipv6Addr>,
+) -> Option<bool> {
     use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
     use rtnetlink::packet_route::RouteNetlinkMessage;
+    let mut end = None;
     while datagram.len() >= 16 {
         let len = u32::from_ne_bytes([datagram[0], datagram[1], datagram[2], datagram[3]]) as usize;
         if len < 16 || len > datagram.len() {
-            return;
+            break;
         }
         if let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..len]) {
+            let ours = listing.is_some_and(|seq| seq == m.header.sequence_number);
             let change = match m.payload {
                 NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(a)) => Some((a, true)),
                 NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(a)) => Some((a, false)),
+                NetlinkPayload::Done(_) if ours => {
+                    end = Some(true);
+                    None
+                }
+                NetlinkPayload::Error(_) if ours => {
+                    end = Some(false);
+                    None
+                }
                 _ => None,
             };
             if let Some((a, added)) = change
@@ -291,7 +374,12 @@ pub fn parse_address_changes(mut datagram: &[u8], out: &mut Vec<AddressChange>) 
             {
                 for attr in &a.attributes {
                     if let AddressAttribute::Address(IpAddr::V6(v6)) = attr {
-                        out.push(if added { AddressChange::Added(*v6) } else { AddressChange::Removed(*v6) });
+                        match (ours, added) {
+                            (true, true) => listed.push(*v6),
+                            (true, false) => {}
+                            (false, true) => out.push(AddressChange::Added(*v6)),
+                            (false, false) => out.push(AddressChange::Removed(*v6)),
+                        }
                     }
                 }
             }
@@ -300,6 +388,7 @@ pub fn parse_address_changes(mut datagram: &[u8], out: &mut Vec<AddressChange>) 
         let step = (len + 3) & !3;
         datagram = datagram.get(step..).unwrap_or_default();
     }
+    end
 }
 
 #[cfg(test)]
@@ -342,6 +431,56 @@ mod tests {
         let mut out = Vec::new();
         parse_address_changes(&forged, &mut out);
         assert_eq!(out, vec![AddressChange::Added("2001:db8::66".parse().unwrap())]);
+    }
+
+    /// A storm of changes overruns the watch's buffer (the kernel drops notifications
+    /// and says ENOBUFS): the watch lists the addresses again, and the listing holds
+    /// every address the host has, the ones whose notifications were lost included.
+    #[test]
+    fn lost_notifications_are_made_up_by_listing_the_addresses_again() {
+        use std::io::Write;
+        const N: usize = 300;
+        let t = std::thread::spawn(|| {
+            // A network namespace of this thread's own: the addresses are nobody else's.
+            // SAFETY: unshare affects this thread only, which ends with the test.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return None; // not root: nothing to test with
+            }
+            let mut watch = AddressWatch::new().unwrap();
+            // The kernel's smallest buffer: a few notifications fill it.
+            watch.socket.set_rx_buf_sz(256usize).unwrap();
+            let batch: String = std::iter::once("link set lo up\n".to_string())
+                .chain((1..=N).map(|i| format!("address add 2001:db8:77::{i:x}/128 dev lo nodad\n")))
+                .collect();
+            let mut ip = std::process::Command::new("ip")
+                .args(["-batch", "-"])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .expect("ip (iproute2)");
+            ip.stdin.take().unwrap().write_all(batch.as_bytes()).unwrap();
+            assert!(ip.wait().unwrap().success());
+            let mut seen = Vec::new();
+            for _ in 0..100 {
+                seen.extend(watch.changes());
+                if seen.contains(&AddressChange::Relisted) && watch.listing.is_none() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Some(seen)
+        });
+        let Some(seen) = t.join().unwrap() else { return };
+        let at = seen.iter().rposition(|c| *c == AddressChange::Relisted).unwrap_or_else(|| {
+            panic!("the loss noticed and the list asked for: {} changes seen, {seen:?}", seen.len())
+        });
+        let listed: Vec<Ipv6Addr> = seen[at + 1..]
+            .iter()
+            .filter_map(|c| if let AddressChange::Added(a) = c { Some(*a) } else { None })
+            .collect();
+        for i in 1..=N {
+            let a = Ipv6Addr::new(0x2001, 0xdb8, 0x77, 0, 0, 0, 0, i as u16);
+            assert!(listed.contains(&a), "{a} missing from the listing ({} listed)", listed.len());
+        }
     }
 
     #[test]
