@@ -6,6 +6,8 @@
 
 #[path = "e2e/anycast.rs"]
 mod anycast;
+#[path = "e2e/anycast_servers.rs"]
+mod anycast_servers;
 #[path = "e2e/calling_first.rs"]
 mod calling_first;
 #[path = "e2e/client_to_client.rs"]
@@ -201,6 +203,7 @@ fn main() {
         cases.extend(topic(&me));
     }
     cases.extend(anycast::cases(&me));
+    cases.extend(anycast_servers::cases(&me));
     // Longest last: the queue is taken from its end, so it starts first.
     cases.push(links::lossy_uplink(&me));
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();

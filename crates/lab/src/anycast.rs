@@ -28,6 +28,66 @@ pub const ROUTER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0xfe
 pub const ROUTER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 253);
 /// The relays' shared IPv4 service address (`LabSpec::anycast_v4`).
 pub const RELAY_ANYCAST_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
+
+/// Where a server runs in a lab with anycast servers (`LabSpec::anycast_servers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerPlace {
+    /// `srv` (192.0.2.41 of its own), preferred by the router.
+    A,
+    /// `srv2` (192.0.2.42, 2001:db8:1::22).
+    B,
+}
+
+impl ServerPlace {
+    /// The lab namespace (short name) of the server host.
+    pub fn short(self) -> &'static str {
+        match self {
+            ServerPlace::A => "srv",
+            ServerPlace::B => "srv2",
+        }
+    }
+
+    /// The server daemon's name in the lab.
+    pub fn daemon(self) -> &'static str {
+        match self {
+            ServerPlace::A => "server",
+            ServerPlace::B => "server_2",
+        }
+    }
+
+    /// The host's own IPv4 address (its BGP session's).
+    pub fn v4(self) -> Ipv4Addr {
+        match self {
+            ServerPlace::A => Ipv4Addr::new(192, 0, 2, 41),
+            ServerPlace::B => Ipv4Addr::new(192, 0, 2, 42),
+        }
+    }
+
+    fn asn(self) -> u32 {
+        match self {
+            ServerPlace::A => 65020,
+            ServerPlace::B => 65021,
+        }
+    }
+}
+
+/// The BIRD configuration of a server host: both server addresses, announced over an
+/// IPv4 session with BFD while the server says it serves (the protocol starts disabled;
+/// the server enables it, and it or its BIRD link disables it).
+pub fn server_bird_config(place: ServerPlace) -> String {
+    format!(
+        "router id {v4};\nprotocol device {{ scan time 10; }}\n\
+         protocol static teredo_server {{\n    disabled;  # until the server says it serves\n    ipv4;\n    \
+         route {p}/32 blackhole;\n    route {s}/32 blackhole;\n}}\n\
+         {BFD}\
+         protocol bgp upstream4 {{\n    local {v4} as {asn};\n    neighbor {ROUTER_V4} as {ROUTER_AS};\n    bfd on;\n    {QUICK_CONNECT}\n    \
+         ipv4 {{ import none; export where proto = \"teredo_server\"; }};\n}}\n",
+        v4 = place.v4(),
+        asn = place.asn(),
+        p = crate::SERVER_V4,
+        s = crate::SERVER2_V4,
+    )
+}
 /// The router's autonomous system; relay A's is 65010, relay B's 65011.
 pub const ROUTER_AS: u32 = 65000;
 
@@ -138,7 +198,23 @@ pub fn relay_bird_config(place: Place, health: Health, shared_v4: bool) -> Strin
 /// The router's BIRD configuration: both relays as BGP neighbours with BFD, taking only
 /// the Teredo prefix from them (and with `shared_v4` their shared IPv4 address, over
 /// IPv4 sessions), relay A preferred, the best routes exported to the router's kernel.
-pub fn router_bird_config(shared_v4: bool) -> String {
+pub fn router_bird_config(shared_v4: bool, anycast_servers: bool) -> String {
+    let server4 = |p: ServerPlace, pref: u32| {
+        format!(
+            "protocol bgp server_{name}4 {{\n    local {ROUTER_V4} as {ROUTER_AS};\n    neighbor {v4} as {asn};\n    bfd on;\n    {QUICK_CONNECT}\n    \
+             ipv4 {{ import filter {{ if net != {a}/32 && net != {b}/32 then reject; bgp_local_pref = {pref}; accept; }}; export none; }};\n}}\n",
+            name = if p == ServerPlace::A { "a" } else { "b" },
+            v4 = p.v4(),
+            asn = p.asn(),
+            a = crate::SERVER_V4,
+            b = crate::SERVER2_V4,
+        )
+    };
+    let servers = if anycast_servers {
+        format!("{}{}", server4(ServerPlace::A, 200), server4(ServerPlace::B, 100))
+    } else {
+        String::new()
+    };
     let neighbour4 = |p: Place, pref: u32| {
         format!(
             "protocol bgp relay_{name}4 {{\n    local {ROUTER_V4} as {ROUTER_AS};\n    neighbor {v4} as {asn};\n    bfd on;\n    {QUICK_CONNECT}\n    \
@@ -148,15 +224,11 @@ pub fn router_bird_config(shared_v4: bool) -> String {
             asn = p.asn(),
         )
     };
-    let v4 = if shared_v4 {
-        format!(
-            "protocol kernel kernel4 {{ ipv4 {{ import none; export all; }}; }}\n{}{}",
-            neighbour4(Place::A, 200),
-            neighbour4(Place::B, 100)
-        )
-    } else {
-        String::new()
-    };
+    let mut v4 =
+        if shared_v4 { format!("{}{}", neighbour4(Place::A, 200), neighbour4(Place::B, 100)) } else { String::new() };
+    if shared_v4 || anycast_servers {
+        v4 = format!("protocol kernel kernel4 {{ ipv4 {{ import none; export all; }}; }}\n{v4}{servers}");
+    }
     let neighbour = |p: Place, pref: u32| {
         format!(
             "protocol bgp relay_{name} {{\n    local {ROUTER_V6} as {ROUTER_AS};\n    neighbor {v6} as {asn};\n    bfd on;\n    {QUICK_CONNECT}\n    \
@@ -177,7 +249,7 @@ pub fn router_bird_config(shared_v4: bool) -> String {
 impl Lab {
     /// The routed core's hosts: relay B's and the router's, the native host and the
     /// server routing 2001::/32 through the router.
-    pub(crate) fn build_anycast_core(&mut self, shared_v4: bool) -> Result<()> {
+    pub(crate) fn build_anycast_core(&mut self, shared_v4: bool, anycast_servers: bool) -> Result<()> {
         let rlyb = self.host(Place::B.short(), 6)?;
         Self::addr(&rlyb, &format!("{RELAY_B_V4}/24"), "eth0")?;
         Self::addr(&rlyb, &format!("{RELAY_B_V6}/64"), "eth0")?;
@@ -185,8 +257,14 @@ impl Lab {
         let rtr = self.host("rtr", 7)?;
         Self::addr(&rtr, &format!("{ROUTER_V6}/64"), "eth0")?;
         netns::exec(&rtr, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        if shared_v4 || anycast_servers {
+            Self::router_v4(&rtr)?;
+        }
         if shared_v4 {
-            self.share_relay_address(&rtr)?;
+            self.share_relay_address()?;
+        }
+        if anycast_servers {
+            self.share_server_addresses()?;
         }
         let (h6, srv) = (self.ns("h6"), self.ns("srv"));
         let (via, host) = (ROUTER_V6.to_string(), crate::HOST6_V6.to_string());
@@ -209,11 +287,9 @@ impl Lab {
         Ok(())
     }
 
-    /// The relays' shared IPv4 address: on each relay host's loopback (answering no
-    /// ARP for it on the segment, so that only routing picks a relay), announced by
-    /// BGP to the router (`rtr`), which the core routes it through. The router
-    /// forwards out of the interface the packets came in by: it sends no redirects.
-    fn share_relay_address(&mut self, rtr: &str) -> Result<()> {
+    /// The router as an IPv4 router on the public segment. It forwards out of the
+    /// interface the packets came in by: it sends no redirects.
+    fn router_v4(rtr: &str) -> Result<()> {
         Self::addr(rtr, &format!("{ROUTER_V4}/24"), "eth0")?;
         netns::exec(
             rtr,
@@ -224,22 +300,87 @@ impl Lab {
                 "net.ipv4.conf.all.send_redirects=0",
                 "net.ipv4.conf.eth0.send_redirects=0",
             ],
-        )?;
-        for place in [Place::A, Place::B] {
-            let ns = self.ns(place.short());
+        )
+        .map(drop)
+    }
+
+    /// `addresses` on the loopback of each host in `hosts` (which answer no ARP for
+    /// them on the segment, so that only routing picks a host), and routed through the
+    /// router from the core (the NAT boxes' side) and from `via_router` (hosts on the
+    /// segment that send to them).
+    fn anycast_addresses(&self, hosts: &[&str], addresses: &[Ipv4Addr], via_router: &[&str]) -> Result<()> {
+        for host in hosts {
+            let ns = self.ns(host);
             netns::exec(&ns, &["sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2"])?;
-            Self::addr(&ns, &format!("{RELAY_ANYCAST_V4}/32"), "lo")?;
+            for a in addresses {
+                Self::addr(&ns, &format!("{a}/32"), "lo")?;
+            }
         }
-        let core = self.ns("core");
-        netns::ip(&["-n", &core, "route", "add", &format!("{RELAY_ANYCAST_V4}/32"), "via", &ROUTER_V4.to_string()])?;
+        for from in std::iter::once(&"core").chain(via_router) {
+            let ns = self.ns(from);
+            for a in addresses {
+                netns::ip(&["-n", &ns, "route", "replace", &format!("{a}/32"), "via", &ROUTER_V4.to_string()])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The relays' shared IPv4 address: on each relay host's loopback, announced by BGP
+    /// to the router, which the core routes it through.
+    fn share_relay_address(&mut self) -> Result<()> {
+        self.anycast_addresses(&[Place::A.short(), Place::B.short()], &[RELAY_ANYCAST_V4], &[])?;
         self.relay_anycast_v4 = Some(RELAY_ANYCAST_V4);
+        Ok(())
+    }
+
+    /// The server addresses on two server hosts: `srv` gives them up for an address of
+    /// its own, `srv2` joins (with a native IPv6 address, routing the Teredo prefix
+    /// through the router as `srv` does); both serve .1 and .2 from their loopbacks,
+    /// and the core and the relay hosts route them through the router.
+    fn share_server_addresses(&mut self) -> Result<()> {
+        let srv = self.ns(ServerPlace::A.short());
+        netns::ip(&["-n", &srv, "-4", "addr", "flush", "dev", "eth0"])?;
+        Self::addr(&srv, &format!("{}/24", ServerPlace::A.v4()), "eth0")?;
+        let srv2 = self.host(ServerPlace::B.short(), 8)?;
+        Self::addr(&srv2, &format!("{}/24", ServerPlace::B.v4()), "eth0")?;
+        Self::addr(&srv2, "2001:db8:1::22/64", "eth0")?;
+        netns::ip(&["-n", &srv2, "-6", "route", "replace", "2001::/32", "via", &ROUTER_V6.to_string()])?;
+        netns::exec(
+            &srv2,
+            &["sysctl", "-qw", "net.ipv6.conf.all.accept_redirects=0", "net.ipv6.conf.eth0.accept_redirects=0"],
+        )?;
+        self.anycast_addresses(
+            &[ServerPlace::A.short(), ServerPlace::B.short()],
+            &[crate::SERVER_V4, crate::SERVER2_V4],
+            &[Place::A.short(), Place::B.short()],
+        )?;
+        let _ = netns::exec(&srv2, &["ping", "-n", "-c", "1", "-W", "2", &ROUTER_V4.to_string()]);
+        self.anycast_servers = true;
         Ok(())
     }
 
     /// Start the router's BIRD; its control socket.
     pub fn start_router_bird(&mut self) -> Result<PathBuf> {
         let shared = self.relay_anycast_v4.is_some();
-        self.start_bird("rtr", &router_bird_config(shared))
+        self.start_bird("rtr", &router_bird_config(shared, self.anycast_servers))
+    }
+
+    /// Start BIRD on the server host at `place`; its control socket.
+    pub fn start_server_bird(&mut self, place: ServerPlace) -> Result<PathBuf> {
+        self.start_bird(place.short(), &server_bird_config(place))
+    }
+
+    /// Start a server at `place` (a lab with anycast servers), serving 192.0.2.1 and
+    /// .2, with `extra` configuration lines.
+    pub fn start_server_at(&mut self, place: ServerPlace, imp: &crate::Impl, extra: &str) -> Result<()> {
+        self.start_server_on(place.daemon(), place.short(), crate::SERVER_V4, imp, extra)
+    }
+
+    /// Where the router sends the server's primary address now, if anywhere.
+    pub fn anycast_server(&self) -> Option<ServerPlace> {
+        let out =
+            netns::exec(&self.ns("rtr"), &["ip", "-4", "route", "show", &format!("{}/32", crate::SERVER_V4)]).ok()?;
+        [ServerPlace::A, ServerPlace::B].into_iter().find(|p| out.contains(&format!("via {} ", p.v4())))
     }
 
     /// Start BIRD on the relay host at `place`; its control socket.

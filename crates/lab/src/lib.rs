@@ -106,6 +106,11 @@ pub struct LabSpec {
     /// each relay host's loopback), announced by BGP beside the prefix; the core routes
     /// it through the router, so clients reach whichever relay routing prefers.
     pub anycast_v4: bool,
+    /// With `anycast`: two server hosts (`srv`, 192.0.2.41, and `srv2`, 192.0.2.42,
+    /// 2001:db8:1::22) both serve the server addresses 192.0.2.1 and .2 (on their
+    /// loopbacks), announced by BGP while the server says it serves; the core and the
+    /// relay hosts route them through the router, which prefers `srv`.
+    pub anycast_servers: bool,
     /// The first NAT box's link to the core has this IPv4 MTU, and neither the box nor
     /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
     /// whose routers' PMTU messages a firewall filters.
@@ -126,6 +131,7 @@ impl LabSpec {
             generator: false,
             anycast: false,
             anycast_v4: false,
+            anycast_servers: false,
             narrow_wan: None,
             sixtofour: false,
         }
@@ -149,6 +155,8 @@ pub struct Lab {
     pub(crate) daemon_env: Vec<(String, String)>,
     /// The relays' shared IPv4 service address, when they have one.
     pub(crate) relay_anycast_v4: Option<Ipv4Addr>,
+    /// The server addresses are served by two hosts, as anycast.
+    pub(crate) anycast_servers: bool,
 }
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -173,10 +181,11 @@ impl Lab {
             tunnels: Vec::new(),
             daemon_env: Vec::new(),
             relay_anycast_v4: None,
+            anycast_servers: false,
         };
         lab.build_core(spec.second_server)?;
         if spec.anycast {
-            lab.build_anycast_core(spec.anycast_v4)?;
+            lab.build_anycast_core(spec.anycast_v4, spec.anycast_servers)?;
         }
         if spec.generator {
             lab.build_generator()?;

@@ -203,7 +203,7 @@ impl Lab {
         self.start_server_on("server_b", "srvb", crate::SERVER_B_V4, imp, "")
     }
 
-    fn start_server_on(
+    pub(crate) fn start_server_on(
         &mut self,
         name: &str,
         short: &str,

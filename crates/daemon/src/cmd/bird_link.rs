@@ -6,7 +6,9 @@
 //! confines itself, and understands two requests (a sequence number and one byte):
 //! enable and disable the protocols configured (`BirdProtocol`). It ignores stop signals (the relay must still
 //! withdraw after a SIGTERM sent to the whole service) and ends when the relay's end
-//! closes.
+//! closes, disabling the protocols first: a daemon that died (killed, crashed) said
+//! nothing to BIRD, and a server's routes are bound to no interface that would go
+//! with it. The server announces its addresses through it too.
 
 use crate::io::bird::BirdControl;
 use crate::runtime::confinement::FilterMode;
@@ -120,10 +122,18 @@ fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter:
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
     loop {
         let n = match sock.recv(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
+            Ok(n) if n > 0 => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => return Ok(()),
+            // The daemon's end closed: it stopped, or died (killed, crashed) with no word
+            // to BIRD. Withdraw on its behalf (after a clean stop BIRD answers "already
+            // disabled"): a dead server would otherwise stay announced.
+            _ => {
+                match bird.disable() {
+                    Ok(said) => tracing::info!("BIRD link: the daemon is gone; BIRD says \"{said}\""),
+                    Err(e) => tracing::warn!("BIRD link: the daemon is gone, and withdrawing failed: {e}"),
+                }
+                return Ok(());
+            }
         };
         // SAFETY: recv initialised the first n bytes.
         let request: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();

@@ -6,6 +6,7 @@
 //! routes the Teredo prefix to it, and whatever goes native leaves through that.
 
 use crate::cli;
+use crate::cmd::bird_link::BirdLink;
 use crate::cmd::echo_link::EchoLink;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::netlink::Netlink;
@@ -17,7 +18,7 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::IoErrors;
-use crate::runtime::shell::{Reports, Shell};
+use crate::runtime::shell::{Confined, Reports, Shell};
 use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
@@ -61,6 +62,14 @@ fn serve(
         None => Some(EchoLink::start(&cfg, settings.user.as_deref(), settings.system_call_filter)?),
         Some(_) => None,
     };
+    // BIRD's socket, connected now and handed to the BIRD link (as the relay's is):
+    // servers run as anycast announce their addresses while they serve. Without BIRD
+    // the server still serves.
+    let mut bird = settings.bird_socket.as_deref().and_then(|path| {
+        BirdLink::start(path, &settings.bird_protocols, settings.user.as_deref(), settings.system_call_filter)
+            .map_err(|e| tracing::error!("not announcing through BIRD: {e}"))
+            .ok()
+    });
     let mut random = OsRandom::open()?;
     cfg.hash_keys = random.hash_keys();
     let relay_keys = random.hash_keys();
@@ -106,9 +115,23 @@ fn serve(
         start: std::time::Instant::now(),
     };
     shell.ready(&daemon);
+    if let Some(b) = &mut bird {
+        match b.enable() {
+            Ok(said) => tracing::info!("announcing through BIRD: \"{said}\""),
+            Err(e) => tracing::error!("not announced: {e}"),
+        }
+    }
     let mut packet = vec![0u8; 65536];
     let mut last_timer = std::time::Duration::ZERO;
-    while !shell.stop_requested() {
+    let mut drain_until: Option<std::time::Instant> = None;
+    loop {
+        if shell.stop_requested() {
+            // With BIRD: withdraw first, then answer what routing still sends here.
+            let until = *drain_until.get_or_insert_with(|| withdraw(bird.as_mut(), &shell, settings.drain_time));
+            if std::time::Instant::now() >= until {
+                break;
+            }
+        }
         shell.tick(&daemon);
         let now = daemon.start.elapsed();
         // The relay's bubbles are repeated and its peers expire on its timer.
@@ -170,6 +193,26 @@ fn serve(
     }
     shell.stopping(&daemon);
     Ok(())
+}
+
+/// Tell BIRD to withdraw (when the server announces through it); the drain's end.
+fn withdraw(bird: Option<&mut BirdLink>, shell: &Shell<Confined>, drain: std::time::Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    let Some(bird) = bird else { return now };
+    shell.stopping_after(drain);
+    match bird.disable() {
+        Ok(said) => {
+            tracing::info!(
+                "stopping: BIRD says \"{said}\"; serving {} s more while routing moves the clients (DrainTime)",
+                drain.as_secs()
+            );
+            now + drain
+        }
+        Err(e) => {
+            tracing::warn!("stopping without a drain: {e}");
+            now
+        }
+    }
 }
 
 /// How often the relay's timer runs, and the longest a relaying server sleeps.

@@ -321,6 +321,24 @@ pub fn credentials(value: &str) -> Result<shipworm_proto::secure::Credentials, S
     }
 }
 
+/// BIRD's control socket, by absolute path.
+pub fn bird_socket(value: &str) -> Result<PathBuf, String> {
+    if value.starts_with('/') {
+        Ok(PathBuf::from(value))
+    } else {
+        Err("expected the absolute path of BIRD's control socket (e.g. /run/bird/bird.ctl)".into())
+    }
+}
+
+/// The names of one to four BIRD protocols, as BIRD's configuration writes them.
+pub fn bird_protocols(value: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = value.split_whitespace().map(str::to_string).collect();
+    if names.is_empty() || names.len() > 4 || !names.iter().all(|n| crate::io::bird::is_protocol_name(n)) {
+        return Err("expected one to four BIRD protocol names (letters, digits, '_', not starting with a digit)".into());
+    }
+    Ok(names)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

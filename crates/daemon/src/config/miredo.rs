@@ -382,8 +382,8 @@ fn client_host(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) ->
 fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Result<(), ConfigError> {
     let within = |range, unit| f.value(d, |v| config::number_in(v, range, unit));
     match name {
-        "BirdSocket" => c.bird_socket = Some(f.value(d, bird_socket)?),
-        "BirdProtocol" => c.bird_protocols = f.value(d, bird_protocols)?,
+        "BirdSocket" => c.bird_socket = Some(f.value(d, config::bird_socket)?),
+        "BirdProtocol" => c.bird_protocols = f.value(d, config::bird_protocols)?,
         "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
@@ -476,24 +476,6 @@ fn hook_script(value: &str) -> Result<PathBuf, String> {
     } else {
         Err("give an absolute path".into())
     }
-}
-
-/// BIRD's control socket, by absolute path.
-fn bird_socket(value: &str) -> Result<PathBuf, String> {
-    if value.starts_with('/') {
-        Ok(PathBuf::from(value))
-    } else {
-        Err("expected the absolute path of BIRD's control socket (e.g. /run/bird/bird.ctl)".into())
-    }
-}
-
-/// The names of one to four BIRD protocols, as BIRD's configuration writes them.
-fn bird_protocols(value: &str) -> Result<Vec<String>, String> {
-    let names: Vec<String> = value.split_whitespace().map(str::to_string).collect();
-    if names.is_empty() || names.len() > 4 || !names.iter().all(|n| crate::io::bird::is_protocol_name(n)) {
-        return Err("expected one to four BIRD protocol names (letters, digits, '_', not starting with a digit)".into());
-    }
-    Ok(names)
 }
 
 #[cfg(test)]

@@ -23,6 +23,9 @@ pub const DIRECTIVES: &[&str] = &[
     "MetricsAddress",
     "ServerRelay",
     "InterfaceName",
+    "BirdSocket",
+    "BirdProtocol",
+    "DrainTime",
 ];
 
 /// Everything the server daemon needs to start.
@@ -41,6 +44,15 @@ pub struct ServerSettings {
     /// `ServerRelay yes`: the server is a relay too (RFC 4380 §5.4.3), on a TUN
     /// interface of this name (`InterfaceName`, `teredo` by default).
     pub relay_interface: Option<String>,
+    /// BIRD's control socket (`BirdSocket`): the server enables `bird_protocols` once it
+    /// serves (the protocols announcing its two addresses, for servers run as anycast)
+    /// and disables them first when it stops; its BIRD link disables them too if the
+    /// server dies.
+    pub bird_socket: Option<std::path::PathBuf>,
+    /// `BirdProtocol`, one to four names (default `teredo_server`).
+    pub bird_protocols: Vec<String>,
+    /// How long the server goes on answering once it withdrew (`DrainTime`, seconds).
+    pub drain_time: std::time::Duration,
 }
 
 /// Command-line values that override the file.
@@ -72,6 +84,9 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     let metrics = f.take("MetricsAddress")?;
     let relays = f.take("ServerRelay")?;
     let interface = f.take("InterfaceName")?;
+    let bird_socket = f.take("BirdSocket")?;
+    let bird_protocol = f.take("BirdProtocol")?;
+    let drain = f.take("DrainTime")?;
 
     let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
         config::ipv4(v).and_then(config::global_unicast).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
@@ -131,8 +146,26 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
         (false, Some(d)) => return Err(f.error(&d, "InterfaceName names the relay's interface: set ServerRelay yes")),
         (false, None) => None,
     };
+    let bird_socket = bird_socket.as_ref().map(|d| f.value(d, config::bird_socket)).transpose()?;
+    let bird_protocols = bird_protocol
+        .as_ref()
+        .map(|d| f.value(d, config::bird_protocols))
+        .transpose()?
+        .unwrap_or_else(|| vec!["teredo_server".to_string()]);
+    let drain_time = drain.as_ref().map(|d| f.value(d, |v| config::number_in(v, 0..=600, "seconds"))).transpose()?;
+    let drain_time = std::time::Duration::from_secs(drain_time.map_or(2, |s| s as u64));
     f.finish(DIRECTIVES)?;
-    Ok(ServerSettings { proto, syslog_facility, user, system_call_filter, metrics_address, relay_interface })
+    Ok(ServerSettings {
+        proto,
+        syslog_facility,
+        user,
+        system_call_filter,
+        metrics_address,
+        relay_interface,
+        bird_socket,
+        bird_protocols,
+        drain_time,
+    })
 }
 
 #[cfg(test)]
@@ -201,6 +234,21 @@ mod tests {
         assert_eq!(s.relay_interface.as_deref(), Some("tsrv"));
         let e = load_text("ServerBindAddress 192.0.2.1\nInterfaceName tsrv\n").unwrap_err();
         assert!(e.contains("ServerRelay yes"), "{e}");
+    }
+
+    #[test]
+    fn an_anycast_server_names_its_bird_socket_protocols_and_drain_time() {
+        let s = load_text(
+            "ServerBindAddress 192.0.2.1\nBirdSocket /run/bird/bird.ctl\nBirdProtocol server_a server_b\nDrainTime 5\n",
+        )
+        .unwrap();
+        assert_eq!(s.bird_socket.as_deref(), Some(Path::new("/run/bird/bird.ctl")));
+        assert_eq!(s.bird_protocols, vec!["server_a".to_string(), "server_b".to_string()]);
+        assert_eq!(s.drain_time.as_secs(), 5);
+        let d = load_text("ServerBindAddress 192.0.2.1\n").unwrap();
+        assert_eq!((d.bird_socket, d.bird_protocols, d.drain_time.as_secs()), (None, vec!["teredo_server".into()], 2));
+        assert!(load_text("ServerBindAddress 192.0.2.1\nBirdSocket bird.ctl\n").unwrap_err().contains("absolute path"));
+        assert!(load_text("ServerBindAddress 192.0.2.1\nDrainTime 601\n").is_err());
     }
 
     #[test]
