@@ -183,14 +183,16 @@ struct Shard {
 #[derive(Debug)]
 struct Held {
     client: Ipv6Addr,
+    /// Where it came from: released only if that is the port the client proves.
+    from: SocketAddrV4,
     at: Duration,
     packet: Box<[u8]>,
 }
 
 /// Client packets held a shard, at most.
 pub const HELD_PER_SHARD: usize = 32;
-/// How long a held packet waits for its client's proof.
-const HELD_FOR: Duration = Duration::from_secs(2);
+/// How long a held packet waits for its client's proof: the bubbles' rounds.
+const HELD_FOR: Duration = Duration::from_secs(BUBBLE_SPACING.as_secs() * MAX_BUBBLES as u64);
 
 /// What one worker keeps to itself: counters and scratch space, never shared, so
 /// counting a packet touches no other core's cache lines.
@@ -575,6 +577,9 @@ impl SharedRelay {
         let (queue, held) = {
             let key = self.keys.key(&src);
             let mut shard = lock(self.shard(&key));
+            // A client met through its own packets from an unproved port: only the
+            // nonce proves it (a host behind the same address cannot see it).
+            let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
             let Some(mut p) = shard.peers.get_mut_keyed(&key) else {
                 return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
@@ -586,18 +591,17 @@ impl SharedRelay {
             let by_nonce = echo.is_some() && echo == p.nonce_sent && t.mapped.ip() == from.ip();
             // Without a nonce (Miredo's clients), another port of the embedded address
             // is taken while we wait for an answer: a symmetric NAT's.
-            let answer = p.waiting && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
+            let answer = p.waiting && !held && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
             if !(embedded || learned || answer || by_nonce) {
                 let waiting = p.waiting;
                 drop(p);
                 // More from a client whose first packets are held while its port is
-                // proved: held too.
-                if waiting
-                    && !pkt.is_bubble()
-                    && t.mapped.ip() == from.ip()
-                    && shard.held.iter().any(|h| h.client == src)
-                {
-                    hold(&mut shard.held, w, src, now, ip.packet());
+                // proved: held too, if they may leave at all.
+                if waiting && held && !pkt.is_bubble() && t.mapped.ip() == from.ip() {
+                    if let Err(r) = self.may_leave(&ip.dst_addr()) {
+                        return w.dropped(r);
+                    }
+                    hold(&mut shard.held, w, (src, from), now, ip.packet());
                     return Ok(Action::Queued);
                 }
                 return w.dropped(DropReason::SourceMismatch);
@@ -617,9 +621,8 @@ impl SharedRelay {
             // The queue's bytes leave with the drain: sent after the lock is released.
             let queue = p.take_queue();
             drop(p);
-            // What the client sent while its port was being proved goes now.
-            let held =
-                if was_waiting && !shard.held.is_empty() { take_held(&mut shard.held, &src) } else { Vec::new() };
+            // What the client sent from the port it proved goes now; the rest is dropped.
+            let held = if was_waiting && held { take_held(&mut shard.held, w, &src, from) } else { Vec::new() };
             (queue, held)
         };
         if let Some(mut q) = queue {
@@ -630,6 +633,13 @@ impl SharedRelay {
             }
         }
         for packet in &held {
+            // Checked when held; a host-specific relay's served addresses may have
+            // changed since.
+            let Ok(held_ip) = Ipv6Packet::new_checked(&packet[..]) else { continue };
+            if let Err(r) = self.may_leave(&held_ip.dst_addr()) {
+                w.stats.drops.count(r);
+                continue;
+            }
             tx.deliver(packet);
             w.stats.to_ipv6 += 1;
             w.stats.to_ipv6_bytes += packet.len() as u64;
@@ -737,7 +747,7 @@ impl SharedRelay {
             p.waiting = true;
         }
         shard.pending.push_back(src);
-        hold(&mut shard.held, w, src, now, ip.packet());
+        hold(&mut shard.held, w, (src, from), now, ip.packet());
         // The bubbles' source: the native host the client speaks to.
         self.send_bubbles(&mut shard.peers, w, now, &src, dst, tx);
         Ok(Action::Queued)
@@ -839,25 +849,41 @@ impl SharedRelay {
     }
 }
 
-/// Hold `packet` of `client`'s, the oldest held giving way when the shard holds its most.
-fn hold(held: &mut VecDeque<Held>, w: &mut RelayWorker, client: Ipv6Addr, now: Duration, packet: &[u8]) {
+/// Hold `packet` of `client`'s from `from`, the oldest held giving way when the shard
+/// holds its most.
+fn hold(
+    held: &mut VecDeque<Held>,
+    w: &mut RelayWorker,
+    (client, from): (Ipv6Addr, SocketAddrV4),
+    now: Duration,
+    packet: &[u8],
+) {
     if held.len() >= HELD_PER_SHARD {
         held.pop_front();
         w.stats.drops.count(DropReason::QueueFull);
     }
-    held.push_back(Held { client, at: now, packet: packet.into() });
+    held.push_back(Held { client, from, at: now, packet: packet.into() });
 }
 
-/// The packets held for `client`, taken out of `held` in the order they came.
-fn take_held(held: &mut VecDeque<Held>, client: &Ipv6Addr) -> Vec<Box<[u8]>> {
+/// The packets held for `client` that came from `proved`, taken out of `held` in the
+/// order they came; its others (from ports it did not prove) are dropped.
+fn take_held(
+    held: &mut VecDeque<Held>,
+    w: &mut RelayWorker,
+    client: &Ipv6Addr,
+    proved: SocketAddrV4,
+) -> Vec<Box<[u8]>> {
     let mut out = Vec::new();
     held.retain_mut(|h| {
-        if h.client == *client {
-            out.push(std::mem::take(&mut h.packet));
-            false
-        } else {
-            true
+        if h.client != *client {
+            return true;
         }
+        if h.from == proved {
+            out.push(std::mem::take(&mut h.packet));
+        } else {
+            w.stats.drops.count(DropReason::SourceMismatch);
+        }
+        false
     });
     out
 }

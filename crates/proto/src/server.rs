@@ -392,6 +392,10 @@ impl Server {
             None => match (admitted, &icmp) {
                 (Admitted::Client, Some(icmp)) => {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST])?;
+                    // An echo request has code 0 (RFC 4443 §4.1): nothing else is a test.
+                    if icmp.msg_code() != 0 {
+                        return Err(DropReason::Icmpv6TypeNotForwarded);
+                    }
                     if !icmp.verify_checksum(&src, &dst) {
                         return Err(DropReason::BadChecksum);
                     }
@@ -643,8 +647,6 @@ fn copy_trailers(trailers: &Trailers<'_>, out: &mut [u8]) -> Result<usize, DropR
     Ok(bytes.len())
 }
 
-/// Copy `ip` (trailers dropped) into `out` as a router forwards it: hop limit
-/// decremented, refused when it would reach zero. Returns its length.
 /// Whether a pure server may send `packet` to native IPv6: an ICMPv6 Echo Request
 /// standing alone, within the forwarding cap, with a valid checksum, from a Teredo
 /// address under our prefix to a native destination that does not come back to us (the
@@ -671,6 +673,8 @@ pub fn is_connectivity_test_echo(config: &ServerConfig, packet: &[u8]) -> bool {
     icmp.msg_type() == message::ECHO_REQUEST && icmp.msg_code() == 0 && icmp.verify_checksum(&src, &dst)
 }
 
+/// Copy `ip` (trailers dropped) into `out` as a router forwards it: hop limit
+/// decremented, refused when it would reach zero. Returns its length.
 fn copy_routed(ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<usize, DropReason> {
     if ip.hop_limit() <= 1 {
         return Err(DropReason::HopLimitExceeded);

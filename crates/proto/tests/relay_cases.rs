@@ -192,6 +192,14 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
     let (first, second) = (ipv6(B, NATIVE, 17, &[1; 8]), ipv6(B, NATIVE, 17, &[2; 8]));
     assert_eq!(r.on_udp(secs(1), port, &first, &mut w), Ok(Action::Queued));
     assert_eq!(r.on_udp(secs(1), port, &second, &mut w), Ok(Action::Queued), "held too, not proved yet");
+    // Held or not, a packet goes only where a client's may.
+    assert_eq!(r.on_udp(secs(1), port, &udp_packet(B, "fe80::1"), &mut w), Err(DropReason::NotServed));
+    assert_eq!(r.on_udp(secs(1), port, &udp_packet(B, "2001:0:1:2::3"), &mut w), Err(DropReason::NotServed));
+    // Someone behind the same address, from another port, in B's name: held, but a
+    // bubble without the nonce proves nothing here, and what it sent never leaves.
+    let other = sa("198.51.100.7:62000");
+    assert_eq!(r.on_udp(secs(1), other, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(1), other, &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
     assert!(w.delivered.is_empty());
     let indirect = w.sent.pop().expect("a bubble through the client's server");
     assert_eq!(indirect.to, sa(B_SERVER));
@@ -222,8 +230,12 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
         let _ = r.on_udp(secs(10), from, &ipv6(c, NATIVE, 17, &[i; 8]), &mut w);
     }
     r.on_timer(secs(13), &mut w);
+    let pushed_out = r.stats().drops.get(DropReason::QueueFull);
+    assert!(pushed_out >= 8);
+    // Past the bubbles' rounds (4 × 2 s) the held packets are let go.
+    r.on_timer(secs(19), &mut w);
+    assert!(r.stats().drops.get(DropReason::QueueFull) >= pushed_out + 20, "the held ones let go");
     assert!(w.delivered.is_empty());
-    assert!(r.stats().drops.get(DropReason::QueueFull) >= 1);
 }
 
 /// Entries a client's own packet makes come at a bounded rate: a forger of UDP sources

@@ -362,6 +362,11 @@ fn only_echo_requests_go_native() {
     let mut damaged = echo(A_ADDR, "2001:db8::1", b"x");
     damaged[43] ^= 1;
     assert_drop(&mut s, Local::Primary, A_MAPPED, &damaged, DropReason::BadChecksum);
+    // Code 1, checksum right: no echo request, and not one the raw socket would carry.
+    let mut coded = echo(A_ADDR, "2001:db8::1", b"x");
+    coded[41] = 1;
+    Icmpv6Packet::new_checked(&mut coded[40..]).unwrap().fill_checksum(&a(A_ADDR), &a("2001:db8::1"));
+    assert_drop(&mut s, Local::Primary, A_MAPPED, &coded, DropReason::Icmpv6TypeNotForwarded);
 }
 
 /// #40, 11: what the raw socket's holder lets out. The server's own native packet

@@ -119,21 +119,22 @@ fn decode_answer(b: &[u8]) -> Result<String, String> {
 
 fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter: FilterMode) -> Result<(), String> {
     crate::runtime::holder::enter(c"shipworm-bird", &[sock.as_raw_fd(), bird.as_raw_fd()], user, filter)?;
+    // The daemon's end closed (or took no answer): it stopped, or died (killed,
+    // crashed) with no word to BIRD. Withdraw on its behalf (after a clean stop BIRD
+    // answers "already disabled"): a dead server would otherwise stay announced.
+    let gone = |bird: &mut BirdControl| {
+        match bird.disable() {
+            Ok(said) => tracing::info!("BIRD link: the daemon is gone; BIRD says \"{said}\""),
+            Err(e) => tracing::warn!("BIRD link: the daemon is gone, and withdrawing failed: {e}"),
+        }
+        Ok(())
+    };
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
     loop {
         let n = match sock.recv(&mut buf) {
             Ok(n) if n > 0 => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            // The daemon's end closed: it stopped, or died (killed, crashed) with no word
-            // to BIRD. Withdraw on its behalf (after a clean stop BIRD answers "already
-            // disabled"): a dead server would otherwise stay announced.
-            _ => {
-                match bird.disable() {
-                    Ok(said) => tracing::info!("BIRD link: the daemon is gone; BIRD says \"{said}\""),
-                    Err(e) => tracing::warn!("BIRD link: the daemon is gone, and withdrawing failed: {e}"),
-                }
-                return Ok(());
-            }
+            _ => return gone(&mut bird),
         };
         // SAFETY: recv initialised the first n bytes.
         let request: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
@@ -148,7 +149,7 @@ fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter:
         let mut reply = vec![seq];
         reply.extend(encode_answer(&answer));
         if sock.send(&reply).is_err() {
-            return Ok(());
+            return gone(&mut bird);
         }
     }
 }

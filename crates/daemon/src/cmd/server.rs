@@ -148,9 +148,10 @@ fn serve(
         if let Some(t) = &tun {
             fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
         }
-        // The echo link's answers (refused, not sent), counted when they come.
+        // The echo link's answers (refused, not sent), counted when they come; not
+        // polled once the link is gone (its closed end would wake every poll).
         let answers_at = fds.len();
-        if let Some(fd) = &link_answers {
+        if let Some(fd) = link_answers.as_ref().filter(|_| !daemon.out.echo_link.as_ref().is_some_and(|l| l.gone)) {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
         let wake = if tun.is_some() { TIMER } else { std::time::Duration::from_millis(500) };

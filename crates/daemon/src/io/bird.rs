@@ -99,7 +99,7 @@ impl BirdControl {
         let said = self.answer().map_err(context)?;
         // "enable x" on a name BIRD does not know is a syntax error (code 9001), and so
         // fails above; an answer that names no protocol at all is not what we asked.
-        if !said.contains(protocol) {
+        if !said.contains(&format!("{protocol}:")) {
             return Err(context(format!("unexpected answer {said:?}")));
         }
         Ok(said)

@@ -236,6 +236,8 @@ pub struct AddressWatch {
     listing: Option<(u32, Vec<Ipv6Addr>, bool)>,
     /// The last listing's sequence number.
     seq: u32,
+    /// Notifications that came while a listing did: handed over after it, in order.
+    deferred: Vec<AddressChange>,
 }
 
 /// One change of a global IPv6 address.
@@ -259,7 +261,7 @@ impl AddressWatch {
             .bind(&SocketAddr::new(0, IPV6_ADDRESS_CHANGES))
             .map_err(|e| format!("cannot subscribe to IPv6 address changes: {e}"))?;
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(AddressWatch { socket, buf: Vec::with_capacity(16384), listing: None, seq: 0 })
+        Ok(AddressWatch { socket, buf: Vec::with_capacity(16384), listing: None, seq: 0, deferred: Vec::new() })
     }
 
     /// The changes of global-scope addresses since the last call, in order. Only the
@@ -276,20 +278,27 @@ impl AddressWatch {
                         continue;
                     }
                     let seq = self.listing.as_ref().map(|(seq, ..)| *seq);
-                    let mut listed = Vec::new();
-                    let end = parse_datagram(&self.buf, seq, &mut out, &mut listed);
-                    if let Some((_, so_far, _)) = &mut self.listing {
+                    let (mut listed, mut interrupted) = (Vec::new(), false);
+                    // While a listing comes, what happens meanwhile waits for it.
+                    let to = if self.listing.is_some() { &mut self.deferred } else { &mut out };
+                    let end = parse_datagram(&self.buf, seq, to, &mut listed, &mut interrupted);
+                    if let Some((_, so_far, spoiled)) = &mut self.listing {
                         so_far.extend(listed);
+                        *spoiled |= interrupted;
                     }
                     match (end, self.listing.take()) {
                         (Some(true), Some((_, all, false))) => {
                             out.push(AddressChange::Relisted);
                             out.extend(all.into_iter().map(AddressChange::Added));
+                            out.append(&mut self.deferred);
                         }
-                        // Spoiled by a loss while it came: once more.
+                        // Spoiled by a loss while it came, or the kernel's "interrupted
+                        // by changes": once more.
                         (Some(true), Some((.., true))) => self.ask_listing(),
-                        // Refused: the next loss asks again.
-                        (Some(false), Some(_)) => {}
+                        (Some(false), Some(_)) => {
+                            tracing::warn!("the kernel refused to list the addresses: the next loss asks again");
+                            out.append(&mut self.deferred);
+                        }
                         (_, listing) => self.listing = listing,
                     }
                 }
@@ -333,11 +342,12 @@ impl AddressWatch {
 /// The global-scope IPv6 address changes in one netlink datagram (it may hold several
 /// messages); anything else, or anything that does not parse, is skipped.
 pub fn parse_address_changes(datagram: &[u8], out: &mut Vec<AddressChange>) {
-    parse_datagram(datagram, None, out, &mut Vec::new());
+    parse_datagram(datagram, None, out, &mut Vec::new(), &mut false);
 }
 
 /// One datagram: notifications go to `out` as changes; the answers to our listing
-/// `listing` (its sequence number) put their addresses in `listed`. Whether the
+/// `listing` (its sequence number) put their addresses in `listed`, and `interrupted`
+/// is set if the kernel marks one as cut by changes (NLM_F_DUMP_INTR). Whether the
 /// listing ended in it: `Some(true)` at its end (NLMSG_DONE), `Some(false)` refused
 /// (NLMSG_ERROR).
 fn parse_datagram(
@@ -345,6 +355,7 @@ fn parse_datagram(
     listing: Option<u32>,
     out: &mut Vec<AddressChange>,
     listed: &mut Vec<Ipv6Addr>,
+    interrupted: &mut bool,
 ) -> Option<bool> {
     use rtnetlink::packet_core::{NetlinkMessage, NetlinkPayload};
     use rtnetlink::packet_route::RouteNetlinkMessage;
@@ -356,6 +367,9 @@ fn parse_datagram(
         }
         if let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..len]) {
             let ours = listing.is_some_and(|seq| seq == m.header.sequence_number);
+            if ours && m.header.flags & rtnetlink::packet_core::NLM_F_DUMP_INTR != 0 {
+                *interrupted = true;
+            }
             let change = match m.payload {
                 NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewAddress(a)) => Some((a, true)),
                 NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelAddress(a)) => Some((a, false)),
