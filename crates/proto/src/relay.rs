@@ -103,6 +103,7 @@ pub struct RelayConfig {
     /// embedded-mapping rule: relays sharing an anycast address take over each other's
     /// clients that way). Anyone able to forge a UDP source can use it, so its rate is
     /// bounded: with idle peers forgotten, forged entries stay a small part of the table.
+    /// One public address gets a twentieth of it (a tenth in a burst).
     pub client_first_per_s: u32,
 }
 
@@ -234,8 +235,9 @@ pub struct SharedRelay {
     large: AtomicBool,
     icmp: Mutex<RateLimit>,
     /// Peers entered by their own first packet, a second (see
-    /// [`RelayConfig::client_first_per_s`]).
-    client_first: Mutex<RateLimit>,
+    /// [`RelayConfig::client_first_per_s`]), and per public address, so that one
+    /// address cannot spend everyone's.
+    client_first: Mutex<(RateLimit, AddressRate)>,
     /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
     /// lock, never the other way round.
     bubble_rate: Mutex<AddressRate>,
@@ -296,7 +298,15 @@ impl SharedRelay {
                 .collect(),
             large: AtomicBool::new(false),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
-            client_first: Mutex::new(RateLimit::new(cfg.client_first_per_s)),
+            client_first: Mutex::new((
+                RateLimit::new(cfg.client_first_per_s),
+                AddressRate::new(
+                    BUBBLE_RATE_BUCKETS,
+                    (cfg.client_first_per_s / 20).max(1),
+                    (cfg.client_first_per_s / 10).max(1),
+                    (k0.rotate_left(53), k1.rotate_left(11)),
+                ),
+            )),
             bubble_rate: Mutex::new(AddressRate::new(
                 BUBBLE_RATE_BUCKETS,
                 cfg.bubbles_per_target.0,
@@ -715,8 +725,12 @@ impl SharedRelay {
         if let Err(r) = self.may_leave(&dst) {
             return w.dropped(r);
         }
-        if !self.client_first.lock().unwrap_or_else(PoisonError::into_inner).allow(now) {
-            return w.dropped(DropReason::RateLimited);
+        {
+            let mut limits = self.client_first.lock().unwrap_or_else(PoisonError::into_inner);
+            let (all, per_address) = &mut *limits;
+            if !per_address.allow(*from.ip(), now) || !all.allow(now) {
+                return w.dropped(DropReason::RateLimited);
+            }
         }
         if !embedded {
             while shard.pending.len() >= shard.pending_capacity {

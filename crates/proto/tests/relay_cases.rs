@@ -245,7 +245,7 @@ fn clients_entered_by_their_own_packets_come_at_a_bounded_rate() {
     let mut r = Relay::new(RelayConfig { client_first_per_s: 10, hash_keys: (7, 9), ..RelayConfig::default() });
     let mut w = Recorder::default();
     let client = |k: u16| {
-        let mapped = SocketAddrV4::new("198.51.100.7".parse().unwrap(), 10_000 + k);
+        let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(198, 51, 100, 7 + k as u8), 10_000 + k);
         let (p, m) = (!(10_000 + k), mapped.ip().octets().map(|o| !o));
         let addr = format!(
             "2001:0:4136:e378:0:{p:x}:{:x}:{:x}",
@@ -264,6 +264,29 @@ fn clients_entered_by_their_own_packets_come_at_a_bounded_rate() {
     assert_eq!(r.peer_count(), 10);
     let (addr, mapped) = client(100);
     assert_eq!(r.on_udp(secs(6), mapped, &udp_packet(&addr, NATIVE), &mut w), Ok(Action::Forwarded), "a second later");
+    // One public address spends a tenth of the budget in a burst, not all of it.
+    let mut r = Relay::new(RelayConfig { client_first_per_s: 100, hash_keys: (7, 9), ..RelayConfig::default() });
+    let one = |k: u16| {
+        let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(198, 51, 100, 7), 10_000 + k);
+        let (p, m) = (!(10_000 + k), mapped.ip().octets().map(|o| !o));
+        let addr = format!(
+            "2001:0:4136:e378:0:{p:x}:{:x}:{:x}",
+            u16::from_be_bytes([m[0], m[1]]),
+            u16::from_be_bytes([m[2], m[3]])
+        );
+        (addr, mapped)
+    };
+    let entered = (0..50).filter(|&k| {
+        let (addr, mapped) = one(k);
+        r.on_udp(secs(5), mapped, &udp_packet(&addr, NATIVE), &mut w) == Ok(Action::Forwarded)
+    });
+    assert_eq!(entered.count(), 10);
+    let (addr, mapped) = client(200);
+    assert_eq!(
+        r.on_udp(secs(5), mapped, &udp_packet(&addr, NATIVE), &mut w),
+        Ok(Action::Forwarded),
+        "others still enter"
+    );
 }
 
 #[test]
