@@ -305,10 +305,10 @@ pub fn cases(me: &Path) -> Vec<Case> {
         ((s.clone(), s.clone()), m.clone()),
     ] {
         let name = format!(
-            "relay A ({}) killed, relay B ({}), {native} ({client}); native → client within 1 s",
+            "relay A ({}) killed, relay B ({}), {native} ({client}); native → client within 250 ms",
             relays.0, relays.1
         );
-        case(name, relays, client, End::Killed, Caller::Native, Bar::NativeWithin(second));
+        case(name, relays, client, End::Killed, Caller::Native, Bar::NativeWithin(quarter));
     }
     let both = (ship.clone(), ship.clone());
     // The client pings: nothing comes back through B until the client's own traffic
@@ -328,12 +328,12 @@ pub fn cases(me: &Path) -> Vec<Case> {
     }
     // The relay host is cut off: BFD (three missed 50-ms hellos) ends the BGP session.
     case(
-        format!("relay host A cut off (BFD), {native}; native → client within 1 s"),
+        format!("relay host A cut off (BFD), {native}; native → client within 250 ms"),
         both.clone(),
         ship.clone(),
         End::CutOff,
         Caller::Native,
-        Bar::NativeWithin(second),
+        Bar::NativeWithin(quarter),
     );
     // A clean stop: the relay withdraws first and forwards while routing moves.
     case(
