@@ -60,10 +60,24 @@ impl Row {
     }
 }
 
-/// Run the soak against the relay `me` and write `out`/report.md; fails (after the
-/// report is written) when the relay stopped or a target was missed.
-pub(crate) fn soak(me: &Impl, plan: &SoakPlan, out: &Path, say: &mut dyn FnMut(&str)) -> Result<(), Failure> {
-    let started = Instant::now();
+/// A lab of one shipworm relay carrying emulated clients' traffic to the native host:
+/// the traffic generator pinned on its core, the relay on its own, sockets sized alike,
+/// the clients introduced to the native host, and a sink counting what arrives.
+pub(crate) struct RelayLab {
+    pub(crate) lab: Lab,
+    pub(crate) emu: Emulated,
+    pub(crate) sink: Sink,
+    /// The relay's endpoint.
+    pub(crate) relay: SocketAddrV4,
+    /// The relay host's and the generator's namespaces.
+    pub(crate) rly: String,
+    pub(crate) gen: String,
+    /// The native host's socket the introductions came from (kept open).
+    pub(crate) _native: socket2::Socket,
+}
+
+/// Build a [`RelayLab`] for `me`; `what` names the run in the line said.
+pub(crate) fn relay_lab(me: &Impl, what: &str, say: &mut dyn FnMut(&str)) -> Result<RelayLab, Failure> {
     if cpus::available() {
         cpus::pin_traffic().map_err(Failure::runtime)?;
     }
@@ -73,12 +87,20 @@ pub(crate) fn soak(me: &Impl, plan: &SoakPlan, out: &Path, say: &mut dyn FnMut(&
     let (gen, h6, rly) = (lab.ns("gen"), lab.ns("h6"), lab.ns("rly"));
     equalize(&rly, Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
     let threads = cpus::pin_host(&rly).map_err(Failure::runtime)?;
-    say(&format!("soak: relay's {threads} threads on CPU {RELAY_CPU}, traffic on CPU {TRAFFIC_CPU}"));
+    say(&format!("{what}: relay's {threads} threads on CPU {RELAY_CPU}, traffic on CPU {TRAFFIC_CPU}"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
     let _native = introduce(&h6, &emu, relay)?;
     let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
     let sink = Sink::start(vec![rx6]);
+    Ok(RelayLab { lab, emu, sink, relay, rly, gen, _native })
+}
+
+/// Run the soak against the relay `me` and write `out`/report.md; fails (after the
+/// report is written) when the relay stopped or a target was missed.
+pub(crate) fn soak(me: &Impl, plan: &SoakPlan, out: &Path, say: &mut dyn FnMut(&str)) -> Result<(), Failure> {
+    let started = Instant::now();
+    let RelayLab { mut lab, emu, sink, relay, rly, gen, _native } = relay_lab(me, "soak", say)?;
     let mut load = decap_load(emu.addrs.clone(), plan.size, relay);
 
     let (trial, _) = trial_sizes(plan.quick);

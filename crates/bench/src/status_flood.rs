@@ -8,17 +8,15 @@
 //! of some 4 %, the CPU time shows what the flood costs below that. The report gives
 //! each figure, the ratios per round and their spread. A figure, not an assertion.
 
-use crate::buffers::equalize;
-use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
+use crate::cpus;
 use crate::error::Failure;
-use crate::measure::{decap_load, introduce, lab_err, machine, trial_sizes, CLIENTS, RELAY_PORT, SHIPWORM_EXTRA};
+use crate::measure::{decap_load, lab_err, machine, trial_sizes, CLIENTS};
+use crate::soak::{relay_lab, RelayLab};
 use crate::stats::{median, range};
-use crate::traffic::{max_rate, paced, settled, socket_in, v6, Emulated, Sink};
-use shipworm::io::socket_buffers::DAEMON_BYTES;
-use shipworm_lab::{Impl, Lab, LabSpec, GEN_V4, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
+use crate::traffic::{max_rate, paced, settled};
+use shipworm_lab::{Impl, SINK_NATIVE_V6};
 use std::fmt::Write as _;
 use std::io::Read;
-use std::net::{Ipv6Addr, SocketAddrV4};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,21 +52,8 @@ pub(crate) fn status_flood(
     out: &Path,
     say: &mut dyn FnMut(&str),
 ) -> Result<(), Failure> {
-    if cpus::available() {
-        cpus::pin_traffic().map_err(Failure::runtime)?;
-    }
-    let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
-    lab.start_server(me).map_err(lab_err)?;
-    lab.start_relay_with(me, SHIPWORM_EXTRA).map_err(lab_err)?;
-    let (gen, h6, rly) = (lab.ns("gen"), lab.ns("h6"), lab.ns("rly"));
-    equalize(&rly, Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
-    let threads = cpus::pin_host(&rly).map_err(Failure::runtime)?;
-    say(&format!("status flood: relay's {threads} threads on CPU {RELAY_CPU}, traffic and flood on CPU {TRAFFIC_CPU}"));
-    let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
-    let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
-    let _native = introduce(&h6, &emu, relay)?;
-    let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
-    let sink = Sink::start(vec![rx6]);
+    let RelayLab { mut lab, emu, sink, relay, rly, _native, .. } =
+        relay_lab(me, "status flood (the flood on the traffic's CPU)", say)?;
     let mut load = decap_load(emu.addrs.clone(), SIZE, relay);
     let status = lab.daemon_socket("relay");
     let (trial, _) = trial_sizes(quick);

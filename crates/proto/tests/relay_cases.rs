@@ -238,6 +238,12 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
     assert!(w.delivered.is_empty());
 }
 
+/// The Teredo address of a client of B's server, cone bit clear, mapped at `mapped`.
+fn served_by_b_server(mapped: SocketAddrV4) -> String {
+    let (p, m) = (!mapped.port(), mapped.ip().octets().map(|o| !o));
+    format!("2001:0:4136:e378:0:{p:x}:{:x}:{:x}", u16::from_be_bytes([m[0], m[1]]), u16::from_be_bytes([m[2], m[3]]))
+}
+
 /// Entries a client's own packet makes come at a bounded rate: a forger of UDP sources
 /// cannot fill the table that way.
 #[test]
@@ -246,13 +252,7 @@ fn clients_entered_by_their_own_packets_come_at_a_bounded_rate() {
     let mut w = Recorder::default();
     let client = |k: u16| {
         let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(198, 51, 100, 7 + k as u8), 10_000 + k);
-        let (p, m) = (!(10_000 + k), mapped.ip().octets().map(|o| !o));
-        let addr = format!(
-            "2001:0:4136:e378:0:{p:x}:{:x}:{:x}",
-            u16::from_be_bytes([m[0], m[1]]),
-            u16::from_be_bytes([m[2], m[3]])
-        );
-        (addr, mapped)
+        (served_by_b_server(mapped), mapped)
     };
     let mut verdicts = Vec::new();
     for k in 0..30 {
@@ -268,13 +268,7 @@ fn clients_entered_by_their_own_packets_come_at_a_bounded_rate() {
     let mut r = Relay::new(RelayConfig { client_first_per_s: 100, hash_keys: (7, 9), ..RelayConfig::default() });
     let one = |k: u16| {
         let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(198, 51, 100, 7), 10_000 + k);
-        let (p, m) = (!(10_000 + k), mapped.ip().octets().map(|o| !o));
-        let addr = format!(
-            "2001:0:4136:e378:0:{p:x}:{:x}:{:x}",
-            u16::from_be_bytes([m[0], m[1]]),
-            u16::from_be_bytes([m[2], m[3]])
-        );
-        (addr, mapped)
+        (served_by_b_server(mapped), mapped)
     };
     let entered = (0..50).filter(|&k| {
         let (addr, mapped) = one(k);
