@@ -28,7 +28,7 @@ use crate::icmp_error::{self, RateLimit};
 use crate::outcome::{Action, Outcome};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
 use crate::routing_loop;
-pub use crate::transmit::{Source, Transmit};
+pub use crate::transmit::{KernelPeers, Source, Transmit};
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
@@ -105,6 +105,10 @@ pub struct RelayConfig {
     /// bounded: with idle peers forgotten, forged entries stay a small part of the table.
     /// One public address gets a twentieth of it (a tenth in a burst).
     pub client_first_per_s: u32,
+    /// The daemon moves trusted peers' packets in the kernel (`DataPath`): the relay
+    /// keeps the kernel's peer list ([`Transmit::kernel`]) to what it trusts. A
+    /// host-specific relay never does (the kernel cannot tell its served addresses).
+    pub kernel_path: bool,
 }
 
 impl Default for RelayConfig {
@@ -125,6 +129,7 @@ impl Default for RelayConfig {
             own_ipv4: Vec::new(),
             hash_keys: (0, 0),
             client_first_per_s: 1000,
+            kernel_path: false,
         }
     }
 }
@@ -258,6 +263,21 @@ pub const MIN_SHARD_PEERS: usize = 256;
 /// Smallest share of the waiting-peer cap a shard gets.
 pub const MIN_SHARD_PENDING: usize = 32;
 
+/// The relay keeps a kernel data path's peer list.
+fn mirrors(cfg: &RelayConfig) -> bool {
+    cfg.kernel_path && cfg.served == Served::AnyGlobal
+}
+
+/// The trusted entries `peers` removed leave the kernel's list too.
+fn kernel_forget_removed(peers: &mut PeerTable, tx: &mut impl Transmit) {
+    let removed = peers.take_removed_trusted();
+    if let Some(k) = tx.kernel().filter(|_| !removed.is_empty()) {
+        for a in &removed {
+            k.forget(a);
+        }
+    }
+}
+
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A worker that panicked mid-update leaves a consistent table (every step is a
     // whole field write); go on rather than take the relay down.
@@ -274,11 +294,13 @@ impl SharedRelay {
         let (k0, k1) = cfg.hash_keys;
         let keys = KeyedHash::new(k0, k1);
         let part = |total: usize, i: usize| total / n + usize::from(i < total % n);
+        let mirrored = mirrors(&cfg);
         let shards: Box<[Mutex<Shard>]> = (0..n)
             .map(|i| {
+                let peers = PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys)
+                    .with_address_cap(cfg.per_address.div_ceil(n).max(1));
                 Mutex::new(Shard {
-                    peers: PeerTable::new(part(cfg.capacity.max(1), i), cfg.idle, keys)
-                        .with_address_cap(cfg.per_address.div_ceil(n).max(1)),
+                    peers: if mirrored { peers.mirrored() } else { peers },
                     pending: VecDeque::new(),
                     pending_capacity: part(cfg.pending_capacity.max(1), i),
                     held: VecDeque::new(),
@@ -417,14 +439,8 @@ impl SharedRelay {
             self.icmp_error(w, now, &ip, unreachable::NO_ROUTE, tx);
             return w.dropped(DropReason::NotOurClient);
         };
-        if !is_global_unicast(*t.mapped.ip())
-            || !is_global_unicast(t.server)
-            || self.cfg.own_ipv4.contains(t.mapped.ip())
-        {
-            return w.dropped(DropReason::DestinationMappingNotGlobal);
-        }
-        if [*t.mapped.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
-            return w.dropped(DropReason::AttachedSubnet);
+        if let Err(r) = self.tunnel_destination(&t) {
+            return w.dropped(r);
         }
         // Into the tunnel: never from one of our own 6to4 or ISATAP addresses.
         if routing_loop::embeds_own_ipv4(&ip.src_addr(), &self.cfg.own_ipv4) {
@@ -432,14 +448,59 @@ impl SharedRelay {
         }
         let key = self.keys.key(&dst);
         let mut shard = lock(self.shard(&key));
-        if let Some(to) = shard.peers.send_to(&key, now) {
+        let mut to = shard.peers.send_to(&key, now);
+        if to.is_none() && mirrors(&self.cfg) {
+            // The kernel carries this peer's packets: it may have heard from it since
+            // we did (this one came up for another reason: a train, a loop check).
+            if let Some(heard) = tx.kernel().and_then(|k| k.heard(&dst)) {
+                if let Some(mut p) = shard.peers.get_mut_keyed(&key).filter(|p| p.trusted && heard > p.last_rx) {
+                    p.last_rx = heard;
+                }
+                to = shard.peers.send_to(&key, now);
+            }
+        }
+        if let Some(to) = to {
             drop(shard);
             tx.send(Source::Service, to, ip.packet(), None);
             w.stats.to_teredo += 1;
             w.stats.to_teredo_bytes += ip.packet().len() as u64;
             return Ok(Action::Forwarded);
         }
-        self.queue_and_bubble(&mut shard, w, now, &ip, (&key, t.mapped), tx)
+        let outcome = self.queue_and_bubble(&mut shard, w, now, &ip, (&key, t.mapped), tx);
+        kernel_forget_removed(&mut shard.peers, tx);
+        outcome
+    }
+
+    /// What a Teredo destination's address must satisfy for anything to be sent to it:
+    /// a global mapping and server that are not ours nor a subnet's broadcast.
+    fn tunnel_destination(&self, t: &TeredoAddr) -> Result<(), DropReason> {
+        if !is_global_unicast(*t.mapped.ip())
+            || !is_global_unicast(t.server)
+            || self.cfg.own_ipv4.contains(t.mapped.ip())
+        {
+            return Err(DropReason::DestinationMappingNotGlobal);
+        }
+        if [*t.mapped.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
+            return Err(DropReason::AttachedSubnet);
+        }
+        Ok(())
+    }
+
+    /// `client` is trusted at `mapped`, heard from now: into the kernel's list too,
+    /// if the relay keeps one and anything may be sent to the client at all.
+    fn kernel_trust(&self, tx: &mut impl Transmit, client: &Ipv6Addr, mapped: SocketAddrV4, now: Duration) {
+        if !mirrors(&self.cfg) {
+            return;
+        }
+        let carried = TeredoAddr::decode_with_prefix(client, self.cfg.prefix)
+            .is_some_and(|t| self.tunnel_destination(&t).is_ok());
+        if let Some(k) = tx.kernel() {
+            if carried {
+                k.trust(client, mapped, now);
+            } else {
+                k.forget(client);
+            }
+        }
     }
 
     fn queue_and_bubble(
@@ -631,6 +692,8 @@ impl SharedRelay {
             // The queue's bytes leave with the drain: sent after the lock is released.
             let queue = p.take_queue();
             drop(p);
+            // Under the shard's lock, so that no removal of the entry can overtake it.
+            self.kernel_trust(tx, &src, from, now);
             // What the client sent from the port it proved goes now; the rest is dropped.
             let held = if was_waiting && held { take_held(&mut shard.held, w, &src, from) } else { Vec::new() };
             (queue, held)
@@ -751,7 +814,9 @@ impl SharedRelay {
             Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
         }
         self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
+        kernel_forget_removed(&mut shard.peers, tx);
         if embedded {
+            self.kernel_trust(tx, &src, from, now);
             tx.deliver(ip.packet());
             w.stats.to_ipv6 += 1;
             w.stats.to_ipv6_bytes += ip.packet().len() as u64;
@@ -813,7 +878,8 @@ impl SharedRelay {
                 shard.held.pop_front();
                 w.stats.drops.count(DropReason::QueueFull);
             }
-            shard.peers.sweep(now, sweep);
+            shard.peers.sweep(now, sweep, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+            kernel_forget_removed(&mut shard.peers, tx);
         }
         self.large.store(peers >= FETCH_AHEAD_FROM, Ordering::Relaxed);
     }
@@ -829,6 +895,7 @@ impl SharedRelay {
         let Some(mut gone) = peers.remove(&dst) else {
             return;
         };
+        kernel_forget_removed(peers, tx);
         w.stats.unreachable_peers += 1;
         let mut q = gone.queue.drain();
         while let Some(packet) = q.next_packet() {

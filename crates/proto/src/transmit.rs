@@ -9,8 +9,10 @@
 //! and closes sockets ([`Ports`]); a role that has none does not implement it, so no
 //! call of one role's can silently do nothing in another's.
 
-use std::net::SocketAddrV4;
+use std::collections::BTreeMap;
+use std::net::{Ipv6Addr, SocketAddrV4};
 use std::num::NonZeroU16;
+use std::time::Duration;
 
 /// Which of the node's UDP sockets a datagram leaves from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,6 +46,46 @@ pub trait Transmit {
     /// Write an IPv6 packet to the IPv6 side: the host stack (client), the native
     /// network (relay, and the server's connectivity-test echoes).
     fn deliver(&mut self, packet: &[u8]);
+
+    /// The kernel data path's peer list, where the daemon has one (`DataPath`): the
+    /// relay keeps it to what it trusts. `None` (the default): every packet passes
+    /// through the state machine.
+    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
+        None
+    }
+}
+
+/// The peers whose packets the kernel moves without the state machine: each trusted at
+/// its mapping, with the time it was last heard from. The relay is its only writer;
+/// the kernel only writes last-heard times, which the relay reads back before it
+/// judges a peer silent.
+pub trait KernelPeers {
+    /// `peer` is trusted at `mapped`, heard from at `heard` (entered or updated). A full
+    /// list refuses it quietly: the peer's packets then pass through the state machine.
+    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration);
+    /// `peer` is trusted no more.
+    fn forget(&mut self, peer: &Ipv6Addr);
+    /// When the kernel last heard from `peer` (`None`: not in the list).
+    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration>;
+}
+
+/// A [`KernelPeers`] in memory, for tests: what a kernel's list would hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelModel {
+    /// Each peer's mapping and last-heard time.
+    pub peers: BTreeMap<Ipv6Addr, (SocketAddrV4, Duration)>,
+}
+
+impl KernelPeers for KernelModel {
+    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
+        self.peers.insert(*peer, (mapped, heard));
+    }
+    fn forget(&mut self, peer: &Ipv6Addr) {
+        self.peers.remove(peer);
+    }
+    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
+        self.peers.get(peer).map(|&(_, t)| t)
+    }
 }
 
 /// The client's random ports (RFC 6081 §5.4): a UDP socket of its own for one peer.
@@ -95,6 +137,8 @@ pub struct Recorder {
     pub last_port: u16,
     /// At most this many ports open at once (`None`: no cap).
     pub port_cap: Option<usize>,
+    /// A kernel data path's peer list, if the test gives the node one.
+    pub kernel: Option<KernelModel>,
 }
 
 impl Transmit for Recorder {
@@ -104,6 +148,10 @@ impl Transmit for Recorder {
 
     fn deliver(&mut self, packet: &[u8]) {
         self.delivered.push(packet.to_vec());
+    }
+
+    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
+        self.kernel.as_mut().map(|k| k as &mut dyn KernelPeers)
     }
 }
 

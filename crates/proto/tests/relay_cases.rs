@@ -952,3 +952,54 @@ fn an_answer_echoing_the_relays_nonce_wins_over_one_without_it() {
     wrong.extend_from_slice(&[1, 4, 0, 0, 0, 1]);
     assert_eq!(r.on_udp(secs(4), sa("198.51.100.8:5000"), &wrong, &mut w), Err(DropReason::SourceMismatch));
 }
+
+/// A relay with a kernel data path keeps the kernel's peer list to what it trusts: B
+/// enters once it answered from its mapping, stays while the kernel hears from it (the
+/// relay hears nothing then), and leaves once silent everywhere. A host-specific relay
+/// never fills it.
+#[test]
+fn the_kernels_peer_list_follows_what_the_relay_trusts() {
+    use shipworm_proto::transmit::KernelModel;
+    let mut r = Relay::new(RelayConfig { kernel_path: true, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    let kernel = |w: &Recorder| w.kernel.as_ref().unwrap().peers.clone();
+    assert_eq!(r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
+    assert!(kernel(&w).is_empty(), "not trusted before B answers");
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(kernel(&w).into_iter().collect::<Vec<_>>(), vec![(a(B), (sa(B_MAPPED), secs(101)))]);
+    // The kernel carries B's packets for twenty minutes: the relay hears nothing.
+    for t in (130..1300).step_by(30) {
+        w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(t);
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(r.peer_count(), 1, "heard by the kernel: not idle");
+    // A packet that came up anyway (a train the kernel leaves to userland) goes
+    // straight to the mapping: the kernel's last-heard time counts.
+    w.sent.clear();
+    w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(1295);
+    assert_eq!(r.on_tun(secs(1300), &udp_packet(NATIVE, B), &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), udp_packet(NATIVE, B))]);
+    // Silent everywhere: swept, and gone from the kernel's list.
+    for t in (1300..1700).step_by(30) {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(r.peer_count(), 0);
+    assert!(kernel(&w).is_empty(), "{:?}", kernel(&w));
+    // A client whose first packet comes from the mapping it embeds enters both at once.
+    let c = "2001:0:4136:e378:8000:63bf:3fff:fdd2"; // 192.0.2.45:40000
+    let from = sa("192.0.2.45:40000");
+    let got = r.on_udp(secs(1700), from, &udp_packet(c, NATIVE), &mut w);
+    assert_eq!(got, Ok(Action::Forwarded), "{:?}", r.stats());
+    assert_eq!(kernel(&w).get(&a(c)), Some(&(from, secs(1700))));
+
+    let host = Relay::new(RelayConfig {
+        kernel_path: true,
+        served: Served::Only(vec![a(NATIVE)]),
+        hash_keys: (7, 9),
+        ..RelayConfig::default()
+    });
+    let mut hw = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    let mut host = host;
+    establish(&mut host, &mut hw, secs(100));
+    assert!(hw.kernel.unwrap().peers.is_empty(), "a host-specific relay keeps no kernel list");
+}

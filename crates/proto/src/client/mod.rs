@@ -493,7 +493,7 @@ impl<R: Random> Client<R> {
     pub fn on_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.on_qualifier_timer(now, tx);
         self.retry_waiting(now, tx);
-        self.peers.sweep(now, 256);
+        self.peers.sweep(now, 256, &mut |_| None);
         self.tend_random_ports(now, tx);
         // A test ends within PEER_TRIES retries; anything older lost its peer entry.
         let stale = self.first_contacts.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));

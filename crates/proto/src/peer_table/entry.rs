@@ -169,6 +169,14 @@ impl Slot {
         Duration::from_nanos(self.last_rx)
     }
 
+    pub(super) fn trusted(&self) -> bool {
+        self.flags & TRUSTED != 0
+    }
+
+    pub(super) fn set_last_rx(&mut self, t: Duration) {
+        self.last_rx = nanos(t);
+    }
+
     pub(super) fn queued(&self) -> bool {
         self.flags & QUEUED != 0
     }

@@ -88,6 +88,9 @@ pub struct PeerTable {
     /// are all Teredo addresses: one endpoint cannot fill it with addresses that
     /// differ only in their server field or random bits).
     per_address: Option<AddressCounts>,
+    /// Trusted entries removed since the owner last took the list (kept only for an
+    /// owner that mirrors its trusted peers into a kernel data path).
+    removed_trusted: Option<Vec<Ipv6Addr>>,
 }
 
 /// How many slots an insertion into a full table may look at for one to replace.
@@ -214,7 +217,21 @@ impl PeerTable {
             hand: 0,
             idle,
             per_address: None,
+            removed_trusted: None,
         }
+    }
+
+    /// The same table, listing the trusted entries it removes (for
+    /// [`take_removed_trusted`](Self::take_removed_trusted)): its owner mirrors them.
+    pub fn mirrored(mut self) -> PeerTable {
+        self.removed_trusted = Some(Vec::new());
+        self
+    }
+
+    /// The trusted entries removed since the last call (always empty for a table that
+    /// is not [`mirrored`](Self::mirrored)).
+    pub fn take_removed_trusted(&mut self) -> Vec<Ipv6Addr> {
+        self.removed_trusted.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The same table, keyed by Teredo addresses, holding at most `cap` entries that
@@ -413,6 +430,9 @@ impl PeerTable {
         }
         let key = self.key(&peer.addr);
         if let Some(i) = self.find(&key) {
+            if let Some(removed) = self.removed_trusted.as_mut().filter(|_| self.slots[i].trusted() && !peer.trusted) {
+                removed.push(peer.addr);
+            }
             let (dist, mut slot) = (self.slots[i].dist, Slot::holding(&peer));
             drop(self.cold.release(&mut self.slots[i]));
             slot.dist = dist;
@@ -452,6 +472,9 @@ impl PeerTable {
         let peer = slot.decode();
         if let Some(counts) = self.per_address.as_mut() {
             counts.remove(embedded_ipv4(&peer.addr));
+        }
+        if let Some(removed) = self.removed_trusted.as_mut().filter(|_| peer.trusted) {
+            removed.push(peer.addr);
         }
         self.len -= 1;
         Removed { peer, queue }
@@ -505,7 +528,12 @@ impl PeerTable {
     /// Remove idle entries, looking at no more than `budget` entries (and eight times
     /// as many slots, empty ones being cheap to pass) from where the last sweep stopped,
     /// so a tick costs the same with ten peers or ten million.
-    pub fn sweep(&mut self, now: Duration, budget: usize) -> usize {
+    pub fn sweep(
+        &mut self,
+        now: Duration,
+        budget: usize,
+        heard: &mut dyn FnMut(&Ipv6Addr) -> Option<Duration>,
+    ) -> usize {
         let (mut removed, mut seen) = (0, 0);
         for _ in 0..budget.saturating_mul(SWEEP_SLOTS_PER_ENTRY).min(self.slots.len()) {
             if seen == budget {
@@ -518,7 +546,16 @@ impl PeerTable {
                 continue;
             }
             seen += 1;
-            if now.saturating_sub(s.last_rx()) >= self.idle && !s.queued() {
+            let idle_for = self.idle;
+            let idle = |t: Duration| now.saturating_sub(t) >= idle_for;
+            let (addr, last, queued) = (s.addr, s.last_rx(), s.queued());
+            if idle(last) && !queued && s.trusted() && self.removed_trusted.is_some() {
+                // The kernel may have heard from it since the state machine did.
+                if let Some(t) = heard(&Ipv6Addr::from(addr)).filter(|&t| !idle(t)) {
+                    self.slots[i].set_last_rx(t);
+                }
+            }
+            if idle(self.slots[i].last_rx()) && !queued {
                 // The gap closes with the entry after it, which is looked at next.
                 self.remove_at(i);
                 removed += 1;
@@ -703,9 +740,9 @@ mod tests {
         }
         t.get_mut(&addr(7)).unwrap().queue_mut().push(&[1], 10);
         let later = now + Duration::from_secs(61);
-        assert!(t.sweep(later, 100) <= 100);
+        assert!(t.sweep(later, 100, &mut |_| None) <= 100);
         let mut rounds = 1;
-        while t.sweep(later, 100) > 0 {
+        while t.sweep(later, 100, &mut |_| None) > 0 {
             rounds += 1;
         }
         assert!(rounds >= 10, "{rounds} sweeps of 100 for 1000 entries");

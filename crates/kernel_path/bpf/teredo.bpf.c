@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//
+// shipworm's kernel data path: packets of peers the relay's state machine already
+// trusts, moved without leaving the kernel. Every decision stays in userland; these
+// programs only look a peer up in the map userland fills, check that the packet is the
+// plainest kind (a whole IPv6 packet, no trailers, no bubble, a destination any relay
+// may serve), and move it. Anything else goes on, untouched, to the socket or the TUN,
+// where the daemon handles it as if these programs were not there.
+//
+// Layouts shared with crates/kernel_path/src/maps.rs: change both together.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <linux/udp.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+// RFC 4380 §5.2.4: a peer is valid while heard from within 30 s.
+#define VALIDITY_NS (30ULL * 1000 * 1000 * 1000)
+// A peer's last-heard time is written at most this often (a write per packet would
+// move the map's cache line between cores on every packet).
+#define HEARD_GRAIN_NS (100ULL * 1000 * 1000)
+#define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr))
+
+// One trusted peer, keyed by its IPv6 address.
+struct peer {
+	__be32 ip;     // its mapping: where its packets come from and go to
+	__be16 port;
+	__u16 spare;
+	__u64 heard;   // last reception, CLOCK_MONOTONIC ns (either path writes it)
+};
+
+struct config {
+	__be32 local[4]; // the IPv4 addresses the service socket receives on (0: unused)
+	__be32 source;   // the encapsulation's source (0: the route's preferred source)
+	__be16 port;     // the service port
+	__u8 ttl;
+	__u8 enabled;    // 0: every packet goes to userland
+	__u8 prefix[4];  // the relay's Teredo prefix (its first 32 bits)
+	__u8 l2;         // bytes before the IPv6 header at the Teredo interface (a TUN: 0)
+	__u8 spare[3];
+};
+
+enum counter {
+	DECAP_FORWARDED,
+	DECAP_BYTES,
+	DECAP_UNKNOWN_PEER,
+	DECAP_OTHER_MAPPING,
+	DECAP_NOT_PLAIN,
+	DECAP_DESTINATION,
+	DECAP_HOP_LIMIT,
+	ENCAP_FORWARDED,
+	ENCAP_BYTES,
+	ENCAP_UNKNOWN_PEER,
+	ENCAP_STALE,
+	ENCAP_NOT_PLAIN,
+	ENCAP_SOURCE,
+	ENCAP_NO_ROUTE,
+	ENCAP_FAILED,
+	COUNTERS,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024); // set by the loader from the relay's peer cap
+	__type(key, struct in6_addr);
+	__type(value, struct peer);
+} peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 which, __u64 n)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c)
+		*c += n;
+}
+
+// The destinations the relay's own rules let out of the tunnel without more thought:
+// global unicast, not Teredo (ours or the standard prefix), and no tunnel format whose
+// embedded IPv4 address userland must compare with its own (6to4, ISATAP). The rest
+// goes up, where the relay decides.
+static __always_inline int plain_destination(const struct in6_addr *a, const struct config *cfg)
+{
+	const __u8 *o = a->s6_addr;
+	if ((o[0] & 0xe0) != 0x20) // only 2000::/3 (no ::, ::1, fc00::/7, fe80::/10, ff00::/8)
+		return 0;
+	if (o[0] == 0x20 && o[1] == 0x01 && o[2] == 0 && o[3] == 0)
+		return 0;
+	if (o[0] == cfg->prefix[0] && o[1] == cfg->prefix[1] && o[2] == cfg->prefix[2] && o[3] == cfg->prefix[3])
+		return 0;
+	if (o[0] == 0x20 && o[1] == 0x02)
+		return 0;
+	if ((o[8] & ~0x02) == 0 && o[9] == 0 && o[10] == 0x5e && o[11] == 0xfe)
+		return 0;
+	return 1;
+}
+
+// A source the relay may carry into the tunnel unchecked: none a loop check needs.
+static __always_inline int plain_source(const struct in6_addr *a)
+{
+	const __u8 *o = a->s6_addr;
+	if (o[0] == 0x20 && o[1] == 0x02)
+		return 0;
+	if ((o[8] & ~0x02) == 0 && o[9] == 0 && o[10] == 0x5e && o[11] == 0xfe)
+		return 0;
+	return 1;
+}
+
+static __always_inline int is_local(const struct config *cfg, __be32 a)
+{
+	return a && (a == cfg->local[0] || a == cfg->local[1] || a == cfg->local[2] || a == cfg->local[3]);
+}
+
+static __always_inline void heard(struct peer *p)
+{
+	__u64 now = bpf_ktime_get_ns();
+	if (now - p->heard > HEARD_GRAIN_NS)
+		p->heard = now;
+}
+
+// From a trusted client to the native IPv6 network: the outer IPv4 and UDP headers go,
+// the Ethernet header stays (its type becomes IPv6), and the kernel forwards the IPv6
+// packet as if it had arrived so.
+SEC("xdp")
+int teredo_decap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	struct iphdr *ip4 = (void *)(eth + 1);
+	if ((void *)(ip4 + 1) > end || ip4->ihl != 5 || ip4->version != 4 || ip4->protocol != IPPROTO_UDP)
+		return XDP_PASS;
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->enabled || !is_local(cfg, ip4->daddr))
+		return XDP_PASS;
+	struct udphdr *udp = (void *)(ip4 + 1);
+	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
+		return XDP_PASS;
+
+	// A Teredo datagram for us: from here on every outcome is counted.
+	struct ipv6hdr *ip6 = (void *)(udp + 1);
+	if ((void *)(ip6 + 1) > end) {
+		count(DECAP_NOT_PLAIN, 1);
+		return XDP_PASS;
+	}
+	__u32 udp_len = bpf_ntohs(udp->len);
+	__u32 inner = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
+	// Whole and alone: no fragment, no origin indication or trailer, no bubble.
+	if ((ip4->frag_off & bpf_htons(0x3fff)) || bpf_ntohs(ip4->tot_len) != sizeof(struct iphdr) + udp_len ||
+	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + inner || ip6->payload_len == 0 ||
+	    (void *)ip6 + inner > end) {
+		count(DECAP_NOT_PLAIN, 1);
+		return XDP_PASS;
+	}
+	if (ip6->hop_limit <= 1) {
+		count(DECAP_HOP_LIMIT, 1);
+		return XDP_PASS;
+	}
+	if (!plain_destination(&ip6->daddr, cfg)) {
+		count(DECAP_DESTINATION, 1);
+		return XDP_PASS;
+	}
+	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->saddr);
+	if (!p) {
+		count(DECAP_UNKNOWN_PEER, 1);
+		return XDP_PASS;
+	}
+	if (p->ip != ip4->saddr || p->port != udp->source) {
+		count(DECAP_OTHER_MAPPING, 1);
+		return XDP_PASS;
+	}
+	heard(p);
+
+	unsigned char dst[ETH_ALEN], src[ETH_ALEN];
+	__builtin_memcpy(dst, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(src, eth->h_source, ETH_ALEN);
+	if (bpf_xdp_adjust_head(ctx, (int)OUTER_LEN)) {
+		count(DECAP_NOT_PLAIN, 1);
+		return XDP_PASS;
+	}
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP; // cannot happen: the packet only got shorter at its head
+	__builtin_memcpy(eth->h_dest, dst, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, src, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	count(DECAP_FORWARDED, 1);
+	count(DECAP_BYTES, inner);
+	return XDP_PASS;
+}
+
+static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+// From the native IPv6 network to a trusted client that was heard from within 30 s:
+// the IPv6 packet, routed to the Teredo interface, gets IPv4 and UDP headers from the
+// service socket's address and port to the client's mapping, and leaves by the IPv4
+// route with the kernel's neighbour resolution.
+SEC("classifier")
+int teredo_encap(struct __sk_buff *skb)
+{
+	if (skb->protocol != bpf_htons(ETH_P_IPV6))
+		return TC_ACT_OK;
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->enabled)
+		return TC_ACT_OK;
+	__u32 l2 = cfg->l2 ? ETH_HLEN : 0;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + l2;
+	if ((void *)(ip6 + 1) > end || ip6->version != 6)
+		return TC_ACT_OK;
+	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->daddr);
+	if (!p) {
+		count(ENCAP_UNKNOWN_PEER, 1);
+		return TC_ACT_OK;
+	}
+	if (bpf_ktime_get_ns() - p->heard >= VALIDITY_NS) {
+		count(ENCAP_STALE, 1);
+		return TC_ACT_OK;
+	}
+	__u32 len = skb->len - l2;
+	if (skb->gso_segs > 1 || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len)) {
+		count(ENCAP_NOT_PLAIN, 1);
+		return TC_ACT_OK;
+	}
+	if (!plain_source(&ip6->saddr)) {
+		count(ENCAP_SOURCE, 1);
+		return TC_ACT_OK;
+	}
+	__be32 to = p->ip;
+	__be16 to_port = p->port;
+
+	struct bpf_fib_lookup fib = {};
+	fib.family = 2; // AF_INET
+	fib.ipv4_dst = to;
+	fib.ipv4_src = cfg->source;
+	fib.tot_len = len + OUTER_LEN;
+	// Looked up as if the packet arrived on the Teredo interface (which is why the
+	// loader turns IPv4 forwarding on for that interface alone): the route out, and
+	// its preferred source when the service socket has no address of its own.
+	fib.ifindex = skb->ifindex;
+	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), flags) != BPF_FIB_LKUP_RET_SUCCESS) {
+		count(ENCAP_NO_ROUTE, 1);
+		return TC_ACT_OK;
+	}
+
+	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_OK;
+	}
+	struct {
+		struct iphdr ip;
+		struct udphdr udp;
+	} h = {};
+	h.ip.version = 4;
+	h.ip.ihl = 5;
+	h.ip.tot_len = bpf_htons(len + OUTER_LEN);
+	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
+	// the identification must vary.
+	h.ip.id = (__be16)bpf_get_prandom_u32();
+	h.ip.ttl = cfg->ttl;
+	h.ip.protocol = IPPROTO_UDP;
+	h.ip.saddr = cfg->source ? cfg->source : fib.ipv4_src;
+	h.ip.daddr = to;
+	h.ip.check = ipv4_checksum(&h.ip);
+	h.udp.source = cfg->port;
+	h.udp.dest = to_port;
+	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
+	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
+	// checksum covers what it carries end to end.
+	h.udp.check = 0;
+	if (bpf_skb_store_bytes(skb, l2, &h, sizeof(h), 0)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
+	}
+	count(ENCAP_FORWARDED, 1);
+	count(ENCAP_BYTES, len);
+	return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

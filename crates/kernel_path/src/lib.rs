@@ -1,0 +1,231 @@
+//! shipworm's kernel data path: two eBPF programs that move the packets of peers the
+//! relay's state machine already trusts, and their loader.
+//!
+//! * `teredo_decap` (XDP at the IPv4 interface): a plain IPv6 packet from a trusted
+//!   client at its recorded mapping loses its IPv4 and UDP headers and goes to IPv6
+//!   forwarding.
+//! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted client
+//!   heard from within 30 s gets them and leaves by the IPv4 route.
+//!
+//! Everything else continues to the socket or the TUN untouched. The state machine stays
+//! the only authority: userland fills the peer map ([`PeerMap`]) and the programs only
+//! read it (and write a peer's last-heard time). The programs are attached as BPF links
+//! owned by this process: when it exits, crashes included, they go.
+
+mod maps;
+mod test_run;
+
+pub use maps::{monotonic_ns, Counter, PeerMap, COUNTERS, MAP_COMMANDS};
+pub use test_run::TestRun;
+
+use aya::maps::Map;
+use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpFlags};
+use aya::{Ebpf, EbpfLoader};
+use maps::ConfigValue;
+use std::fmt;
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
+
+/// Whether this build has the programs (clang was found when it was built).
+pub fn built() -> bool {
+    !OBJECT.is_empty()
+}
+
+/// What the programs need to know of the relay.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// At most this many trusted peers (the relay's peer cap).
+    pub peers: u32,
+    /// The IPv4 addresses the service socket receives on (at most 4).
+    pub local: Vec<Ipv4Addr>,
+    /// The encapsulation's source address; `None`: the route's preferred source.
+    pub source: Option<Ipv4Addr>,
+    /// The service port.
+    pub port: u16,
+    /// The encapsulation's TTL.
+    pub ttl: u8,
+    /// The relay's Teredo prefix (the first 32 bits of its clients' addresses).
+    pub prefix: [u8; 4],
+}
+
+/// Why the kernel data path is not there.
+#[derive(Debug)]
+pub enum Error {
+    /// This build has no programs (clang was missing when it was built).
+    NotBuilt,
+    /// The kernel refused the programs or their maps.
+    Load(String),
+    /// A program could not be attached to an interface.
+    Attach { program: &'static str, interface: String, cause: String },
+    /// A map operation failed.
+    Map(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotBuilt => write!(f, "this shipworm was built without its kernel data path (clang was missing)"),
+            Error::Load(cause) => write!(f, "the kernel refused the eBPF programs: {cause}"),
+            Error::Attach { program, interface, cause } => {
+                write!(f, "cannot attach {program} to {interface}: {cause}")
+            }
+            Error::Map(e) => write!(f, "eBPF map: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// How the decapsulating program is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XdpMode {
+    /// In the driver, before any socket buffer is built.
+    Driver,
+    /// Generic XDP, on the socket buffer (drivers without XDP).
+    Generic,
+}
+
+/// The loaded programs and their maps. Dropping it detaches the programs.
+pub struct KernelPath {
+    bpf: Ebpf,
+    peers: PeerMap,
+    config: OwnedFd,
+    counters: OwnedFd,
+    cpus: usize,
+    settings: ConfigValue,
+}
+
+fn map_fd(bpf: &Ebpf, name: &str) -> Result<OwnedFd, Error> {
+    let data = match bpf.map(name) {
+        Some(Map::HashMap(d) | Map::Array(d) | Map::PerCpuArray(d)) => d,
+        _ => return Err(Error::Load(format!("the object has no map {name}"))),
+    };
+    data.fd().as_fd().try_clone_to_owned().map_err(Error::Map)
+}
+
+impl KernelPath {
+    /// Load the programs and create their maps (nothing is attached yet). Needs
+    /// CAP_BPF and CAP_NET_ADMIN (or root).
+    pub fn load(settings: &Settings) -> Result<KernelPath, Error> {
+        if !built() {
+            return Err(Error::NotBuilt);
+        }
+        let mut bpf = EbpfLoader::new()
+            .set_max_entries("peers", settings.peers.max(1))
+            .load(OBJECT)
+            .map_err(|e| Error::Load(e.to_string()))?;
+        for (name, program) in bpf.programs_mut() {
+            let loaded = match program {
+                aya::programs::Program::Xdp(p) => p.load(),
+                aya::programs::Program::SchedClassifier(p) => p.load(),
+                _ => continue,
+            };
+            loaded.map_err(|e| Error::Load(format!("{name}: {}", verifier_cause(&e))))?;
+        }
+        let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
+        let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?) };
+        let (config, counters) = (map_fd(&bpf, "config")?, map_fd(&bpf, "counters")?);
+        let mut local = [[0u8; 4]; 4];
+        for (slot, a) in local.iter_mut().zip(&settings.local) {
+            *slot = a.octets();
+        }
+        let settings = ConfigValue {
+            local,
+            source: settings.source.map_or([0; 4], |a| a.octets()),
+            port: settings.port.to_be_bytes(),
+            ttl: settings.ttl,
+            enabled: 1,
+            prefix: settings.prefix,
+            l2: 0,
+            spare: [0; 3],
+        };
+        let path = KernelPath { bpf, peers, config, counters, cpus, settings };
+        path.write_config()?;
+        Ok(path)
+    }
+
+    fn write_config(&self) -> Result<(), Error> {
+        maps::update(&self.config, &0u32.to_ne_bytes(), &self.settings).map_err(Error::Map)
+    }
+
+    /// Attach the decapsulating program to the IPv4 interface `ifindex` (named
+    /// `name` in messages): in the driver where it can, generic XDP otherwise.
+    pub fn attach_decap(&mut self, ifindex: u32, name: &str) -> Result<XdpMode, Error> {
+        let xdp: &mut Xdp = self.program("teredo_decap")?;
+        let driver = xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE);
+        if driver.is_ok() {
+            return Ok(XdpMode::Driver);
+        }
+        xdp.attach_to_if_index(ifindex, XdpFlags::SKB_MODE).map(|_| XdpMode::Generic).map_err(|e| Error::Attach {
+            program: "teredo_decap (XDP)",
+            interface: name.to_owned(),
+            cause: e.to_string(),
+        })
+    }
+
+    /// Attach the encapsulating program to the Teredo interface's egress (tcx).
+    pub fn attach_encap(&mut self, tun: &str) -> Result<(), Error> {
+        let tc: &mut SchedClassifier = self.program("teredo_encap")?;
+        tc.attach(tun, TcAttachType::Egress).map(drop).map_err(|e| Error::Attach {
+            program: "teredo_encap (tc egress)",
+            interface: tun.to_owned(),
+            cause: e.to_string(),
+        })
+    }
+
+    fn program<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, Error>
+    where
+        &'a mut T: TryFrom<&'a mut aya::programs::Program>,
+    {
+        self.bpf
+            .program_mut(name)
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| Error::Load(format!("the object has no program {name}")))
+    }
+
+    /// The peer map, for the state machines' adapter.
+    pub fn peers(&self) -> PeerMap {
+        self.peers.clone()
+    }
+
+    /// Every counter summed over the CPUs, in [`Counter::ALL`]'s order.
+    pub fn counters(&self) -> io::Result<[u64; COUNTERS]> {
+        let mut out = [0u64; COUNTERS];
+        let mut per_cpu = vec![0u64; self.cpus];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let key = (i as u32).to_ne_bytes();
+            let buf: &mut [u64] = &mut per_cpu;
+            // A per-CPU look-up writes one 8-byte value per possible CPU.
+            let found = maps::lookup_slice(&self.counters, &key, buf)?;
+            if found {
+                *slot = per_cpu.iter().sum();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run a program once on `packet` in the kernel (`BPF_PROG_TEST_RUN`), nothing
+    /// attached: for tests. `encap` runs `teredo_encap` on an Ethernet frame (the
+    /// programs are told to expect one), otherwise `teredo_decap`.
+    pub fn test_run(&mut self, encap: bool, packet: &[u8]) -> io::Result<TestRun> {
+        if self.settings.l2 != u8::from(encap) {
+            self.settings.l2 = u8::from(encap);
+            self.write_config().map_err(io::Error::other)?;
+        }
+        let name = if encap { "teredo_encap" } else { "teredo_decap" };
+        let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
+        let fd = program.fd().map_err(io::Error::other)?;
+        test_run::run(fd.as_fd(), packet)
+    }
+}
+
+fn verifier_cause(e: &aya::programs::ProgramError) -> String {
+    // The verifier's log is long; its last lines say what it refused.
+    let text = e.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(6)..].join(" / ")
+}

@@ -1,0 +1,206 @@
+//! The maps the programs share with userland, laid out as `bpf/teredo.bpf.c` declares
+//! them, and the three map operations userland performs on them after set-up (look up,
+//! update, delete): plain `bpf(2)` calls on a descriptor, safe from any thread, and the
+//! only ones the confined daemon keeps.
+
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+/// The `bpf(2)` commands a daemon with a kernel data path keeps after confinement.
+pub const MAP_COMMANDS: [u32; 3] = [BPF_MAP_LOOKUP_ELEM as u32, BPF_MAP_UPDATE_ELEM as u32, BPF_MAP_DELETE_ELEM as u32];
+
+/// `struct peer`: one trusted peer's mapping and last reception.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PeerValue {
+    pub ip: [u8; 4],
+    pub port: [u8; 2],
+    pub spare: u16,
+    pub heard: u64,
+}
+
+/// `struct config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ConfigValue {
+    pub local: [[u8; 4]; 4],
+    pub source: [u8; 4],
+    pub port: [u8; 2],
+    pub ttl: u8,
+    pub enabled: u8,
+    pub prefix: [u8; 4],
+    pub l2: u8,
+    pub spare: [u8; 3],
+}
+
+const _: () = assert!(std::mem::size_of::<PeerValue>() == 16);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 32);
+
+/// `enum counter`: what became of each Teredo packet the programs looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Counter {
+    /// Decapsulated and handed to IPv6 forwarding.
+    DecapForwarded,
+    /// Their IPv6 bytes.
+    DecapBytes,
+    /// Up to the socket: the source is no trusted peer.
+    DecapUnknownPeer,
+    /// Up: a trusted peer's address from another mapping.
+    DecapOtherMapping,
+    /// Up: not a whole plain IPv6 packet (bubble, trailer, origin indication, fragment,
+    /// malformed).
+    DecapNotPlain,
+    /// Up: a destination the relay's own rules must judge.
+    DecapDestination,
+    /// Up: hop limit ≤ 1 (userland answers).
+    DecapHopLimit,
+    /// Encapsulated and sent to the peer's mapping.
+    EncapForwarded,
+    /// Their IPv6 bytes.
+    EncapBytes,
+    /// On to the TUN: no trusted peer.
+    EncapUnknownPeer,
+    /// On: the peer was not heard from within 30 s (userland bubbles).
+    EncapStale,
+    /// On: not one plain packet (a GSO train, a length mismatch).
+    EncapNotPlain,
+    /// On: a source a routing-loop check must judge.
+    EncapSource,
+    /// On: no IPv4 route (or the path's MTU is too small).
+    EncapNoRoute,
+    /// The kernel refused the encapsulation.
+    EncapFailed,
+}
+
+/// How many counters there are.
+pub const COUNTERS: usize = 15;
+
+impl Counter {
+    /// Every counter, in the programs' order.
+    pub const ALL: [Counter; COUNTERS] = [
+        Counter::DecapForwarded,
+        Counter::DecapBytes,
+        Counter::DecapUnknownPeer,
+        Counter::DecapOtherMapping,
+        Counter::DecapNotPlain,
+        Counter::DecapDestination,
+        Counter::DecapHopLimit,
+        Counter::EncapForwarded,
+        Counter::EncapBytes,
+        Counter::EncapUnknownPeer,
+        Counter::EncapStale,
+        Counter::EncapNotPlain,
+        Counter::EncapSource,
+        Counter::EncapNoRoute,
+        Counter::EncapFailed,
+    ];
+
+    /// (direction, outcome) as metrics and status name them.
+    pub fn labels(self) -> (&'static str, &'static str) {
+        match self {
+            Counter::DecapForwarded => ("decap", "forwarded"),
+            Counter::DecapBytes => ("decap", "bytes"),
+            Counter::DecapUnknownPeer => ("decap", "unknown_peer"),
+            Counter::DecapOtherMapping => ("decap", "other_mapping"),
+            Counter::DecapNotPlain => ("decap", "not_plain"),
+            Counter::DecapDestination => ("decap", "destination"),
+            Counter::DecapHopLimit => ("decap", "hop_limit"),
+            Counter::EncapForwarded => ("encap", "forwarded"),
+            Counter::EncapBytes => ("encap", "bytes"),
+            Counter::EncapUnknownPeer => ("encap", "unknown_peer"),
+            Counter::EncapStale => ("encap", "stale"),
+            Counter::EncapNotPlain => ("encap", "not_plain"),
+            Counter::EncapSource => ("encap", "source"),
+            Counter::EncapNoRoute => ("encap", "no_route"),
+            Counter::EncapFailed => ("encap", "failed"),
+        }
+    }
+}
+
+#[repr(C)]
+struct ElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+fn map_call(cmd: libc::c_long, fd: &OwnedFd, key: *const u8, value: *const u8) -> io::Result<()> {
+    let attr = ElemAttr { map_fd: fd.as_raw_fd() as u32, _pad: 0, key: key as u64, value: value as u64, flags: 0 };
+    // SAFETY: attr points to a bpf_attr prefix of the size given; key and value point
+    // to buffers of the map's key and value sizes (the callers' types), which the
+    // kernel reads or, for a look-up, writes.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, &attr as *const ElemAttr, std::mem::size_of::<ElemAttr>()) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn lookup<V: Copy>(fd: &OwnedFd, key: &[u8], value: &mut V) -> io::Result<bool> {
+    match map_call(BPF_MAP_LOOKUP_ELEM, fd, key.as_ptr(), (value as *mut V).cast::<u8>()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) fn update<V: Copy>(fd: &OwnedFd, key: &[u8], value: &V) -> io::Result<()> {
+    map_call(BPF_MAP_UPDATE_ELEM, fd, key.as_ptr(), (value as *const V).cast::<u8>())
+}
+
+/// The peer map: what the relay's state machine trusts, for the programs. Cloned
+/// freely (one descriptor shared); every call is one system call.
+#[derive(Debug, Clone)]
+pub struct PeerMap {
+    pub(crate) fd: Arc<OwnedFd>,
+}
+
+impl PeerMap {
+    /// `peer` is trusted at `mapped` and was heard from at `heard` (CLOCK_MONOTONIC).
+    /// Fails with `E2BIG` when the map is full.
+    pub fn trust(&self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: u64) -> io::Result<()> {
+        let v = PeerValue { ip: mapped.ip().octets(), port: mapped.port().to_be_bytes(), spare: 0, heard };
+        update(&self.fd, &peer.octets(), &v)
+    }
+
+    /// `peer` is trusted no more. False if it was not in the map.
+    pub fn forget(&self, peer: &Ipv6Addr) -> io::Result<bool> {
+        match map_call(BPF_MAP_DELETE_ELEM, &self.fd, peer.octets().as_ptr(), std::ptr::null()) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `peer`'s entry: its mapping and last reception (CLOCK_MONOTONIC ns).
+    pub fn get(&self, peer: &Ipv6Addr) -> io::Result<Option<(SocketAddrV4, u64)>> {
+        let mut v = PeerValue::default();
+        Ok(lookup(&self.fd, &peer.octets(), &mut v)?
+            .then(|| (SocketAddrV4::new(Ipv4Addr::from(v.ip), u16::from_be_bytes(v.port)), v.heard)))
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the programs' clock (`bpf_ktime_get_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: ts is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
+
+pub(crate) fn lookup_slice(fd: &OwnedFd, key: &[u8], values: &mut [u64]) -> io::Result<bool> {
+    match map_call(BPF_MAP_LOOKUP_ELEM, fd, key.as_ptr(), values.as_mut_ptr().cast::<u8>()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

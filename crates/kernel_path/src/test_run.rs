@@ -1,0 +1,61 @@
+//! `BPF_PROG_TEST_RUN`: a program run once by the kernel on a buffer, returning its
+//! verdict and the packet as it left it. The tests compare that with what the wire
+//! crate builds and parses.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+#[repr(C)]
+#[derive(Default)]
+struct TestAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+}
+
+/// What one run gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's verdict (XDP_PASS = 2, TC_ACT_OK = 0, TC_ACT_REDIRECT = 7 …).
+    pub verdict: u32,
+    /// The packet after the program.
+    pub packet: Vec<u8>,
+}
+
+pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8]) -> io::Result<TestRun> {
+    let mut out = vec![0u8; packet.len() + 256];
+    let mut attr = TestAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        data_size_in: packet.len() as u32,
+        data_size_out: out.len() as u32,
+        data_in: packet.as_ptr() as u64,
+        data_out: out.as_mut_ptr() as u64,
+        repeat: 1,
+        ..TestAttr::default()
+    };
+    // SAFETY: attr is a bpf_attr prefix of the size given; data_in and data_out point
+    // to buffers of the sizes given, which the kernel reads and writes.
+    let r = unsafe {
+        libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestAttr, std::mem::size_of::<TestAttr>())
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    out.truncate(attr.data_size_out as usize);
+    Ok(TestRun { verdict: attr.retval, packet: out })
+}

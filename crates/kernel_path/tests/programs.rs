@@ -1,0 +1,327 @@
+//! The programs run by the kernel (`BPF_PROG_TEST_RUN`) on crafted and mutated
+//! packets, against the relay's state machine given the same packet: whatever the
+//! kernel moves, the state machine would have moved byte for byte the same way, and
+//! whatever else it leaves untouched for userland. Needs root (CI runs as root).
+
+use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, Settings};
+use shipworm_proto::relay::{Relay, RelayConfig};
+use shipworm_proto::transmit::{KernelModel, Recorder, Sent};
+use shipworm_proto::Action;
+use shipworm_wire::ipv4::{Ipv4Packet, Ipv4Repr};
+use shipworm_wire::ipv6::Ipv6Repr;
+use shipworm_wire::teredo_packet::emit_bubble;
+use shipworm_wire::udp::{UdpPacket, UdpRepr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::process::Command;
+use std::time::Duration;
+
+const XDP_PASS: u32 = 2;
+const TC_ACT_OK: u32 = 0;
+const TC_ACT_REDIRECT: u32 = 7;
+
+const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+/// Client C: server 65.54.227.120, mapped 192.0.2.45:40000, cone.
+const C: &str = "2001:0:4136:e378:8000:63bf:3fff:fdd2";
+const C_MAPPED: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 45), 40000);
+const NATIVE: &str = "2001:db8::5";
+
+fn a(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn settings() -> Settings {
+    Settings { peers: 1024, local: vec![RELAY_V4], source: None, port: 3544, ttl: 64, prefix: [0x20, 0x01, 0, 0] }
+}
+
+fn ipv6(src: &str, dst: &str, hop_limit: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; 40];
+    Ipv6Repr { src_addr: a(src), dst_addr: a(dst), next_header: 17, payload_len: payload.len(), hop_limit }
+        .emit(&mut v)
+        .unwrap();
+    v.extend_from_slice(payload);
+    v
+}
+
+fn udp6(src: &str, dst: &str) -> Vec<u8> {
+    ipv6(src, dst, 64, &[0x12, 0x34, 0x56, 0x78, 0, 12, 0, 0, 1, 2, 3, 4])
+}
+
+/// An Ethernet frame carrying `datagram` from `from` to the relay's service port.
+fn frame(from: SocketAddrV4, datagram: &[u8]) -> Vec<u8> {
+    let mut f = vec![0u8; 14 + 28 + datagram.len()];
+    f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+    f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    f[42..].copy_from_slice(datagram);
+    let udp = UdpRepr { src_port: from.port(), dst_port: 3544, payload_len: datagram.len() };
+    udp.emit(from.ip(), &RELAY_V4, &mut f[34..]).unwrap();
+    let ip =
+        Ipv4Repr { src_addr: *from.ip(), dst_addr: RELAY_V4, protocol: 17, payload_len: 8 + datagram.len(), ttl: 60 };
+    ip.emit(&mut f[14..]).unwrap();
+    f
+}
+
+/// A relay that trusts C at its mapping (C's own first packet), and the kernel's list
+/// as the relay filled it.
+fn relay_trusting_c() -> (Relay, Recorder) {
+    let mut r = Relay::new(RelayConfig {
+        kernel_path: true,
+        hash_keys: (3, 4),
+        own_ipv4: vec![RELAY_V4],
+        ..RelayConfig::default()
+    });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    assert_eq!(r.on_udp(Duration::from_secs(10), C_MAPPED, &udp6(C, NATIVE), &mut w), Ok(Action::Forwarded));
+    (r, w)
+}
+
+fn load_with(w: &Recorder) -> KernelPath {
+    assert_eq!(unsafe { libc::geteuid() }, 0, "the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN)");
+    let k = KernelPath::load(&settings()).unwrap_or_else(|e| panic!("{e}"));
+    let peers = k.peers();
+    let model = w.kernel.as_ref().unwrap();
+    assert!(!model.peers.is_empty(), "the relay trusted no one");
+    for (addr, (mapped, _)) in &model.peers {
+        peers.trust(addr, *mapped, monotonic_ns()).unwrap();
+    }
+    k
+}
+
+/// Deterministic xorshift, so that a failure can be run again.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Datagrams from C's mapping (and a few from elsewhere): plain packets to every kind
+/// of destination, and every shape the relay must see itself.
+fn decap_cases() -> Vec<(String, SocketAddrV4, Vec<u8>)> {
+    let mut v: Vec<(String, SocketAddrV4, Vec<u8>)> = Vec::new();
+    let mut add = |name: &str, from: SocketAddrV4, d: Vec<u8>| v.push((name.to_owned(), from, d));
+    for dst in [
+        NATIVE,
+        "2001:4860::8888",
+        "2a00:1450::1",
+        "3fff::1",
+        "2002:c000:201::1",            // 6to4 of the relay's own address
+        "2002:cb00:7101::1",           // someone else's 6to4
+        "2001:db8::200:5efe:c000:201", // ISATAP
+        "2001:0:4136:e378::1",         // Teredo
+        "fe80::1",
+        "ff02::1",
+        "::1",
+        "::",
+        "fd00::1",
+        "::ffff:192.0.2.9",
+        "fec0::1",
+    ] {
+        add(&format!("to {dst}"), C_MAPPED, udp6(C, dst));
+    }
+    add("hop limit 1", C_MAPPED, ipv6(C, NATIVE, 1, &[0; 8]));
+    add("hop limit 0", C_MAPPED, ipv6(C, NATIVE, 0, &[0; 8]));
+    add("hop limit 2", C_MAPPED, ipv6(C, NATIVE, 2, &[0; 8]));
+    let mut bubble = vec![0u8; 40];
+    emit_bubble(&a(C), &a(NATIVE), 64, &mut bubble).unwrap();
+    add("bubble", C_MAPPED, bubble);
+    let mut origin = vec![0, 0, 0x63, 0xbf, 0x3f, 0xff, 0xfd, 0xd2];
+    origin.extend(udp6(C, NATIVE));
+    add("origin indication", C_MAPPED, origin);
+    let mut trailer = udp6(C, NATIVE);
+    trailer.extend([0x01, 0x04, 1, 2, 3, 4]);
+    add("nonce trailer", C_MAPPED, trailer);
+    let mut short = udp6(C, NATIVE);
+    short.truncate(45);
+    add("truncated", C_MAPPED, short);
+    let mut padded = udp6(C, NATIVE);
+    padded.push(0);
+    add("one byte more", C_MAPPED, padded);
+    add("header only", C_MAPPED, udp6(C, NATIVE)[..40].to_vec());
+    add("empty", C_MAPPED, Vec::new());
+    add("from another port", SocketAddrV4::new(*C_MAPPED.ip(), 40001), udp6(C, NATIVE));
+    add("from another address", SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 46), 40000), udp6(C, NATIVE));
+    add("an unknown client", C_MAPPED, udp6("2001:0:4136:e378:8000:63bf:3fff:fdd3", NATIVE));
+    add("a native source", C_MAPPED, udp6(NATIVE, "2001:4860::8888"));
+    let mut v6 = udp6(C, NATIVE);
+    v6[0] = 0x70;
+    add("version 7", C_MAPPED, v6);
+    // What the fuzzers start from.
+    for dir in ["teredo_payload", "ipv6_packet", "trailers"] {
+        let path = format!("{}/../../fuzz/seeds/{dir}", env!("CARGO_MANIFEST_DIR"));
+        for e in std::fs::read_dir(&path).unwrap_or_else(|e| panic!("{path}: {e}")) {
+            let e = e.unwrap();
+            add(&format!("seed {dir}/{}", e.file_name().to_string_lossy()), C_MAPPED, std::fs::read(e.path()).unwrap());
+        }
+    }
+    v
+}
+
+/// Runs the decapsulation on one datagram; asserts it against the relay. Returns
+/// whether the kernel moved it.
+fn check_decap(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, from: SocketAddrV4, d: &[u8]) -> bool {
+    let input = frame(from, d);
+    let out = k.test_run(false, &input).unwrap();
+    assert_eq!(out.verdict, XDP_PASS, "{name}: every packet goes on, moved or not");
+    w.delivered.clear();
+    w.sent.clear();
+    let proto = r.on_udp(Duration::from_secs(11), from, d, w);
+    if out.packet == input {
+        return false;
+    }
+    // Moved: exactly the IPv6 packet the relay delivers, behind the same Ethernet
+    // addresses with the IPv6 type.
+    assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
+    assert_eq!(w.delivered.len(), 1, "{name}");
+    let mut want = input[..12].to_vec();
+    want.extend([0x86, 0xdd]);
+    want.extend(&w.delivered[0]);
+    assert_eq!(out.packet, want, "{name}: not what the relay delivers");
+    true
+}
+
+#[test]
+fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
+    let (mut r, mut w) = relay_trusting_c();
+    let mut k = load_with(&w);
+    let before = k.counters().unwrap();
+    let mut moved = Vec::new();
+    for (name, from, d) in decap_cases() {
+        if check_decap(&mut k, &mut r, &mut w, &name, from, &d) {
+            moved.push(name);
+        }
+    }
+    // Plain packets to native destinations move; nothing else does.
+    assert_eq!(
+        moved,
+        ["to 2001:db8::5", "to 2001:4860::8888", "to 2a00:1450::1", "to 3fff::1", "hop limit 2"],
+        "what the kernel moved"
+    );
+    let after = k.counters().unwrap();
+    let delta = |c: Counter| after[c as usize] - before[c as usize];
+    assert_eq!(delta(Counter::DecapForwarded), 5);
+    assert_eq!(delta(Counter::DecapOtherMapping), 2);
+    assert!(delta(Counter::DecapNotPlain) >= 8, "{}", delta(Counter::DecapNotPlain));
+    assert_eq!(delta(Counter::DecapHopLimit), 2);
+
+    // Mutations of a plain packet: any byte of the outer or inner headers, anywhere.
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let base = udp6(C, NATIVE);
+    let mut mutated_moves = 0;
+    for _ in 0..3000 {
+        let mut d = base.clone();
+        for _ in 0..1 + rng.below(3) {
+            let i = rng.below(d.len());
+            d[i] ^= 1 << rng.below(8);
+        }
+        if rng.below(8) == 0 {
+            d.truncate(rng.below(d.len() + 1));
+        }
+        if check_decap(&mut k, &mut r, &mut w, &format!("mutated {d:02x?}"), C_MAPPED, &d) {
+            mutated_moves += 1;
+        }
+    }
+    assert!(mutated_moves > 100, "only {mutated_moves} mutated packets were still plain enough to move");
+}
+
+/// Runs `body` in a network namespace of its own: a veth interface with the relay's
+/// address, IPv4 forwarding on (the route look-up the encapsulation uses asks for it).
+fn in_own_netns<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        // SAFETY: changes this thread's network namespace only.
+        assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare: {}", std::io::Error::last_os_error());
+        let sh = |c: &str| {
+            let st = Command::new("sh").args(["-ec", c]).status().unwrap();
+            assert!(st.success(), "{c}");
+        };
+        sh("ip link set lo up; ip link add d0 type veth peer name d1; ip link set d0 up; ip link set d1 up; ip addr add 192.0.2.1/24 dev d0; \
+            echo 1 > /proc/sys/net/ipv4/ip_forward");
+        body()
+    })
+    .join()
+    .unwrap()
+}
+
+/// An Ethernet frame of the IPv6 `packet` (the test run's skb wants one).
+fn l2(packet: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+    f.extend(packet);
+    f
+}
+
+#[test]
+fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
+    in_own_netns(|| {
+        let (mut r, mut w) = relay_trusting_c();
+        let mut k = load_with(&w);
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("plain", udp6(NATIVE, C), true),
+            ("large", ipv6(NATIVE, C, 64, &[7u8; 1232]), true),
+            ("from 6to4", udp6("2002:c000:201::1", C), false),
+            ("from ISATAP", udp6("2001:db8::200:5efe:c000:201", C), false),
+            ("to an unknown client", udp6(NATIVE, "2001:0:4136:e378:8000:63bf:3fff:fdd3"), false),
+            ("to a native host", udp6(NATIVE, "2001:db8::6"), false),
+            ("one byte more", [udp6(NATIVE, C), vec![0]].concat(), false),
+        ];
+        for (name, packet, moves) in cases {
+            let input = l2(&packet);
+            let out = k.test_run(true, &input).unwrap();
+            w.sent.clear();
+            let proto = r.on_tun(Duration::from_secs(12), &packet, &mut w);
+            if !moves {
+                assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "{name}: left for userland untouched");
+                continue;
+            }
+            assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}");
+            assert_eq!(proto, Ok(Action::Forwarded), "{name}");
+            assert_eq!(w.sent, vec![Sent::service(C_MAPPED, packet.clone())], "{name}");
+            // The frame's Ethernet header, then IPv4 and UDP from the relay's address and
+            // port to C's mapping, then the packet as the relay sends it.
+            assert_eq!(&out.packet[..14], &input[..14]);
+            let ip = Ipv4Packet::new_checked(&out.packet[14..]).unwrap();
+            let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((repr.src_addr, repr.dst_addr, repr.protocol, repr.ttl), (RELAY_V4, *C_MAPPED.ip(), 17, 64));
+            assert_eq!(repr.payload_len, 8 + packet.len());
+            assert!(!ip.dont_frag(), "{name}: sent without DF, as the service socket does");
+            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+            let u = UdpRepr::parse(&udp, &RELAY_V4, C_MAPPED.ip()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((u.src_port, u.dst_port), (3544, C_MAPPED.port()));
+            assert_eq!(udp.payload(), &packet[..], "{name}");
+        }
+        // Silent for 30 s in the kernel's eyes: up to the relay, which bubbles.
+        k.peers().trust(&a(C), C_MAPPED, monotonic_ns() - 31_000_000_000).unwrap();
+        let input = l2(&udp6(NATIVE, C));
+        let out = k.test_run(true, &input).unwrap();
+        assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "a stale peer is the relay's");
+        let c = k.counters().unwrap();
+        assert_eq!(c[Counter::EncapForwarded as usize], 2);
+        assert_eq!(c[Counter::EncapStale as usize], 1);
+        assert_eq!(c[Counter::EncapSource as usize], 2);
+    });
+}
+
+#[test]
+fn the_peer_map_holds_its_cap_and_no_more() {
+    let mut s = settings();
+    s.peers = 100;
+    let k = KernelPath::load(&s).unwrap_or_else(|e| panic!("{e}"));
+    let peers = k.peers();
+    let addr = |i: u16| Ipv6Addr::new(0x2001, 0, 0x4136, 0xe378, 0x8000, 0x63bf, 0x3fff, i);
+    for i in 0..100 {
+        peers.trust(&addr(i), C_MAPPED, 1).unwrap();
+    }
+    let err = peers.trust(&addr(100), C_MAPPED, 1).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::E2BIG), "{err}");
+    // An update of a present peer still goes through, and a forgotten one frees a place.
+    peers.trust(&addr(5), SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2).unwrap();
+    assert_eq!(peers.get(&addr(5)).unwrap(), Some((SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2)));
+    assert!(peers.forget(&addr(5)).unwrap());
+    assert!(!peers.forget(&addr(5)).unwrap());
+    peers.trust(&addr(100), C_MAPPED, 1).unwrap();
+}
