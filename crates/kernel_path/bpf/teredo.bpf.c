@@ -253,7 +253,10 @@ int teredo_encap(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	__u32 len = skb->len - l2;
-	if (skb->gso_segs > 1 || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len)) {
+	// A train (the kernel's TCP segments joined on receive, or a local sender's) is
+	// encapsulated whole and cut after, each piece with its own outer headers.
+	int train = skb->gso_segs > 1;
+	if (len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len)) {
 		count(ENCAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
 	}
@@ -268,7 +271,9 @@ int teredo_encap(struct __sk_buff *skb)
 	fib.family = 2; // AF_INET
 	fib.ipv4_dst = to;
 	fib.ipv4_src = cfg->source;
-	fib.tot_len = len + OUTER_LEN;
+	// The route's MTU against the packet with its outer headers; a train's pieces are
+	// checked by the kernel against the interface's.
+	fib.tot_len = train ? 0 : len + OUTER_LEN;
 	// Looked up as if the packet arrived on the Teredo interface (which is why the
 	// loader turns IPv4 forwarding on for that interface alone): the route out, and
 	// its preferred source when the service socket has no address of its own.
@@ -279,8 +284,10 @@ int teredo_encap(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 
+	// A train's pieces keep their size: the outer headers go on top, as the service
+	// socket would send each.
 	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP)) {
+				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_OK;
 	}
@@ -308,6 +315,17 @@ int teredo_encap(struct __sk_buff *skb)
 	if (bpf_skb_store_bytes(skb, l2, &h, sizeof(h), 0)) {
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
+	}
+	if (!l2) {
+		// The neighbour redirect expects the Ethernet header a tc program on an
+		// Ethernet device sees (it takes it off before it routes): an L3 device's
+		// packet gets a blank one.
+		struct ethhdr eth = {};
+		eth.h_proto = bpf_htons(ETH_P_IP);
+		if (bpf_skb_change_head(skb, ETH_HLEN, 0) || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0)) {
+			count(ENCAP_FAILED, 1);
+			return TC_ACT_SHOT;
+		}
 	}
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);

@@ -68,7 +68,8 @@ pub enum Counter {
     EncapUnknownPeer,
     /// On: the peer was not heard from within 30 s (userland bubbles).
     EncapStale,
-    /// On: not one plain packet (a GSO train, a length mismatch).
+    /// On: its length is not its IPv6 header's (a train counts once, whole, in
+    /// the forwarded ones).
     EncapNotPlain,
     /// On: a source a routing-loop check must judge.
     EncapSource,

@@ -258,9 +258,17 @@ impl Lab {
         // Relays sharing an anycast address serve from it.
         let addr = self.relay_anycast_v4.unwrap_or(place.v4());
         let ns = self.ns(short);
+        // shipworm's relay moves trusted peers' packets in the kernel unless the case
+        // says otherwise: a kernel path that fails to load fails the case.
+        let data_path = match imp {
+            Impl::Shipworm(_) if !extra.contains("DataPath") => "DataPath kernel\n",
+            _ => "",
+        };
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!("# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {addr}\nBindPort 3545\n{extra}"),
+            &format!(
+                "# lab relay\nRelayType cone\nInterfaceName teredo\nBindAddress {addr}\nBindPort 3545\n{data_path}{extra}"
+            ),
         )?;
         let pid = self.dir().join(format!("{name}.pid"));
         let pid_arg = pid.display().to_string();
@@ -362,8 +370,17 @@ impl Lab {
 
     /// The status document of a shipworm client (None for Miredo, or not yet up).
     pub fn client_status(&self, client: usize) -> Option<serde_json::Value> {
+        self.daemon_status(&self.status_socket(client))
+    }
+
+    /// The status document of the lab's shipworm relay (relay A).
+    pub fn relay_status(&self) -> Option<serde_json::Value> {
+        self.daemon_status(&self.daemon_socket("relay"))
+    }
+
+    fn daemon_status(&self, socket: &std::path::Path) -> Option<serde_json::Value> {
         use std::io::Read;
-        let mut s = std::os::unix::net::UnixStream::connect(self.status_socket(client)).ok()?;
+        let mut s = std::os::unix::net::UnixStream::connect(socket).ok()?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;

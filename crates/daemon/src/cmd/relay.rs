@@ -9,6 +9,7 @@
 use crate::cli;
 use crate::cmd::bird_link::BirdLink;
 use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::kernel_path::{self, KernelDataPath, KernelPeerList};
 use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
@@ -26,7 +27,7 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::relay::{RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit};
+use shipworm_proto::relay::{KernelPeers, RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit};
 use shipworm_wire::ipv6::Ipv6AddrExt;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
@@ -52,6 +53,8 @@ struct Output<'a> {
     tun: &'a Tun,
     batch: SendBatch,
     tun_out: TunWriter,
+    /// The kernel data path's peer list (`DataPath`), if it runs.
+    kernel: Option<KernelPeerList>,
 }
 
 impl Output<'_> {
@@ -77,6 +80,9 @@ impl Transmit for Output<'_> {
     }
     fn deliver(&mut self, packet: &[u8]) {
         self.tun_out.push(self.tun, packet);
+    }
+    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
+        self.kernel.as_mut().map(|k| k as &mut dyn KernelPeers)
     }
 }
 
@@ -110,6 +116,8 @@ struct WorkerShared<'a> {
     /// A host-specific relay's watch on the host's IPv6 addresses, and the prefix whose
     /// addresses (the relay's own Teredo ones) it never serves.
     addresses: Option<(Mutex<AddressWatch>, u32)>,
+    /// The kernel data path (`DataPath`), if it runs.
+    kernel: Option<&'a KernelDataPath>,
 }
 
 impl WorkerShared<'_> {
@@ -217,7 +225,8 @@ impl Reports for WorkerShared<'_> {
             .map(|p| p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone())
             .collect();
         let (s, io, tun) = self.totals();
-        relay_counters(&each, &s, &io, &tun, self.relay.peer_count(), self.relay.pending_len())
+        let kernel = self.kernel.map(|k| (k.counters(), k.refused.load(Ordering::Relaxed)));
+        relay_counters(&each, &s, &io, &tun, self.relay.peer_count(), self.relay.pending_len(), kernel.as_ref())
     }
 
     /// The status document: what serves, and the counters.
@@ -228,6 +237,10 @@ impl Reports for WorkerShared<'_> {
             "state": "serving",
             "uptime_s": self.started.elapsed().as_secs(),
             "workers": self.workers,
+            "data_path": match self.kernel {
+                Some(k) => serde_json::json!({ "kind": "kernel", "xdp": format!("{:?}", k.xdp).to_lowercase(), "interfaces": k.interfaces }),
+                None => serde_json::json!({ "kind": "user" }),
+            },
             "peers": self.relay.peer_count(),
             "waiting_peers": self.relay.pending_len(),
             "counters": self.counters().json(),
@@ -241,7 +254,8 @@ impl Reports for WorkerShared<'_> {
     }
 }
 
-/// The relay's table of counters: `each` worker's stats, their sum `s`.
+/// The relay's table of counters: `each` worker's stats, their sum `s`, and the
+/// kernel data path's counters and refused updates if it runs.
 pub(crate) fn relay_counters(
     each: &[RelayStats],
     s: &RelayStats,
@@ -249,9 +263,11 @@ pub(crate) fn relay_counters(
     tun: &TunOffloadCounts,
     peers: usize,
     waiting: usize,
+    kernel: Option<&([u64; shipworm_kernel_path::COUNTERS], u64)>,
 ) -> Counters {
-    const PACKETS: &str = "Packets the relay forwarded, by direction and worker.";
-    const BYTES: &str = "IPv6 bytes the relay forwarded, by direction and worker.";
+    use shipworm_kernel_path::Counter;
+    const PACKETS: &str = "Packets the relay forwarded, by direction and worker (\"kernel\": its kernel data path; a train of segments counts once).";
+    const BYTES: &str = "IPv6 bytes the relay forwarded, by direction and worker (\"kernel\": its kernel data path).";
     let mut t = Counters::new("relay");
     for (name, help, bytes) in [("packets", PACKETS, false), ("bytes", BYTES, true)] {
         for direction in ["to_teredo", "to_ipv6"] {
@@ -264,7 +280,19 @@ pub(crate) fn relay_counters(
                 };
                 t.counter(name, help, n).label("direction", direction).label("worker", i.to_string());
             }
+            if let Some((k, _)) = kernel {
+                let which = match (direction, bytes) {
+                    ("to_teredo", false) => Counter::EncapForwarded,
+                    ("to_teredo", true) => Counter::EncapBytes,
+                    (_, false) => Counter::DecapForwarded,
+                    (_, true) => Counter::DecapBytes,
+                };
+                t.counter(name, help, k[which as usize]).label("direction", direction).label("worker", "kernel");
+            }
         }
+    }
+    if let Some((k, refused)) = kernel {
+        kernel_counters(&mut t, k, *refused);
     }
     t.counter("bubbles", "Bubbles sent to new peers.", s.bubbles);
     t.counter("unreachable_peers", "Peers given up, their bubbles unanswered.", s.unreachable_peers);
@@ -275,6 +303,20 @@ pub(crate) fn relay_counters(
     t.io_errors(io);
     t.tun_offloads(tun);
     t
+}
+
+/// The kernel data path's rows: what became of each Teredo packet its programs looked
+/// at (what it moved is in the relay's packets and bytes, worker "kernel"), and the
+/// peer-list updates its map refused.
+fn kernel_counters(t: &mut Counters, counts: &[u64; shipworm_kernel_path::COUNTERS], refused: u64) {
+    const PACKETS: &str = "Teredo packets the kernel data path looked at, by direction and outcome \
+                           (forwarded: moved in the kernel; any other: left to the daemon, and why).";
+    for ((direction, outcome), &n) in kernel_path::counter_labels().zip(counts) {
+        if outcome != "bytes" {
+            t.counter("kernel_path_packets", PACKETS, n).label("direction", direction).label("outcome", outcome);
+        }
+    }
+    t.counter("kernel_path_refused", "Peer-list updates the kernel refused (its map full).", refused);
 }
 
 /// `shipworm relay`: load the file (refusing a client's), then serve.
@@ -419,13 +461,24 @@ fn serve(
     let mut iface = open_interface(conf, workers)?;
     let offloads = iface.tuns[0].offloads();
     let (socks, local) = bind_sockets(conf, workers)?;
+    // Loading and attaching eBPF programs needs the privileges confinement drops.
+    let kernel = kernel_path::start(&kernel_path::Want {
+        mode: conf.data_path,
+        host_specific: conf.role == RelayType::Host,
+        tun: &iface.name,
+        local,
+        peers: conf.peer_capacity,
+        prefix: conf.prefix,
+    })
+    .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
     let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?;
     let hash_keys = OsRandom::open()?.hash_keys();
     let bird = connect_bird(conf);
     // Before any thread starts: capabilities are per thread.
     let shell = shell.confine(conf.user.as_deref(), conf.system_call_filter, pidfile)?;
-    let cfg = relay_config(conf, &iface, hash_keys);
+    let mut cfg = relay_config(conf, &iface, hash_keys);
+    cfg.kernel_path = kernel.is_some();
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
     let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
     tracing::info!(
@@ -441,6 +494,9 @@ fn serve(
         if workers == 1 { "" } else { "s" },
         relay.shards(),
     );
+    if let Some(k) = &kernel {
+        tracing::info!("{}", k.describe());
+    }
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
@@ -460,6 +516,7 @@ fn serve(
         drain_time: conf.drain_time,
         drain_until: OnceLock::new(),
         addresses: addresses.map(|(w, p)| (Mutex::new(w), p)),
+        kernel: kernel.as_ref(),
     };
     let ios: Vec<WorkerIo> =
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
@@ -543,7 +600,12 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
         tun,
         state: shared.relay.worker(),
         rx: RecvBatch::coalescing(dup()?, BATCH, SLOT),
-        out: Output { tun, batch: SendBatch::new(dup()?, BATCH, SLOT), tun_out: TunWriter::default() },
+        out: Output {
+            tun,
+            batch: SendBatch::new(dup()?, BATCH, SLOT),
+            tun_out: TunWriter::default(),
+            kernel: shared.kernel.map(|k| k.peers(shared.started.elapsed())),
+        },
         tun_in: TunReader::default(),
         next_tick: shared.started + TICK,
         // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when
@@ -669,7 +731,7 @@ mod counters_tests {
         sum.drops.count(DropReason::LoopGuard);
         let io = IoErrors { udp_send: 11, tun_write: 12, tun_read: 13, ..IoErrors::default() };
         let tun = TunOffloadCounts { super_packets_read: 14, joined_writes: 15 };
-        let t = relay_counters(&[w0, w1], &sum, &io, &tun, 16, 17);
+        let t = relay_counters(&[w0, w1], &sum, &io, &tun, 16, 17, None);
         assert_views_agree(&t);
         let j = t.json();
         assert_eq!(j["packets"]["to_ipv6"]["1"], 6, "the IPv6 side is to_ipv6 in every view: {j}");

@@ -3,6 +3,7 @@
 //! role are accepted and ignored with a warning, as Miredo does.
 
 use crate::config::directives::{self as config, ConfigError, ConfigFile, Directive, Host};
+use crate::io::kernel_path::DataPath;
 use crate::io::port_mapping::Protocols;
 use crate::runtime::confinement::FilterMode;
 use shipworm_wire::teredo_addr;
@@ -48,6 +49,7 @@ pub const DIRECTIVES: &[&str] = &[
     "BirdSocket",
     "BirdProtocol",
     "DrainTime",
+    "DataPath",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -136,6 +138,8 @@ pub struct MiredoConf {
     /// How long a stopping relay keeps forwarding after BIRD withdrew its announcement
     /// (`DrainTime`, seconds): the time routing takes to move the traffic elsewhere.
     pub drain_time: std::time::Duration,
+    /// Where trusted peers' packets are moved (`DataPath`, relays).
+    pub data_path: DataPath,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -190,6 +194,7 @@ impl MiredoConf {
             bird_socket: None,
             bird_protocols: vec!["teredo".into()],
             drain_time: Duration::from_secs(2),
+            data_path: DataPath::Auto,
             warnings: Vec::new(),
         }
     }
@@ -272,6 +277,7 @@ const RULES: &[Rule] = &[
     once("BirdSocket", Mode::Relay, relay_options),
     once("BirdProtocol", Mode::Relay, relay_options),
     once("DrainTime", Mode::Relay, relay_options),
+    once("DataPath", Mode::Relay, relay_options),
     once("PeerCapacity", Mode::Relay, relay_limits),
     once("PeersPerAddress", Mode::Relay, relay_limits),
     once("QueueBytes", Mode::Relay, relay_limits),
@@ -387,6 +393,7 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
         "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
+        "DataPath" => c.data_path = f.value(d, DataPath::parse)?,
         _ => unreachable!("{name} is not a relay option"),
     }
     Ok(())

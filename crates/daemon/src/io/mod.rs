@@ -5,6 +5,7 @@
 //! rtnetlink, BIRD's control socket. Nothing here knows Teredo; the roles in `cmd/` drive it.
 
 pub mod bird;
+pub mod kernel_path;
 pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;

@@ -157,6 +157,27 @@ impl Netlink {
         })
     }
 
+    /// The Ethernet interfaces that are up, as (index, name): where IPv4 arrives.
+    pub fn ethernet_links(&self) -> Result<Vec<(u32, String)>, String> {
+        use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkLayerType};
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            let mut links = self.handle.link().get().execute();
+            while let Some(m) = links.try_next().await.map_err(|e| why("listing interfaces", e))? {
+                if m.header.link_layer_type != LinkLayerType::Ether || !m.header.flags.contains(LinkFlags::Up) {
+                    continue;
+                }
+                if let Some(name) = m.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::IfName(n) => Some(n.clone()),
+                    _ => None,
+                }) {
+                    out.push((m.header.index, name));
+                }
+            }
+            Ok(out)
+        })
+    }
+
     /// The host's global-scope IPv6 addresses.
     pub fn global_ipv6_addresses(&self) -> Result<Vec<Ipv6Addr>, String> {
         self.rt.block_on(async {

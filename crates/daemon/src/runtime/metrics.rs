@@ -362,7 +362,7 @@ mod tests {
         let server = shipworm_proto::server::ServerStats { drops, ..Default::default() };
         let tables = [
             crate::cmd::client::counters(&client, 0, 0, &io, &tun),
-            crate::cmd::relay::relay_counters(std::slice::from_ref(&relay), &relay, &io, &tun, 0, 0),
+            crate::cmd::relay::relay_counters(std::slice::from_ref(&relay), &relay, &io, &tun, 0, 0, None),
             crate::cmd::server::counters(&server, None, &io),
             crate::cmd::server::counters(&server, Some((&relay, 0, 0)), &io),
         ];

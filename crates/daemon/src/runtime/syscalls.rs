@@ -140,6 +140,10 @@ const CLIENT_LEGACY: &[(i64, &str)] = calls![SYS_epoll_wait, SYS_open, SYS_acces
 #[cfg(not(target_arch = "x86_64"))]
 const CLIENT_LEGACY: &[(i64, &str)] = &[];
 
+/// The relay, beyond [`BASE`]: its kernel data path's map operations (look-up, update,
+/// delete on the map descriptors it kept; see [`conditions`]).
+const RELAY: &[(i64, &str)] = calls![SYS_bpf];
+
 /// The helper, beyond [`BASE`]: the event loop of its netlink library (socket opened
 /// before it confines itself).
 const HELPER: &[(i64, &str)] = calls![SYS_epoll_ctl, SYS_epoll_pwait];
@@ -193,7 +197,8 @@ pub const ENOSYS_CALLS: &[(i64, &str)] = calls![SYS_clone3];
 /// Every call `role` may make.
 pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
     let extra: &[&[(i64, &str)]] = match role {
-        Role::Server | Role::Relay => &[],
+        Role::Server => &[],
+        Role::Relay => &[RELAY],
         Role::Client => &[CLIENT, CLIENT_LEGACY],
         Role::Helper => &[HELPER, HELPER_LEGACY],
     };
@@ -205,7 +210,7 @@ pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
 
 /// The name of a call on any list (for the refusal message), or "not on any list".
 pub fn name_of(nr: i64) -> &'static str {
-    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, HELPER, HELPER_LEGACY]
+    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, RELAY, HELPER, HELPER_LEGACY]
         .iter()
         .flat_map(|l| l.iter())
         .find(|(n, _)| *n == nr)
@@ -239,6 +244,8 @@ pub fn conditions(role: Role, nr: i64) -> Vec<SeccompRule> {
         libc::SYS_clone => {
             vec![rule(vec![cond(0, Len::Qword, Op::MaskedEq(libc::CLONE_THREAD as u64), libc::CLONE_THREAD as u64)])]
         }
+        // Map operations only: no program loads, no attachments, no new maps.
+        libc::SYS_bpf => shipworm_kernel_path::MAP_COMMANDS.iter().map(|&c| rule(vec![eq(0, c as i64)])).collect(),
         // Signals to this process only (abort, thread wake-ups).
         libc::SYS_tgkill => vec![rule(vec![cond(0, Len::Dword, Op::Eq, me)])],
         // Thread names only.
@@ -271,9 +278,15 @@ mod tests {
     fn no_role_may_execute_trace_mount_or_load_bpf_and_only_the_client_may_open_sockets() {
         for role in [Role::Server, Role::Relay, Role::Client, Role::Helper] {
             let names: Vec<&str> = allowed(role).iter().map(|&(_, n)| n).collect();
-            for forbidden in ["SYS_ptrace", "SYS_mount", "SYS_bpf", "SYS_setuid", "SYS_capset", "SYS_init_module"] {
+            for forbidden in ["SYS_ptrace", "SYS_mount", "SYS_setuid", "SYS_capset", "SYS_init_module"] {
                 assert!(!names.contains(&forbidden), "{} may call {forbidden}", role.name());
             }
+            // The relay keeps its kernel data path's map operations, and nothing else
+            // of bpf(2): no program load (5), no map creation (0), no attachment (8, 28).
+            assert_eq!(names.contains(&"SYS_bpf"), role == Role::Relay, "{}", role.name());
+            let commands: Vec<u32> = shipworm_kernel_path::MAP_COMMANDS.to_vec();
+            assert_eq!(commands, [1, 2, 3]);
+            assert_eq!(conditions(role, libc::SYS_bpf).len(), 3);
             assert!(!names.contains(&"SYS_execve"), "{} may run a program", role.name());
             assert_eq!(names.contains(&"SYS_socket"), role == Role::Client, "{}", role.name());
             assert_eq!(names.contains(&"SYS_openat"), role == Role::Client, "{}", role.name());

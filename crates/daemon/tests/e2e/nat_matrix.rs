@@ -58,14 +58,74 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }
         }
     }
+    // The same through a relay that moves every packet itself (`DataPath user`; every
+    // other shipworm relay in the suite moves trusted peers' packets in the kernel).
+    for first in [Side::Native, Side::Client] {
+        for nat in [NatKind::PortRestricted, NatKind::Symmetric] {
+            let s = Scenario { nat, ..shipworm_chain(&me, first, "DataPath user\n") };
+            cases.push(Case {
+                name: format!("{first:<12} {nat:<15} all shipworm, the relay's data path in userland (DataPath user)"),
+                expect: Expect::Pass,
+                run: Box::new(move || {
+                    let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
+                    let st =
+                        lab.relay_status().ok_or(Failed::at(6, "step 6: the relay's status socket did not answer"))?;
+                    if st["data_path"]["kind"] != "user" {
+                        return Err(Failed::at(6, format!("step 6: the relay's data path is {}", st["data_path"])));
+                    }
+                    Ok(format!(
+                        "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s",
+                        o.first_ms,
+                        o.ping_out,
+                        o.ping_in,
+                        o.tcp_out.mbit_per_s(),
+                        o.tcp_in.mbit_per_s()
+                    ))
+                }),
+            });
+        }
+    }
+    // The kernel carries the relay's trusted peers: after the pings and the transfers,
+    // the programs moved nearly every packet each way, and the daemon only what the
+    // protocol needs (bubbles, the queue a first answer releases).
+    {
+        let s = shipworm_chain(&me, Side::Native, "");
+        cases.push(Case {
+            name: "kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel)".into(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
+                let st = lab.relay_status().ok_or(Failed::at(6, "step 6: the relay's status socket did not answer"))?;
+                let c = &st["counters"];
+                let kernel = |d: &str| c["kernel_path_packets"][d]["forwarded"].as_u64().unwrap_or(0);
+                let user = |d: &str| {
+                    // Every worker's but the kernel's own row.
+                    c["packets"][d]
+                        .as_object()
+                        .map_or(0, |w| w.iter().filter(|(k, _)| *k != "kernel").filter_map(|(_, v)| v.as_u64()).sum::<u64>())
+                };
+                let (decap, encap, to_ipv6, to_teredo) = (kernel("decap"), kernel("encap"), user("to_ipv6"), user("to_teredo"));
+                let text = format!(
+                    "{}; kernel moved {decap} to IPv6 and {encap} to Teredo, the daemon {to_ipv6} and {to_teredo}; TCP {:.0}/{:.0} Mbit/s",
+                    st["data_path"], o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()
+                );
+                if st["data_path"]["kind"] != "kernel" || decap < 100 * (to_ipv6 + 1) / 10 || encap < 100 * (to_teredo + 1) / 10 {
+                    return Err(Failed::at(6, format!("step 6: the kernel did not carry the traffic: {text}")));
+                }
+                Ok(text)
+            }),
+        });
+    }
     // The offloads are on the paths the transfers above check: TCP each way through a
     // shipworm client and relay, and the client read super-packets from its TUN (the
     // host's TCP segments, cut by us) and wrote joined rows (the relay's rows of one
     // flow, joined by us).
+    // (The relay moves every packet itself here: with its kernel path, the kernel
+    // moves the trains and the relay's TUN sees none.)
     {
-        let s = shipworm_chain(&me, Side::Client, "");
+        let s = shipworm_chain(&me, Side::Client, "DataPath user\n");
         cases.push(Case {
-            name: "TUN offloads in use: TCP both ways through a shipworm client and relay".into(),
+            name: "TUN offloads in use: TCP both ways through a shipworm client and relay (DataPath user)".into(),
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;

@@ -1,0 +1,204 @@
+//! The relay's kernel data path at the daemon's end: loading and attaching the eBPF
+//! programs before the daemon confines itself (`DataPath`), and the peer list the relay
+//! state machine keeps ([`KernelPeers`]) over the programs' map.
+//!
+//! What it assumes: Linux 6.6 or later (tc programs attached as links that go with the
+//! process), IPv4 arriving on Ethernet interfaces that are up when the relay starts, and
+//! at most four local IPv4 addresses the service socket receives on (packets to others
+//! go through the daemon). It turns IPv4 forwarding on for the Teredo interface alone:
+//! the route look-up the encapsulation uses asks for it, and nothing arrives there as
+//! IPv4.
+
+use crate::io::netlink::Netlink;
+use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, XdpMode, COUNTERS};
+use shipworm_proto::transmit::KernelPeers;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where a relay moves its trusted peers' packets (`DataPath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataPath {
+    /// In the kernel (eBPF), or the relay does not start.
+    Kernel,
+    /// Through the daemon, every packet.
+    User,
+    /// In the kernel where the programs load and attach; otherwise through the daemon,
+    /// with one warning line saying why.
+    Auto,
+}
+
+impl DataPath {
+    /// The directive's value, in any case.
+    pub fn parse(v: &str) -> Result<DataPath, String> {
+        match v.to_ascii_lowercase().as_str() {
+            "kernel" => Ok(DataPath::Kernel),
+            "user" => Ok(DataPath::User),
+            "auto" => Ok(DataPath::Auto),
+            _ => Err("expected kernel, user or auto".into()),
+        }
+    }
+}
+
+/// The programs, attached, and what the status tells of them.
+pub struct KernelDataPath {
+    path: KernelPath,
+    /// How the decapsulation is attached, and where.
+    pub xdp: XdpMode,
+    /// The interfaces the decapsulation is attached to.
+    pub interfaces: Vec<String>,
+    /// Peers the map refused (full) or map calls that failed.
+    pub refused: Arc<AtomicU64>,
+}
+
+/// What the relay needs to know to set the kernel path up.
+pub struct Want<'a> {
+    /// `DataPath`.
+    pub mode: DataPath,
+    /// A host-specific relay never has one (the kernel cannot tell its served addresses).
+    pub host_specific: bool,
+    /// The Teredo interface.
+    pub tun: &'a str,
+    /// The service socket's address.
+    pub local: SocketAddrV4,
+    /// The peer cap.
+    pub peers: usize,
+    /// The Teredo prefix.
+    pub prefix: u32,
+}
+
+/// Why the kernel path was not set up, or `Ok(None)` for `DataPath user`.
+pub fn start(want: &Want<'_>) -> Result<Option<KernelDataPath>, String> {
+    let why_not = match want.mode {
+        DataPath::User => return Ok(None),
+        // Not a failure to tell of: what it serves is the host's, and few packets.
+        DataPath::Auto if want.host_specific => return Ok(None),
+        _ if want.host_specific => Err("a host-specific relay has no kernel data path".to_string()),
+        _ => attach(want),
+    };
+    match (why_not, want.mode) {
+        (Ok(k), _) => Ok(Some(k)),
+        (Err(e), DataPath::Kernel) => Err(format!("DataPath kernel: {e} (or set DataPath user)")),
+        (Err(e), _) => {
+            tracing::warn!("DataPath auto: {e}; every packet goes through the daemon");
+            Ok(None)
+        }
+    }
+}
+
+fn kernel_6_6() -> Result<(), String> {
+    // SAFETY: uname fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return Err(format!("uname: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: release is a NUL-terminated string uname wrote.
+    let text = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned();
+    let mut parts = text.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) >= (6, 6) {
+        Ok(())
+    } else {
+        Err(format!("Linux {text} is older than 6.6 (tc programs as links)"))
+    }
+}
+
+fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
+    kernel_6_6()?;
+    let nl = Netlink::new()?;
+    let local: Vec<Ipv4Addr> = if want.local.ip().is_unspecified() {
+        nl.ipv4_subnets()?.into_iter().map(|(a, _)| a).filter(|a| !a.is_loopback()).take(4).collect()
+    } else {
+        vec![*want.local.ip()]
+    };
+    let settings = Settings {
+        peers: u32::try_from(want.peers).unwrap_or(u32::MAX),
+        local,
+        source: Some(*want.local.ip()).filter(|a| !a.is_unspecified()),
+        port: want.local.port(),
+        ttl: 64,
+        prefix: want.prefix.to_be_bytes(),
+    };
+    let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
+    let forwarding = format!("/proc/sys/net/ipv4/conf/{}/forwarding", want.tun);
+    std::fs::write(&forwarding, "1").map_err(|e| format!("{forwarding}: {e}"))?;
+    let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for (index, name) in nl.ethernet_links()? {
+        match path.attach_decap(index, &name) {
+            Ok(m) => {
+                interfaces.push(name);
+                modes.push(m);
+            }
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    if interfaces.is_empty() {
+        return Err(if refused.is_empty() { "no Ethernet interface is up".to_string() } else { refused.join("; ") });
+    }
+    for r in refused {
+        tracing::warn!("{r}: IPv4 arriving there goes through the daemon");
+    }
+    path.attach_encap(want.tun).map_err(|e| e.to_string())?;
+    let xdp = if modes.contains(&XdpMode::Generic) { XdpMode::Generic } else { XdpMode::Driver };
+    Ok(KernelDataPath { path, xdp, interfaces, refused: Arc::new(AtomicU64::new(0)) })
+}
+
+impl KernelDataPath {
+    /// The peer list for one worker; `now` is the relay's clock now.
+    pub fn peers(&self, now: Duration) -> KernelPeerList {
+        let base = monotonic_ns().saturating_sub(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
+        KernelPeerList { map: self.path.peers(), base, refused: self.refused.clone() }
+    }
+
+    /// The programs' counters, in [`Counter::ALL`]'s order (zeros if the map cannot be
+    /// read).
+    pub fn counters(&self) -> [u64; COUNTERS] {
+        self.path.counters().unwrap_or([0; COUNTERS])
+    }
+
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        format!(
+            "kernel data path: decapsulation by XDP ({}) on {}, encapsulation by tc on the Teredo interface",
+            match self.xdp {
+                XdpMode::Driver => "in the driver",
+                XdpMode::Generic => "generic",
+            },
+            self.interfaces.join(", ")
+        )
+    }
+}
+
+/// Counter names, as metrics and status give them.
+pub fn counter_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
+    Counter::ALL.into_iter().map(Counter::labels)
+}
+
+/// The relay's view of the programs' map: its clock converted to the kernel's.
+pub struct KernelPeerList {
+    map: PeerMap,
+    /// CLOCK_MONOTONIC at the relay's time zero.
+    base: u64,
+    refused: Arc<AtomicU64>,
+}
+
+impl KernelPeers for KernelPeerList {
+    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
+        let at = self.base.saturating_add(u64::try_from(heard.as_nanos()).unwrap_or(u64::MAX));
+        if self.map.trust(peer, mapped, at).is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn forget(&mut self, peer: &Ipv6Addr) {
+        if self.map.forget(peer).is_err() {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
+        let (_, at) = self.map.get(peer).ok()??;
+        Some(Duration::from_nanos(at.saturating_sub(self.base)))
+    }
+}
