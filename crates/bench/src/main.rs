@@ -7,6 +7,7 @@
 mod buffers;
 mod cpus;
 mod error;
+mod kernel_path;
 mod measure;
 mod plots;
 mod report;

@@ -7,8 +7,8 @@ use crate::error::Failure;
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
-    ipv6_udp, latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, v6, Build, Emulated, Found,
-    Probe, Sink,
+    ipv6_udp, latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, sparse_latencies, v6, Build,
+    Emulated, Found, Probe, Sink,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
 /// shipworm's relay configuration in the bench: one worker, as it picks for itself on
 /// the one core the relay host has (see `cpus`).
-pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\n";
+pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nXdpMode generic\n";
+/// The same relay moving every packet itself.
+pub(crate) const SHIPWORM_USER_EXTRA: &str = "RelayThreads 1\nDataPath user\n";
 pub(crate) const CLIENTS: usize = 32;
 pub(crate) const RELAY_PORT: u16 = 3545;
 /// Spoofed new-peer bubbles per second while established peers' rate is measured.
@@ -60,6 +62,50 @@ pub(crate) struct Figures {
     pub(crate) held: BTreeMap<(&'static str, usize), usize>,
     /// (direction, offered rate) → CPU per packet delivered, one per trial.
     pub(crate) cpu: BTreeMap<(&'static str, u64), Vec<CpuTrial>>,
+    /// (direction, size) → latencies in µs with a probe every [`SPARSE_GAP`], as a call
+    /// or a ping sends (no worker kept spinning by the probe before).
+    pub(crate) sparse: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// The same on the kernel path in this relay's lab, in turn with the relay's.
+    pub(crate) sparse_beside: BTreeMap<(&'static str, usize), Vec<f64>>,
+}
+
+/// The gap between two sparse latency probes.
+pub(crate) const SPARSE_GAP: Duration = Duration::from_millis(5);
+
+/// Sparse probes a lab sends on each path of [`CPU_SIZE`].
+pub(crate) fn sparse_probes(quick: bool) -> usize {
+    if quick {
+        40
+    } else {
+        200
+    }
+}
+
+/// Latency with a probe every [`SPARSE_GAP`] on every route of [`CPU_SIZE`], the
+/// kernel path beside it in turn.
+fn sparse_latency(
+    label: &str,
+    routes: &mut [Route<'_>],
+    quick: bool,
+    prepare: &dyn Fn(Phase) -> Result<(), String>,
+    f: &mut Figures,
+    say: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    prepare(Phase::Latency).map_err(Failure::runtime)?;
+    let mut medians = Vec::new();
+    for p in routes.iter_mut().filter(|p| p.key.1 == CPU_SIZE) {
+        let mut probes: Vec<&mut Probe<'_>> = std::iter::once(&mut p.probe).chain(p.beside.as_mut()).collect();
+        let mut got = sparse_latencies(&mut probes, sparse_probes(quick), SPARSE_GAP).into_iter();
+        let own = got.next().unwrap_or_default();
+        medians.push(format!("{} {:.1}", p.key.0, median(&own)));
+        f.sparse.entry(p.key).or_default().extend(own);
+        if let Some(k) = got.next() {
+            medians.push(format!("(kernel {:.1})", median(&k)));
+            f.sparse_beside.entry(p.key).or_default().extend(k);
+        }
+    }
+    say(&format!("  {label} sparse latency medians (µs, a probe every 5 ms): {}", medians.join(", ")));
+    Ok(())
 }
 
 /// One fixed-rate trial's cost: CPU time over the packets it delivered.
@@ -478,6 +524,7 @@ pub(crate) fn measure_relay(
     };
     measure_routes(label, &mut routes, quick, hints, &prepare, &mut f, say)?;
     cpu_trials(label, &mut routes, &rly, quick, &prepare, &mut f, say)?;
+    sparse_latency(label, &mut routes, quick, &prepare, &mut f, say)?;
     drop(routes);
     // The established clients' rate, searched under each attack in turn.
     let established = |key: (&'static str, usize)| {
@@ -656,6 +703,7 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
     let prepare = |phase: Phase| cpus::steer(&rly, phase == Phase::Rate);
     measure_routes("kernel", &mut routes, quick, hints, &prepare, &mut f, say)?;
     cpu_trials("kernel", &mut routes, &rly, quick, &prepare, &mut f, say)?;
+    sparse_latency("kernel", &mut routes, quick, &prepare, &mut f, say)?;
     drop(routes);
     // The reference under the same flood: sending it costs the traffic core as much
     // here as beside a relay. The bubbles end at a socket on the relay host nobody

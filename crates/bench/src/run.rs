@@ -36,6 +36,13 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
         let h = hints_of(&runs, "shipworm");
         let s = measure_relay("shipworm", &me, SHIPWORM_EXTRA, &me, args.quick, &h, &mut say)?;
         file_relay(&mut runs, "shipworm", s);
+        // The same relay moving every packet itself: what the kernel path changes (the
+        // quick run leaves it out).
+        if !args.quick {
+            let h = hints_of(&runs, "shipworm-user");
+            let u = measure_relay("shipworm-user", &me, SHIPWORM_USER_EXTRA, &me, args.quick, &h, &mut say)?;
+            file_relay(&mut runs, "shipworm-user", u);
+        }
         if miredo {
             let h = hints_of(&runs, "miredo");
             let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
@@ -48,6 +55,9 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     let sizes: Vec<usize> = if args.quick { vec![100_000] } else { vec![1_000_000, 10_000_000] };
     // Rounds of each size, a fresh table each, for the figures' spread.
     let tables: Vec<TableFigures> = sizes.iter().flat_map(|&n| (0..TABLE_ROUNDS).map(move |_| peer_table(n))).collect();
+    say(&format!("kernel peer map (at {:.0} s)", started.elapsed().as_secs_f64()));
+    let map_sizes: Vec<usize> = if args.quick { vec![1_000, 100_000] } else { vec![1_000, 10_000_000] };
+    let map = crate::kernel_path::map_figures(&map_sizes, 20_000, &mut say).map_err(Failure::runtime)?;
     say(&format!("end to end through a NAT (at {:.0} s)", started.elapsed().as_secs_f64()));
     let bytes = e2e_bytes(args.quick);
     let mut chains: Vec<(&'static str, Impl)> = vec![("shipworm", me.clone())];
@@ -118,6 +128,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     let ratios_file = args.out.join("ratios.tsv");
     let previous = read_compared(&ratios_file);
     let (mut report, compared) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    crate::kernel_path::section(&mut report, &runs, &e2e, Some(&map));
     report.push_str(&repeatability(previous.as_ref(), &compared));
     write_report(&args.out, &report, &runs)?;
     std::fs::write(&ratios_file, compared.to_tsv())

@@ -603,6 +603,31 @@ pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
     out
 }
 
+/// One packet at a time, `n` times on each of `probes` in turn, each sent `gap` after
+/// the last arrived: as a call or a ping sends, so that nothing the previous probe woke
+/// is still spinning when the next comes.
+pub fn sparse_latencies(probes: &mut [&mut Probe<'_>], n: usize, gap: Duration) -> Vec<Vec<f64>> {
+    let mut out: Vec<Vec<f64>> = probes.iter().map(|_| Vec::with_capacity(n)).collect();
+    let mut buf = [0u8; 2048];
+    let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+    for p in probes.iter() {
+        p.sink.pause();
+        while p.rx.recv(&mut got).is_ok() {}
+    }
+    for _ in 0..n {
+        for (p, out) in probes.iter_mut().zip(&mut out) {
+            std::thread::sleep(gap);
+            if let Some(us) = one_probe(p, &mut buf, &mut got) {
+                out.push(us);
+            }
+        }
+    }
+    for p in probes.iter() {
+        p.sink.resume();
+    }
+    out
+}
+
 /// One probe on `p`, built in `buf`, what arrives read into `got`: microseconds until it
 /// arrived, or None if it was not sent or did not arrive within 50 ms.
 fn one_probe(p: &mut Probe<'_>, buf: &mut [u8], got: &mut [std::mem::MaybeUninit<u8>]) -> Option<f64> {

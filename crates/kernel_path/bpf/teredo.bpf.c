@@ -275,11 +275,13 @@ int teredo_encap(struct __sk_buff *skb)
 	// checked by the kernel against the interface's.
 	fib.tot_len = train ? 0 : len + OUTER_LEN;
 	// Looked up as if the packet arrived on the Teredo interface (which is why the
-	// loader turns IPv4 forwarding on for that interface alone): the route out, and
-	// its preferred source when the service socket has no address of its own.
+	// loader turns IPv4 forwarding on for that interface alone): the route out, its
+	// next hop's link-layer address if the kernel knows it, and the route's preferred
+	// source when the service socket has no address of its own.
 	fib.ifindex = skb->ifindex;
-	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
-	if (bpf_fib_lookup(skb, &fib, sizeof(fib), flags) != BPF_FIB_LKUP_RET_SUCCESS) {
+	__u32 flags = cfg->source ? 0 : BPF_FIB_LOOKUP_SRC;
+	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
+	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		count(ENCAP_NO_ROUTE, 1);
 		return TC_ACT_OK;
 	}
@@ -317,11 +319,15 @@ int teredo_encap(struct __sk_buff *skb)
 		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
 	}
 	if (!l2) {
-		// The neighbour redirect expects the Ethernet header a tc program on an
-		// Ethernet device sees (it takes it off before it routes): an L3 device's
-		// packet gets a blank one.
+		// An Ethernet header: the next hop's when the route look-up knew it (then
+		// straight out of the interface), else a blank one for the neighbour
+		// redirect, which takes it off before it resolves the next hop itself.
 		struct ethhdr eth = {};
 		eth.h_proto = bpf_htons(ETH_P_IP);
+		if (found == BPF_FIB_LKUP_RET_SUCCESS) {
+			__builtin_memcpy(eth.h_dest, fib.dmac, ETH_ALEN);
+			__builtin_memcpy(eth.h_source, fib.smac, ETH_ALEN);
+		}
 		if (bpf_skb_change_head(skb, ETH_HLEN, 0) || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0)) {
 			count(ENCAP_FAILED, 1);
 			return TC_ACT_SHOT;
@@ -329,6 +335,8 @@ int teredo_encap(struct __sk_buff *skb)
 	}
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);
+	if (found == BPF_FIB_LKUP_RET_SUCCESS && !l2)
+		return bpf_redirect(fib.ifindex, 0);
 	return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
 }
 

@@ -25,7 +25,7 @@ use maps::ConfigValue;
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
@@ -153,11 +153,11 @@ impl KernelPath {
     }
 
     /// Attach the decapsulating program to the IPv4 interface `ifindex` (named
-    /// `name` in messages): in the driver where it can, generic XDP otherwise.
-    pub fn attach_decap(&mut self, ifindex: u32, name: &str) -> Result<XdpMode, Error> {
+    /// `name` in messages): in the driver where it can (and `generic` is false),
+    /// generic XDP otherwise.
+    pub fn attach_decap(&mut self, ifindex: u32, name: &str, generic: bool) -> Result<XdpMode, Error> {
         let xdp: &mut Xdp = self.program("teredo_decap")?;
-        let driver = xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE);
-        if driver.is_ok() {
+        if !generic && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
             return Ok(XdpMode::Driver);
         }
         xdp.attach_to_if_index(ifindex, XdpFlags::SKB_MODE).map(|_| XdpMode::Generic).map_err(|e| Error::Attach {
@@ -206,6 +206,15 @@ impl KernelPath {
             }
         }
         Ok(out)
+    }
+
+    /// Bytes the kernel says the peer map takes now (its `memlock` in fdinfo).
+    pub fn peer_map_bytes(&self) -> io::Result<u64> {
+        let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", self.peers.fd.as_raw_fd()))?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("memlock:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| io::Error::other("no memlock line in the map's fdinfo"))
     }
 
     /// Run a program once on `packet` in the kernel (`BPF_PROG_TEST_RUN`), nothing

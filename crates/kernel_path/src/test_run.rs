@@ -35,6 +35,8 @@ pub struct TestRun {
     pub verdict: u32,
     /// The packet after the program.
     pub packet: Vec<u8>,
+    /// Nanoseconds the kernel measured around the program's run.
+    pub nanos: u32,
 }
 
 pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8]) -> io::Result<TestRun> {
@@ -57,5 +59,5 @@ pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8]) -> io::Result<TestRun> {
         return Err(io::Error::last_os_error());
     }
     out.truncate(attr.data_size_out as usize);
-    Ok(TestRun { verdict: attr.retval, packet: out })
+    Ok(TestRun { verdict: attr.retval, packet: out, nanos: attr.duration })
 }

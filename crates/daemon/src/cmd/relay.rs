@@ -469,6 +469,7 @@ fn serve(
         local,
         peers: conf.peer_capacity,
         prefix: conf.prefix,
+        generic_xdp: conf.generic_xdp,
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));

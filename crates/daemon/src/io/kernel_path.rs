@@ -66,6 +66,8 @@ pub struct Want<'a> {
     pub peers: usize,
     /// The Teredo prefix.
     pub prefix: u32,
+    /// Generic XDP even where the driver has its own (`XdpMode generic`).
+    pub generic_xdp: bool,
 }
 
 /// Why the kernel path was not set up, or `Ok(None)` for `DataPath user`.
@@ -125,7 +127,7 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     std::fs::write(&forwarding, "1").map_err(|e| format!("{forwarding}: {e}"))?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for (index, name) in nl.ethernet_links()? {
-        match path.attach_decap(index, &name) {
+        match path.attach_decap(index, &name, want.generic_xdp) {
             Ok(m) => {
                 interfaces.push(name);
                 modes.push(m);

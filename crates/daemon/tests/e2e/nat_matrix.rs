@@ -88,10 +88,10 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // The kernel carries the relay's trusted peers: after the pings and the transfers,
     // the programs moved nearly every packet each way, and the daemon only what the
     // protocol needs (bubbles, the queue a first answer releases).
-    {
-        let s = shipworm_chain(&me, Side::Native, "");
+    for (xdp, extra) in [("driver", ""), ("generic", "XdpMode generic\n")] {
+        let s = shipworm_chain(&me, Side::Native, extra);
         cases.push(Case {
-            name: "kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel)".into(),
+            name: format!("kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel, XDP {xdp})"),
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
