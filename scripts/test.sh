@@ -10,10 +10,10 @@ say "checking tools"
 # the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
 # UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), bird2 (the
 # routing daemon announcing a relay's prefix), clang and libbpf-dev (they build the
-# kernel data path's eBPF programs), systemd
+# kernel data path's eBPF programs; bpftool shows a test what is attached), systemd
 # (systemd-analyze checks the units; systemd-nspawn boots the package in a Debian root
 # debootstrap makes).
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 clang libbpf-dev systemd \
+ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 clang libbpf-dev bpftool systemd \
     systemd-container debootstrap
 ensure_shipworm_user
 ensure_rust

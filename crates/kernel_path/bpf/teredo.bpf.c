@@ -18,6 +18,7 @@
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
+#include <stddef.h>
 
 // RFC 4380 §5.2.4: a peer is valid while heard from within 30 s.
 #define VALIDITY_NS (30ULL * 1000 * 1000 * 1000)
@@ -25,6 +26,9 @@
 // move the map's cache line between cores on every packet).
 #define HEARD_GRAIN_NS (100ULL * 1000 * 1000)
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr))
+// BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (Linux 6.3), which older uapi headers lack: the packet's
+// protocol becomes IPv6 with the outer headers gone.
+#define ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
 
 // One trusted peer, keyed by its IPv6 address.
 struct peer {
@@ -136,62 +140,74 @@ static __always_inline void heard(struct peer *p)
 		p->heard = now;
 }
 
-// From a trusted client to the native IPv6 network: the outer IPv4 and UDP headers go,
-// the Ethernet header stays (its type becomes IPv6), and the kernel forwards the IPv6
-// packet as if it had arrived so.
+// What a frame from the IPv4 side is to the decapsulation: not ours (not counted),
+// ours but for userland (a counter says why), or a trusted client's plain packet to
+// move (its peer's last-heard time is then updated).
+#define MOVE COUNTERS
+
+// `data` points at the Ethernet header, `end` at the end of what can be read directly,
+// and the frame is `frame_len` bytes long (a socket buffer's may lie partly beyond
+// `end`). Returns MOVE, a counter (left to userland) or -1 (not a Teredo datagram for
+// us); `inner` gets the IPv6 packet's length.
+static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner)
+{
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return -1;
+	struct iphdr *ip4 = (void *)(eth + 1);
+	if ((void *)(ip4 + 1) > end || ip4->ihl != 5 || ip4->version != 4 || ip4->protocol != IPPROTO_UDP)
+		return -1;
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->enabled || !is_local(cfg, ip4->daddr))
+		return -1;
+	struct udphdr *udp = (void *)(ip4 + 1);
+	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
+		return -1;
+
+	// A Teredo datagram for us: from here on every outcome is counted.
+	struct ipv6hdr *ip6 = (void *)(udp + 1);
+	if ((void *)(ip6 + 1) > end)
+		return DECAP_NOT_PLAIN;
+	__u32 udp_len = bpf_ntohs(udp->len);
+	*inner = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
+	// Whole and alone: no fragment, no origin indication or trailer, no bubble.
+	if ((ip4->frag_off & bpf_htons(0x3fff)) || bpf_ntohs(ip4->tot_len) != sizeof(struct iphdr) + udp_len ||
+	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + *inner || ip6->payload_len == 0 ||
+	    ETH_HLEN + OUTER_LEN + *inner > frame_len)
+		return DECAP_NOT_PLAIN;
+	if (ip6->hop_limit <= 1)
+		return DECAP_HOP_LIMIT;
+	if (!plain_destination(&ip6->daddr, cfg))
+		return DECAP_DESTINATION;
+	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->saddr);
+	if (!p)
+		return DECAP_UNKNOWN_PEER;
+	if (p->ip != ip4->saddr || p->port != udp->source)
+		return DECAP_OTHER_MAPPING;
+	heard(p);
+	return MOVE;
+}
+
+// From a trusted client to the native IPv6 network, in the driver (XDP): the outer
+// IPv4 and UDP headers go, the Ethernet header stays (its type becomes IPv6), and the
+// kernel forwards the IPv6 packet as if it had arrived so.
 SEC("xdp")
 int teredo_decap(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
+	__u32 inner = 0;
+	int what = classify(data, end, (__u32)(end - data), &inner);
+	if (what < 0)
+		return XDP_PASS;
+	if (what != MOVE) {
+		count(what, 1);
+		return XDP_PASS;
+	}
 	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
-	struct iphdr *ip4 = (void *)(eth + 1);
-	if ((void *)(ip4 + 1) > end || ip4->ihl != 5 || ip4->version != 4 || ip4->protocol != IPPROTO_UDP)
-		return XDP_PASS;
-	__u32 zero = 0;
-	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg || !cfg->enabled || !is_local(cfg, ip4->daddr))
-		return XDP_PASS;
-	struct udphdr *udp = (void *)(ip4 + 1);
-	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
-		return XDP_PASS;
-
-	// A Teredo datagram for us: from here on every outcome is counted.
-	struct ipv6hdr *ip6 = (void *)(udp + 1);
-	if ((void *)(ip6 + 1) > end) {
-		count(DECAP_NOT_PLAIN, 1);
-		return XDP_PASS;
-	}
-	__u32 udp_len = bpf_ntohs(udp->len);
-	__u32 inner = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
-	// Whole and alone: no fragment, no origin indication or trailer, no bubble.
-	if ((ip4->frag_off & bpf_htons(0x3fff)) || bpf_ntohs(ip4->tot_len) != sizeof(struct iphdr) + udp_len ||
-	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + inner || ip6->payload_len == 0 ||
-	    (void *)ip6 + inner > end) {
-		count(DECAP_NOT_PLAIN, 1);
-		return XDP_PASS;
-	}
-	if (ip6->hop_limit <= 1) {
-		count(DECAP_HOP_LIMIT, 1);
-		return XDP_PASS;
-	}
-	if (!plain_destination(&ip6->daddr, cfg)) {
-		count(DECAP_DESTINATION, 1);
-		return XDP_PASS;
-	}
-	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->saddr);
-	if (!p) {
-		count(DECAP_UNKNOWN_PEER, 1);
-		return XDP_PASS;
-	}
-	if (p->ip != ip4->saddr || p->port != udp->source) {
-		count(DECAP_OTHER_MAPPING, 1);
-		return XDP_PASS;
-	}
-	heard(p);
-
 	unsigned char dst[ETH_ALEN], src[ETH_ALEN];
 	__builtin_memcpy(dst, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(src, eth->h_source, ETH_ALEN);
@@ -210,6 +226,40 @@ int teredo_decap(struct xdp_md *ctx)
 	count(DECAP_FORWARDED, 1);
 	count(DECAP_BYTES, inner);
 	return XDP_PASS;
+}
+
+// The same at tc ingress, for interfaces whose driver has no XDP (or when told): on
+// the socket buffer, after receive steering and GRO (a row GRO joined for the service
+// socket goes up whole). The checksum state the NIC left is reset with the headers.
+SEC("classifier")
+int teredo_decap_tc(struct __sk_buff *skb)
+{
+	// The headers read directly; the payload may stay in the buffer's fragments.
+	__u32 headers = ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr);
+	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
+		bpf_skb_pull_data(skb, headers);
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	__u32 inner = 0;
+	int what = classify(data, end, skb->len, &inner);
+	if (what < 0)
+		return TC_ACT_OK;
+	if (what == MOVE && skb->gso_segs > 1)
+		what = DECAP_NOT_PLAIN;
+	if (what != MOVE) {
+		count(what, 1);
+		return TC_ACT_OK;
+	}
+	if (bpf_skb_adjust_room(skb, -(int)OUTER_LEN, BPF_ADJ_ROOM_MAC, ADJ_ROOM_DECAP_L3_IPV6)) {
+		count(DECAP_NOT_PLAIN, 1);
+		return TC_ACT_OK;
+	}
+	__be16 ipv6 = bpf_htons(ETH_P_IPV6);
+	if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &ipv6, sizeof(ipv6), 0))
+		return TC_ACT_SHOT; // headers half changed: nothing sensible can go on
+	count(DECAP_FORWARDED, 1);
+	count(DECAP_BYTES, inner);
+	return TC_ACT_OK;
 }
 
 static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)

@@ -1,9 +1,9 @@
 //! shipworm's kernel data path: two eBPF programs that move the packets of peers the
 //! relay's state machine already trusts, and their loader.
 //!
-//! * `teredo_decap` (XDP at the IPv4 interface): a plain IPv6 packet from a trusted
-//!   client at its recorded mapping loses its IPv4 and UDP headers and goes to IPv6
-//!   forwarding.
+//! * `teredo_decap` (XDP at the IPv4 interface; `teredo_decap_tc` at tc ingress where
+//!   the driver has no XDP): a plain IPv6 packet from a trusted client at its recorded
+//!   mapping loses its IPv4 and UDP headers and goes to IPv6 forwarding.
 //! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted client
 //!   heard from within 30 s gets them and leaves by the IPv4 route.
 //!
@@ -80,13 +80,24 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// How the decapsulating program is attached.
+/// Where the decapsulation runs on an interface.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum XdpMode {
-    /// In the driver, before any socket buffer is built.
-    Driver,
-    /// Generic XDP, on the socket buffer (drivers without XDP).
-    Generic,
+pub enum DecapHook {
+    /// XDP in the driver, before any socket buffer is built.
+    Xdp,
+    /// tc ingress, on the socket buffer (drivers without XDP, or when told).
+    Tc,
+}
+
+/// One of the programs, for [`KernelPath::test_run`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program {
+    /// `teredo_decap` (XDP).
+    DecapXdp,
+    /// `teredo_decap_tc` (tc ingress).
+    DecapTc,
+    /// `teredo_encap` (tc egress), run on an Ethernet frame.
+    Encap,
 }
 
 /// The loaded programs and their maps. Dropping it detaches the programs.
@@ -152,16 +163,16 @@ impl KernelPath {
         maps::update(&self.config, &0u32.to_ne_bytes(), &self.settings).map_err(Error::Map)
     }
 
-    /// Attach the decapsulating program to the IPv4 interface `ifindex` (named
-    /// `name` in messages): in the driver where it can (and `generic` is false),
-    /// generic XDP otherwise.
-    pub fn attach_decap(&mut self, ifindex: u32, name: &str, generic: bool) -> Result<XdpMode, Error> {
+    /// Attach the decapsulation to the IPv4 interface `ifindex`, `name`: XDP in the
+    /// driver where it has it (unless `tc` is asked), tc ingress otherwise.
+    pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
         let xdp: &mut Xdp = self.program("teredo_decap")?;
-        if !generic && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
-            return Ok(XdpMode::Driver);
+        if !tc && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
+            return Ok(DecapHook::Xdp);
         }
-        xdp.attach_to_if_index(ifindex, XdpFlags::SKB_MODE).map(|_| XdpMode::Generic).map_err(|e| Error::Attach {
-            program: "teredo_decap (XDP)",
+        let ingress: &mut SchedClassifier = self.program("teredo_decap_tc")?;
+        ingress.attach(name, TcAttachType::Ingress).map(|_| DecapHook::Tc).map_err(|e| Error::Attach {
+            program: "teredo_decap (XDP in the driver, or tc ingress)",
             interface: name.to_owned(),
             cause: e.to_string(),
         })
@@ -185,6 +196,12 @@ impl KernelPath {
             .program_mut(name)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| Error::Load(format!("the object has no program {name}")))
+    }
+
+    /// The kernel's ids of the loaded programs (`bpftool prog show id N`): gone once
+    /// the process and its links are.
+    pub fn program_ids(&self) -> Vec<u32> {
+        self.bpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
     }
 
     /// The peer map, for the state machines' adapter.
@@ -217,15 +234,20 @@ impl KernelPath {
             .ok_or_else(|| io::Error::other("no memlock line in the map's fdinfo"))
     }
 
-    /// Run a program once on `packet` in the kernel (`BPF_PROG_TEST_RUN`), nothing
-    /// attached: for tests. `encap` runs `teredo_encap` on an Ethernet frame (the
-    /// programs are told to expect one), otherwise `teredo_decap`.
-    pub fn test_run(&mut self, encap: bool, packet: &[u8]) -> io::Result<TestRun> {
+    /// Run `program` once on the Ethernet frame `packet` in the kernel
+    /// (`BPF_PROG_TEST_RUN`), nothing attached: for tests (the encapsulation is told
+    /// to expect the Ethernet header a Teredo interface does not have).
+    pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
+        let encap = program == Program::Encap;
         if self.settings.l2 != u8::from(encap) {
             self.settings.l2 = u8::from(encap);
             self.write_config().map_err(io::Error::other)?;
         }
-        let name = if encap { "teredo_encap" } else { "teredo_decap" };
+        let name = match program {
+            Program::DecapXdp => "teredo_decap",
+            Program::DecapTc => "teredo_decap_tc",
+            Program::Encap => "teredo_encap",
+        };
         let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
         let fd = program.fd().map_err(io::Error::other)?;
         test_run::run(fd.as_fd(), packet)

@@ -3,7 +3,7 @@
 //! kernel moves, the state machine would have moved byte for byte the same way, and
 //! whatever else it leaves untouched for userland. Needs root (CI runs as root).
 
-use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, Settings};
+use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, Program, Settings};
 use shipworm_proto::relay::{Relay, RelayConfig};
 use shipworm_proto::transmit::{KernelModel, Recorder, Sent};
 use shipworm_proto::Action;
@@ -167,8 +167,11 @@ fn decap_cases() -> Vec<(String, SocketAddrV4, Vec<u8>)> {
 /// whether the kernel moved it.
 fn check_decap(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, from: SocketAddrV4, d: &[u8]) -> bool {
     let input = frame(from, d);
-    let out = k.test_run(false, &input).unwrap();
+    let out = k.test_run(Program::DecapXdp, &input).unwrap();
     assert_eq!(out.verdict, XDP_PASS, "{name}: every packet goes on, moved or not");
+    // At tc ingress the same packet comes out the same.
+    let tc = k.test_run(Program::DecapTc, &input).unwrap();
+    assert_eq!((tc.verdict, &tc.packet), (TC_ACT_OK, &out.packet), "{name}: tc ingress and XDP differ");
     w.delivered.clear();
     w.sent.clear();
     let proto = r.on_udp(Duration::from_secs(11), from, d, w);
@@ -205,10 +208,11 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
     );
     let after = k.counters().unwrap();
     let delta = |c: Counter| after[c as usize] - before[c as usize];
-    assert_eq!(delta(Counter::DecapForwarded), 5);
-    assert_eq!(delta(Counter::DecapOtherMapping), 2);
-    assert!(delta(Counter::DecapNotPlain) >= 8, "{}", delta(Counter::DecapNotPlain));
-    assert_eq!(delta(Counter::DecapHopLimit), 2);
+    // Each case ran twice, in XDP and at tc ingress.
+    assert_eq!(delta(Counter::DecapForwarded), 2 * 5);
+    assert_eq!(delta(Counter::DecapOtherMapping), 2 * 2);
+    assert!(delta(Counter::DecapNotPlain) >= 2 * 8, "{}", delta(Counter::DecapNotPlain));
+    assert_eq!(delta(Counter::DecapHopLimit), 2 * 2);
 
     // Mutations of a plain packet: any byte of the outer or inner headers, anywhere.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -271,7 +275,7 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
         ];
         for (name, packet, moves) in cases {
             let input = l2(&packet);
-            let out = k.test_run(true, &input).unwrap();
+            let out = k.test_run(Program::Encap, &input).unwrap();
             w.sent.clear();
             let proto = r.on_tun(Duration::from_secs(12), &packet, &mut w);
             if !moves {
@@ -297,7 +301,7 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
         // Silent for 30 s in the kernel's eyes: up to the relay, which bubbles.
         k.peers().trust(&a(C), C_MAPPED, monotonic_ns() - 31_000_000_000).unwrap();
         let input = l2(&udp6(NATIVE, C));
-        let out = k.test_run(true, &input).unwrap();
+        let out = k.test_run(Program::Encap, &input).unwrap();
         assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "a stale peer is the relay's");
         let c = k.counters().unwrap();
         assert_eq!(c[Counter::EncapForwarded as usize], 2);

@@ -238,7 +238,12 @@ impl Reports for WorkerShared<'_> {
             "uptime_s": self.started.elapsed().as_secs(),
             "workers": self.workers,
             "data_path": match self.kernel {
-                Some(k) => serde_json::json!({ "kind": "kernel", "xdp": format!("{:?}", k.xdp).to_lowercase(), "interfaces": k.interfaces }),
+                Some(k) => serde_json::json!({
+                    "kind": "kernel",
+                    "decap": k.decap_name(),
+                    "interfaces": k.interfaces,
+                    "programs": k.programs,
+                }),
                 None => serde_json::json!({ "kind": "user" }),
             },
             "peers": self.relay.peer_count(),
@@ -469,7 +474,7 @@ fn serve(
         local,
         peers: conf.peer_capacity,
         prefix: conf.prefix,
-        generic_xdp: conf.generic_xdp,
+        decap_tc: conf.decap_tc,
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
@@ -600,7 +605,13 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
         id,
         tun,
         state: shared.relay.worker(),
-        rx: RecvBatch::coalescing(dup()?, BATCH, SLOT),
+        // Rows coalesced on receive would reach a decapsulation at tc ingress whole,
+        // which leaves them to us: with it, datagrams come one by one.
+        rx: if shared.kernel.is_some_and(|k| k.decap == kernel_path::DecapHook::Tc) {
+            RecvBatch::new(dup()?, BATCH, SLOT)
+        } else {
+            RecvBatch::coalescing(dup()?, BATCH, SLOT)
+        },
         out: Output {
             tun,
             batch: SendBatch::new(dup()?, BATCH, SLOT),

@@ -50,7 +50,7 @@ pub const DIRECTIVES: &[&str] = &[
     "BirdProtocol",
     "DrainTime",
     "DataPath",
-    "XdpMode",
+    "DecapHook",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -141,9 +141,9 @@ pub struct MiredoConf {
     pub drain_time: std::time::Duration,
     /// Where trusted peers' packets are moved (`DataPath`, relays).
     pub data_path: DataPath,
-    /// The kernel data path's XDP program runs generic (on the socket buffer, after
-    /// receive steering) even where the driver has XDP (`XdpMode generic`).
-    pub generic_xdp: bool,
+    /// The kernel data path decapsulates at tc ingress even where the driver has XDP
+    /// (`DecapHook tc`).
+    pub decap_tc: bool,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -199,7 +199,7 @@ impl MiredoConf {
             bird_protocols: vec!["teredo".into()],
             drain_time: Duration::from_secs(2),
             data_path: DataPath::Auto,
-            generic_xdp: false,
+            decap_tc: false,
             warnings: Vec::new(),
         }
     }
@@ -283,7 +283,7 @@ const RULES: &[Rule] = &[
     once("BirdProtocol", Mode::Relay, relay_options),
     once("DrainTime", Mode::Relay, relay_options),
     once("DataPath", Mode::Relay, relay_options),
-    once("XdpMode", Mode::Relay, relay_options),
+    once("DecapHook", Mode::Relay, relay_options),
     once("PeerCapacity", Mode::Relay, relay_limits),
     once("PeersPerAddress", Mode::Relay, relay_limits),
     once("QueueBytes", Mode::Relay, relay_limits),
@@ -400,11 +400,11 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
         "DataPath" => c.data_path = f.value(d, DataPath::parse)?,
-        "XdpMode" => {
-            c.generic_xdp = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
+        "DecapHook" => {
+            c.decap_tc = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
                 "auto" => Ok(false),
-                "generic" => Ok(true),
-                _ => Err("expected auto or generic".to_string()),
+                "tc" => Ok(true),
+                _ => Err("expected auto or tc".to_string()),
             })?
         }
         _ => unreachable!("{name} is not a relay option"),
@@ -559,14 +559,14 @@ mod tests {
 
     #[test]
     fn a_relay_chooses_its_data_path() {
-        let c = load_text("RelayType relay\nDataPath KERNEL\nXdpMode generic\n").unwrap();
-        assert_eq!((c.data_path, c.generic_xdp), (DataPath::Kernel, true));
+        let c = load_text("RelayType relay\nDataPath KERNEL\nDecapHook tc\n").unwrap();
+        assert_eq!((c.data_path, c.decap_tc), (DataPath::Kernel, true));
         let d = load_text("RelayType relay\n").unwrap();
-        assert_eq!((d.data_path, d.generic_xdp), (DataPath::Auto, false));
+        assert_eq!((d.data_path, d.decap_tc), (DataPath::Auto, false));
         assert_eq!(load_text("RelayType relay\ndatapath user\n").unwrap().data_path, DataPath::User);
         let bad = load_text("RelayType relay\nDataPath fast\n").unwrap_err();
         assert!(bad.contains("DataPath fast: expected kernel, user or auto"), "{bad}");
-        assert!(load_text("RelayType relay\nXdpMode driver\n").unwrap_err().contains("expected auto or generic"));
+        assert!(load_text("RelayType relay\nDecapHook xdp\n").unwrap_err().contains("expected auto or tc"));
     }
 
     #[test]

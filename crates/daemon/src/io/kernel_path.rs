@@ -10,7 +10,8 @@
 //! IPv4.
 
 use crate::io::netlink::Netlink;
-use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, XdpMode, COUNTERS};
+pub use shipworm_kernel_path::DecapHook;
+use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, COUNTERS};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,12 +45,16 @@ impl DataPath {
 /// The programs, attached, and what the status tells of them.
 pub struct KernelDataPath {
     path: KernelPath,
-    /// How the decapsulation is attached, and where.
-    pub xdp: XdpMode,
+    /// Where the decapsulation runs: XDP in the driver on every interface, or tc
+    /// ingress on at least one.
+    pub decap: DecapHook,
     /// The interfaces the decapsulation is attached to.
     pub interfaces: Vec<String>,
     /// Peers the map refused (full) or map calls that failed.
     pub refused: Arc<AtomicU64>,
+    /// The kernel's ids of the programs (read at set-up: the confined relay may not
+    /// ask), for the status.
+    pub programs: Vec<u32>,
 }
 
 /// What the relay needs to know to set the kernel path up.
@@ -66,8 +71,8 @@ pub struct Want<'a> {
     pub peers: usize,
     /// The Teredo prefix.
     pub prefix: u32,
-    /// Generic XDP even where the driver has its own (`XdpMode generic`).
-    pub generic_xdp: bool,
+    /// The decapsulation at tc ingress even where the driver has XDP (`DecapHook tc`).
+    pub decap_tc: bool,
 }
 
 /// Why the kernel path was not set up, or `Ok(None)` for `DataPath user`.
@@ -127,7 +132,7 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     std::fs::write(&forwarding, "1").map_err(|e| format!("{forwarding}: {e}"))?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for (index, name) in nl.ethernet_links()? {
-        match path.attach_decap(index, &name, want.generic_xdp) {
+        match path.attach_decap(index, &name, want.decap_tc) {
             Ok(m) => {
                 interfaces.push(name);
                 modes.push(m);
@@ -142,8 +147,9 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         tracing::warn!("{r}: IPv4 arriving there goes through the daemon");
     }
     path.attach_encap(want.tun).map_err(|e| e.to_string())?;
-    let xdp = if modes.contains(&XdpMode::Generic) { XdpMode::Generic } else { XdpMode::Driver };
-    Ok(KernelDataPath { path, xdp, interfaces, refused: Arc::new(AtomicU64::new(0)) })
+    let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
+    let programs = path.program_ids();
+    Ok(KernelDataPath { path, decap, interfaces, refused: Arc::new(AtomicU64::new(0)), programs })
 }
 
 impl KernelDataPath {
@@ -162,13 +168,21 @@ impl KernelDataPath {
     /// One line for the log.
     pub fn describe(&self) -> String {
         format!(
-            "kernel data path: decapsulation by XDP ({}) on {}, encapsulation by tc on the Teredo interface",
-            match self.xdp {
-                XdpMode::Driver => "in the driver",
-                XdpMode::Generic => "generic",
+            "kernel data path: decapsulation {} on {}, encapsulation at tc egress of the Teredo interface",
+            match self.decap {
+                DecapHook::Xdp => "by XDP in the driver",
+                DecapHook::Tc => "at tc ingress (on one interface at least)",
             },
             self.interfaces.join(", ")
         )
+    }
+
+    /// Where the decapsulation runs, as the status names it.
+    pub fn decap_name(&self) -> &'static str {
+        match self.decap {
+            DecapHook::Xdp => "xdp",
+            DecapHook::Tc => "tc",
+        }
     }
 }
 

@@ -363,6 +363,16 @@ mod tests {
         let tables = [
             crate::cmd::client::counters(&client, 0, 0, &io, &tun),
             crate::cmd::relay::relay_counters(std::slice::from_ref(&relay), &relay, &io, &tun, 0, 0, None),
+            // A relay with its kernel data path publishes its rows too.
+            crate::cmd::relay::relay_counters(
+                std::slice::from_ref(&relay),
+                &relay,
+                &io,
+                &tun,
+                0,
+                0,
+                Some(&([0; shipworm_kernel_path::COUNTERS], 0)),
+            ),
             crate::cmd::server::counters(&server, None, &io),
             crate::cmd::server::counters(&server, Some((&relay, 0, 0)), &io),
         ];

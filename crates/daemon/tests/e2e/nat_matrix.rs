@@ -88,13 +88,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // The kernel carries the relay's trusted peers: after the pings and the transfers,
     // the programs moved nearly every packet each way, and the daemon only what the
     // protocol needs (bubbles, the queue a first answer releases).
-    for (xdp, extra) in [("driver", ""), ("generic", "XdpMode generic\n")] {
+    for (hook, extra) in [("XDP in the driver", ""), ("tc ingress", "DecapHook tc\n")] {
         let s = shipworm_chain(&me, Side::Native, extra);
         cases.push(Case {
-            name: format!("kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel, XDP {xdp})"),
+            name: format!("kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel, decapsulation by {hook})"),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
+                let (mut lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
                 let st = lab.relay_status().ok_or(Failed::at(6, "step 6: the relay's status socket did not answer"))?;
                 let c = &st["counters"];
                 let kernel = |d: &str| c["kernel_path_packets"][d]["forwarded"].as_u64().unwrap_or(0);
@@ -106,13 +106,32 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 };
                 let (decap, encap, to_ipv6, to_teredo) = (kernel("decap"), kernel("encap"), user("to_ipv6"), user("to_teredo"));
                 let text = format!(
-                    "{}; kernel moved {decap} to IPv6 and {encap} to Teredo, the daemon {to_ipv6} and {to_teredo}; TCP {:.0}/{:.0} Mbit/s",
-                    st["data_path"], o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()
+                    "{}; kernel moved {decap} to IPv6 and {encap} to Teredo, the daemon {to_ipv6} and {to_teredo} (the kernel's reasons: {}); TCP {:.0}/{:.0} Mbit/s",
+                    st["data_path"], c["kernel_path_packets"], o.tcp_out.mbit_per_s(), o.tcp_in.mbit_per_s()
                 );
                 if st["data_path"]["kind"] != "kernel" || decap < 100 * (to_ipv6 + 1) / 10 || encap < 100 * (to_teredo + 1) / 10 {
                     return Err(Failed::at(6, format!("step 6: the kernel did not carry the traffic: {text}")));
                 }
-                Ok(text)
+                // A relay killed leaves nothing attached: its programs were held by links
+                // it owned, and the kernel frees a program nothing holds.
+                let ids: Vec<String> = st["data_path"]["programs"]
+                    .as_array()
+                    .map_or_else(Vec::new, |v| v.iter().filter_map(|i| i.as_u64()).map(|i| i.to_string()).collect());
+                let rly = lab.ns("rly");
+                let loaded = |id: &str| shipworm_lab::netns::exec(&rly, &["bpftool", "prog", "show", "id", id]).is_ok();
+                let attached = |_: &shipworm_lab::Lab| ids.iter().any(|id| loaded(id));
+                if ids.len() != 3 || !ids.iter().all(|id| loaded(id)) {
+                    return Err(Failed::at(7, format!("step 7: the relay's programs {ids:?} are not all loaded while it runs")));
+                }
+                lab.signal_peer("relay", nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(7, format!("step 7: {e}")))?;
+                let gone = (0..50).any(|_| {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    !attached(&lab)
+                });
+                if !gone {
+                    return Err(Failed::at(7, "step 7: the killed relay's programs are still loaded after 1 s"));
+                }
+                Ok(format!("{text}; killed, nothing left attached"))
             }),
         });
     }
