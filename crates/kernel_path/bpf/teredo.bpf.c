@@ -140,6 +140,18 @@ static __always_inline void heard(struct peer *p)
 		p->heard = now;
 }
 
+static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
+{
+	const __u16 *w = (const __u16 *)ip;
+	__u32 sum = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
 // What a frame from the IPv4 side is to the decapsulation: not ours (not counted),
 // ours but for userland (a counter says why), or a trusted client's plain packet to
 // move (its peer's last-heard time is then updated).
@@ -165,9 +177,11 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
 		return -1;
 
-	// A Teredo datagram for us: from here on every outcome is counted.
+	// A Teredo datagram for us: from here on every outcome is counted. Its IPv4
+	// header as the kernel's own receive would check it (the sum over it, its
+	// checksum included, is all ones).
 	struct ipv6hdr *ip6 = (void *)(udp + 1);
-	if ((void *)(ip6 + 1) > end)
+	if ((void *)(ip6 + 1) > end || ipv4_checksum(ip4) != 0)
 		return DECAP_NOT_PLAIN;
 	__u32 udp_len = bpf_ntohs(udp->len);
 	*inner = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
@@ -262,17 +276,6 @@ int teredo_decap_tc(struct __sk_buff *skb)
 	return TC_ACT_OK;
 }
 
-static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
-{
-	const __u16 *w = (const __u16 *)ip;
-	__u32 sum = 0;
-#pragma unroll
-	for (int i = 0; i < 10; i++)
-		sum += w[i];
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
 
 // From the native IPv6 network to a trusted client that was heard from within 30 s:
 // the IPv6 packet, routed to the Teredo interface, gets IPv4 and UDP headers from the

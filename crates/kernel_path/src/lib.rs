@@ -15,7 +15,7 @@
 mod maps;
 mod test_run;
 
-pub use maps::{monotonic_ns, Counter, PeerMap, COUNTERS, MAP_COMMANDS};
+pub use maps::{monotonic_ns, Counter, PeerMap, Switch, COUNTERS, MAP_COMMANDS};
 pub use test_run::TestRun;
 
 use aya::maps::Map;
@@ -104,7 +104,7 @@ pub enum Program {
 pub struct KernelPath {
     bpf: Ebpf,
     peers: PeerMap,
-    config: OwnedFd,
+    config: Arc<OwnedFd>,
     counters: OwnedFd,
     cpus: usize,
     settings: ConfigValue,
@@ -139,7 +139,7 @@ impl KernelPath {
         }
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
         let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?) };
-        let (config, counters) = (map_fd(&bpf, "config")?, map_fd(&bpf, "counters")?);
+        let (config, counters) = (Arc::new(map_fd(&bpf, "config")?), map_fd(&bpf, "counters")?);
         let mut local = [[0u8; 4]; 4];
         for (slot, a) in local.iter_mut().zip(&settings.local) {
             *slot = a.octets();
@@ -202,6 +202,11 @@ impl KernelPath {
     /// the process and its links are.
     pub fn program_ids(&self) -> Vec<u32> {
         self.bpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
+    }
+
+    /// The programs' off switch.
+    pub fn switch(&self) -> Switch {
+        Switch { fd: self.config.clone(), settings: self.settings }
     }
 
     /// The peer map, for the state machines' adapter.

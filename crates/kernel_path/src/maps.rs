@@ -167,10 +167,15 @@ pub struct PeerMap {
 
 impl PeerMap {
     /// `peer` is trusted at `mapped` and was heard from at `heard` (CLOCK_MONOTONIC).
-    /// Fails with `E2BIG` when the map is full.
+    /// Fails with `E2BIG` when the map is full. An update that fails takes the peer's
+    /// entry out, so that no older mapping outlives it; if that fails too, the error
+    /// says so (`ErrorKind::Other`, "stale").
     pub fn trust(&self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: u64) -> io::Result<()> {
         let v = PeerValue { ip: mapped.ip().octets(), port: mapped.port().to_be_bytes(), spare: 0, heard };
-        update(&self.fd, &peer.octets(), &v)
+        update(&self.fd, &peer.octets(), &v).map_err(|e| match self.forget(peer) {
+            Ok(_) => e,
+            Err(gone) => io::Error::other(format!("stale: {e}, and taking the old entry out failed: {gone}")),
+        })
     }
 
     /// `peer` is trusted no more. False if it was not in the map.
@@ -187,6 +192,22 @@ impl PeerMap {
         let mut v = PeerValue::default();
         Ok(lookup(&self.fd, &peer.octets(), &mut v)?
             .then(|| (SocketAddrV4::new(Ipv4Addr::from(v.ip), u16::from_be_bytes(v.port)), v.heard)))
+    }
+}
+
+/// The programs' on/off switch: off, every packet goes to userland (what a daemon
+/// does when it can no longer keep the peer map to what it trusts).
+#[derive(Debug, Clone)]
+pub struct Switch {
+    pub(crate) fd: Arc<OwnedFd>,
+    pub(crate) settings: ConfigValue,
+}
+
+impl Switch {
+    /// Turn the programs off (a map update, which a confined daemon may still make).
+    pub fn turn_off(&self) -> io::Result<()> {
+        let off = ConfigValue { enabled: 0, ..self.settings };
+        update(&self.fd, &0u32.to_ne_bytes(), &off)
     }
 }
 

@@ -166,20 +166,40 @@ fn decap_cases() -> Vec<(String, SocketAddrV4, Vec<u8>)> {
 /// Runs the decapsulation on one datagram; asserts it against the relay. Returns
 /// whether the kernel moved it.
 fn check_decap(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, from: SocketAddrV4, d: &[u8]) -> bool {
-    let input = frame(from, d);
-    let out = k.test_run(Program::DecapXdp, &input).unwrap();
+    check_frame(k, r, w, name, &frame(from, d))
+}
+
+/// Runs the decapsulation, in XDP and at tc ingress, on one Ethernet frame; asserts it
+/// against what the host and the relay would do with it. Returns whether it moved.
+fn check_frame(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, input: &[u8]) -> bool {
+    let out = k.test_run(Program::DecapXdp, input).unwrap();
     assert_eq!(out.verdict, XDP_PASS, "{name}: every packet goes on, moved or not");
-    // At tc ingress the same packet comes out the same.
-    let tc = k.test_run(Program::DecapTc, &input).unwrap();
-    assert_eq!((tc.verdict, &tc.packet), (TC_ACT_OK, &out.packet), "{name}: tc ingress and XDP differ");
-    w.delivered.clear();
-    w.sent.clear();
-    let proto = r.on_udp(Duration::from_secs(11), from, d, w);
+    // At tc ingress the same packet comes out the same (the kernel's test run builds no
+    // socket buffer for a frame cut inside its IPv4 header; nor would a receive).
+    match k.test_run(Program::DecapTc, input) {
+        Ok(tc) => {
+            assert_eq!((tc.verdict, &tc.packet), (TC_ACT_OK, &out.packet), "{name}: tc ingress and XDP differ")
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && input.len() < 14 + 20 => {}
+        Err(e) => panic!("{name}: tc test run: {e}"),
+    }
     if out.packet == input {
         return false;
     }
-    // Moved: exactly the IPv6 packet the relay delivers, behind the same Ethernet
-    // addresses with the IPv6 type.
+    // Moved: the host's IPv4 receive would have taken the frame (a whole IPv4 header
+    // with its checksum right, UDP to the relay's port, its length the packet's; the
+    // UDP checksum is the one thing the kernel path does not check, docs/data-path.md),
+    // and the relay forwards its payload from that source byte for byte so, behind the
+    // same Ethernet addresses with the IPv6 type.
+    let ip = Ipv4Packet::new_checked(&input[14..]).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
+    let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
+    assert_eq!((ip.header_len(), repr.protocol, repr.dst_addr), (20, 17, RELAY_V4), "{name}");
+    let udp = UdpPacket::new_checked(ip.payload()).unwrap_or_else(|e| panic!("{name}: moved a bad UDP header: {e:?}"));
+    assert_eq!((udp.dst_port(), usize::from(udp.len())), (3544, ip.payload().len()), "{name}");
+    let from = SocketAddrV4::new(repr.src_addr, udp.src_port());
+    w.delivered.clear();
+    w.sent.clear();
+    let proto = r.on_udp(Duration::from_secs(11), from, udp.payload(), w);
     assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
     assert_eq!(w.delivered.len(), 1, "{name}");
     let mut want = input[..12].to_vec();
@@ -214,24 +234,25 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
     assert!(delta(Counter::DecapNotPlain) >= 2 * 8, "{}", delta(Counter::DecapNotPlain));
     assert_eq!(delta(Counter::DecapHopLimit), 2 * 2);
 
-    // Mutations of a plain packet: any byte of the outer or inner headers, anywhere.
+    // Mutations of a plain packet's frame: any bit of the outer IPv4 and UDP headers
+    // and of the IPv6 packet, and truncations.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let base = udp6(C, NATIVE);
+    let base = frame(C_MAPPED, &udp6(C, NATIVE));
     let mut mutated_moves = 0;
-    for _ in 0..3000 {
-        let mut d = base.clone();
+    for _ in 0..4000 {
+        let mut f = base.clone();
         for _ in 0..1 + rng.below(3) {
-            let i = rng.below(d.len());
-            d[i] ^= 1 << rng.below(8);
+            let i = 14 + rng.below(f.len() - 14);
+            f[i] ^= 1 << rng.below(8);
         }
         if rng.below(8) == 0 {
-            d.truncate(rng.below(d.len() + 1));
+            f.truncate(14 + rng.below(f.len() - 13));
         }
-        if check_decap(&mut k, &mut r, &mut w, &format!("mutated {d:02x?}"), C_MAPPED, &d) {
+        if check_frame(&mut k, &mut r, &mut w, &format!("mutated {f:02x?}"), &f) {
             mutated_moves += 1;
         }
     }
-    assert!(mutated_moves > 100, "only {mutated_moves} mutated packets were still plain enough to move");
+    assert!(mutated_moves > 100, "only {mutated_moves} mutated frames were still plain enough to move");
 }
 
 /// Runs `body` in a network namespace of its own: a veth interface with the relay's

@@ -263,6 +263,10 @@ pub const MIN_SHARD_PEERS: usize = 256;
 /// Smallest share of the waiting-peer cap a shard gets.
 pub const MIN_SHARD_PENDING: usize = 32;
 
+/// How stale the kernel's last-heard time of a peer may be before a packet through
+/// userland writes it again (the kernel's own writes have the same grain).
+const KERNEL_HEARD_GRAIN: Duration = Duration::from_millis(100);
+
 /// The relay keeps a kernel data path's peer list.
 fn mirrors(cfg: &RelayConfig) -> bool {
     cfg.kernel_path && cfg.served == Served::AnyGlobal
@@ -449,15 +453,10 @@ impl SharedRelay {
         let key = self.keys.key(&dst);
         let mut shard = lock(self.shard(&key));
         let mut to = shard.peers.send_to(&key, now);
-        if to.is_none() && mirrors(&self.cfg) {
-            // The kernel carries this peer's packets: it may have heard from it since
-            // we did (this one came up for another reason: a train, a loop check).
-            if let Some(heard) = tx.kernel().and_then(|k| k.heard(&dst)) {
-                if let Some(mut p) = shard.peers.get_mut_keyed(&key).filter(|p| p.trusted && heard > p.last_rx) {
-                    p.last_rx = heard;
-                }
-                to = shard.peers.send_to(&key, now);
-            }
+        // The kernel carries this peer's packets: it may have heard from it since we
+        // did (this one came up for another reason: a loop check, a full map).
+        if to.is_none() && self.kernel_heard(&mut shard.peers, &key, w, now, tx) {
+            to = shard.peers.send_to(&key, now);
         }
         if let Some(to) = to {
             drop(shard);
@@ -484,6 +483,53 @@ impl SharedRelay {
             return Err(DropReason::AttachedSubnet);
         }
         Ok(())
+    }
+
+    /// A trusted peer the kernel heard from since we did: its last reception moves up
+    /// to the kernel's, and if it was waiting for our bubbles' answer it waits no more,
+    /// its queue sent to its mapping before anything newer. True if it is valid now.
+    /// Asks the kernel only about trusted entries, so that packets to made-up
+    /// destinations cost no look-up.
+    fn kernel_heard(
+        &self,
+        peers: &mut PeerTable,
+        key: &Key,
+        w: &mut RelayWorker,
+        now: Duration,
+        tx: &mut impl Transmit,
+    ) -> bool {
+        if !mirrors(&self.cfg) || !peers.get_keyed(key).is_some_and(|p| p.trusted) {
+            return false;
+        }
+        let Some(heard) = tx.kernel().and_then(|k| k.heard(&key.addr)) else {
+            return false;
+        };
+        let Some(mut p) = peers.get_mut_keyed(key) else {
+            return false;
+        };
+        if heard > p.last_rx {
+            p.last_rx = heard;
+        }
+        if !p.is_valid(now) {
+            return false;
+        }
+        let to = p.mapped;
+        let queue = if p.waiting {
+            p.waiting = false;
+            p.tries = 0;
+            p.take_queue()
+        } else {
+            None
+        };
+        drop(p);
+        if let Some(mut q) = queue {
+            while let Some(packet) = q.next_packet() {
+                tx.send(Source::Service, to, packet, None);
+                w.stats.to_teredo += 1;
+                w.stats.to_teredo_bytes += packet.len() as u64;
+            }
+        }
+        true
     }
 
     /// `client` is trusted at `mapped`, heard from now: into the kernel's list too,
@@ -529,7 +575,10 @@ impl SharedRelay {
         }
         // Making room removed only waiting entries, so `known` still tells.
         if known.is_none() {
-            match shard.peers.insert(Peer::new(dst, mapped, now), now).map(drop) {
+            let inserted = shard
+                .peers
+                .insert_heard(Peer::new(dst, mapped, now), now, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+            match inserted.map(drop) {
                 Ok(()) => {}
                 Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
                 Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
@@ -684,6 +733,8 @@ impl SharedRelay {
                 p.nonce_sent = None;
             }
             let was_waiting = p.waiting;
+            // The kernel's list already has it, heard from a moment ago: no update.
+            let fresh = learned && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
             p.trusted = true;
             p.mapped = from;
             p.last_rx = now;
@@ -693,7 +744,9 @@ impl SharedRelay {
             let queue = p.take_queue();
             drop(p);
             // Under the shard's lock, so that no removal of the entry can overtake it.
-            self.kernel_trust(tx, &src, from, now);
+            if !fresh {
+                self.kernel_trust(tx, &src, from, now);
+            }
             // What the client sent from the port it proved goes now; the rest is dropped.
             let held = if was_waiting && held { take_held(&mut shard.held, w, &src, from) } else { Vec::new() };
             (queue, held)
@@ -808,13 +861,15 @@ impl SharedRelay {
             peer.trusted = true;
             peer.last_rx = now;
         }
-        match shard.peers.insert(peer, now).map(drop) {
+        let inserted = shard.peers.insert_heard(peer, now, &mut |a| tx.kernel().and_then(|k| k.heard(a))).map(drop);
+        // An entry evicted to make room leaves the kernel's list whatever came of it.
+        kernel_forget_removed(&mut shard.peers, tx);
+        match inserted {
             Ok(()) => {}
             Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
             Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
         }
         self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
-        kernel_forget_removed(&mut shard.peers, tx);
         if embedded {
             self.kernel_trust(tx, &src, from, now);
             tx.deliver(ip.packet());
@@ -848,12 +903,16 @@ impl SharedRelay {
                 let Some(dst) = shard.pending.pop_front() else {
                     break;
                 };
+                let Some(waiting) = shard.peers.get(&dst).map(|p| p.waiting) else {
+                    continue;
+                };
+                // Answered since (or heard through the kernel): drop the stale list entry.
+                if !waiting || self.kernel_heard(&mut shard.peers, &self.keys.key(&dst), w, now, tx) {
+                    continue;
+                }
                 let Some(p) = shard.peers.get(&dst) else {
                     continue;
                 };
-                if !p.waiting {
-                    continue; // answered since: drop the stale list entry
-                }
                 if p.tries > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
                     shard.pending.push_back(dst);
                     continue;

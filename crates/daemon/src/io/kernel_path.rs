@@ -11,7 +11,7 @@
 
 use crate::io::netlink::Netlink;
 pub use shipworm_kernel_path::DecapHook;
-use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, COUNTERS};
+use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, Switch, COUNTERS};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,7 +94,9 @@ pub fn start(want: &Want<'_>) -> Result<Option<KernelDataPath>, String> {
     }
 }
 
-fn kernel_6_6() -> Result<(), String> {
+/// Linux `need` or later (the tc links: 6.6; the route look-up's preferred source, for
+/// a service socket bound to no address in particular: 6.7).
+fn kernel_at_least(need: (u32, u32)) -> Result<(), String> {
     // SAFETY: uname fills the struct it is given.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     if unsafe { libc::uname(&mut u) } != 0 {
@@ -104,15 +106,18 @@ fn kernel_6_6() -> Result<(), String> {
     let text = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy().into_owned();
     let mut parts = text.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    if (major, minor) >= (6, 6) {
+    if (major, minor) >= need {
         Ok(())
     } else {
-        Err(format!("Linux {text} is older than 6.6 (tc programs as links)"))
+        Err(format!(
+            "Linux {text} is older than {}.{} (tc programs as links: 6.6; the route's preferred source, for a socket bound to no address: 6.7)",
+            need.0, need.1
+        ))
     }
 }
 
 fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
-    kernel_6_6()?;
+    kernel_at_least(if want.local.ip().is_unspecified() { (6, 7) } else { (6, 6) })?;
     let nl = Netlink::new()?;
     let local: Vec<Ipv4Addr> = if want.local.ip().is_unspecified() {
         nl.ipv4_subnets()?.into_iter().map(|(a, _)| a).filter(|a| !a.is_loopback()).take(4).collect()
@@ -128,10 +133,16 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         prefix: want.prefix.to_be_bytes(),
     };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
-    let forwarding = format!("/proc/sys/net/ipv4/conf/{}/forwarding", want.tun);
-    std::fs::write(&forwarding, "1").map_err(|e| format!("{forwarding}: {e}"))?;
+    nl.enable_ipv4_forwarding(nl.link_index(want.tun)?)?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for (index, name) in nl.ethernet_links()? {
+        // Decapsulated packets arrive there as IPv6: an interface without it would
+        // drop them.
+        let v6_off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"));
+        if v6_off.is_ok_and(|v| v.trim() == "1") {
+            refused.push(format!("{name} has IPv6 disabled"));
+            continue;
+        }
         match path.attach_decap(index, &name, want.decap_tc) {
             Ok(m) => {
                 interfaces.push(name);
@@ -156,7 +167,7 @@ impl KernelDataPath {
     /// The peer list for one worker; `now` is the relay's clock now.
     pub fn peers(&self, now: Duration) -> KernelPeerList {
         let base = monotonic_ns().saturating_sub(u64::try_from(now.as_nanos()).unwrap_or(u64::MAX));
-        KernelPeerList { map: self.path.peers(), base, refused: self.refused.clone() }
+        KernelPeerList { map: self.path.peers(), base, refused: self.refused.clone(), switch: self.path.switch() }
     }
 
     /// The programs' counters, in [`Counter::ALL`]'s order (zeros if the map cannot be
@@ -197,19 +208,36 @@ pub struct KernelPeerList {
     /// CLOCK_MONOTONIC at the relay's time zero.
     base: u64,
     refused: Arc<AtomicU64>,
+    switch: Switch,
+}
+
+impl KernelPeerList {
+    /// The map may hold a peer we no longer trust, at a mapping we no longer know:
+    /// the programs are turned off, and every packet goes through the daemon.
+    fn lost(&self, why: &str) {
+        let off = self.switch.turn_off();
+        tracing::error!(
+            "kernel data path: {why}; turned off ({}), every packet now goes through the daemon",
+            off.map_or_else(|e| format!("which failed too: {e}"), |()| "done".to_string())
+        );
+    }
 }
 
 impl KernelPeers for KernelPeerList {
     fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
         let at = self.base.saturating_add(u64::try_from(heard.as_nanos()).unwrap_or(u64::MAX));
-        if self.map.trust(peer, mapped, at).is_err() {
+        if let Err(e) = self.map.trust(peer, mapped, at) {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            if e.kind() == std::io::ErrorKind::Other {
+                self.lost(&format!("{peer}: {e}"));
+            }
         }
     }
 
     fn forget(&mut self, peer: &Ipv6Addr) {
-        if self.map.forget(peer).is_err() {
+        if let Err(e) = self.map.forget(peer) {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            self.lost(&format!("{peer} could not be taken out of the peer map: {e}"));
         }
     }
 

@@ -66,6 +66,36 @@ impl Netlink {
         })
     }
 
+    /// Turn IPv4 forwarding on for interface `index` alone (its `forwarding` devconf
+    /// value, as `net.ipv4.conf.IFACE.forwarding` shows it), through netlink: a unit
+    /// whose /proc/sys is read-only can still. Only that value is sent.
+    pub fn enable_ipv4_forwarding(&self, index: u32) -> Result<(), String> {
+        use rtnetlink::packet_route::link::LinkAttribute;
+        // IFLA_AF_SPEC { AF_INET { IFLA_INET_CONF { IPV4_DEVCONF_FORWARDING: 1 } } }
+        let nla = |kind: u16, payload: &[u8]| {
+            let mut v = Vec::with_capacity(4 + payload.len());
+            v.extend_from_slice(&((4 + payload.len()) as u16).to_ne_bytes());
+            v.extend_from_slice(&kind.to_ne_bytes());
+            v.extend_from_slice(payload);
+            v
+        };
+        const AF_INET: u16 = libc::AF_INET as u16;
+        const IFLA_INET_CONF: u16 = 1;
+        const IPV4_DEVCONF_FORWARDING: u16 = 1;
+        const IFLA_AF_SPEC: u16 = 26;
+        let inet = nla(AF_INET, &nla(IFLA_INET_CONF, &nla(IPV4_DEVCONF_FORWARDING, &1u32.to_ne_bytes())));
+        self.rt.block_on(async {
+            let mut msg = LinkUnspec::new_with_index(index).build();
+            msg.attributes.push(LinkAttribute::Other(rtnetlink::packet_core::DefaultNla::new(IFLA_AF_SPEC, inet)));
+            self.handle
+                .link()
+                .set(msg)
+                .execute()
+                .await
+                .map_err(|e| why(&format!("turning IPv4 forwarding on for interface {index}"), e))
+        })
+    }
+
     /// Add an IPv6 address (no duplicate address detection: the address is ours by
     /// construction, and DAD would delay it by a second or more).
     pub fn add_address(&self, index: u32, addr: Ipv6Addr, prefix_len: u8) -> Result<(), String> {

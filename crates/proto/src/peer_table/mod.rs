@@ -425,6 +425,19 @@ impl PeerTable {
     /// unchanged. With an address cap, a newcomer whose embedded IPv4 address has its
     /// share already is refused too. The unspecified address is no peer's: refused.
     pub fn insert(&mut self, peer: Peer, now: Duration) -> Result<PeerMut<'_>, TableFull> {
+        self.insert_heard(peer, now, &mut |_| None)
+    }
+
+    /// [`insert`](Self::insert), for a [`mirrored`](Self::mirrored) table whose
+    /// trusted peers the kernel may hear from without the table knowing: a trusted
+    /// entry that looks out of use is asked about (`heard`) before it gives its place,
+    /// and one heard within [`VALIDITY`] keeps it.
+    pub fn insert_heard(
+        &mut self,
+        peer: Peer,
+        now: Duration,
+        heard: &mut dyn FnMut(&Ipv6Addr) -> Option<Duration>,
+    ) -> Result<PeerMut<'_>, TableFull> {
         if peer.addr.is_unspecified() {
             return Err(TableFull::Full);
         }
@@ -447,6 +460,16 @@ impl PeerTable {
             let n = self.slots.len();
             let probes = EVICTION_PROBES.min(n);
             // Sampled LRU: of the probed entries not in use, the one heard from longest ago.
+            let mirrored = self.removed_trusted.is_some();
+            for k in 0..probes {
+                let i = (self.hand + k) % n;
+                let s = &self.slots[i];
+                if mirrored && !s.is_empty() && s.trusted() && !s.in_use(now) {
+                    if let Some(t) = heard(&Ipv6Addr::from(s.addr)).filter(|&t| t > s.last_rx()) {
+                        self.slots[i].set_last_rx(t);
+                    }
+                }
+            }
             let victim = (0..probes)
                 .map(|k| (self.hand + k) % n)
                 .filter(|&i| !self.slots[i].is_empty() && !self.slots[i].in_use(now))
