@@ -36,6 +36,10 @@ fn frame(i: u32) -> Vec<u8> {
     ip[9] = 17;
     ip[12..16].copy_from_slice(&mapping(i).ip().octets());
     ip[16..20].copy_from_slice(&[192, 0, 2, 1]);
+    let sum = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let check = !(((folded & 0xffff) + (folded >> 16)) as u16);
+    ip[10..12].copy_from_slice(&check.to_be_bytes());
     let udp = &mut f[34..42];
     udp[0..2].copy_from_slice(&mapping(i).port().to_be_bytes());
     udp[2..4].copy_from_slice(&3544u16.to_be_bytes());
