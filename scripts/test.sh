@@ -25,9 +25,9 @@ say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 say "fuzz smoke run (every target, bounded)"
-# Two targets at a time, 4 s each: a smoke run (every seed also runs in cargo test);
+# Two targets at a time, 2 s each: a smoke run (every seed also runs in cargo test);
 # long runs are by hand (fuzz/README.md).
-FUZZ_SECONDS=${FUZZ_SECONDS:-4} FUZZ_JOBS=${FUZZ_JOBS:-2} scripts/fuzz-smoke.sh
+FUZZ_SECONDS=${FUZZ_SECONDS:-2} FUZZ_JOBS=${FUZZ_JOBS:-2} scripts/fuzz-smoke.sh
 
 say "benchmark, quick mode (keeps it working; numbers are not judged)"
 cargo build --release --locked -q
@@ -35,7 +35,7 @@ bench_out=$(mktemp -d)
 target/release/shipworm-bench --quick --out "$bench_out" | tail -n 3
 test -s "$bench_out/report.md" || die "the benchmark wrote no report"
 # The soak too, in rows of seconds (its hour is run by hand: see docs/benchmark.md).
-target/release/shipworm-bench --quick --out "$bench_out/soak" soak --minutes 3 --warmup 1 | tail -n 2
+target/release/shipworm-bench --quick --out "$bench_out/soak" soak --minutes 2 --warmup 1 | tail -n 2
 grep -q 'relay still running at the end: yes' "$bench_out/soak/report.md" || die "the soak wrote no report"
 rm -rf "$bench_out"
 

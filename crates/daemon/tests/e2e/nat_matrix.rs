@@ -60,8 +60,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     }
     // The same through a relay that moves every packet itself (`DataPath user`; every
     // other shipworm relay in the suite moves trusted peers' packets in the kernel).
-    for first in [Side::Native, Side::Client] {
-        for nat in [NatKind::PortRestricted, NatKind::Symmetric] {
+    for (first, nat) in [(Side::Native, NatKind::PortRestricted), (Side::Client, NatKind::Symmetric)] {
+        {
             let s = Scenario { nat, ..shipworm_chain(&me, first, "DataPath user\n") };
             cases.push(Case {
                 name: format!("{first:<12} {nat:<15} all shipworm, the relay's data path in userland (DataPath user)"),
