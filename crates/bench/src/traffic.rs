@@ -581,32 +581,19 @@ const TURN: usize = 200;
 /// the arrival socket itself, spinning, so the figure holds the path and the relay, not
 /// the wake-up of a receiving thread. The caller lets earlier traffic drain first.
 pub fn latencies(probes: &mut [&mut Probe<'_>], n: usize) -> Vec<Vec<f64>> {
-    let mut out: Vec<Vec<f64>> = probes.iter().map(|_| Vec::with_capacity(n)).collect();
-    let mut buf = [0u8; 2048];
-    let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
-    for p in probes.iter() {
-        p.sink.pause();
-        while p.rx.recv(&mut got).is_ok() {}
-    }
-    for start in (0..n).step_by(TURN) {
-        for (p, out) in probes.iter_mut().zip(&mut out) {
-            for _ in start..n.min(start + TURN) {
-                if let Some(us) = one_probe(p, &mut buf, &mut got) {
-                    out.push(us);
-                }
-            }
-        }
-    }
-    for p in probes.iter() {
-        p.sink.resume();
-    }
-    out
+    probe_in_turns(probes, n, TURN, Duration::ZERO)
 }
 
 /// One packet at a time, `n` times on each of `probes` in turn, each sent `gap` after
 /// the last arrived: as a call or a ping sends, so that nothing the previous probe woke
 /// is still spinning when the next comes.
 pub fn sparse_latencies(probes: &mut [&mut Probe<'_>], n: usize, gap: Duration) -> Vec<Vec<f64>> {
+    probe_in_turns(probes, n, 1, gap)
+}
+
+/// `n` probes on each path, the paths taking turns of `turn` probes, each probe sent
+/// `gap` after the last arrived (none for zero); the paths' sinks paused meanwhile.
+fn probe_in_turns(probes: &mut [&mut Probe<'_>], n: usize, turn: usize, gap: Duration) -> Vec<Vec<f64>> {
     let mut out: Vec<Vec<f64>> = probes.iter().map(|_| Vec::with_capacity(n)).collect();
     let mut buf = [0u8; 2048];
     let mut got = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
@@ -614,11 +601,15 @@ pub fn sparse_latencies(probes: &mut [&mut Probe<'_>], n: usize, gap: Duration) 
         p.sink.pause();
         while p.rx.recv(&mut got).is_ok() {}
     }
-    for _ in 0..n {
+    for start in (0..n).step_by(turn.max(1)) {
         for (p, out) in probes.iter_mut().zip(&mut out) {
-            std::thread::sleep(gap);
-            if let Some(us) = one_probe(p, &mut buf, &mut got) {
-                out.push(us);
+            for _ in start..n.min(start + turn.max(1)) {
+                if !gap.is_zero() {
+                    std::thread::sleep(gap);
+                }
+                if let Some(us) = one_probe(p, &mut buf, &mut got) {
+                    out.push(us);
+                }
             }
         }
     }

@@ -337,6 +337,18 @@ mod tests {
         /// A call a child makes: ≥ 0 when let through.
         pub type Call = fn() -> i64;
 
+        /// A map look-up (on no map: EBADF), as the relay's kernel data path makes.
+        pub fn bpf_map_lookup() -> i64 {
+            // SAFETY: bpf(2) with no attribute block: it reads nothing of ours.
+            unsafe { libc::syscall(libc::SYS_bpf, 1, std::ptr::null::<u8>(), 0) }
+        }
+
+        /// A program load (BPF_PROG_LOAD), which no confined role may make.
+        pub fn bpf_prog_load() -> i64 {
+            // SAFETY: as above.
+            unsafe { libc::syscall(libc::SYS_bpf, 5, std::ptr::null::<u8>(), 0) }
+        }
+
         pub const ALL: &[(&str, Call)] = &[
             ("threads", threads),
             ("resolve", resolve),
@@ -347,6 +359,8 @@ mod tests {
             ("exec", exec),
             ("fork_by_clone3", fork_by_clone3),
             ("exec_map", exec_map),
+            ("bpf_map_lookup", bpf_map_lookup),
+            ("bpf_prog_load", bpf_prog_load),
         ];
     }
 
@@ -407,6 +421,17 @@ mod tests {
         for role in [Role::Client, Role::Server, Role::Relay, Role::Helper] {
             let (code, said) = in_confined_child_saying(role, "fork_by_clone3");
             assert_eq!(code, 0, "{}: clone3 was not refused with ENOSYS: {said}", role.name());
+        }
+    }
+
+    /// The confined relay keeps its kernel data path's map operations and no other part
+    /// of bpf(2); the other roles have none of it.
+    #[test]
+    fn only_the_relay_keeps_bpf_and_only_for_its_maps() {
+        assert_eq!(in_confined_child(Role::Relay, "bpf_map_lookup"), 1, "allowed, refused by the kernel (no map)");
+        assert_eq!(in_confined_child(Role::Relay, "bpf_prog_load"), 70);
+        for role in [Role::Server, Role::Client, Role::Helper] {
+            assert_eq!(in_confined_child(role, "bpf_map_lookup"), 70, "{}", role.name());
         }
     }
 
