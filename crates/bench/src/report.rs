@@ -681,6 +681,7 @@ mod tests {
             name,
             qualify_secs: vec![0.06],
             ping_ms: 0.3,
+            native_ms: 0.1,
             tcp: (vec![400.0; 12], vec![500.0; 12]),
             tcp_streams: (vec![900.0, 1000.0, 1100.0], vec![1200.0; 3]),
             udp: (up, down),

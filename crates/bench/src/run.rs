@@ -77,6 +77,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             name,
             qualify_secs: vec![],
             ping_ms: f64::NAN,
+            native_ms: f64::NAN,
             tcp: Default::default(),
             tcp_streams: Default::default(),
             udp: Default::default(),
@@ -109,6 +110,9 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             let (out4, back4) = e2e_tcp_streams(&lab, o.address, bytes)?;
             let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
             let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], args.quick)?;
+            if round == 0 && !args.quick {
+                e.native_ms = native_round_trip(&lab)?;
+            }
             drop(lab);
             if round == 0 {
                 e.ping_ms = o.ping_out.steady_median_ms().unwrap_or(f64::NAN);
@@ -159,4 +163,20 @@ pub(crate) fn shipworm_binary(args: &crate::BenchArgs) -> Result<std::path::Path
         )));
     }
     Ok(path)
+}
+
+/// The chain's trip without the tunnel ([`EndToEnd::native_ms`]), ms: 20 echoes each,
+/// steady medians.
+fn native_round_trip(lab: &shipworm_lab::Lab) -> Result<f64, Failure> {
+    use shipworm_lab::traffic::{ping, ping4};
+    let median = |r: shipworm_lab::Result<shipworm_lab::traffic::PingResult>, what: &str| {
+        r.map_err(lab_err)?
+            .steady_median_ms()
+            .ok_or_else(|| Failure::runtime(format!("native reference: no answer {what}")))
+    };
+    let rly = lab.ns("rly");
+    let v4 = median(ping4(&lab.clients[0].ns, shipworm_lab::RELAY_V4, 20, 2), "from the relay host over IPv4")?;
+    let v6 = median(ping(&rly, shipworm_lab::HOST6_V6, 20, 2), "from the native host")?;
+    let lo = median(ping(&rly, std::net::Ipv6Addr::LOCALHOST, 20, 2), "from the relay host's loopback")?;
+    Ok(v4 + v6 - lo)
 }

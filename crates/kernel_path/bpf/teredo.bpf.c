@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT OR Apache-2.0
 //
-// shipworm's kernel data path: packets of peers the relay's state machine already
-// trusts, moved without leaving the kernel. Every decision stays in userland; these
-// programs only look a peer up in the map userland fills, check that the packet is the
-// plainest kind (a whole IPv6 packet, no trailers, no bubble, a destination any relay
-// may serve), and move it. Anything else goes on, untouched, to the socket or the TUN,
-// where the daemon handles it as if these programs were not there.
+// shipworm's kernel data path: packets of peers the relay's or the client's state
+// machine already trusts, moved without leaving the kernel. Every decision stays in
+// userland; these programs only look a peer up in the map userland fills, check that
+// the packet is the plainest kind (a whole IPv6 packet, no trailers, no bubble, a
+// destination the role may serve without more thought), and move it. Anything else
+// goes on, untouched, to the socket or the TUN, where the daemon handles it as if these
+// programs were not there.
 //
 // Layouts shared with crates/kernel_path/src/maps.rs: change both together.
 
@@ -25,6 +26,9 @@
 // A peer's last-heard time is written at most this often (a write per packet would
 // move the map's cache line between cores on every packet).
 #define HEARD_GRAIN_NS (100ULL * 1000 * 1000)
+// The client's `RELAY_SILENCE`: a native peer sent to for this long without a word back
+// is tested again by userland (its relay may be gone), so its packets go up.
+#define SILENCE_NS (1000ULL * 1000 * 1000)
 #define OUTER_LEN (sizeof(struct iphdr) + sizeof(struct udphdr))
 // BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (Linux 6.3), which older uapi headers lack: the packet's
 // protocol becomes IPv6 with the outer headers gone.
@@ -36,6 +40,8 @@ struct peer {
 	__be16 port;
 	__u16 spare;
 	__u64 heard;   // last reception, CLOCK_MONOTONIC ns (either path writes it)
+	__u64 sent;    // the first transmission since `heard` (client; later than `heard`
+	               // while unanswered)
 };
 
 struct config {
@@ -46,7 +52,10 @@ struct config {
 	__u8 enabled;    // 0: every packet goes to userland
 	__u8 prefix[4];  // the relay's Teredo prefix (its first 32 bits)
 	__u8 l2;         // bytes before the IPv6 header at the Teredo interface (a TUN: 0)
-	__u8 spare[3];
+	__u8 client;     // 1: a client's (`own` is its address, `tun` its interface)
+	__u8 spare[2];
+	__u32 tun;       // the Teredo interface's index, where a client's packets arrive
+	__u8 own[16];    // the client's Teredo address (zero while it has none)
 };
 
 enum counter {
@@ -65,6 +74,7 @@ enum counter {
 	ENCAP_SOURCE,
 	ENCAP_NO_ROUTE,
 	ENCAP_FAILED,
+	ENCAP_SILENT,
 	COUNTERS,
 };
 
@@ -161,7 +171,26 @@ static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
 // and the frame is `frame_len` bytes long (a socket buffer's may lie partly beyond
 // `end`). Returns MOVE, a counter (left to userland) or -1 (not a Teredo datagram for
 // us); `inner` gets the IPv6 packet's length.
-static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner)
+static __always_inline int same_address(const struct in6_addr *a, const __u8 *b)
+{
+	const __u8 *o = a->s6_addr;
+	int same = 1;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		same &= o[i] == b[i];
+	return same;
+}
+
+// A peer the client watches for silence: native (not under either Teredo prefix).
+static __always_inline int native(const struct in6_addr *a, const struct config *cfg)
+{
+	const __u8 *o = a->s6_addr;
+	if (o[0] == 0x20 && o[1] == 0x01 && o[2] == 0 && o[3] == 0)
+		return 0;
+	return !(o[0] == cfg->prefix[0] && o[1] == cfg->prefix[1] && o[2] == cfg->prefix[2] && o[3] == cfg->prefix[3]);
+}
+
+static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
 {
 	struct ethhdr *eth = data;
 	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
@@ -173,6 +202,7 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg || !cfg->enabled || !is_local(cfg, ip4->daddr))
 		return -1;
+	*config_out = cfg;
 	struct udphdr *udp = (void *)(ip4 + 1);
 	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
 		return -1;
@@ -190,10 +220,17 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + *inner || ip6->payload_len == 0 ||
 	    ETH_HLEN + OUTER_LEN + *inner > frame_len)
 		return DECAP_NOT_PLAIN;
-	if (ip6->hop_limit <= 1)
-		return DECAP_HOP_LIMIT;
-	if (!plain_destination(&ip6->daddr, cfg))
-		return DECAP_DESTINATION;
+	if (cfg->client) {
+		// The client takes only what is addressed to it; the host stack judges the
+		// hop limit.
+		if (!same_address(&ip6->daddr, cfg->own))
+			return DECAP_DESTINATION;
+	} else {
+		if (ip6->hop_limit <= 1)
+			return DECAP_HOP_LIMIT;
+		if (!plain_destination(&ip6->daddr, cfg))
+			return DECAP_DESTINATION;
+	}
 	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->saddr);
 	if (!p)
 		return DECAP_UNKNOWN_PEER;
@@ -212,8 +249,10 @@ int teredo_decap(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	__u32 inner = 0;
-	int what = classify(data, end, (__u32)(end - data), &inner);
-	if (what < 0)
+	struct config *cfg = 0;
+	int what = classify(data, end, (__u32)(end - data), &inner, &cfg);
+	// A client's packets go into its Teredo interface, which only tc can reach.
+	if (what < 0 || !cfg || cfg->client)
 		return XDP_PASS;
 	if (what != MOVE) {
 		count(what, 1);
@@ -245,6 +284,8 @@ int teredo_decap(struct xdp_md *ctx)
 // The same at tc ingress, for interfaces whose driver has no XDP (or when told): on
 // the socket buffer, after receive steering and GRO (a row GRO joined for the service
 // socket goes up whole). The checksum state the NIC left is reset with the headers.
+// A client's packet is then handed to its Teredo interface's receive path, as if the
+// TUN had delivered it: the host's firewall sees it arrive on that interface.
 SEC("classifier")
 int teredo_decap_tc(struct __sk_buff *skb)
 {
@@ -255,8 +296,9 @@ int teredo_decap_tc(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	__u32 inner = 0;
-	int what = classify(data, end, skb->len, &inner);
-	if (what < 0)
+	struct config *cfg = 0;
+	int what = classify(data, end, skb->len, &inner, &cfg);
+	if (what < 0 || !cfg)
 		return TC_ACT_OK;
 	if (what == MOVE && skb->gso_segs > 1)
 		what = DECAP_NOT_PLAIN;
@@ -273,14 +315,17 @@ int teredo_decap_tc(struct __sk_buff *skb)
 		return TC_ACT_SHOT; // headers half changed: nothing sensible can go on
 	count(DECAP_FORWARDED, 1);
 	count(DECAP_BYTES, inner);
+	if (cfg->client)
+		return bpf_redirect(cfg->tun, BPF_F_INGRESS);
 	return TC_ACT_OK;
 }
 
 
-// From the native IPv6 network to a trusted client that was heard from within 30 s:
-// the IPv6 packet, routed to the Teredo interface, gets IPv4 and UDP headers from the
-// service socket's address and port to the client's mapping, and leaves by the IPv4
-// route with the kernel's neighbour resolution.
+// From the native IPv6 network to a trusted client that was heard from within 30 s
+// (on a client: from the host to a trusted peer): the IPv6 packet, routed to the Teredo
+// interface, gets IPv4 and UDP headers from the service socket's address and port to
+// the peer's mapping, and leaves by the IPv4 route with the kernel's neighbour
+// resolution.
 SEC("classifier")
 int teredo_encap(struct __sk_buff *skb)
 {
@@ -301,7 +346,8 @@ int teredo_encap(struct __sk_buff *skb)
 		count(ENCAP_UNKNOWN_PEER, 1);
 		return TC_ACT_OK;
 	}
-	if (bpf_ktime_get_ns() - p->heard >= VALIDITY_NS) {
+	__u64 now = bpf_ktime_get_ns();
+	if (now - p->heard >= VALIDITY_NS) {
 		count(ENCAP_STALE, 1);
 		return TC_ACT_OK;
 	}
@@ -313,9 +359,16 @@ int teredo_encap(struct __sk_buff *skb)
 		count(ENCAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
 	}
-	if (!plain_source(&ip6->saddr)) {
+	if (cfg->client ? !same_address(&ip6->saddr, cfg->own) : !plain_source(&ip6->saddr)) {
 		count(ENCAP_SOURCE, 1);
 		return TC_ACT_OK;
+	}
+	if (cfg->client && native(&ip6->daddr, cfg)) {
+		// Unanswered for a second: userland tests the peer's relay again.
+		if (p->sent > p->heard && now - p->sent >= SILENCE_NS) {
+			count(ENCAP_SILENT, 1);
+			return TC_ACT_OK;
+		}
 	}
 	__be32 to = p->ip;
 	__be16 to_port = p->port;
@@ -386,6 +439,8 @@ int teredo_encap(struct __sk_buff *skb)
 			return TC_ACT_SHOT;
 		}
 	}
+	if (cfg->client && p->sent <= p->heard)
+		p->sent = now;
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);
 	if (found == BPF_FIB_LKUP_RET_SUCCESS && !l2)

@@ -1,10 +1,11 @@
 //! shipworm's kernel data path: two eBPF programs that move the packets of peers the
-//! relay's state machine already trusts, and their loader.
+//! relay's or the client's state machine already trusts, and their loader.
 //!
 //! * `teredo_decap` (XDP at the IPv4 interface; `teredo_decap_tc` at tc ingress where
-//!   the driver has no XDP): a plain IPv6 packet from a trusted client at its recorded
-//!   mapping loses its IPv4 and UDP headers and goes to IPv6 forwarding.
-//! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted client
+//!   the driver has no XDP, and always for a client): a plain IPv6 packet from a trusted
+//!   peer at its recorded mapping loses its IPv4 and UDP headers and goes to IPv6
+//!   forwarding (relay) or into the Teredo interface's receive path (client).
+//! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted peer
 //!   heard from within 30 s gets them and leaves by the IPv4 route.
 //!
 //! Everything else continues to the socket or the TUN untouched. The state machine stays
@@ -15,7 +16,7 @@
 mod maps;
 mod test_run;
 
-pub use maps::{monotonic_ns, Counter, PeerMap, Switch, COUNTERS, MAP_COMMANDS};
+pub use maps::{monotonic_ns, Counter, PeerEntry, PeerMap, Switch, COUNTERS, MAP_COMMANDS};
 pub use test_run::TestRun;
 
 use aya::maps::Map;
@@ -26,7 +27,7 @@ use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
 
@@ -48,8 +49,12 @@ pub struct Settings {
     pub port: u16,
     /// The encapsulation's TTL.
     pub ttl: u8,
-    /// The relay's Teredo prefix (the first 32 bits of its clients' addresses).
+    /// The relay's Teredo prefix (the first 32 bits of its clients' addresses); a
+    /// client's (its own address's).
     pub prefix: [u8; 4],
+    /// A client's: the index of its Teredo interface, where decapsulated packets
+    /// arrive (`None`: a relay's, which forwards them).
+    pub client_tun: Option<u32>,
 }
 
 /// Why the kernel data path is not there.
@@ -104,10 +109,9 @@ pub enum Program {
 pub struct KernelPath {
     bpf: Ebpf,
     peers: PeerMap,
-    config: Arc<OwnedFd>,
     counters: OwnedFd,
     cpus: usize,
-    settings: ConfigValue,
+    switch: Switch,
 }
 
 fn map_fd(bpf: &Ebpf, name: &str) -> Result<OwnedFd, Error> {
@@ -140,32 +144,29 @@ impl KernelPath {
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
         let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?) };
         let (config, counters) = (Arc::new(map_fd(&bpf, "config")?), map_fd(&bpf, "counters")?);
-        let mut local = [[0u8; 4]; 4];
-        for (slot, a) in local.iter_mut().zip(&settings.local) {
-            *slot = a.octets();
-        }
-        let settings = ConfigValue {
-            local,
+        let value = ConfigValue {
+            local: maps::local_slots(&settings.local),
             source: settings.source.map_or([0; 4], |a| a.octets()),
             port: settings.port.to_be_bytes(),
             ttl: settings.ttl,
             enabled: 1,
             prefix: settings.prefix,
             l2: 0,
-            spare: [0; 3],
+            client: u8::from(settings.client_tun.is_some()),
+            spare: [0; 2],
+            tun: settings.client_tun.unwrap_or(0),
+            own: [0; 16],
         };
-        let path = KernelPath { bpf, peers, config, counters, cpus, settings };
-        path.write_config()?;
-        Ok(path)
-    }
-
-    fn write_config(&self) -> Result<(), Error> {
-        maps::update(&self.config, &0u32.to_ne_bytes(), &self.settings).map_err(Error::Map)
+        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)) };
+        switch.set_address(None).map_err(Error::Map)?;
+        Ok(KernelPath { bpf, peers, counters, cpus, switch })
     }
 
     /// Attach the decapsulation to the IPv4 interface `ifindex`, `name`: XDP in the
-    /// driver where it has it (unless `tc` is asked), tc ingress otherwise.
+    /// driver where it has it (unless `tc` is asked, or this is a client's, whose
+    /// packets only tc can hand to its Teredo interface), tc ingress otherwise.
     pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
+        let tc = tc || self.client();
         let xdp: &mut Xdp = self.program("teredo_decap")?;
         if !tc && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
             return Ok(DecapHook::Xdp);
@@ -204,9 +205,13 @@ impl KernelPath {
         self.bpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
     }
 
-    /// The programs' off switch.
+    /// The programs' settings after set-up.
     pub fn switch(&self) -> Switch {
-        Switch { fd: self.config.clone(), settings: self.settings }
+        self.switch.clone()
+    }
+
+    fn client(&self) -> bool {
+        self.switch.settings.lock().is_ok_and(|s| s.client == 1)
     }
 
     /// The peer map, for the state machines' adapter.
@@ -244,10 +249,7 @@ impl KernelPath {
     /// to expect the Ethernet header a Teredo interface does not have).
     pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
         let encap = program == Program::Encap;
-        if self.settings.l2 != u8::from(encap) {
-            self.settings.l2 = u8::from(encap);
-            self.write_config().map_err(io::Error::other)?;
-        }
+        self.switch.change(|s| s.l2 = u8::from(encap))?;
         let name = match program {
             Program::DecapXdp => "teredo_decap",
             Program::DecapTc => "teredo_decap_tc",

@@ -6,7 +6,7 @@
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
@@ -22,6 +22,7 @@ pub(crate) struct PeerValue {
     pub port: [u8; 2],
     pub spare: u16,
     pub heard: u64,
+    pub sent: u64,
 }
 
 /// `struct config`.
@@ -35,17 +36,21 @@ pub(crate) struct ConfigValue {
     pub enabled: u8,
     pub prefix: [u8; 4],
     pub l2: u8,
-    pub spare: [u8; 3],
+    pub client: u8,
+    pub spare: [u8; 2],
+    pub tun: u32,
+    pub own: [u8; 16],
 }
 
-const _: () = assert!(std::mem::size_of::<PeerValue>() == 16);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 32);
+const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 52);
 
 /// `enum counter`: what became of each Teredo packet the programs looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
 pub enum Counter {
-    /// Decapsulated and handed to IPv6 forwarding.
+    /// Decapsulated and handed to IPv6 forwarding (a relay's) or to the Teredo
+    /// interface's receive path (a client's).
     DecapForwarded,
     /// Their IPv6 bytes.
     DecapBytes,
@@ -56,7 +61,8 @@ pub enum Counter {
     /// Up: not a whole plain IPv6 packet (bubble, trailer, origin indication, fragment,
     /// malformed).
     DecapNotPlain,
-    /// Up: a destination the relay's own rules must judge.
+    /// Up: a destination the relay's own rules must judge (a client's: not its
+    /// address).
     DecapDestination,
     /// Up: hop limit ≤ 1 (userland answers).
     DecapHopLimit,
@@ -71,16 +77,19 @@ pub enum Counter {
     /// On: its length is not its IPv6 header's (a train counts once, whole, in
     /// the forwarded ones).
     EncapNotPlain,
-    /// On: a source a routing-loop check must judge.
+    /// On: a source a routing-loop check must judge (a client's: not its address).
     EncapSource,
     /// On: no IPv4 route (or the path's MTU is too small).
     EncapNoRoute,
     /// The kernel refused the encapsulation.
     EncapFailed,
+    /// On: a client's native peer sent to for a second without a word back (userland
+    /// tests its relay again).
+    EncapSilent,
 }
 
 /// How many counters there are.
-pub const COUNTERS: usize = 15;
+pub const COUNTERS: usize = 16;
 
 impl Counter {
     /// Every counter, in the programs' order.
@@ -100,6 +109,7 @@ impl Counter {
         Counter::EncapSource,
         Counter::EncapNoRoute,
         Counter::EncapFailed,
+        Counter::EncapSilent,
     ];
 
     /// (direction, outcome) as metrics and status name them.
@@ -120,6 +130,7 @@ impl Counter {
             Counter::EncapSource => ("encap", "source"),
             Counter::EncapNoRoute => ("encap", "no_route"),
             Counter::EncapFailed => ("encap", "failed"),
+            Counter::EncapSilent => ("encap", "silent"),
         }
     }
 }
@@ -171,7 +182,7 @@ impl PeerMap {
     /// entry out, so that no older mapping outlives it; if that fails too, the error
     /// says so (`ErrorKind::Other`, "stale").
     pub fn trust(&self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: u64) -> io::Result<()> {
-        let v = PeerValue { ip: mapped.ip().octets(), port: mapped.port().to_be_bytes(), spare: 0, heard };
+        let v = PeerValue { ip: mapped.ip().octets(), port: mapped.port().to_be_bytes(), spare: 0, heard, sent: 0 };
         update(&self.fd, &peer.octets(), &v).map_err(|e| match self.forget(peer) {
             Ok(_) => e,
             Err(gone) => io::Error::other(format!("stale: {e}, and taking the old entry out failed: {gone}")),
@@ -187,28 +198,66 @@ impl PeerMap {
         }
     }
 
-    /// `peer`'s entry: its mapping and last reception (CLOCK_MONOTONIC ns).
-    pub fn get(&self, peer: &Ipv6Addr) -> io::Result<Option<(SocketAddrV4, u64)>> {
+    /// `peer`'s entry.
+    pub fn get(&self, peer: &Ipv6Addr) -> io::Result<Option<PeerEntry>> {
         let mut v = PeerValue::default();
-        Ok(lookup(&self.fd, &peer.octets(), &mut v)?
-            .then(|| (SocketAddrV4::new(Ipv4Addr::from(v.ip), u16::from_be_bytes(v.port)), v.heard)))
+        Ok(lookup(&self.fd, &peer.octets(), &mut v)?.then(|| PeerEntry {
+            mapped: SocketAddrV4::new(Ipv4Addr::from(v.ip), u16::from_be_bytes(v.port)),
+            heard: v.heard,
+            unanswered: (v.sent > v.heard).then_some(v.sent),
+        }))
     }
 }
 
-/// The programs' on/off switch: off, every packet goes to userland (what a daemon
-/// does when it can no longer keep the peer map to what it trusts).
+/// One peer as the map holds it (times in CLOCK_MONOTONIC ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerEntry {
+    /// Its mapping.
+    pub mapped: SocketAddrV4,
+    /// Its last reception.
+    pub heard: u64,
+    /// A client's first transmission to it since then, if there was one.
+    pub unanswered: Option<u64>,
+}
+
+/// The programs' settings after set-up (map updates, which a confined daemon may
+/// still make): their on/off switch, and what a client's network changes move.
 #[derive(Debug, Clone)]
 pub struct Switch {
     pub(crate) fd: Arc<OwnedFd>,
-    pub(crate) settings: ConfigValue,
+    pub(crate) settings: Arc<Mutex<ConfigValue>>,
 }
 
 impl Switch {
-    /// Turn the programs off (a map update, which a confined daemon may still make).
-    pub fn turn_off(&self) -> io::Result<()> {
-        let off = ConfigValue { enabled: 0, ..self.settings };
-        update(&self.fd, &0u32.to_ne_bytes(), &off)
+    pub(crate) fn change(&self, how: impl FnOnce(&mut ConfigValue)) -> io::Result<()> {
+        let mut s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        how(&mut s);
+        update(&self.fd, &0u32.to_ne_bytes(), &*s)
     }
+
+    /// Turn the programs off for good: every packet goes to userland (what a daemon
+    /// does when it can no longer keep the peer map to what it trusts).
+    pub fn turn_off(&self) -> io::Result<()> {
+        self.change(|s| s.enabled = 0)
+    }
+
+    /// The client's Teredo address (`None` while it has none: nothing moves).
+    pub fn set_address(&self, own: Option<Ipv6Addr>) -> io::Result<()> {
+        self.change(|s| s.own = own.map_or([0; 16], |a| a.octets()))
+    }
+
+    /// The IPv4 addresses the service socket receives on (the first four).
+    pub fn set_local(&self, local: &[Ipv4Addr]) -> io::Result<()> {
+        self.change(|s| s.local = local_slots(local))
+    }
+}
+
+pub(crate) fn local_slots(local: &[Ipv4Addr]) -> [[u8; 4]; 4] {
+    let mut slots = [[0u8; 4]; 4];
+    for (slot, a) in slots.iter_mut().zip(local) {
+        *slot = a.octets();
+    }
+    slots
 }
 
 /// CLOCK_MONOTONIC in nanoseconds: the programs' clock (`bpf_ktime_get_ns`).

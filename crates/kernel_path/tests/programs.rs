@@ -1,11 +1,13 @@
 //! The programs run by the kernel (`BPF_PROG_TEST_RUN`) on crafted and mutated
-//! packets, against the relay's state machine given the same packet: whatever the
-//! kernel moves, the state machine would have moved byte for byte the same way, and
-//! whatever else it leaves untouched for userland. Needs root (CI runs as root).
+//! packets, against the relay's and the client's state machines given the same packet:
+//! whatever the kernel moves, the state machine would have moved byte for byte the same
+//! way, and whatever else it leaves untouched for userland. Needs root (CI runs as root).
 
 use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, Program, Settings};
+use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
 use shipworm_proto::relay::{Relay, RelayConfig};
-use shipworm_proto::transmit::{KernelModel, Recorder, Sent};
+use shipworm_proto::server::{Local, Server, ServerConfig};
+use shipworm_proto::transmit::{KernelModel, Random, Recorder, Sent, Source};
 use shipworm_proto::Action;
 use shipworm_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use shipworm_wire::ipv6::Ipv6Repr;
@@ -30,7 +32,15 @@ fn a(s: &str) -> Ipv6Addr {
 }
 
 fn settings() -> Settings {
-    Settings { peers: 1024, local: vec![RELAY_V4], source: None, port: 3544, ttl: 64, prefix: [0x20, 0x01, 0, 0] }
+    Settings {
+        peers: 1024,
+        local: vec![RELAY_V4],
+        source: None,
+        port: 3544,
+        ttl: 64,
+        prefix: [0x20, 0x01, 0, 0],
+        client_tun: None,
+    }
 }
 
 fn ipv6(src: &str, dst: &str, hop_limit: u8, payload: &[u8]) -> Vec<u8> {
@@ -48,15 +58,20 @@ fn udp6(src: &str, dst: &str) -> Vec<u8> {
 
 /// An Ethernet frame carrying `datagram` from `from` to the relay's service port.
 fn frame(from: SocketAddrV4, datagram: &[u8]) -> Vec<u8> {
+    frame_to(from, SocketAddrV4::new(RELAY_V4, 3544), datagram)
+}
+
+/// An Ethernet frame carrying `datagram` from `from` to `to`.
+fn frame_to(from: SocketAddrV4, to: SocketAddrV4, datagram: &[u8]) -> Vec<u8> {
     let mut f = vec![0u8; 14 + 28 + datagram.len()];
     f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     f[12..14].copy_from_slice(&[0x08, 0x00]);
     f[42..].copy_from_slice(datagram);
-    let udp = UdpRepr { src_port: from.port(), dst_port: 3544, payload_len: datagram.len() };
-    udp.emit(from.ip(), &RELAY_V4, &mut f[34..]).unwrap();
+    let udp = UdpRepr { src_port: from.port(), dst_port: to.port(), payload_len: datagram.len() };
+    udp.emit(from.ip(), to.ip(), &mut f[34..]).unwrap();
     let ip =
-        Ipv4Repr { src_addr: *from.ip(), dst_addr: RELAY_V4, protocol: 17, payload_len: 8 + datagram.len(), ttl: 60 };
+        Ipv4Repr { src_addr: *from.ip(), dst_addr: *to.ip(), protocol: 17, payload_len: 8 + datagram.len(), ttl: 60 };
     ip.emit(&mut f[14..]).unwrap();
     f
 }
@@ -234,13 +249,19 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
     assert!(delta(Counter::DecapNotPlain) >= 2 * 8, "{}", delta(Counter::DecapNotPlain));
     assert_eq!(delta(Counter::DecapHopLimit), 2 * 2);
 
-    // Mutations of a plain packet's frame: any bit of the outer IPv4 and UDP headers
-    // and of the IPv6 packet, and truncations.
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let base = frame(C_MAPPED, &udp6(C, NATIVE));
-    let mut mutated_moves = 0;
-    for _ in 0..4000 {
-        let mut f = base.clone();
+    let mutated_moves = mutations(&base, 4000, 0x9e37_79b9_7f4a_7c15)
+        .filter(|f| check_frame(&mut k, &mut r, &mut w, &format!("mutated {f:02x?}"), f))
+        .count();
+    assert!(mutated_moves > 100, "only {mutated_moves} mutated frames were still plain enough to move");
+}
+
+/// `n` mutations of a plain packet's frame `base` (deterministic from `seed`): any bit
+/// of the outer IPv4 and UDP headers and of the IPv6 packet, and truncations.
+fn mutations(base: &[u8], n: usize, seed: u64) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let mut rng = Rng(seed);
+    (0..n).map(move |_| {
+        let mut f = base.to_vec();
         for _ in 0..1 + rng.below(3) {
             let i = 14 + rng.below(f.len() - 14);
             f[i] ^= 1 << rng.below(8);
@@ -248,11 +269,8 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
         if rng.below(8) == 0 {
             f.truncate(14 + rng.below(f.len() - 13));
         }
-        if check_frame(&mut k, &mut r, &mut w, &format!("mutated {f:02x?}"), &f) {
-            mutated_moves += 1;
-        }
-    }
-    assert!(mutated_moves > 100, "only {mutated_moves} mutated frames were still plain enough to move");
+        f
+    })
 }
 
 /// Runs `body` in a network namespace of its own: a veth interface with the relay's
@@ -345,8 +363,221 @@ fn the_peer_map_holds_its_cap_and_no_more() {
     assert_eq!(err.raw_os_error(), Some(libc::E2BIG), "{err}");
     // An update of a present peer still goes through, and a forgotten one frees a place.
     peers.trust(&addr(5), SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2).unwrap();
-    assert_eq!(peers.get(&addr(5)).unwrap(), Some((SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2)));
+    let entry = peers.get(&addr(5)).unwrap().unwrap();
+    assert_eq!((entry.mapped, entry.heard, entry.unanswered), (SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2, None));
     assert!(peers.forget(&addr(5)).unwrap());
     assert!(!peers.forget(&addr(5)).unwrap());
     peers.trust(&addr(100), C_MAPPED, 1).unwrap();
+}
+
+// The client's programs: the same, against the client's state machine.
+
+/// The client's server.
+const P: Ipv4Addr = Ipv4Addr::new(65, 54, 227, 120);
+/// The client's service port, on RELAY_V4 (the lab's one local address).
+const CLIENT_PORT: u16 = 40500;
+/// Where the client's NAT maps it.
+const CLIENT_MAPPED: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 7), CLIENT_PORT);
+/// A native host the client reached through a relay at RELAY_R.
+const HOST: &str = "2001:db8:1::100";
+const RELAY_R: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), 3544);
+const CLIENT_TUN: u32 = 7;
+
+impl Random for Rng {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.next() as u8;
+        }
+    }
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// A client qualified through P, trusting C at its embedded mapping (C's packet came
+/// from there); its address, and the kernel's list as it filled it.
+fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    (cfg.local_discovery, cfg.kernel_path) = (false, true);
+    let mut c = Client::new(cfg, Rng(0x5eed));
+    let mut w = Recorder::default();
+    c.on_timer(secs(1), &mut w);
+    // The primary's answer, then the secondary's, both seeing CLIENT_MAPPED.
+    for local in [Local::Primary, Local::Secondary] {
+        let rs = w.sent.iter().rev().find(|s| s.from == Source::Service).expect("an RS").payload.clone();
+        w.sent.clear();
+        let mut server = Server::new(ServerConfig::new(P));
+        let mut sw = Recorder::default();
+        let _ = server.on_udp(secs(1), local, CLIENT_MAPPED, &rs, &mut sw);
+        let ra = sw.sent.pop().expect("an RA");
+        let from = SocketAddrV4::new(server.address(if ra.from == Source::Secondary { Local::Secondary } else { Local::Primary }), 3544);
+        let _ = c.on_udp(secs(1), Via::Service, from, &ra.payload, &mut w);
+    }
+    let me = std::iter::from_fn(|| c.poll_event())
+        .find_map(|e| match e {
+            ClientEvent::Up { address, .. } => Some(address),
+            _ => None,
+        })
+        .expect("qualified");
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    assert_eq!(c.on_udp(secs(2), Via::Service, C_MAPPED, &udp6(C, &me.to_string()), &mut w), Ok(Action::Forwarded));
+    assert_eq!(c.kernel_peers(), 1);
+    (c, me, w)
+}
+
+fn client_settings() -> Settings {
+    Settings { port: CLIENT_PORT, client_tun: Some(CLIENT_TUN), ..settings() }
+}
+
+fn load_client_with(w: &Recorder, me: Ipv6Addr) -> KernelPath {
+    assert_eq!(unsafe { libc::geteuid() }, 0, "the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN)");
+    let k = KernelPath::load(&client_settings()).unwrap_or_else(|e| panic!("{e}"));
+    for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
+        k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
+    }
+    k.switch().set_address(Some(me)).unwrap();
+    k
+}
+
+/// Runs the client's decapsulation on one frame to its service port; asserts it against
+/// the client. Returns whether it moved.
+fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder, name: &str, input: &[u8]) -> bool {
+    // XDP never moves a client's packets: only tc reaches its Teredo interface.
+    let xdp = k.test_run(Program::DecapXdp, input).unwrap();
+    assert_eq!((xdp.verdict, &xdp.packet[..]), (XDP_PASS, input), "{name}: XDP moved a client's packet");
+    let out = match k.test_run(Program::DecapTc, input) {
+        Ok(out) => out,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && input.len() < 14 + 20 => return false,
+        Err(e) => panic!("{name}: tc test run: {e}"),
+    };
+    if out.verdict == TC_ACT_OK {
+        assert_eq!(out.packet, input, "{name}: changed, yet left for userland");
+        return false;
+    }
+    assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}: into the Teredo interface");
+    let ip = Ipv4Packet::new_checked(&input[14..]).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
+    let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
+    assert_eq!((ip.header_len(), repr.protocol, repr.dst_addr), (20, 17, RELAY_V4), "{name}");
+    let udp = UdpPacket::new_checked(ip.payload()).unwrap_or_else(|e| panic!("{name}: moved a bad UDP header: {e:?}"));
+    assert_eq!((udp.dst_port(), usize::from(udp.len())), (CLIENT_PORT, ip.payload().len()), "{name}");
+    let from = SocketAddrV4::new(repr.src_addr, udp.src_port());
+    w.delivered.clear();
+    w.sent.clear();
+    let proto = c.on_udp(secs(3), Via::Service, from, udp.payload(), w);
+    assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the client does not deliver");
+    assert_eq!(w.delivered.len(), 1, "{name}");
+    let mut want = input[..12].to_vec();
+    want.extend([0x86, 0xdd]);
+    want.extend(&w.delivered[0]);
+    assert_eq!(out.packet, want, "{name}: not what the client delivers");
+    true
+}
+
+#[test]
+fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() {
+    let (mut c, me, mut w) = client_trusting_c();
+    let mut k = load_client_with(&w, me);
+    let me_s = me.to_string();
+    let to_me = SocketAddrV4::new(RELAY_V4, CLIENT_PORT);
+    let mut cases: Vec<(String, SocketAddrV4, Vec<u8>)> = vec![
+        ("plain".into(), C_MAPPED, udp6(C, &me_s)),
+        ("hop limit 1".into(), C_MAPPED, ipv6(C, &me_s, 1, &[0; 8])),
+        ("to another Teredo address".into(), C_MAPPED, udp6(C, "2001:0:4136:e378:8000:63bf:3fff:fdd3")),
+        ("to a native address".into(), C_MAPPED, udp6(C, NATIVE)),
+        ("from another port".into(), SocketAddrV4::new(*C_MAPPED.ip(), 40001), udp6(C, &me_s)),
+        ("from an unknown peer".into(), C_MAPPED, udp6("2001:0:4136:e378:8000:63bf:3fff:fdd3", &me_s)),
+        ("from a native host at C's mapping".into(), C_MAPPED, udp6(NATIVE, &me_s)),
+    ];
+    let mut bubble = vec![0u8; 40];
+    emit_bubble(&a(C), &me, 64, &mut bubble).unwrap();
+    cases.push(("bubble".into(), C_MAPPED, bubble));
+    let mut trailer = udp6(C, &me_s);
+    trailer.extend([0x01, 0x04, 1, 2, 3, 4]);
+    cases.push(("nonce trailer".into(), C_MAPPED, trailer));
+    let mut origin = vec![0, 0, 0x63, 0xbf, 0x3f, 0xff, 0xfd, 0xd2];
+    origin.extend(udp6(C, &me_s));
+    cases.push(("origin indication".into(), C_MAPPED, origin));
+    let mut moved = Vec::new();
+    for (name, from, d) in &cases {
+        if check_client_frame(&mut k, &mut c, &mut w, name, &frame_to(*from, to_me, d)) {
+            moved.push(name.clone());
+        }
+    }
+    assert_eq!(moved, ["plain", "hop limit 1"], "what the kernel moved into the Teredo interface");
+    // To the relay's port, not the client's: not ours.
+    assert!(!check_client_frame(&mut k, &mut c, &mut w, "to port 3544", &frame(C_MAPPED, &udp6(C, &me_s))));
+
+    let base = frame_to(C_MAPPED, to_me, &udp6(C, &me_s));
+    let mutated_moves = mutations(&base, 2000, 0x2545_f491_4f6c_dd1d)
+        .filter(|f| check_client_frame(&mut k, &mut c, &mut w, &format!("mutated {f:02x?}"), f))
+        .count();
+    assert!(mutated_moves > 50, "only {mutated_moves} mutated frames were still plain enough to move");
+
+    // Without an address (lost, or changing), nothing moves.
+    k.switch().set_address(None).unwrap();
+    let out = k.test_run(Program::DecapTc, &base).unwrap();
+    assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &base));
+}
+
+#[test]
+fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_peers() {
+    in_own_netns(|| {
+        let (mut c, me, mut w) = client_trusting_c();
+        let mut k = load_client_with(&w, me);
+        let me_s = me.to_string();
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("plain", udp6(&me_s, C), true),
+            ("large", ipv6(&me_s, C, 64, &[7u8; 1232]), true),
+            ("from another source", udp6(NATIVE, C), false),
+            ("to an unknown peer", udp6(&me_s, "2001:0:4136:e378:8000:63bf:3fff:fdd3"), false),
+            ("one byte more", [udp6(&me_s, C), vec![0]].concat(), false),
+        ];
+        for (name, packet, moves) in cases {
+            let input = l2(&packet);
+            let out = k.test_run(Program::Encap, &input).unwrap();
+            w.sent.clear();
+            let _ = c.on_tun(secs(3), &packet, &mut w);
+            if !moves {
+                assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "{name}: left for userland untouched");
+                continue;
+            }
+            assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}");
+            assert_eq!(w.sent, vec![Sent::service(C_MAPPED, packet.clone())], "{name}");
+            let ip = Ipv4Packet::new_checked(&out.packet[14..]).unwrap();
+            let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((repr.src_addr, repr.dst_addr, repr.protocol), (RELAY_V4, *C_MAPPED.ip(), 17), "{name}");
+            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+            let u = UdpRepr::parse(&udp, &RELAY_V4, C_MAPPED.ip()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((u.src_port, u.dst_port), (CLIENT_PORT, C_MAPPED.port()), "{name}: from the client's port");
+            assert_eq!(udp.payload(), &packet[..], "{name}");
+        }
+
+        // A native host through its relay: sent to while it answers; after a second of
+        // silence since the first unanswered packet, its packets go up (userland tests
+        // its relay again); once it is heard again, they move again. A Teredo peer is
+        // not watched so.
+        let two_ago = monotonic_ns() - 2_000_000_000;
+        k.peers().trust(&a(HOST), RELAY_R, two_ago).unwrap();
+        k.peers().trust(&a(C), C_MAPPED, two_ago).unwrap();
+        let to_host = l2(&udp6(&me_s, HOST));
+        let to_c = l2(&udp6(&me_s, C));
+        assert_eq!(k.test_run(Program::Encap, &to_host).unwrap().verdict, TC_ACT_REDIRECT, "the first since heard");
+        assert_eq!(k.test_run(Program::Encap, &to_c).unwrap().verdict, TC_ACT_REDIRECT);
+        let first = k.peers().get(&a(HOST)).unwrap().unwrap().unanswered.expect("the first unanswered send is kept");
+        assert_eq!(k.test_run(Program::Encap, &to_host).unwrap().verdict, TC_ACT_REDIRECT, "within the second");
+        assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, Some(first), "the first, not the last");
+        std::thread::sleep(Duration::from_millis(1050));
+        let out = k.test_run(Program::Encap, &to_host).unwrap();
+        assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &to_host), "silent for a second: up to userland");
+        assert_eq!(k.test_run(Program::Encap, &to_c).unwrap().verdict, TC_ACT_REDIRECT, "a Teredo peer is not watched");
+        // Its answer, through RELAY_R, moves in the kernel and ends the silence.
+        let answer = frame_to(RELAY_R, SocketAddrV4::new(RELAY_V4, CLIENT_PORT), &udp6(HOST, &me_s));
+        assert_eq!(k.test_run(Program::DecapTc, &answer).unwrap().verdict, TC_ACT_REDIRECT);
+        assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, None);
+        assert_eq!(k.test_run(Program::Encap, &to_host).unwrap().verdict, TC_ACT_REDIRECT);
+        let counts = k.counters().unwrap();
+        assert_eq!(counts[Counter::EncapSilent as usize], 1);
+        assert_eq!(counts[Counter::EncapSource as usize], 1);
+    });
 }

@@ -249,14 +249,17 @@ impl Lab {
     }
 
     /// Every lab interface behaves like a NIC. It hands the wire one datagram per frame,
-    /// as a NIC without UDP segmentation offload does: a veth would pass a segmented send
-    /// (UDP_SEGMENT) to the next namespace whole, so the receiver, the NAT or the
-    /// generator would do the sender's segmenting, and a relay's rate would count work
-    /// its host never did. And it coalesces what it receives (GRO), as NIC drivers do:
-    /// a veth does not unless asked, and the kernel paths every daemon runs on would be
-    /// those of no real host.
+    /// as a NIC does (cutting in software or in hardware): a veth would pass a segmented
+    /// send (UDP_SEGMENT, or a kernel data path's train of encapsulated TCP segments)
+    /// to the next namespace whole, so the receiver, the NAT or the generator would do
+    /// the sender's segmenting (or, a socket, take the train as one datagram), and a
+    /// relay's rate would count work its host never did. And it coalesces what it
+    /// receives (GRO), as NIC drivers do: a veth does not unless asked, and the kernel
+    /// paths every daemon runs on would be those of no real host.
     fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
-        netns::exec(ns, &["ethtool", "-K", dev, "tx-udp-segmentation", "off", "gro", "on"]).map(drop).map_err(|e| {
+        let off = ["tx-udp-segmentation", "tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation"];
+        let args: Vec<&str> = ["-K", dev].into_iter().chain(off.iter().flat_map(|f| [*f, "off"])).chain(["gro", "on"]).collect();
+        netns::exec(ns, &[&["ethtool"][..], &args].concat()).map(drop).map_err(|e| {
             LabError::new(format!("{e} (ethtool, Debian package `ethtool`, sets the lab's interfaces' offloads; scripts/test.sh installs it)"))
         })
     }

@@ -340,9 +340,16 @@ impl Lab {
         // UPnP is the user's choice (its XML comes from any host on the LAN): the lab
         // makes it behind the boxes that offer nothing else.
         let upnp = if self.clients[client].nat.igd() == Some(false) { "PortMapping upnp\n" } else { "" };
+        // As the relay: trusted peers' packets in the kernel unless the case says not.
+        let data_path = match imp {
+            Impl::Shipworm(_) if !extra.contains("DataPath") => "DataPath kernel\n",
+            _ => "",
+        };
         let conf = self.write_conf(
             &format!("{name}.conf"),
-            &format!("# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {server}\n{upnp}{extra}"),
+            &format!(
+                "# lab client\nRelayType client\nInterfaceName teredo\nServerAddress {server}\n{upnp}{data_path}{extra}"
+            ),
         )?;
         match imp {
             Impl::Shipworm(bin) => {

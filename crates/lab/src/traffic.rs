@@ -5,7 +5,7 @@ use crate::error::{err, LabError, Result};
 use crate::netns;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -47,20 +47,26 @@ impl std::fmt::Display for PingResult {
 /// `count` pings from namespace `ns` to `dst`, 0.2 s apart, waiting `wait_secs` for
 /// each reply.
 pub fn ping(ns: &str, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
-    ping_args(ns, &[], dst, count, wait_secs)
+    ping_args(ns, &[], IpAddr::V6(dst), count, wait_secs)
+}
+
+/// [`ping`] over IPv4.
+pub fn ping4(ns: &str, dst: Ipv4Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
+    ping_args(ns, &[], IpAddr::V4(dst), count, wait_secs)
 }
 
 /// [`ping`] from source address `src` of namespace `ns`.
 pub fn ping_from(ns: &str, src: Ipv6Addr, dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
-    ping_args(ns, &["-I".to_string(), src.to_string()], dst, count, wait_secs)
+    ping_args(ns, &["-I".to_string(), src.to_string()], IpAddr::V6(dst), count, wait_secs)
 }
 
-fn ping_args(ns: &str, extra: &[String], dst: Ipv6Addr, count: u32, wait_secs: u32) -> Result<PingResult> {
+fn ping_args(ns: &str, extra: &[String], dst: IpAddr, count: u32, wait_secs: u32) -> Result<PingResult> {
     let c = count.to_string();
     let w = wait_secs.to_string();
     let d = dst.to_string();
+    let family = if dst.is_ipv4() { "-4" } else { "-6" };
     let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ping", "-6", "-n", "-c", &c, "-i", "0.2", "-W", &w])
+        .args(["netns", "exec", ns, "ping", family, "-n", "-c", &c, "-i", "0.2", "-W", &w])
         .args(extra)
         .arg(&d)
         .stdin(Stdio::null())
@@ -106,7 +112,7 @@ fn fill(buf: &mut [u8], state: &mut u64) {
 }
 
 /// Send `bytes` over TCP from namespace `from` to `to_addr`, received in namespace
-/// `to`; gives up after `timeout`.
+/// `to`; gives up after `timeout` in all (a transfer that trickles ends too).
 pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeout: Duration) -> Result<Transfer> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<u16>>();
     let to_ns = to.to_string();
@@ -144,6 +150,9 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
         let mut buf = vec![0u8; 65536];
         let mut total = 0u64;
         loop {
+            if Instant::now() >= deadline {
+                return err(format!("received only {total} bytes within {timeout:?}"));
+            }
             match s.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -172,6 +181,9 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut left = bytes;
         while left > 0 {
+            if start.elapsed() >= timeout {
+                return err(format!("sent only {} bytes within {timeout:?}", bytes - left));
+            }
             let n = left.min(buf.len());
             fill(&mut buf[..n], &mut state);
             s.write_all(&buf[..n]).map_err(|e| LabError::new(format!("send after {} bytes: {e}", bytes - left)))?;

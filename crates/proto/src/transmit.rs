@@ -56,9 +56,10 @@ pub trait Transmit {
 }
 
 /// The peers whose packets the kernel moves without the state machine: each trusted at
-/// its mapping, with the time it was last heard from. The relay is its only writer;
-/// the kernel only writes last-heard times, which the relay reads back before it
-/// judges a peer silent.
+/// its mapping, with the time it was last heard from. The state machine is its only
+/// writer; the kernel only writes last-heard times (and, for a client, when it first
+/// sent to a peer since), which the state machine reads back before it judges a peer
+/// silent.
 pub trait KernelPeers {
     /// `peer` is trusted at `mapped`, heard from at `heard` (entered or updated). A full
     /// list refuses it quietly: the peer's packets then pass through the state machine.
@@ -66,7 +67,12 @@ pub trait KernelPeers {
     /// `peer` is trusted no more.
     fn forget(&mut self, peer: &Ipv6Addr);
     /// When the kernel last heard from `peer` (`None`: not in the list).
-    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration>;
+    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
+        self.heard_and_sent(peer).map(|(heard, _)| heard)
+    }
+    /// When the kernel last heard from `peer`, and when it first sent to it since, if
+    /// it did (`None`: not in the list).
+    fn heard_and_sent(&mut self, peer: &Ipv6Addr) -> Option<(Duration, Option<Duration>)>;
 }
 
 /// A [`KernelPeers`] in memory, for tests: what a kernel's list would hold.
@@ -74,17 +80,40 @@ pub trait KernelPeers {
 pub struct KernelModel {
     /// Each peer's mapping and last-heard time.
     pub peers: BTreeMap<Ipv6Addr, (SocketAddrV4, Duration)>,
+    /// The first transmission since, where the kernel sent one (a client's programs
+    /// write it).
+    pub sent: BTreeMap<Ipv6Addr, Duration>,
+}
+
+impl KernelModel {
+    /// The kernel moved a packet from `peer` at `at`, as the programs record it.
+    pub fn hear(&mut self, peer: &Ipv6Addr, at: Duration) {
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.1 = at;
+        }
+    }
+
+    /// The kernel sent a packet to `peer` at `at`, as a client's programs record it.
+    pub fn send(&mut self, peer: &Ipv6Addr, at: Duration) {
+        let Some(&(_, heard)) = self.peers.get(peer) else { return };
+        if self.sent.get(peer).is_none_or(|&t| t <= heard) {
+            self.sent.insert(*peer, at);
+        }
+    }
 }
 
 impl KernelPeers for KernelModel {
     fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
         self.peers.insert(*peer, (mapped, heard));
+        self.sent.remove(peer);
     }
     fn forget(&mut self, peer: &Ipv6Addr) {
         self.peers.remove(peer);
+        self.sent.remove(peer);
     }
-    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
-        self.peers.get(peer).map(|&(_, t)| t)
+    fn heard_and_sent(&mut self, peer: &Ipv6Addr) -> Option<(Duration, Option<Duration>)> {
+        let &(_, heard) = self.peers.get(peer)?;
+        Some((heard, self.sent.get(peer).copied().filter(|&t| t > heard)))
     }
 }
 

@@ -237,15 +237,7 @@ impl Reports for WorkerShared<'_> {
             "state": "serving",
             "uptime_s": self.started.elapsed().as_secs(),
             "workers": self.workers,
-            "data_path": match self.kernel {
-                Some(k) => serde_json::json!({
-                    "kind": "kernel",
-                    "decap": k.decap_name(),
-                    "interfaces": k.interfaces,
-                    "programs": k.programs,
-                }),
-                None => serde_json::json!({ "kind": "user" }),
-            },
+            "data_path": crate::runtime::report::data_path_json(self.kernel),
             "peers": self.relay.peer_count(),
             "waiting_peers": self.relay.pending_len(),
             "counters": self.counters().json(),
@@ -297,7 +289,7 @@ pub(crate) fn relay_counters(
         }
     }
     if let Some((k, refused)) = kernel {
-        kernel_counters(&mut t, k, *refused);
+        crate::runtime::report::kernel_rows(&mut t, k, *refused);
     }
     t.counter("bubbles", "Bubbles sent to new peers.", s.bubbles);
     t.counter("unreachable_peers", "Peers given up, their bubbles unanswered.", s.unreachable_peers);
@@ -308,20 +300,6 @@ pub(crate) fn relay_counters(
     t.io_errors(io);
     t.tun_offloads(tun);
     t
-}
-
-/// The kernel data path's rows: what became of each Teredo packet its programs looked
-/// at (what it moved is in the relay's packets and bytes, worker "kernel"), and the
-/// peer-list updates its map refused.
-fn kernel_counters(t: &mut Counters, counts: &[u64; shipworm_kernel_path::COUNTERS], refused: u64) {
-    const PACKETS: &str = "Teredo packets the kernel data path looked at, by direction and outcome \
-                           (forwarded: moved in the kernel; any other: left to the daemon, and why).";
-    for ((direction, outcome), &n) in kernel_path::counter_labels().zip(counts) {
-        if outcome != "bytes" {
-            t.counter("kernel_path_packets", PACKETS, n).label("direction", direction).label("outcome", outcome);
-        }
-    }
-    t.counter("kernel_path_refused", "Peer-list updates the kernel refused (its map full).", refused);
 }
 
 /// `shipworm relay`: load the file (refusing a client's), then serve.
@@ -470,6 +448,7 @@ fn serve(
     let kernel = kernel_path::start(&kernel_path::Want {
         mode: conf.data_path,
         host_specific: conf.role == RelayType::Host,
+        client: false,
         tun: &iface.name,
         local,
         peers: conf.peer_capacity,

@@ -282,7 +282,7 @@ const RULES: &[Rule] = &[
     once("BirdSocket", Mode::Relay, relay_options),
     once("BirdProtocol", Mode::Relay, relay_options),
     once("DrainTime", Mode::Relay, relay_options),
-    once("DataPath", Mode::Relay, relay_options),
+    once("DataPath", Mode::Any, daemon),
     once("DecapHook", Mode::Relay, relay_options),
     once("PeerCapacity", Mode::Relay, relay_limits),
     once("PeersPerAddress", Mode::Relay, relay_limits),
@@ -342,6 +342,7 @@ fn daemon(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) -> Resu
         "TunOffload" => c.tun_offload = f.value(d, config::yes_no)?,
         "SystemCallFilter" => c.system_call_filter = f.value(d, config::filter_mode)?,
         "MetricsAddress" => c.metrics_address = Some(f.value(d, config::listen_address)?),
+        "DataPath" => c.data_path = f.value(d, DataPath::parse)?,
         _ => unreachable!("{name} is not a daemon directive"),
     }
     Ok(())
@@ -399,7 +400,6 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
         "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
-        "DataPath" => c.data_path = f.value(d, DataPath::parse)?,
         "DecapHook" => {
             c.decap_tc = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
                 "auto" => Ok(false),
@@ -558,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn a_relay_chooses_its_data_path() {
+    fn a_relay_and_a_client_choose_their_data_path() {
         let c = load_text("RelayType relay\nDataPath KERNEL\nDecapHook tc\n").unwrap();
         assert_eq!((c.data_path, c.decap_tc), (DataPath::Kernel, true));
         let d = load_text("RelayType relay\n").unwrap();
@@ -567,6 +567,11 @@ mod tests {
         let bad = load_text("RelayType relay\nDataPath fast\n").unwrap_err();
         assert!(bad.contains("DataPath fast: expected kernel, user or auto"), "{bad}");
         assert!(load_text("RelayType relay\nDecapHook xdp\n").unwrap_err().contains("expected auto or tc"));
+        // A client has one too; it always decapsulates at tc, so DecapHook is not its.
+        let client = load_text("RelayType client\nServerAddress 192.0.2.1\nDataPath user\nDecapHook tc\n").unwrap();
+        assert_eq!(client.data_path, DataPath::User);
+        assert!(client.warnings.iter().any(|w| w.contains("DecapHook is for relays")), "{:?}", client.warnings);
+        assert!(!client.warnings.iter().any(|w| w.contains("DataPath")), "{:?}", client.warnings);
     }
 
     #[test]

@@ -1,27 +1,27 @@
-//! The relay's kernel data path at the daemon's end: loading and attaching the eBPF
-//! programs before the daemon confines itself (`DataPath`), and the peer list the relay
-//! state machine keeps ([`KernelPeers`]) over the programs' map.
+//! The kernel data path at the daemon's end (relay and client): loading and attaching
+//! the eBPF programs before the daemon confines itself (`DataPath`), and the peer list
+//! the state machine keeps ([`KernelPeers`]) over the programs' map.
 //!
 //! What it assumes: Linux 6.6 or later (tc programs attached as links that go with the
-//! process), IPv4 arriving on Ethernet interfaces that are up when the relay starts, and
+//! process), IPv4 arriving on Ethernet interfaces that are up when the daemon starts, and
 //! at most four local IPv4 addresses the service socket receives on (packets to others
-//! go through the daemon). It turns IPv4 forwarding on for the Teredo interface alone:
-//! the route look-up the encapsulation uses asks for it, and nothing arrives there as
-//! IPv4.
+//! go through the daemon; a client lists them again after each network change). It
+//! turns IPv4 forwarding on for the Teredo interface alone: the route look-up the
+//! encapsulation uses asks for it, and nothing arrives there as IPv4.
 
 use crate::io::netlink::Netlink;
 pub use shipworm_kernel_path::DecapHook;
-use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, PeerMap, Settings, Switch, COUNTERS};
+use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, Switch, COUNTERS};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where a relay moves its trusted peers' packets (`DataPath`).
+/// Where a relay or a client moves its trusted peers' packets (`DataPath`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataPath {
-    /// In the kernel (eBPF), or the relay does not start.
+    /// In the kernel (eBPF), or the daemon does not start.
     Kernel,
     /// Through the daemon, every packet.
     User,
@@ -57,19 +57,21 @@ pub struct KernelDataPath {
     pub programs: Vec<u32>,
 }
 
-/// What the relay needs to know to set the kernel path up.
+/// What the daemon needs to know to set the kernel path up.
 pub struct Want<'a> {
     /// `DataPath`.
     pub mode: DataPath,
     /// A host-specific relay never has one (the kernel cannot tell its served addresses).
     pub host_specific: bool,
+    /// A client's: decapsulated packets go into the Teredo interface.
+    pub client: bool,
     /// The Teredo interface.
     pub tun: &'a str,
     /// The service socket's address.
     pub local: SocketAddrV4,
     /// The peer cap.
     pub peers: usize,
-    /// The Teredo prefix.
+    /// The Teredo prefix (a client's: its address's, until it has one).
     pub prefix: u32,
     /// The decapsulation at tc ingress even where the driver has XDP (`DecapHook tc`).
     pub decap_tc: bool,
@@ -131,9 +133,12 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         port: want.local.port(),
         ttl: 64,
         prefix: want.prefix.to_be_bytes(),
+        client_tun: None,
     };
+    let tun = nl.link_index(want.tun)?;
+    let settings = Settings { client_tun: want.client.then_some(tun), ..settings };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
-    nl.enable_ipv4_forwarding(nl.link_index(want.tun)?)?;
+    nl.enable_ipv4_forwarding(tun)?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     for (index, name) in nl.ethernet_links()? {
         // Decapsulated packets arrive there as IPv6: an interface without it would
@@ -170,6 +175,12 @@ impl KernelDataPath {
         KernelPeerList { map: self.path.peers(), base, refused: self.refused.clone(), switch: self.path.switch() }
     }
 
+    /// The programs' settings that change after set-up (a client's address and local
+    /// addresses).
+    pub fn switch(&self) -> Switch {
+        self.path.switch()
+    }
+
     /// The programs' counters, in [`Counter::ALL`]'s order (zeros if the map cannot be
     /// read).
     pub fn counters(&self) -> [u64; COUNTERS] {
@@ -197,12 +208,7 @@ impl KernelDataPath {
     }
 }
 
-/// Counter names, as metrics and status give them.
-pub fn counter_labels() -> impl Iterator<Item = (&'static str, &'static str)> {
-    Counter::ALL.into_iter().map(Counter::labels)
-}
-
-/// The relay's view of the programs' map: its clock converted to the kernel's.
+/// The state machine's view of the programs' map: its clock converted to the kernel's.
 pub struct KernelPeerList {
     map: PeerMap,
     /// CLOCK_MONOTONIC at the relay's time zero.
@@ -241,8 +247,9 @@ impl KernelPeers for KernelPeerList {
         }
     }
 
-    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
-        let (_, at) = self.map.get(peer).ok()??;
-        Some(Duration::from_nanos(at.saturating_sub(self.base)))
+    fn heard_and_sent(&mut self, peer: &Ipv6Addr) -> Option<(Duration, Option<Duration>)> {
+        let entry = self.map.get(peer).ok()??;
+        let ours = |at: u64| Duration::from_nanos(at.saturating_sub(self.base));
+        Some((ours(entry.heard), entry.unanswered.map(ours)))
     }
 }

@@ -361,7 +361,9 @@ mod tests {
         let relay = shipworm_proto::relay::RelayStats { drops: drops.clone(), ..Default::default() };
         let server = shipworm_proto::server::ServerStats { drops, ..Default::default() };
         let tables = [
-            crate::cmd::client::counters(&client, 0, 0, &io, &tun),
+            crate::cmd::client::counters(&client, 0, 0, &io, &tun, None),
+            // And a client with its kernel data path.
+            crate::cmd::client::counters(&client, 0, 0, &io, &tun, Some(&([0; shipworm_kernel_path::COUNTERS], 0))),
             crate::cmd::relay::relay_counters(std::slice::from_ref(&relay), &relay, &io, &tun, 0, 0, None),
             // A relay with its kernel data path publishes its rows too.
             crate::cmd::relay::relay_counters(

@@ -1,5 +1,8 @@
 //! What the daemon's own I/O counts beside the state machines' counters (the roles'
-//! tables in `runtime::counters` list them).
+//! tables in `runtime::counters` list them), and what a kernel data path reports.
+
+use crate::runtime::counters::Counters;
+use shipworm::io::kernel_path::KernelDataPath;
 
 /// What the kernel refused to send: datagrams (no route, a full buffer…) and packets
 /// written to the TUN (a full queue); and what the TUN handed over framed in a way we
@@ -46,6 +49,34 @@ impl TunOffloadCounts {
     pub fn add(&mut self, o: &TunOffloadCounts) {
         self.super_packets_read += o.super_packets_read;
         self.joined_writes += o.joined_writes;
+    }
+}
+
+/// The kernel data path's rows in a daemon's counters: what became of each Teredo
+/// packet its programs looked at (what they moved: outcome "forwarded"; the relay also
+/// counts it in its packets and bytes, worker "kernel"), and the peer-list updates its
+/// map refused.
+pub(crate) fn kernel_rows(t: &mut Counters, counts: &[u64; shipworm_kernel_path::COUNTERS], refused: u64) {
+    const PACKETS: &str = "Teredo packets the kernel data path looked at, by direction and outcome \
+                           (forwarded: moved in the kernel; any other: left to the daemon, and why).";
+    for ((direction, outcome), &n) in shipworm_kernel_path::Counter::ALL.into_iter().map(shipworm_kernel_path::Counter::labels).zip(counts) {
+        if outcome != "bytes" {
+            t.counter("kernel_path_packets", PACKETS, n).label("direction", direction).label("outcome", outcome);
+        }
+    }
+    t.counter("kernel_path_refused", "Peer-list updates the kernel refused (its map full).", refused);
+}
+
+/// The status document's `data_path` object.
+pub(crate) fn data_path_json(kernel: Option<&KernelDataPath>) -> serde_json::Value {
+    match kernel {
+        Some(k) => serde_json::json!({
+            "kind": "kernel",
+            "decap": k.decap_name(),
+            "interfaces": k.interfaces,
+            "programs": k.programs,
+        }),
+        None => serde_json::json!({ "kind": "user" }),
     }
 }
 

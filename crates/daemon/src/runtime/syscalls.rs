@@ -140,9 +140,9 @@ const CLIENT_LEGACY: &[(i64, &str)] = calls![SYS_epoll_wait, SYS_open, SYS_acces
 #[cfg(not(target_arch = "x86_64"))]
 const CLIENT_LEGACY: &[(i64, &str)] = &[];
 
-/// The relay, beyond [`BASE`]: its kernel data path's map operations (look-up, update,
-/// delete on the map descriptors it kept; see [`conditions`]).
-const RELAY: &[(i64, &str)] = calls![SYS_bpf];
+/// The relay and the client, beyond [`BASE`]: their kernel data path's map operations
+/// (look-up, update, delete on the map descriptors they kept; see [`conditions`]).
+const KERNEL_MAPS: &[(i64, &str)] = calls![SYS_bpf];
 
 /// The helper, beyond [`BASE`]: the event loop of its netlink library (socket opened
 /// before it confines itself).
@@ -198,8 +198,8 @@ pub const ENOSYS_CALLS: &[(i64, &str)] = calls![SYS_clone3];
 pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
     let extra: &[&[(i64, &str)]] = match role {
         Role::Server => &[],
-        Role::Relay => &[RELAY],
-        Role::Client => &[CLIENT, CLIENT_LEGACY],
+        Role::Relay => &[KERNEL_MAPS],
+        Role::Client => &[CLIENT, CLIENT_LEGACY, KERNEL_MAPS],
         Role::Helper => &[HELPER, HELPER_LEGACY],
     };
     let mut v: Vec<(i64, &'static str)> = [BASE, LEGACY].iter().chain(extra).flat_map(|l| l.iter().copied()).collect();
@@ -210,7 +210,7 @@ pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
 
 /// The name of a call on any list (for the refusal message), or "not on any list".
 pub fn name_of(nr: i64) -> &'static str {
-    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, RELAY, HELPER, HELPER_LEGACY]
+    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, KERNEL_MAPS, HELPER, HELPER_LEGACY]
         .iter()
         .flat_map(|l| l.iter())
         .find(|(n, _)| *n == nr)
@@ -281,9 +281,11 @@ mod tests {
             for forbidden in ["SYS_ptrace", "SYS_mount", "SYS_setuid", "SYS_capset", "SYS_init_module"] {
                 assert!(!names.contains(&forbidden), "{} may call {forbidden}", role.name());
             }
-            // The relay keeps its kernel data path's map operations, and nothing else
-            // of bpf(2): no program load (5), no map creation (0), no attachment (8, 28).
-            assert_eq!(names.contains(&"SYS_bpf"), role == Role::Relay, "{}", role.name());
+            // The relay and the client keep their kernel data path's map operations,
+            // and nothing else of bpf(2): no program load (5), no map creation (0), no
+            // attachment (8, 28).
+            let kernel_path = matches!(role, Role::Relay | Role::Client);
+            assert_eq!(names.contains(&"SYS_bpf"), kernel_path, "{}", role.name());
             let commands: Vec<u32> = shipworm_kernel_path::MAP_COMMANDS.to_vec();
             assert_eq!(commands, [1, 2, 3]);
             assert_eq!(conditions(role, libc::SYS_bpf).len(), 3);

@@ -64,7 +64,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         {
             let s = Scenario { nat, ..shipworm_chain(&me, first, "DataPath user\n") };
             cases.push(Case {
-                name: format!("{first:<12} {nat:<15} all shipworm, the relay's data path in userland (DataPath user)"),
+                name: format!("{first:<12} {nat:<15} all shipworm, relay and client data paths in userland (DataPath user)"),
                 expect: Expect::Pass,
                 run: Box::new(move || {
                     let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
@@ -91,7 +91,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for (hook, extra) in [("XDP in the driver", ""), ("tc ingress", "DecapHook tc\n")] {
         let s = shipworm_chain(&me, Side::Native, extra);
         cases.push(Case {
-            name: format!("kernel data path in use: the relay's programs move the transfers both ways (DataPath kernel, decapsulation by {hook})"),
+            name: format!("kernel data path in use: the relay's and the client's programs move the transfers both ways (DataPath kernel, the relay's decapsulation by {hook})"),
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (mut lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
@@ -112,26 +112,65 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if st["data_path"]["kind"] != "kernel" || decap < 100 * (to_ipv6 + 1) / 10 || encap < 100 * (to_teredo + 1) / 10 {
                     return Err(Failed::at(6, format!("step 6: the kernel did not carry the traffic: {text}")));
                 }
-                // A relay killed leaves nothing attached: its programs were held by links
+                // The client's programs carried its side: into its Teredo interface (tc
+                // ingress, whatever the relay's hook) and out of it.
+                let cs = lab.client_status(0).ok_or(Failed::at(6, "step 6: the client's status socket did not answer"))?;
+                let cc = &cs["counters"];
+                let ck = |d: &str| cc["kernel_path_packets"][d]["forwarded"].as_u64().unwrap_or(0);
+                let cu = |d: &str| cc["packets"][d].as_u64().unwrap_or(0);
+                // The client's packets count the kernel's too.
+                let (c_in, c_out) = (ck("decap"), ck("encap"));
+                let (c_host, c_peers) = (cu("to_host").saturating_sub(c_in), cu("to_peers").saturating_sub(c_out));
+                let text = format!(
+                    "{text}; client {}: kernel moved {c_in} in and {c_out} out, the daemon {c_host} and {c_peers} (the kernel's reasons: {})",
+                    cs["data_path"], cc["kernel_path_packets"]
+                );
+                if cs["data_path"]["kind"] != "kernel" || cs["data_path"]["decap"] != "tc" || c_in < 100 * (c_host + 1) / 10 || c_out < 100 * (c_peers + 1) / 10 {
+                    return Err(Failed::at(6, format!("step 6: the client's kernel path did not carry its traffic: {text}")));
+                }
+                // What the client's kernel moved arrives on its Teredo interface, where
+                // the host's firewall looks for it: 20 pings in, each counted by an
+                // `iifname teredo` rule, and each moved by the kernel.
+                let cns = lab.clients[0].ns.clone();
+                let nft = |args: &[&str]| shipworm_lab::netns::exec(&cns, &[&["nft"][..], args].concat());
+                let seen = || -> Result<u64, Failed> {
+                    let text = nft(&["list", "chain", "inet", "seen", "input"]).map_err(|e| Failed::at(8, format!("step 8: {e}")))?;
+                    Ok(text.split_whitespace().skip_while(|w| *w != "packets").nth(1).and_then(|n| n.parse().ok()).unwrap_or(0))
+                };
+                nft(&["add", "table", "inet", "seen"])
+                    .and_then(|_| nft(&["add", "chain", "inet", "seen", "input", "{ type filter hook input priority 0; }"]))
+                    .and_then(|_| nft(&["add", "rule", "inet", "seen", "input", "iifname", "teredo", "icmpv6", "type", "echo-request", "counter"]))
+                    .map_err(|e| Failed::at(8, format!("step 8: nft: {e}")))?;
+                let moved_before = ck("decap");
+                let pings = shipworm_lab::traffic::ping(&lab.ns("h6"), o.address, 20, 2).map_err(|e| Failed::at(8, format!("step 8: ping6: {e}")))?;
+                let after = lab.client_status(0).ok_or(Failed::at(8, "step 8: the client's status socket did not answer"))?;
+                let moved = after["counters"]["kernel_path_packets"]["decap"]["forwarded"].as_u64().unwrap_or(0) - moved_before;
+                let on_teredo = seen()?;
+                let text = format!("{text}; 20 pings in ({pings}): {moved} moved by the kernel, {on_teredo} seen arriving on teredo");
+                if on_teredo < 20 || moved < 20 {
+                    return Err(Failed::at(8, format!("step 8: {text}")));
+                }
+                // A daemon killed leaves nothing attached: its programs were held by links
                 // it owned, and the kernel frees a program nothing holds.
-                let ids: Vec<String> = st["data_path"]["programs"]
-                    .as_array()
-                    .map_or_else(Vec::new, |v| v.iter().filter_map(|i| i.as_u64()).map(|i| i.to_string()).collect());
                 let rly = lab.ns("rly");
                 let loaded = |id: &str| shipworm_lab::netns::exec(&rly, &["bpftool", "prog", "show", "id", id]).is_ok();
-                let attached = |_: &shipworm_lab::Lab| ids.iter().any(|id| loaded(id));
-                if ids.len() != 3 || !ids.iter().all(|id| loaded(id)) {
-                    return Err(Failed::at(7, format!("step 7: the relay's programs {ids:?} are not all loaded while it runs")));
+                for (daemon, status) in [("relay", &st), ("client0", &cs)] {
+                    let ids: Vec<String> = status["data_path"]["programs"]
+                        .as_array()
+                        .map_or_else(Vec::new, |v| v.iter().filter_map(|i| i.as_u64()).map(|i| i.to_string()).collect());
+                    if ids.len() != 3 || !ids.iter().all(|id| loaded(id)) {
+                        return Err(Failed::at(9, format!("step 9: the {daemon}'s programs {ids:?} are not all loaded while it runs")));
+                    }
+                    lab.signal_peer(daemon, nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(9, format!("step 9: {e}")))?;
+                    let gone = (0..50).any(|_| {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        !ids.iter().any(|id| loaded(id))
+                    });
+                    if !gone {
+                        return Err(Failed::at(9, format!("step 9: the killed {daemon}'s programs are still loaded after 1 s")));
+                    }
                 }
-                lab.signal_peer("relay", nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(7, format!("step 7: {e}")))?;
-                let gone = (0..50).any(|_| {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                    !attached(&lab)
-                });
-                if !gone {
-                    return Err(Failed::at(7, "step 7: the killed relay's programs are still loaded after 1 s"));
-                }
-                Ok(format!("{text}; killed, nothing left attached"))
+                Ok(format!("{text}; relay and client killed, nothing left attached"))
             }),
         });
     }

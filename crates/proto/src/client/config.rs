@@ -66,6 +66,10 @@ pub struct ClientConfig {
     /// RFC 4380 §5.2.8 local discovery: announce ourselves on the link and reach peers
     /// heard there at their local address.
     pub local_discovery: bool,
+    /// The daemon moves trusted peers' packets in the kernel (`DataPath`): the client
+    /// keeps the kernel's peer list ([`crate::transmit::Transmit::kernel`]) to what it
+    /// trusts.
+    pub kernel_path: bool,
 }
 
 impl ClientConfig {
@@ -88,6 +92,7 @@ impl ClientConfig {
             service_port: None,
             random_ports: 64,
             local_discovery: true,
+            kernel_path: false,
         }
     }
 }

@@ -65,7 +65,7 @@ use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOU
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::num::{NonZeroU16, NonZeroU32};
 use std::time::Duration;
@@ -74,6 +74,7 @@ mod acceptance;
 mod bubbles;
 mod config;
 mod indirect;
+mod kernel;
 mod link;
 mod qualifier;
 mod random_ports;
@@ -162,10 +163,27 @@ pub struct Client<R: Random> {
     attached: Vec<(u32, u32)>,
     stats: ClientStats,
     scratch: Vec<u8>,
+    /// What the kernel data path's peer list holds (`kernel_path`): each peer's
+    /// mapping and the last-heard time written with it.
+    kernel: HashMap<Ipv6Addr, (SocketAddrV4, Duration)>,
+    /// Peers the kernel's list holds that the table no longer does (it was replaced),
+    /// taken out at the next chance.
+    kernel_orphans: Vec<Ipv6Addr>,
 }
 
 fn keys(cfg: &ClientConfig) -> KeyedHash {
     KeyedHash::new(cfg.hash_keys.0, cfg.hash_keys.1)
+}
+
+/// A peer table for these settings: one whose removals of trusted peers are listed
+/// when the kernel keeps a copy of them.
+fn peer_table(cfg: &ClientConfig) -> PeerTable {
+    let table = PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(cfg));
+    if cfg.kernel_path {
+        table.mirrored()
+    } else {
+        table
+    }
 }
 
 impl<R: Random> Client<R> {
@@ -175,7 +193,7 @@ impl<R: Random> Client<R> {
     pub fn new(cfg: ClientConfig, rng: R) -> Self {
         Client {
             q: Qualification::new(&cfg.servers),
-            peers: PeerTable::new(cfg.peer_capacity, Duration::from_secs(300), keys(&cfg)),
+            peers: peer_table(&cfg),
             first_contacts: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             ports: PortTable::new(cfg.random_ports, keys(&cfg)),
             local_peers: LocalPeers::new(256, keys(&cfg)),
@@ -194,6 +212,8 @@ impl<R: Random> Client<R> {
             attached: Vec::new(),
             stats: ClientStats::default(),
             scratch: vec![0u8; 2048],
+            kernel: HashMap::new(),
+            kernel_orphans: Vec::new(),
         }
     }
 
@@ -238,10 +258,15 @@ impl<R: Random> Client<R> {
     }
 
     fn update_mapped_inbound(&mut self) {
+        let was = self.mapped_inbound;
         self.mapped_inbound = match (&self.q.phase, self.port_mapping) {
             (Phase::Up { ra, .. }, Some(m)) => ra.mapped == m,
             _ => false,
         };
+        if was != self.mapped_inbound {
+            // Where some peers are sent to changes (`peer_target`).
+            self.kernel_orphan_all();
+        }
     }
 
     /// Where to send to `peer`, whose proven mapping is `to`. With our port mapped and
@@ -364,6 +389,25 @@ impl<R: Random> Client<R> {
         datagram: &[u8],
         tx: &mut (impl Transmit + Ports),
     ) -> Outcome {
+        if !self.cfg.kernel_path {
+            return self.receive(now, via, from, datagram, tx);
+        }
+        let outcome = self.receive(now, via, from, datagram, tx);
+        self.kernel_settle(tx);
+        if let Ok(pkt) = TeredoPacket::parse(datagram) {
+            self.kernel_sync(&pkt.ipv6.src_addr(), tx);
+        }
+        outcome
+    }
+
+    fn receive(
+        &mut self,
+        now: Duration,
+        via: Via,
+        from: SocketAddrV4,
+        datagram: &[u8],
+        tx: &mut (impl Transmit + Ports),
+    ) -> Outcome {
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return self.dropped(e.into()),
@@ -418,6 +462,24 @@ impl<R: Random> Client<R> {
 
     /// A packet from the host stack.
     pub fn on_tun(&mut self, now: Duration, packet: &[u8], tx: &mut (impl Transmit + Ports)) -> Outcome {
+        if !self.cfg.kernel_path {
+            return self.send_from_host(now, packet, tx);
+        }
+        // The kernel passed it up (its peer fell silent, or is not in its list): what
+        // the kernel heard and sent counts first.
+        let dst = Ipv6Packet::new_checked(packet).ok().map(|ip| ip.dst_addr());
+        if let Some(dst) = dst.filter(|d| self.kernel.contains_key(d)) {
+            self.kernel_pull(&dst, tx);
+        }
+        let outcome = self.send_from_host(now, packet, tx);
+        self.kernel_settle(tx);
+        if let Some(dst) = dst {
+            self.kernel_sync(&dst, tx);
+        }
+        outcome
+    }
+
+    fn send_from_host(&mut self, now: Duration, packet: &[u8], tx: &mut (impl Transmit + Ports)) -> Outcome {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
             return self.dropped(DropReason::MalformedVersion);
         };
@@ -493,7 +555,8 @@ impl<R: Random> Client<R> {
     pub fn on_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.on_qualifier_timer(now, tx);
         self.retry_waiting(now, tx);
-        self.peers.sweep(now, 256, &mut |_| None);
+        self.peers.sweep(now, 256, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+        self.kernel_settle(tx);
         self.tend_random_ports(now, tx);
         // A test ends within PEER_TRIES retries; anything older lost its peer entry.
         let stale = self.first_contacts.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));

@@ -165,6 +165,7 @@ impl<R: Random> Client<R> {
         };
         self.q.maint = None;
         self.qualify(now, server, tx);
+        self.kernel_settle(tx);
     }
 
     /// Check an RA against what we asked: from `expect`:3544, our nonce, sent to
@@ -260,7 +261,8 @@ impl<R: Random> Client<R> {
     /// at the next tick, and what native hosts that spoke first held is dropped. Peers
     /// heard on the link go too (another network, another link).
     pub(super) fn forget_peers(&mut self) {
-        self.peers = PeerTable::new(self.cfg.peer_capacity, Duration::from_secs(300), keys(&self.cfg));
+        self.peers = peer_table(&self.cfg);
+        self.kernel_orphan_all();
         self.pending.clear();
         self.retests.clear();
         self.local_peers.clear();

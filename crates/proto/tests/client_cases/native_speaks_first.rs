@@ -561,3 +561,7 @@ fn a_teredo_source_with_another_mapping_is_still_refused() {
         c.on_udp(secs(2), Via::Service, sa("198.51.100.99:3544"), &ipv6(peer, &me.to_string(), 17, &[0; 8]), &mut w);
     assert!(w.delivered.is_empty() && w.udp().is_empty(), "Teredo peers prove themselves by bubbles, not echoes");
 }
+
+/// The same hosts with a kernel data path.
+#[path = "kernel_path.rs"]
+mod kernel_path;

@@ -17,6 +17,7 @@ pub(crate) use report::counters;
 use crate::cli;
 use crate::cmd::client_helper::{Helper, HelperSetup};
 use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::kernel_path::{self, KernelDataPath};
 use crate::io::netlink::{Netlink, NetworkWatch};
 use crate::io::port_mapping::Mapper;
 use crate::io::random_ports::RandomPorts;
@@ -51,6 +52,9 @@ const BATCH: usize = 32;
 /// UDP batches read from one socket per round at most (see `runtime::drain`).
 const UDP_BATCHES_PER_ROUND: usize = 8;
 const TICK: Duration = Duration::from_millis(100);
+/// Peers the kernel data path holds at most (a client's few; the rest go through the
+/// daemon).
+const KERNEL_PEERS: usize = 4096;
 
 /// `shipworm client`: load the file (refusing a relay's), then run.
 pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
@@ -147,6 +151,20 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     }
     let primary = conf.server.clone().ok_or_else(|| Failure::usage("no Teredo server configured (ServerAddress)"))?;
     let mut opened = open(conf)?;
+    let local = opened.service.local_addr().ok().and_then(|a| a.as_socket_ipv4());
+    let service_port = local.map_or(0, |a| a.port());
+    // Loading and attaching eBPF programs needs the privileges confinement drops.
+    let kernel = kernel_path::start(&kernel_path::Want {
+        mode: conf.data_path,
+        host_specific: false,
+        client: true,
+        tun: opened.tun.name(),
+        local: SocketAddrV4::new(conf.bind_address, service_port),
+        peers: KERNEL_PEERS,
+        prefix: conf.prefix,
+        decap_tc: true,
+    })
+    .map_err(Failure::runtime)?;
     let control_path = control
         .map(Path::to_path_buf)
         .unwrap_or_else(|| crate::runtime::status_socket::default_path(opened.tun.name()));
@@ -157,10 +175,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let shell = shell.confine(conf.user.as_deref(), conf.system_call_filter, pidfile)?;
     let started = Instant::now();
     let names = ServerNames::new(primary, conf.server2.clone(), conf.fallback_servers.clone(), started);
-    let local = opened.service.local_addr().ok().and_then(|a| a.as_socket_ipv4());
-    let service_port = local.map_or(0, |a| a.port());
     let mut cfg = client_config(conf, names.servers(), service_port, &mut urandom);
     cfg.local_discovery = opened.discovery.is_some();
+    cfg.kernel_path = kernel.is_some();
     let random_ports = cfg.random_ports;
     let mut client = Client::new(cfg, urandom.try_clone()?);
     client.set_attached_subnets(&opened.iface.attached_subnets());
@@ -175,12 +192,21 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         "interface helper: pid {} (keeps CAP_NET_ADMIN; this process keeps none)",
         opened.iface.helper.pid()
     );
+    if let Some(k) = &kernel {
+        tracing::info!("{}", k.describe());
+    }
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
     let mut d = ClientDaemon {
         client,
         names,
         mapping: Mapper::new(conf.port_mapping, service_port),
-        rx_service: RecvBatch::coalescing(dup(&opened.service)?, BATCH, SLOT),
+        // The kernel path decapsulates at tc ingress, after GRO: rows GRO joined for
+        // the service socket would reach it whole, and go up.
+        rx_service: if kernel.is_some() {
+            RecvBatch::new(dup(&opened.service)?, BATCH, SLOT)
+        } else {
+            RecvBatch::coalescing(dup(&opened.service)?, BATCH, SLOT)
+        },
         rx_probe: RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
         out: Output {
             batch: SendBatch::new(dup(&opened.service)?, BATCH, SLOT),
@@ -189,7 +215,10 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
             probe_errors: 0,
             tun_out: TunWriter::default(),
             ports: RandomPorts::new(conf.bind_address, random_ports),
+            kernel: kernel.as_ref().map(|k| k.peers(started.elapsed())),
         },
+        kernel: kernel.as_ref(),
+        kernel_address: None,
         iface: opened.iface,
         discovery: opened.discovery.take(),
         watch: opened.watch,
@@ -230,6 +259,10 @@ struct ClientDaemon<'a> {
     last_state: ClientState,
     bind_address: Ipv4Addr,
     service_port: u16,
+    /// The kernel data path, if it runs.
+    kernel: Option<&'a KernelDataPath>,
+    /// The address its programs were last given.
+    kernel_address: Option<Ipv6Addr>,
 }
 
 /// What a wait found readable beside the service and probe sockets and the TUN, which
@@ -303,7 +336,15 @@ impl ClientDaemon<'_> {
         self.iface.changed_at = Some(Instant::now());
         self.mapping.forget();
         self.client.set_port_mapping(None);
-        self.client.set_attached_subnets(&self.iface.attached_subnets());
+        let subnets = self.iface.attached_subnets();
+        self.client.set_attached_subnets(&subnets);
+        if let Some(k) = self.kernel {
+            // Where the service socket now receives (it is bound to no address).
+            let local: Vec<Ipv4Addr> = subnets.iter().map(|&(a, _)| a).filter(|a| !a.is_loopback()).collect();
+            if let Err(e) = k.switch().set_local(&local) {
+                tracing::warn!("kernel data path: cannot list the new addresses ({e})");
+            }
+        }
         self.client.on_network_change(self.started.elapsed(), &mut self.out);
         self.names.resolve_all(Instant::now());
     }
@@ -379,6 +420,15 @@ impl ClientDaemon<'_> {
                 ClientEvent::Nat(_) => {}
             }
             self.iface.apply(ev)?;
+        }
+        if let Some(k) = self.kernel.filter(|_| self.kernel_address != self.iface.address) {
+            // Only packets to and from the address the interface has move in the
+            // kernel: none while it has none.
+            self.kernel_address = self.iface.address;
+            if let Err(e) = k.switch().set_address(self.kernel_address) {
+                tracing::error!("kernel data path: cannot set the address ({e}); turned off");
+                let _ = k.switch().turn_off();
+            }
         }
         Ok(())
     }

@@ -2,12 +2,13 @@
 //! (flushed when full and after each round), the probe socket for the NAT test (a
 //! datagram now and then), and the random ports for peers behind symmetric NATs.
 
+use crate::io::kernel_path::KernelPeerList;
 use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::SendBatch;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
-use shipworm_proto::transmit::{Ports, Source, Transmit};
+use shipworm_proto::transmit::{KernelPeers, Ports, Source, Transmit};
 use socket2::Socket;
 use std::net::SocketAddrV4;
 use std::num::NonZeroU16;
@@ -22,6 +23,8 @@ pub struct Output<'a> {
     pub tun_out: TunWriter,
     /// Random ports for peers behind symmetric NATs (RFC 6081 §5.4, §5.5).
     pub ports: RandomPorts,
+    /// The kernel data path's peer list, if it runs.
+    pub kernel: Option<KernelPeerList>,
 }
 
 impl Output<'_> {
@@ -70,6 +73,10 @@ impl Transmit for Output<'_> {
 
     fn deliver(&mut self, packet: &[u8]) {
         self.tun_out.push(self.tun, packet);
+    }
+
+    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
+        self.kernel.as_mut().map(|k| k as &mut dyn KernelPeers)
     }
 }
 

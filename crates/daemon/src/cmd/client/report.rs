@@ -17,17 +17,21 @@ pub(crate) fn counters(
     first_contacts_waiting: usize,
     io: &IoErrors,
     tun: &TunOffloadCounts,
+    kernel: Option<&([u64; shipworm_kernel_path::COUNTERS], u64)>,
 ) -> Counters {
-    const PACKETS: &str = "Packets sent to Teredo peers and delivered to this host.";
-    const BYTES: &str = "IPv6 bytes sent to Teredo peers and delivered to this host.";
+    const PACKETS: &str = "Packets sent to Teredo peers and delivered to this host, the kernel data path's \
+                           included (its part: kernel_path_packets, outcome forwarded; a train counts once).";
+    const BYTES: &str = "IPv6 bytes sent to Teredo peers and delivered to this host, the kernel data path's included.";
+    use shipworm_kernel_path::Counter;
+    let k = |c: Counter| kernel.map_or(0, |(k, _)| k[c as usize]);
     let mut t = Counters::new("client");
     t.counter("router_solicitations", "Router solicitations sent.", st.solicitations);
     t.counter("router_advertisements", "Router advertisements accepted.", st.advertisements);
     t.counter("address_changes", "Addresses configured or changed (qualifications, handoffs).", st.addresses);
-    t.counter("packets", PACKETS, st.sent).label("direction", "to_peers");
-    t.counter("packets", PACKETS, st.delivered).label("direction", "to_host");
-    t.counter("bytes", BYTES, st.sent_bytes).label("direction", "to_peers");
-    t.counter("bytes", BYTES, st.delivered_bytes).label("direction", "to_host");
+    t.counter("packets", PACKETS, st.sent + k(Counter::EncapForwarded)).label("direction", "to_peers");
+    t.counter("packets", PACKETS, st.delivered + k(Counter::DecapForwarded)).label("direction", "to_host");
+    t.counter("bytes", BYTES, st.sent_bytes + k(Counter::EncapBytes)).label("direction", "to_peers");
+    t.counter("bytes", BYTES, st.delivered_bytes + k(Counter::DecapBytes)).label("direction", "to_host");
     t.counter("bubbles", "Bubbles sent.", st.bubbles);
     t.counter("echoes", "Connectivity-test echoes sent.", st.echoes);
     t.counter("first_contacts", "Native hosts that spoke first, tested.", st.first_contacts);
@@ -54,6 +58,9 @@ pub(crate) fn counters(
         "Native hosts that spoke first, waiting for their test.",
         first_contacts_waiting as u64,
     );
+    if let Some((k, refused)) = kernel {
+        crate::runtime::report::kernel_rows(&mut t, k, *refused);
+    }
     t.drops(&st.drops);
     t.io_errors(io);
     t.tun_offloads(tun);
@@ -64,7 +71,8 @@ impl Reports for ClientDaemon<'_> {
     fn counters(&self) -> Counters {
         let s = self.client.status();
         let (io, tun) = (self.out.io_errors(&self.tun_in), self.out.offloads(&self.tun_in));
-        counters(self.client.stats(), s.peers, s.first_contacts, &io, &tun)
+        let kernel = self.kernel.map(|k| (k.counters(), k.refused.load(std::sync::atomic::Ordering::Relaxed)));
+        counters(self.client.stats(), s.peers, s.first_contacts, &io, &tun, kernel.as_ref())
     }
 
     fn status_json(&self) -> String {
@@ -98,6 +106,8 @@ impl Reports for ClientDaemon<'_> {
             }),
             "mtu": s.mtu,
             "peers": s.peers,
+            "data_path": crate::runtime::report::data_path_json(self.kernel),
+            "kernel_peers": self.client.kernel_peers(),
             "tun_offloads": self.out.tun.offloads().to_string(),
             "counters": self.counters().json(),
         })
@@ -153,10 +163,14 @@ mod counters_tests {
         st.drops.count(DropReason::QueueFull);
         let io = IoErrors { udp_send: 16, tun_write: 17, tun_read: 18, ..IoErrors::default() };
         let tun = TunOffloadCounts { super_packets_read: 19, joined_writes: 20 };
-        let t = counters(&st, 21, 22, &io, &tun);
+        let mut k = [0u64; shipworm_kernel_path::COUNTERS];
+        (k[0], k[7]) = (23, 25);
+        let t = counters(&st, 21, 22, &io, &tun, Some(&(k, 24)));
         assert_views_agree(&t);
         let j = t.json();
-        assert_eq!((j["packets"]["to_peers"].as_u64(), j["silent_retests"].as_u64()), (Some(4), Some(12)));
+        assert_eq!((j["packets"]["to_peers"].as_u64(), j["silent_retests"].as_u64()), (Some(4 + 25), Some(12)));
+        assert_eq!(j["packets"]["to_host"].as_u64(), Some(5 + 23), "the kernel's moved packets count");
         assert_eq!(j["dropped"]["queue_full"], 1);
+        assert_eq!((j["kernel_path_packets"]["decap"]["forwarded"].as_u64(), j["kernel_path_refused"].as_u64()), (Some(23), Some(24)));
     }
 }

@@ -1,0 +1,100 @@
+//! The client's share of the kernel data path (`ClientConfig::kernel_path`): the
+//! kernel's peer list ([`Transmit::kernel`]) kept to the peers the client would send to
+//! straight and take packets from without more thought.
+//!
+//! A peer is in the list while its entry is trusted, not waiting (no bubbles, no
+//! connectivity test: their answers must reach the state machine), holds nothing
+//! queued, is reached from the service port (a random port's upkeep reads each of its
+//! packets) and is sent to where it is heard from. It leaves the list before anything
+//! else may happen to it: the kernel's last-heard time, and the first transmission
+//! since, are read back into the entry first, so its validity and a native peer's
+//! silence are judged on every packet, whichever path carried them.
+
+use super::*;
+
+/// How much later the state machine may hear from a listed peer (packets the kernel
+/// passed up: bubbles, trailers) before its last-heard time is written again.
+const REWRITE_HEARD: Duration = Duration::from_secs(1);
+
+impl<R: Random> Client<R> {
+    /// Where the kernel may send to `peer` and take its packets from, if anywhere.
+    fn kernel_target(&self, peer: &Ipv6Addr) -> Option<(SocketAddrV4, Duration)> {
+        self.address()?;
+        let p = self.peers.get(peer)?;
+        let plain = p.trusted && !p.waiting && p.nonce().is_none() && p.queue().is_empty();
+        if !plain || p.mapped.ip().is_unspecified() || self.retests.contains(peer) {
+            return None;
+        }
+        if self.ports.via(peer) != Source::Service || self.peer_target(peer, p.mapped) != p.mapped {
+            return None;
+        }
+        Some((p.mapped, p.last_rx))
+    }
+
+    /// Bring the kernel's entry for `peer` in line with the table.
+    pub(super) fn kernel_sync(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) {
+        let want = self.kernel_target(peer);
+        let have = self.kernel.get(peer).copied();
+        match (want, have) {
+            (Some((to, heard)), Some((listed, written))) if to == listed => {
+                if heard >= written + REWRITE_HEARD {
+                    let Some(k) = tx.kernel() else { return };
+                    let heard = k.heard(peer).map_or(heard, |h| h.max(heard));
+                    k.trust(peer, to, heard);
+                    self.kernel.insert(*peer, (to, heard));
+                }
+            }
+            (Some((to, heard)), _) => {
+                let Some(k) = tx.kernel() else { return };
+                k.trust(peer, to, heard);
+                self.kernel.insert(*peer, (to, heard));
+            }
+            (None, Some(_)) => {
+                self.kernel_pull(peer, tx);
+                if let Some(k) = tx.kernel() {
+                    k.forget(peer);
+                }
+                self.kernel.remove(peer);
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// What the kernel heard from `peer` and sent to it, into its entry: its last
+    /// reception, and (still unanswered) the first transmission since.
+    pub(super) fn kernel_pull(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) {
+        let Some((heard, sent)) = tx.kernel().and_then(|k| k.heard_and_sent(peer)) else { return };
+        let Some(mut p) = self.peers.get_mut(peer) else { return };
+        if heard > p.last_rx {
+            p.last_rx = heard;
+        }
+        if let Some(sent) = sent.filter(|&t| t > p.last_rx) {
+            if p.last_tx <= p.last_rx || sent < p.last_tx {
+                p.last_tx = sent;
+            }
+        }
+    }
+
+    /// Every listed peer leaves the kernel's list at the next chance (the table was
+    /// replaced, or where peers are sent to changed).
+    pub(super) fn kernel_orphan_all(&mut self) {
+        self.kernel_orphans.extend(self.kernel.drain().map(|(a, _)| a));
+    }
+
+    /// Listed peers the table removed, or that were orphaned, leave the kernel's list.
+    pub(super) fn kernel_settle(&mut self, tx: &mut impl Transmit) {
+        let removed = self.peers.take_removed_trusted();
+        let mut gone = std::mem::take(&mut self.kernel_orphans);
+        gone.extend(removed.into_iter().filter(|peer| self.kernel.remove(peer).is_some()));
+        if let Some(k) = tx.kernel() {
+            for peer in &gone {
+                k.forget(peer);
+            }
+        }
+    }
+
+    /// Peers in the kernel's list.
+    pub fn kernel_peers(&self) -> usize {
+        self.kernel.len()
+    }
+}

@@ -1,0 +1,131 @@
+//! The client with a kernel data path: the kernel's peer list holds exactly the peers
+//! the client would send to straight and take packets from without a test, and what
+//! the kernel heard and sent counts when the client judges a peer.
+
+use super::*;
+use shipworm_proto::transmit::KernelModel;
+
+fn kernel_client() -> (Client<Rng>, Ipv6Addr) {
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    cfg.local_discovery = false;
+    cfg.kernel_path = true;
+    let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
+    let me = up_address(&qualify(&mut c, secs(1), M, M, false));
+    (c, me)
+}
+
+fn listed(w: &Recorder) -> Vec<(Ipv6Addr, SocketAddrV4)> {
+    w.kernel.as_ref().unwrap().peers.iter().map(|(a, (m, _))| (*a, *m)).collect()
+}
+
+fn with_kernel() -> Recorder {
+    Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() }
+}
+
+/// The server answers `c`'s refreshes while time passes, the kernel list in `w`.
+fn keep_qualified(c: &mut Client<Rng>, w: &mut Recorder, at: Duration) {
+    w.sent.clear();
+    c.on_timer(at, w);
+    for (to, rs) in w.udp() {
+        if to == SocketAddrV4::new(P, 3544) {
+            if let Some((from, ra)) = answer(P, Local::Primary, M, &rs) {
+                let _ = c.on_udp(at, Via::Service, from, &ra, w);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_host_is_listed_once_its_test_proved_it_and_leaves_the_list_while_tested_again() {
+    let (mut c, me) = kernel_client();
+    let mut w = with_kernel();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let echo = echo_request(&w, me, HOST).expect("a cold host is tested");
+    assert!(listed(&w).is_empty(), "not before the test's answer: the echo reply must reach the client");
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
+    assert_eq!(c.kernel_peers(), 1);
+
+    // The kernel carries the exchange for a while: the host stays valid and is not
+    // swept, though the client itself heard nothing since 2 s.
+    let mut t = secs(2);
+    while t < secs(340) {
+        t += secs(5);
+        w.kernel.as_mut().unwrap().hear(&a(HOST), t);
+        keep_qualified(&mut c, &mut w, t);
+    }
+    assert_eq!(c.status().peers, 1, "heard by the kernel: not idle");
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
+
+    // RELAY dies: the kernel sends on, unanswered, and after a second passes the
+    // host's packets up. The client tests the host at once, from the kernel's first
+    // unanswered send, and takes it off the list while the test runs.
+    w.kernel.as_mut().unwrap().send(&a(HOST), t + ms(100));
+    w.sent.clear();
+    let up = t + ms(1200);
+    let _ = c.on_tun(up, &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let echo = echo_request(&w, me, HOST).expect("tested at once: silent for over a second");
+    assert_eq!(c.stats().silent_retests, 1);
+    assert!(listed(&w).is_empty(), "off the list while tested");
+    assert_eq!(w.udp().iter().filter(|(to, _)| *to == sa(RELAY)).count(), 1, "the packet still went to RELAY");
+
+    // The reply comes through RELAY2: listed there.
+    let _ = c.on_udp(up + ms(50), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY2))]);
+}
+
+#[test]
+fn a_host_the_kernel_heard_from_is_not_tested_for_silence() {
+    let (mut c, me) = kernel_client();
+    let mut w = with_kernel();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let echo = echo_request(&w, me, HOST).unwrap();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    // The kernel sent at 10 s and heard the answer at 10.05 s; at 20 s a packet comes
+    // up (the kernel had a reason of its own): no test, no leaving the list.
+    let k = w.kernel.as_mut().unwrap();
+    k.send(&a(HOST), secs(10));
+    k.hear(&a(HOST), secs(10) + ms(50));
+    w.sent.clear();
+    let _ = c.on_tun(secs(20), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    assert!(echo_request(&w, me, HOST).is_none());
+    assert_eq!(c.stats().silent_retests, 0);
+    assert_eq!(w.udp().len(), 1, "sent through RELAY");
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
+    // A packet sent first by userland while the host was silent past 30 s (by the
+    // kernel's clock too) is not straight: the host is tested, and off the list.
+    w.sent.clear();
+    let _ = c.on_tun(secs(45), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    assert!(echo_request(&w, me, HOST).is_some(), "stale: tested");
+    assert!(listed(&w).is_empty());
+}
+
+#[test]
+fn a_teredo_peer_at_its_embedded_mapping_is_listed_and_every_peer_goes_with_the_servers() {
+    let (mut c, me) = kernel_client();
+    let mut w = with_kernel();
+    // A Teredo peer's packet from the mapping its address embeds (RFC 4380 §5.2.3
+    // rule 3): trusted there at once.
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
+    let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
+    let _ = c.on_udp(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
+    assert_eq!(w.delivered.len(), 1);
+    assert_eq!(listed(&w), vec![(a(peer), from)]);
+    // Other servers: every peer goes, from the kernel's list as soon as the client
+    // next runs.
+    c.set_servers(vec![ServerAddrs::new(Q)]);
+    c.on_timer(secs(3), &mut w);
+    assert!(listed(&w).is_empty());
+    assert_eq!(c.kernel_peers(), 0);
+}
+
+#[test]
+fn without_a_kernel_path_nothing_is_listed() {
+    let (mut c, me) = qualified();
+    let mut w = with_kernel();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
+    let _ = c.on_udp(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
+    assert_eq!(w.delivered.len(), 1);
+    assert!(listed(&w).is_empty());
+}
