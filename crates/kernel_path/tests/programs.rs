@@ -364,7 +364,10 @@ fn the_peer_map_holds_its_cap_and_no_more() {
     // An update of a present peer still goes through, and a forgotten one frees a place.
     peers.trust(&addr(5), SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2).unwrap();
     let entry = peers.get(&addr(5)).unwrap().unwrap();
-    assert_eq!((entry.mapped, entry.heard, entry.unanswered), (SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2, None));
+    assert_eq!(
+        (entry.mapped, entry.heard, entry.unanswered),
+        (SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 9), 1), 2, None)
+    );
     assert!(peers.forget(&addr(5)).unwrap());
     assert!(!peers.forget(&addr(5)).unwrap());
     peers.trust(&addr(100), C_MAPPED, 1).unwrap();
@@ -411,7 +414,10 @@ fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
         let mut sw = Recorder::default();
         let _ = server.on_udp(secs(1), local, CLIENT_MAPPED, &rs, &mut sw);
         let ra = sw.sent.pop().expect("an RA");
-        let from = SocketAddrV4::new(server.address(if ra.from == Source::Secondary { Local::Secondary } else { Local::Primary }), 3544);
+        let from = SocketAddrV4::new(
+            server.address(if ra.from == Source::Secondary { Local::Secondary } else { Local::Primary }),
+            3544,
+        );
         let _ = c.on_udp(secs(1), Via::Service, from, &ra.payload, &mut w);
     }
     let me = std::iter::from_fn(|| c.poll_event())

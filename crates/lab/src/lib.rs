@@ -258,7 +258,8 @@ impl Lab {
     /// paths every daemon runs on would be those of no real host.
     fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
         let off = ["tx-udp-segmentation", "tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation"];
-        let args: Vec<&str> = ["-K", dev].into_iter().chain(off.iter().flat_map(|f| [*f, "off"])).chain(["gro", "on"]).collect();
+        let args: Vec<&str> =
+            ["-K", dev].into_iter().chain(off.iter().flat_map(|f| [*f, "off"])).chain(["gro", "on"]).collect();
         netns::exec(ns, &[&["ethtool"][..], &args].concat()).map(drop).map_err(|e| {
             LabError::new(format!("{e} (ethtool, Debian package `ethtool`, sets the lab's interfaces' offloads; scripts/test.sh installs it)"))
         })

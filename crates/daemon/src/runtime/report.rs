@@ -59,7 +59,9 @@ impl TunOffloadCounts {
 pub(crate) fn kernel_rows(t: &mut Counters, counts: &[u64; shipworm_kernel_path::COUNTERS], refused: u64) {
     const PACKETS: &str = "Teredo packets the kernel data path looked at, by direction and outcome \
                            (forwarded: moved in the kernel; any other: left to the daemon, and why).";
-    for ((direction, outcome), &n) in shipworm_kernel_path::Counter::ALL.into_iter().map(shipworm_kernel_path::Counter::labels).zip(counts) {
+    for ((direction, outcome), &n) in
+        shipworm_kernel_path::Counter::ALL.into_iter().map(shipworm_kernel_path::Counter::labels).zip(counts)
+    {
         if outcome != "bytes" {
             t.counter("kernel_path_packets", PACKETS, n).label("direction", direction).label("outcome", outcome);
         }

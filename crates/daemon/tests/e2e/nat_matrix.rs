@@ -64,7 +64,9 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         {
             let s = Scenario { nat, ..shipworm_chain(&me, first, "DataPath user\n") };
             cases.push(Case {
-                name: format!("{first:<12} {nat:<15} all shipworm, relay and client data paths in userland (DataPath user)"),
+                name: format!(
+                    "{first:<12} {nat:<15} all shipworm, relay and client data paths in userland (DataPath user)"
+                ),
                 expect: Expect::Pass,
                 run: Box::new(move || {
                     let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;

@@ -171,6 +171,9 @@ mod counters_tests {
         assert_eq!((j["packets"]["to_peers"].as_u64(), j["silent_retests"].as_u64()), (Some(4 + 25), Some(12)));
         assert_eq!(j["packets"]["to_host"].as_u64(), Some(5 + 23), "the kernel's moved packets count");
         assert_eq!(j["dropped"]["queue_full"], 1);
-        assert_eq!((j["kernel_path_packets"]["decap"]["forwarded"].as_u64(), j["kernel_path_refused"].as_u64()), (Some(23), Some(24)));
+        assert_eq!(
+            (j["kernel_path_packets"]["decap"]["forwarded"].as_u64(), j["kernel_path_refused"].as_u64()),
+            (Some(23), Some(24))
+        );
     }
 }
