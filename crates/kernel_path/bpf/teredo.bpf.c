@@ -146,7 +146,9 @@ static __always_inline int is_local(const struct config *cfg, __be32 a)
 static __always_inline void heard(struct peer *p)
 {
 	__u64 now = bpf_ktime_get_ns();
-	if (now - p->heard > HEARD_GRAIN_NS)
+	// An answer to a client's unanswered packet is written at once: the grain would
+	// leave the packet unanswered in the map's eyes, and the peer silent.
+	if (now - p->heard > HEARD_GRAIN_NS || p->sent > p->heard)
 		p->heard = now;
 }
 
@@ -171,8 +173,11 @@ static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
 // and the frame is `frame_len` bytes long (a socket buffer's may lie partly beyond
 // `end`). Returns MOVE, a counter (left to userland) or -1 (not a Teredo datagram for
 // us); `inner` gets the IPv6 packet's length.
+// Whether `a` is the client's address `b` (never while it has none: `b` is then zero).
 static __always_inline int same_address(const struct in6_addr *a, const __u8 *b)
 {
+	if (b[0] == 0)
+		return 0; // no address (Teredo addresses begin 2001: or 3ffe:)
 	const __u8 *o = a->s6_addr;
 	int same = 1;
 #pragma unroll
@@ -181,11 +186,14 @@ static __always_inline int same_address(const struct in6_addr *a, const __u8 *b)
 	return same;
 }
 
-// A peer the client watches for silence: native (not under either Teredo prefix).
+// A peer the client watches for silence: native (under neither Teredo prefix, nor
+// the client's own).
 static __always_inline int native(const struct in6_addr *a, const struct config *cfg)
 {
 	const __u8 *o = a->s6_addr;
 	if (o[0] == 0x20 && o[1] == 0x01 && o[2] == 0 && o[3] == 0)
+		return 0;
+	if (o[0] == 0x3f && o[1] == 0xfe && o[2] == 0x83 && o[3] == 0x1f)
 		return 0;
 	return !(o[0] == cfg->prefix[0] && o[1] == cfg->prefix[1] && o[2] == cfg->prefix[2] && o[3] == cfg->prefix[3]);
 }

@@ -520,10 +520,13 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
         .count();
     assert!(mutated_moves > 50, "only {mutated_moves} mutated frames were still plain enough to move");
 
-    // Without an address (lost, or changing), nothing moves.
+    // Without an address (lost, or changing), nothing moves: not to the old one, and
+    // not to the unspecified address the empty setting would spell.
     k.switch().set_address(None).unwrap();
-    let out = k.test_run(Program::DecapTc, &base).unwrap();
-    assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &base));
+    for f in [base.clone(), frame_to(C_MAPPED, to_me, &udp6(C, "::"))] {
+        let out = k.test_run(Program::DecapTc, &f).unwrap();
+        assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &f));
+    }
 }
 
 #[test]
@@ -582,6 +585,10 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
         assert_eq!(k.test_run(Program::DecapTc, &answer).unwrap().verdict, TC_ACT_REDIRECT);
         assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, None);
         assert_eq!(k.test_run(Program::Encap, &to_host).unwrap().verdict, TC_ACT_REDIRECT);
+        // An answer within the last-heard time's grain still answers: heard at once.
+        assert!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered.is_some());
+        assert_eq!(k.test_run(Program::DecapTc, &answer).unwrap().verdict, TC_ACT_REDIRECT);
+        assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, None, "answered within 100 ms");
         let counts = k.counters().unwrap();
         assert_eq!(counts[Counter::EncapSilent as usize], 1);
         assert_eq!(counts[Counter::EncapSource as usize], 1);

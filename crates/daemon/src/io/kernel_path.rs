@@ -71,7 +71,8 @@ pub struct Want<'a> {
     pub local: SocketAddrV4,
     /// The peer cap.
     pub peers: usize,
-    /// The Teredo prefix (a client's: its address's, until it has one).
+    /// The Teredo prefix (a client's: the one its addresses take, `Prefix` or the
+    /// standard one; only its native peers are told apart by it).
     pub prefix: u32,
     /// The decapsulation at tc ingress even where the driver has XDP (`DecapHook tc`).
     pub decap_tc: bool,

@@ -15,6 +15,10 @@ use super::*;
 /// How much later the state machine may hear from a listed peer (packets the kernel
 /// passed up: bubbles, trailers) before its last-heard time is written again.
 const REWRITE_HEARD: Duration = Duration::from_secs(1);
+/// Listed peers whose times are read back each tick: with the list's cap of 4,096 and
+/// ten ticks a second, each within 7 s, so a peer the kernel carries stays valid in the
+/// table's eyes too, and a full table never pushes it out first.
+const REFRESH_PER_TICK: usize = 64;
 
 impl<R: Random> Client<R> {
     /// Where the kernel may send to `peer` and take its packets from, if anywhere.
@@ -81,15 +85,35 @@ impl<R: Random> Client<R> {
         self.kernel_orphans.extend(self.kernel.drain().map(|(a, _)| a));
     }
 
-    /// Listed peers the table removed, or that were orphaned, leave the kernel's list.
+    /// Listed peers the table removed, or that were orphaned, leave the kernel's list
+    /// (an orphan still in the table with what the kernel heard and sent read back).
     pub(super) fn kernel_settle(&mut self, tx: &mut impl Transmit) {
         let removed = self.peers.take_removed_trusted();
-        let mut gone = std::mem::take(&mut self.kernel_orphans);
-        gone.extend(removed.into_iter().filter(|peer| self.kernel.remove(peer).is_some()));
+        let orphans = std::mem::take(&mut self.kernel_orphans);
+        for peer in &orphans {
+            self.kernel_pull(peer, tx);
+        }
+        let gone = removed.into_iter().filter(|peer| self.kernel.remove(peer).is_some());
+        let gone: Vec<Ipv6Addr> = orphans.into_iter().chain(gone).collect();
         if let Some(k) = tx.kernel() {
             for peer in &gone {
                 k.forget(peer);
             }
+        }
+    }
+
+    /// A tick: the next few listed peers' times read back.
+    pub(super) fn kernel_refresh(&mut self, tx: &mut impl Transmit) {
+        if self.kernel.is_empty() {
+            return;
+        }
+        if self.kernel_cursor >= self.kernel.len() {
+            self.kernel_cursor = 0;
+        }
+        let next: Vec<Ipv6Addr> = self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_TICK).copied().collect();
+        self.kernel_cursor += next.len();
+        for peer in &next {
+            self.kernel_pull(peer, tx);
         }
     }
 

@@ -169,6 +169,8 @@ pub struct Client<R: Random> {
     /// Peers the kernel's list holds that the table no longer does (it was replaced),
     /// taken out at the next chance.
     kernel_orphans: Vec<Ipv6Addr>,
+    /// Where the next tick's read-back of listed peers starts.
+    kernel_cursor: usize,
 }
 
 fn keys(cfg: &ClientConfig) -> KeyedHash {
@@ -214,6 +216,7 @@ impl<R: Random> Client<R> {
             scratch: vec![0u8; 2048],
             kernel: HashMap::new(),
             kernel_orphans: Vec::new(),
+            kernel_cursor: 0,
         }
     }
 
@@ -392,10 +395,16 @@ impl<R: Random> Client<R> {
         if !self.cfg.kernel_path {
             return self.receive(now, via, from, datagram, tx);
         }
+        // A listed peer's packet the kernel passed up (a bubble, trailers, another
+        // mapping): the peer is judged with what the kernel heard from it.
+        let src = TeredoPacket::parse(datagram).ok().map(|p| p.ipv6.src_addr());
+        if let Some(src) = src.filter(|s| self.kernel.contains_key(s)) {
+            self.kernel_pull(&src, tx);
+        }
         let outcome = self.receive(now, via, from, datagram, tx);
         self.kernel_settle(tx);
-        if let Ok(pkt) = TeredoPacket::parse(datagram) {
-            self.kernel_sync(&pkt.ipv6.src_addr(), tx);
+        if let Some(src) = src {
+            self.kernel_sync(&src, tx);
         }
         outcome
     }
@@ -555,6 +564,7 @@ impl<R: Random> Client<R> {
     pub fn on_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.on_qualifier_timer(now, tx);
         self.retry_waiting(now, tx);
+        self.kernel_refresh(tx);
         self.peers.sweep(now, 256, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
         self.kernel_settle(tx);
         self.tend_random_ports(now, tx);

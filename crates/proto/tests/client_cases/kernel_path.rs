@@ -120,6 +120,39 @@ fn a_teredo_peer_at_its_embedded_mapping_is_listed_and_every_peer_goes_with_the_
 }
 
 #[test]
+fn a_full_table_keeps_a_peer_only_the_kernel_hears_from() {
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    (cfg.local_discovery, cfg.kernel_path, cfg.peer_capacity) = (false, true, 2);
+    let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
+    let me = up_address(&qualify(&mut c, secs(1), M, M, false)).to_string();
+    let mut w = with_kernel();
+    let peer = |i: u16| TeredoAddr {
+        prefix: 0x2001_0000,
+        server: P,
+        flags: Default::default(),
+        mapped: SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), 4000 + i),
+    };
+    let hello = |c: &mut Client<Rng>, w: &mut Recorder, i: u16, at: Duration| {
+        let t = peer(i);
+        let _ = c.on_udp(at, Via::Service, t.mapped, &ipv6(&t.to_ipv6().to_string(), &me, 17, &[1; 8]), w);
+    };
+    hello(&mut c, &mut w, 1, secs(2));
+    assert_eq!(c.kernel_peers(), 1);
+    // A minute of traffic only the kernel sees, the client ticking.
+    let mut t = secs(2);
+    while t < secs(62) {
+        t += secs(1);
+        w.kernel.as_mut().unwrap().hear(&peer(1).to_ipv6(), t);
+        keep_qualified(&mut c, &mut w, t);
+    }
+    // Two newcomers; the table holds two: the second is refused, not peer 1 pushed out.
+    hello(&mut c, &mut w, 2, t);
+    hello(&mut c, &mut w, 3, t);
+    assert!(listed(&w).iter().any(|(a, _)| *a == peer(1).to_ipv6()), "peer 1 kept: {:?}", listed(&w));
+    assert_eq!(c.status().peers, 2);
+}
+
+#[test]
 fn without_a_kernel_path_nothing_is_listed() {
     let (mut c, me) = qualified();
     let mut w = with_kernel();

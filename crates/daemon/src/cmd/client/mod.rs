@@ -338,8 +338,8 @@ impl ClientDaemon<'_> {
         self.client.set_port_mapping(None);
         let subnets = self.iface.attached_subnets();
         self.client.set_attached_subnets(&subnets);
-        if let Some(k) = self.kernel {
-            // Where the service socket now receives (it is bound to no address).
+        if let Some(k) = self.kernel.filter(|_| self.bind_address.is_unspecified()) {
+            // Where the service socket, bound to no address, now receives.
             let local: Vec<Ipv4Addr> = subnets.iter().map(|&(a, _)| a).filter(|a| !a.is_loopback()).collect();
             if let Err(e) = k.switch().set_local(&local) {
                 tracing::warn!("kernel data path: cannot list the new addresses ({e})");
