@@ -426,6 +426,7 @@ fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
             _ => None,
         })
         .expect("qualified");
+    c.set_kernel_address(Some(me));
     let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
     assert_eq!(c.on_udp(secs(2), Via::Service, C_MAPPED, &udp6(C, &me.to_string()), &mut w), Ok(Action::Forwarded));
     assert_eq!(c.kernel_peers(), 1);

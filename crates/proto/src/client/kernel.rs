@@ -21,9 +21,18 @@ const REWRITE_HEARD: Duration = Duration::from_secs(1);
 const REFRESH_PER_TICK: usize = 64;
 
 impl<R: Random> Client<R> {
+    /// The address the daemon gave the programs (`None`: none yet, or none now): peers
+    /// are listed only while it is the client's, so that between a new address and the
+    /// daemon's carrying it out no packet moves for the old one.
+    pub fn set_kernel_address(&mut self, address: Option<Ipv6Addr>) {
+        self.kernel_address = address;
+    }
+
     /// Where the kernel may send to `peer` and take its packets from, if anywhere.
     fn kernel_target(&self, peer: &Ipv6Addr) -> Option<(SocketAddrV4, Duration)> {
-        self.address()?;
+        if self.address().is_none() || self.kernel_address != self.address() {
+            return None;
+        }
         let p = self.peers.get(peer)?;
         let plain = p.trusted && !p.waiting && p.nonce().is_none() && p.queue().is_empty();
         if !plain || p.mapped.ip().is_unspecified() || self.retests.contains(peer) {

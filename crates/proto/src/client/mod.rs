@@ -171,6 +171,8 @@ pub struct Client<R: Random> {
     kernel_orphans: Vec<Ipv6Addr>,
     /// Where the next tick's read-back of listed peers starts.
     kernel_cursor: usize,
+    /// The address the programs match ([`Client::set_kernel_address`]).
+    kernel_address: Option<Ipv6Addr>,
 }
 
 fn keys(cfg: &ClientConfig) -> KeyedHash {
@@ -217,6 +219,7 @@ impl<R: Random> Client<R> {
             kernel: HashMap::new(),
             kernel_orphans: Vec::new(),
             kernel_cursor: 0,
+            kernel_address: None,
         }
     }
 

@@ -11,6 +11,8 @@ fn kernel_client() -> (Client<Rng>, Ipv6Addr) {
     cfg.kernel_path = true;
     let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
     let me = up_address(&qualify(&mut c, secs(1), M, M, false));
+    // The daemon gave the programs the address, as it does once it configured it.
+    c.set_kernel_address(Some(me));
     (c, me)
 }
 
@@ -124,7 +126,9 @@ fn a_full_table_keeps_a_peer_only_the_kernel_hears_from() {
     let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
     (cfg.local_discovery, cfg.kernel_path, cfg.peer_capacity) = (false, true, 2);
     let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
-    let me = up_address(&qualify(&mut c, secs(1), M, M, false)).to_string();
+    let me = up_address(&qualify(&mut c, secs(1), M, M, false));
+    c.set_kernel_address(Some(me));
+    let me = me.to_string();
     let mut w = with_kernel();
     let peer = |i: u16| TeredoAddr {
         prefix: 0x2001_0000,
@@ -150,6 +154,30 @@ fn a_full_table_keeps_a_peer_only_the_kernel_hears_from() {
     hello(&mut c, &mut w, 3, t);
     assert!(listed(&w).iter().any(|(a, _)| *a == peer(1).to_ipv6()), "peer 1 kept: {:?}", listed(&w));
     assert_eq!(c.status().peers, 2);
+}
+
+#[test]
+fn nobody_is_listed_before_the_programs_have_the_clients_address() {
+    let mut cfg = ClientConfig::new(vec![ServerAddrs::new(P)]);
+    (cfg.local_discovery, cfg.kernel_path) = (false, true);
+    let mut c = Client::new(cfg, Rng(0x1234_5678_9abc_def0));
+    let me = up_address(&qualify(&mut c, secs(1), M, M, false));
+    let mut w = with_kernel();
+    let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
+    let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
+    let hello = |c: &mut Client<Rng>, w: &mut Recorder, at: Duration| {
+        let _ = c.on_udp(at, Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), w);
+    };
+    hello(&mut c, &mut w, secs(2));
+    assert_eq!(w.delivered.len(), 1, "delivered by the client meanwhile");
+    assert!(listed(&w).is_empty(), "the programs still match another address (or none)");
+    // The old address given, not the new one: still nobody.
+    c.set_kernel_address(Some(a("2001:0:4136:e378:8000:63bf:3fff:fdd2")));
+    hello(&mut c, &mut w, secs(3));
+    assert!(listed(&w).is_empty());
+    c.set_kernel_address(Some(me));
+    hello(&mut c, &mut w, secs(4));
+    assert_eq!(listed(&w), vec![(a(peer), from)]);
 }
 
 #[test]

@@ -425,9 +425,12 @@ impl ClientDaemon<'_> {
             // Only packets to and from the address the interface has move in the
             // kernel: none while it has none.
             self.kernel_address = self.iface.address;
-            if let Err(e) = k.switch().set_address(self.kernel_address) {
-                tracing::error!("kernel data path: cannot set the address ({e}); turned off");
-                let _ = k.switch().turn_off();
+            match k.switch().set_address(self.kernel_address) {
+                Ok(()) => self.client.set_kernel_address(self.kernel_address),
+                Err(e) => {
+                    tracing::error!("kernel data path: cannot set the address ({e}); turned off");
+                    let _ = k.switch().turn_off();
+                }
             }
         }
         Ok(())
