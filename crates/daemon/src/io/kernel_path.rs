@@ -3,7 +3,8 @@
 //! the state machine keeps ([`KernelPeers`]) over the programs' map.
 //!
 //! What it assumes: Linux 6.6 or later (tc programs attached as links that go with the
-//! process), IPv4 arriving on Ethernet interfaces that are up when the daemon starts, and
+//! process), IPv4 arriving on Ethernet interfaces there when the daemon starts (a
+//! relay's up; a client's up or down), and
 //! at most four local IPv4 addresses the service socket receives on (packets to others
 //! go through the daemon; a client lists them again after each network change). It
 //! turns IPv4 forwarding on for the Teredo interface alone: the route look-up the
@@ -141,11 +142,13 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
     nl.enable_ipv4_forwarding(tun)?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
-    for (index, name) in nl.ethernet_links()? {
-        // Decapsulated packets arrive there as IPv6: an interface without it would
-        // drop them.
+    // A client's interfaces that are down too: a phone's second radio comes up when it
+    // moves, and its packets are the client's to carry.
+    for (index, name) in nl.ethernet_links(want.client)? {
+        // A relay's decapsulated packets arrive there as IPv6: an interface without it
+        // would drop them (a client's go into the Teredo interface).
         let v6_off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"));
-        if v6_off.is_ok_and(|v| v.trim() == "1") {
+        if !want.client && v6_off.is_ok_and(|v| v.trim() == "1") {
             refused.push(format!("{name} has IPv6 disabled"));
             continue;
         }
@@ -158,7 +161,8 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         }
     }
     if interfaces.is_empty() {
-        return Err(if refused.is_empty() { "no Ethernet interface is up".to_string() } else { refused.join("; ") });
+        let none = if want.client { "no Ethernet interface" } else { "no Ethernet interface is up" };
+        return Err(if refused.is_empty() { none.to_string() } else { refused.join("; ") });
     }
     for r in refused {
         tracing::warn!("{r}: IPv4 arriving there goes through the daemon");

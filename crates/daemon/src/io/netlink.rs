@@ -187,14 +187,16 @@ impl Netlink {
         })
     }
 
-    /// The Ethernet interfaces that are up, as (index, name): where IPv4 arrives.
-    pub fn ethernet_links(&self) -> Result<Vec<(u32, String)>, String> {
+    /// The Ethernet interfaces, as (index, name): where IPv4 arrives; those that are
+    /// down too if `down` (they may come up later).
+    pub fn ethernet_links(&self, down: bool) -> Result<Vec<(u32, String)>, String> {
         use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkLayerType};
         self.rt.block_on(async {
             let mut out = Vec::new();
             let mut links = self.handle.link().get().execute();
             while let Some(m) = links.try_next().await.map_err(|e| why("listing interfaces", e))? {
-                if m.header.link_layer_type != LinkLayerType::Ether || !m.header.flags.contains(LinkFlags::Up) {
+                if m.header.link_layer_type != LinkLayerType::Ether || !(down || m.header.flags.contains(LinkFlags::Up))
+                {
                     continue;
                 }
                 if let Some(name) = m.attributes.iter().find_map(|a| match a {

@@ -53,9 +53,21 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             name: format!("handoff {from} → {to}"),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (_lab, h) = scenario::run_handoff(&me, [from, to], &mut |_| {}).map_err(Failed::from)?;
+                let (lab, h) = scenario::run_handoff(&me, [from, to], &mut |_| {}).map_err(Failed::from)?;
+                // On the new network the client's kernel path carries its traffic again:
+                // the programs were given its new local and Teredo addresses.
+                let moved = || {
+                    lab.client_status(0).and_then(|s| s["counters"]["kernel_path_packets"]["decap"]["forwarded"].as_u64())
+                };
+                let before = moved().ok_or(Failed::at(9, "step 9: the client's status socket did not answer"))?;
+                let pings = shipworm_lab::traffic::ping(&lab.clients[0].ns, shipworm_lab::HOST6_V6, 20, 2)
+                    .map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")))?;
+                let after = moved().unwrap_or(0) - before;
+                if after < 19 {
+                    return Err(Failed::at(9, format!("step 9: after the move, 20 pings ({pings}): only {after} replies moved by the client's kernel path")));
+                }
                 Ok(format!(
-                    "{} → {}: new address after {:.0} ms, longest gap between echo replies {:.0} ms ({} + {} answered, every 20 ms)",
+                    "{} → {}: new address after {:.0} ms, longest gap between echo replies {:.0} ms ({} + {} answered, every 20 ms); then {after} of 20 replies moved by the client's kernel path",
                     h.old,
                     h.new,
                     h.address_after.as_secs_f64() * 1000.0,
