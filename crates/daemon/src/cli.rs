@@ -34,13 +34,20 @@ pub enum Command {
     ///
     /// Reads Miredo's miredo.conf format unchanged, with `RelayType relay`, `cone`,
     /// `restricted` or `host`. Needs root to create its TUN interface, then drops it.
+    /// With `DataPath kernel` or `auto` (the default), trusted clients' packets are
+    /// moved by eBPF programs it loads at start (XDP or tc ingress, tc egress), every
+    /// decision staying in the relay; `DataPath user` moves every packet itself.
     Relay(RelayArgs),
 
     /// Run a Teredo client (RFC 4380 §5.2, RFC 5991): IPv6 from behind an IPv4 NAT.
     ///
     /// Reads Miredo's miredo.conf format unchanged (RelayType client, the default).
     /// Needs root to create its interface; then only its interface helper keeps
-    /// CAP_NET_ADMIN, the client none.
+    /// CAP_NET_ADMIN, the client none. With `DataPath kernel` or `auto` (the default),
+    /// trusted peers' packets are moved by eBPF programs it loads at start (tc ingress
+    /// of its Ethernet interfaces, into the Teredo interface; tc egress of the Teredo
+    /// interface), every decision staying in the client; `DataPath user` moves every
+    /// packet itself.
     Client(ClientArgs),
 
     /// Show what a running client is doing: state, address, NAT kind, server, peers,

@@ -395,56 +395,56 @@ impl<R: Random> Client<R> {
         datagram: &[u8],
         tx: &mut (impl Transmit + Ports),
     ) -> Outcome {
+        let pkt = match TeredoPacket::parse(datagram) {
+            Ok(p) => p,
+            Err(e) => return self.dropped(e.into()),
+        };
         if !self.cfg.kernel_path {
-            return self.receive(now, via, from, datagram, tx);
+            return self.receive(now, via, from, datagram, &pkt, tx);
         }
         // A listed peer's packet the kernel passed up (a bubble, trailers, another
         // mapping): the peer is judged with what the kernel heard from it.
-        let src = TeredoPacket::parse(datagram).ok().map(|p| p.ipv6.src_addr());
-        if let Some(src) = src.filter(|s| self.kernel.contains_key(s)) {
+        let src = pkt.ipv6.src_addr();
+        if self.kernel.contains_key(&src) {
             self.kernel_pull(&src, tx);
         }
-        let outcome = self.receive(now, via, from, datagram, tx);
+        let outcome = self.receive(now, via, from, datagram, &pkt, tx);
         self.kernel_settle(tx);
-        if let Some(src) = src {
-            self.kernel_sync(&src, tx);
-        }
+        self.kernel_sync(&src, tx);
         outcome
     }
 
+    /// [`Client::on_udp`] for a datagram parsed as `pkt`.
     fn receive(
         &mut self,
         now: Duration,
         via: Via,
         from: SocketAddrV4,
         datagram: &[u8],
+        pkt: &TeredoPacket<'_>,
         tx: &mut (impl Transmit + Ports),
     ) -> Outcome {
-        let pkt = match TeredoPacket::parse(datagram) {
-            Ok(p) => p,
-            Err(e) => return self.dropped(e.into()),
-        };
         // RFC 6081 §4.1, §5.1.2: an unknown trailer whose type says so voids the packet.
         if pkt.trailers.must_discard() {
             return self.dropped(DropReason::BadTrailers);
         }
         if via == Via::Probe {
-            return self.on_probe(datagram, &pkt, from);
+            return self.on_probe(datagram, pkt, from);
         }
         if via == Via::Discovery {
-            return self.on_discovery(now, from, &pkt, tx);
+            return self.on_discovery(now, from, pkt, tx);
         }
         let ra_like = pkt.ipv6.src_addr().is_link_local() && pkt.ipv6.next_header() == ip_protocol::ICMPV6;
         if let Via::Port(port) = via {
             // A random port hears its peer, and the servers' answers to its Echo Test.
             if ra_like && self.is_server(&from).is_some() {
-                return self.on_echo_answer(now, &pkt, tx);
+                return self.on_echo_answer(now, pkt, tx);
             }
-            return self.on_peer_packet(now, from, &pkt, Some(port), tx);
+            return self.on_peer_packet(now, from, pkt, Some(port), tx);
         }
         if let Some(idx) = self.is_server(&from) {
             if ra_like {
-                return self.on_ra(now, idx, from, datagram, &pkt, tx);
+                return self.on_ra(now, idx, from, datagram, pkt, tx);
             }
             if Some(idx) == self.current_server() {
                 self.q.last_server_rx = now;
@@ -455,11 +455,11 @@ impl<R: Random> Client<R> {
             // meet the peer rules: a test's echo reply proves the server as that host's
             // relay; a host calling first is tested.
             if !pkt.is_bubble() && TeredoAddr::decode(&pkt.ipv6.src_addr()).is_none() {
-                return self.on_peer_packet(now, from, &pkt, None, tx);
+                return self.on_peer_packet(now, from, pkt, None, tx);
             }
-            return self.on_server_packet(now, &pkt, tx);
+            return self.on_server_packet(now, pkt, tx);
         }
-        self.on_peer_packet(now, from, &pkt, None, tx)
+        self.on_peer_packet(now, from, pkt, None, tx)
     }
 
     fn our_address(&self, dst: &Ipv6Addr) -> bool {

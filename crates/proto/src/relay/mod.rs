@@ -42,6 +42,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
+mod held;
+mod kernel;
+
+pub use held::HELD_PER_SHARD;
+use held::{hold, take_held, Held, HELD_FOR};
+use kernel::{kernel_forget_removed, mirrors, KERNEL_HEARD_GRAIN};
+
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
 pub const BUBBLE_SPACING: Duration = Duration::from_secs(2);
 /// Bubbles sent without an answer before the peer is given up.
@@ -185,21 +192,6 @@ struct Shard {
     held: VecDeque<Held>,
 }
 
-/// A client's packet to the native side, held while its port is proved.
-#[derive(Debug)]
-struct Held {
-    client: Ipv6Addr,
-    /// Where it came from: released only if that is the port the client proves.
-    from: SocketAddrV4,
-    at: Duration,
-    packet: Box<[u8]>,
-}
-
-/// Client packets held a shard, at most.
-pub const HELD_PER_SHARD: usize = 32;
-/// How long a held packet waits for its client's proof: the bubbles' rounds.
-const HELD_FOR: Duration = Duration::from_secs(BUBBLE_SPACING.as_secs() * MAX_BUBBLES as u64);
-
 /// What one worker keeps to itself: counters and scratch space, never shared, so
 /// counting a packet touches no other core's cache lines.
 #[derive(Debug)]
@@ -262,25 +254,6 @@ pub const FETCH_AHEAD_FROM: usize = 1 << 17;
 pub const MIN_SHARD_PEERS: usize = 256;
 /// Smallest share of the waiting-peer cap a shard gets.
 pub const MIN_SHARD_PENDING: usize = 32;
-
-/// How stale the kernel's last-heard time of a peer may be before a packet through
-/// userland writes it again (the kernel's own writes have the same grain).
-const KERNEL_HEARD_GRAIN: Duration = Duration::from_millis(100);
-
-/// The relay keeps a kernel data path's peer list.
-fn mirrors(cfg: &RelayConfig) -> bool {
-    cfg.kernel_path && cfg.served == Served::AnyGlobal
-}
-
-/// The trusted entries `peers` removed leave the kernel's list too.
-fn kernel_forget_removed(peers: &mut PeerTable, tx: &mut impl Transmit) {
-    let removed = peers.take_removed_trusted();
-    if let Some(k) = tx.kernel().filter(|_| !removed.is_empty()) {
-        for a in &removed {
-            k.forget(a);
-        }
-    }
-}
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A worker that panicked mid-update leaves a consistent table (every step is a
@@ -483,70 +456,6 @@ impl SharedRelay {
             return Err(DropReason::AttachedSubnet);
         }
         Ok(())
-    }
-
-    /// A trusted peer the kernel heard from since we did: its last reception moves up
-    /// to the kernel's, and if it was waiting for our bubbles' answer it waits no more,
-    /// its queue sent to its mapping before anything newer. True if it is valid now.
-    /// Asks the kernel only about trusted entries, so that packets to made-up
-    /// destinations cost no look-up.
-    fn kernel_heard(
-        &self,
-        peers: &mut PeerTable,
-        key: &Key,
-        w: &mut RelayWorker,
-        now: Duration,
-        tx: &mut impl Transmit,
-    ) -> bool {
-        if !mirrors(&self.cfg) || !peers.get_keyed(key).is_some_and(|p| p.trusted) {
-            return false;
-        }
-        let Some(heard) = tx.kernel().and_then(|k| k.heard(&key.addr)) else {
-            return false;
-        };
-        let Some(mut p) = peers.get_mut_keyed(key) else {
-            return false;
-        };
-        if heard > p.last_rx {
-            p.last_rx = heard;
-        }
-        if !p.is_valid(now) {
-            return false;
-        }
-        let to = p.mapped;
-        let queue = if p.waiting {
-            p.waiting = false;
-            p.tries = 0;
-            p.take_queue()
-        } else {
-            None
-        };
-        drop(p);
-        if let Some(mut q) = queue {
-            while let Some(packet) = q.next_packet() {
-                tx.send(Source::Service, to, packet, None);
-                w.stats.to_teredo += 1;
-                w.stats.to_teredo_bytes += packet.len() as u64;
-            }
-        }
-        true
-    }
-
-    /// `client` is trusted at `mapped`, heard from now: into the kernel's list too,
-    /// if the relay keeps one and anything may be sent to the client at all.
-    fn kernel_trust(&self, tx: &mut impl Transmit, client: &Ipv6Addr, mapped: SocketAddrV4, now: Duration) {
-        if !mirrors(&self.cfg) {
-            return;
-        }
-        let carried = TeredoAddr::decode_with_prefix(client, self.cfg.prefix)
-            .is_some_and(|t| self.tunnel_destination(&t).is_ok());
-        if let Some(k) = tx.kernel() {
-            if carried {
-                k.trust(client, mapped, now);
-            } else {
-                k.forget(client);
-            }
-        }
     }
 
     fn queue_and_bubble(
@@ -987,45 +896,6 @@ impl SharedRelay {
             w.stats.icmp_errors += 1;
         }
     }
-}
-
-/// Hold `packet` of `client`'s from `from`, the oldest held giving way when the shard
-/// holds its most.
-fn hold(
-    held: &mut VecDeque<Held>,
-    w: &mut RelayWorker,
-    (client, from): (Ipv6Addr, SocketAddrV4),
-    now: Duration,
-    packet: &[u8],
-) {
-    if held.len() >= HELD_PER_SHARD {
-        held.pop_front();
-        w.stats.drops.count(DropReason::QueueFull);
-    }
-    held.push_back(Held { client, from, at: now, packet: packet.into() });
-}
-
-/// The packets held for `client` that came from `proved`, taken out of `held` in the
-/// order they came; its others (from ports it did not prove) are dropped.
-fn take_held(
-    held: &mut VecDeque<Held>,
-    w: &mut RelayWorker,
-    client: &Ipv6Addr,
-    proved: SocketAddrV4,
-) -> Vec<Box<[u8]>> {
-    let mut out = Vec::new();
-    held.retain_mut(|h| {
-        if h.client != *client {
-            return true;
-        }
-        if h.from == proved {
-            out.push(std::mem::take(&mut h.packet));
-        } else {
-            w.stats.drops.count(DropReason::SourceMismatch);
-        }
-        false
-    });
-    out
 }
 
 /// The relay on one thread: one shard, one worker (tests, and what the sans-IO

@@ -1,0 +1,124 @@
+//! The relay with a kernel data path: the kernel's peer list holds what the relay
+//! trusts, and what the kernel heard counts when the relay judges a client.
+
+use super::*;
+
+/// A relay with a kernel data path keeps the kernel's peer list to what it trusts: B
+/// enters once it answered from its mapping, stays while the kernel hears from it (the
+/// relay hears nothing then), and leaves once silent everywhere. A host-specific relay
+/// never fills it.
+#[test]
+fn the_kernels_peer_list_follows_what_the_relay_trusts() {
+    use shipworm_proto::transmit::KernelModel;
+    let mut r = Relay::new(RelayConfig { kernel_path: true, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    let kernel = |w: &Recorder| w.kernel.as_ref().unwrap().peers.clone();
+    assert_eq!(r.on_tun(secs(100), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
+    assert!(kernel(&w).is_empty(), "not trusted before B answers");
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(kernel(&w).into_iter().collect::<Vec<_>>(), vec![(a(B), (sa(B_MAPPED), secs(101)))]);
+    // The kernel carries B's packets for twenty minutes: the relay hears nothing.
+    for t in (130..1300).step_by(30) {
+        w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(t);
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(r.peer_count(), 1, "heard by the kernel: not idle");
+    // A packet that came up anyway (a train the kernel leaves to userland) goes
+    // straight to the mapping: the kernel's last-heard time counts.
+    w.sent.clear();
+    w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(1295);
+    assert_eq!(r.on_tun(secs(1300), &udp_packet(NATIVE, B), &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), udp_packet(NATIVE, B))]);
+    // Silent everywhere: swept, and gone from the kernel's list.
+    for t in (1300..1700).step_by(30) {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(r.peer_count(), 0);
+    assert!(kernel(&w).is_empty(), "{:?}", kernel(&w));
+    // A client whose first packet comes from the mapping it embeds enters both at once.
+    let c = "2001:0:4136:e378:8000:63bf:3fff:fdd2"; // 192.0.2.45:40000
+    let from = sa("192.0.2.45:40000");
+    let got = r.on_udp(secs(1700), from, &udp_packet(c, NATIVE), &mut w);
+    assert_eq!(got, Ok(Action::Forwarded), "{:?}", r.stats());
+    assert_eq!(kernel(&w).get(&a(c)), Some(&(from, secs(1700))));
+
+    let host = Relay::new(RelayConfig {
+        kernel_path: true,
+        served: Served::Only(vec![a(NATIVE)]),
+        hash_keys: (7, 9),
+        ..RelayConfig::default()
+    });
+    let mut hw = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    let mut host = host;
+    establish(&mut host, &mut hw, secs(100));
+    assert!(hw.kernel.unwrap().peers.is_empty(), "a host-specific relay keeps no kernel list");
+}
+
+/// A table full of newcomers does not push out a peer only the kernel hears from: the
+/// relay asks the kernel before an entry gives its place.
+#[test]
+fn a_full_table_keeps_the_peers_the_kernel_hears_from() {
+    use shipworm_proto::transmit::KernelModel;
+    let cap = 256;
+    let mut r = Relay::new(RelayConfig {
+        kernel_path: true,
+        capacity: cap,
+        hash_keys: (7, 9),
+        client_first_per_s: 100_000,
+        ..RelayConfig::default()
+    });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    establish(&mut r, &mut w, secs(100));
+    // Ten minutes on, B's traffic goes through the kernel only; then newcomers enter by
+    // their own packets, each from an address of its own, twice the table's size.
+    let now = secs(700);
+    w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = now - secs(1);
+    for i in 0..2 * cap as u32 {
+        let ip = std::net::Ipv4Addr::from(0xc633_6400 + (i << 8) + 1); // 198.51.100.1, .101.1, …
+        let port = 40000u16;
+        let o = ip.octets().map(|b| !b);
+        let addr = Ipv6Addr::new(
+            0x2001,
+            0,
+            0x4136,
+            0xe378,
+            0x8000,
+            !port,
+            u16::from_be_bytes([o[0], o[1]]),
+            u16::from_be_bytes([o[2], o[3]]),
+        );
+        let from = SocketAddrV4::new(ip, port);
+        let _ =
+            r.on_udp(now + Duration::from_millis(u64::from(i)), from, &udp_packet(&addr.to_string(), NATIVE), &mut w);
+    }
+    assert_eq!(r.peer_count(), cap, "the table is full");
+    assert!(w.kernel.as_ref().unwrap().peers.contains_key(&a(B)), "B was pushed out of the kernel's list");
+    w.sent.clear();
+    let later = now + secs(1);
+    assert_eq!(r.on_tun(later, &udp_packet(NATIVE, B), &mut w), Ok(Action::Forwarded), "B lost its entry");
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), udp_packet(NATIVE, B))]);
+}
+
+/// A trusted peer the relay waits for (its bubbles out) that the kernel hears from
+/// meanwhile waits no more: its queue goes to its mapping, no more bubbles.
+#[test]
+fn a_waiting_peer_the_kernel_hears_from_waits_no_more() {
+    use shipworm_proto::transmit::KernelModel;
+    let mut r = Relay::new(RelayConfig { kernel_path: true, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    establish(&mut r, &mut w, secs(100));
+    // Silent for a minute everywhere: a packet for it waits, bubbles go out.
+    let pkt = ipv6(NATIVE, B, 17, &[9, 9, 9, 9, 0, 8, 0, 0]);
+    assert_eq!(r.on_tun(secs(200), &pkt, &mut w), Ok(Action::Queued));
+    // The kernel hears from B; at the next tick the queue goes, before anything else.
+    w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(201);
+    w.sent.clear();
+    r.on_timer(secs(202), &mut w);
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt)], "the queue, and no bubble");
+    w.sent.clear();
+    for t in 203..212 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert!(w.sent.is_empty(), "bubbles after B was heard: {:?}", w.sent);
+    assert_eq!(r.peer_count(), 1);
+}
