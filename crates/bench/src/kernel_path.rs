@@ -71,6 +71,7 @@ pub(crate) fn map_figures(sizes: &[usize], probes: u32, say: &mut dyn FnMut(&str
             ttl: 64,
             prefix: [0x20, 0x01, 0, 0],
             client_tun: None,
+            direct_tun: None,
         };
         let mut k = KernelPath::load(&settings).map_err(|e| e.to_string())?;
         let empty = k.peer_map_bytes().map_err(|e| e.to_string())?;
@@ -136,7 +137,7 @@ pub(crate) fn section(
     map: Option<&MapFigures>,
 ) {
     let _ = writeln!(r, "## Kernel data path (issue #41's targets)\n");
-    let _ = writeln!(r, "shipworm's relay ran `DataPath kernel` with `DecapHook tc`, so that the decapsulation runs at tc ingress on the relay host's core after receive steering, where this table counts it (XDP in a veth's driver runs in the sender's softirq, on the traffic core, where it would not be counted; on a NIC it runs before any socket buffer is built, cheaper than tc); \"shipworm user\" is the same relay with `DataPath user`, measured in the same rounds. CPU is the relay host's whole core (busy time, softirq included) per packet delivered, 1280-byte packets offered at 100 000 a second. Each figure: the mean without the highest and lowest ninth, its range in brackets; a ratio's range is the range of shipworm's trials over the other's mean. A target counts as met when the ratio is within its range of it.\n");
+    let _ = writeln!(r, "shipworm's relay ran `DataPath kernel` with `KernelForward direct`: its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and send them out of their routes themselves, past the host's IPv6 stack (the kernel column is that stack's forwarding); \"shipworm user\" is the same relay with `DataPath user`, measured in the same rounds. CPU is the relay host's whole core (busy time, softirq included) per packet delivered, 1280-byte packets offered at 100 000 a second. Each figure: the mean without the highest and lowest ninth, its range in brackets; a ratio's range is the range of shipworm's trials over the other's mean. A target counts as met when the ratio is within its range of it.\n");
     let trials = |name: &str, key: (&'static str, u64)| -> Vec<f64> {
         runs.get(name)
             .into_iter()

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
 /// shipworm's relay configuration in the bench: one worker, as it picks for itself on
 /// the one core the relay host has (see `cpus`).
-pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nDecapHook tc\n";
+pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nKernelForward direct\n";
 /// The same relay moving every packet itself.
 pub(crate) const SHIPWORM_USER_EXTRA: &str = "RelayThreads 1\nDataPath user\n";
 pub(crate) const CLIENTS: usize = 32;

@@ -12,6 +12,7 @@
 
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/if_packet.h>
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
@@ -33,6 +34,8 @@
 // BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (Linux 6.3), which older uapi headers lack: the packet's
 // protocol becomes IPv6 with the outer headers gone.
 #define ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+#define AF_INET 2
+#define AF_INET6 10
 
 // One trusted peer, keyed by its IPv6 address.
 struct peer {
@@ -53,8 +56,11 @@ struct config {
 	__u8 prefix[4];  // the relay's Teredo prefix (its first 32 bits)
 	__u8 l2;         // bytes before the IPv6 header at the Teredo interface (a TUN: 0)
 	__u8 client;     // 1: a client's (`own` is its address, `tun` its interface)
-	__u8 spare[2];
-	__u32 tun;       // the Teredo interface's index, where a client's packets arrive
+	__u8 direct;     // 1: a relay forwards straight between interfaces, past the
+	                 // host's IPv6 stack (`KernelForward direct`)
+	__u8 spare;
+	__u32 tun;       // the Teredo interface's index: where a client's packets arrive;
+	                 // a direct relay's, whose routes mark Teredo destinations
 	__u8 own[16];    // the client's Teredo address (zero while it has none)
 };
 
@@ -75,6 +81,8 @@ enum counter {
 	ENCAP_NO_ROUTE,
 	ENCAP_FAILED,
 	ENCAP_SILENT,
+	DECAP_DIRECT,
+	ENCAP_DIRECT,
 	COUNTERS,
 };
 
@@ -198,6 +206,57 @@ static __always_inline int native(const struct in6_addr *a, const struct config 
 	return !(o[0] == cfg->prefix[0] && o[1] == cfg->prefix[1] && o[2] == cfg->prefix[2] && o[3] == cfg->prefix[3]);
 }
 
+// A source the direct path may forward: global unicast (the host's forwarding would
+// refuse a link-local one with an error, which only the stack sends).
+static __always_inline int global_source(const struct in6_addr *a)
+{
+	return (a->s6_addr[0] & 0xe0) == 0x20;
+}
+
+// The host's IPv6 route for `ip6` (`len` bytes; 0: a train, whose pieces the kernel
+// checks against the route's interface), looked up as its forwarding would for a
+// packet that arrived on the interface the socket buffer arrived on. SUCCESS fills in
+// the next hop's link-layer address; NO_NEIGH leaves it to the neighbour redirect.
+static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup *fib, const struct ipv6hdr *ip6,
+				   __u32 len)
+{
+	fib->family = AF_INET6;
+	fib->l4_protocol = ip6->nexthdr;
+	fib->tot_len = len;
+	fib->ifindex = skb->ingress_ifindex;
+	fib->flowinfo = *(const __be32 *)ip6 & bpf_htonl(0x0fffffff);
+	__builtin_memcpy(fib->ipv6_src, &ip6->saddr, sizeof(ip6->saddr));
+	__builtin_memcpy(fib->ipv6_dst, &ip6->daddr, sizeof(ip6->daddr));
+	return bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+}
+
+// Sends the frame (its network header at ETH_HLEN) out of the interface the route look-up
+// `fib` chose: straight when it knew the next hop's link-layer address, otherwise by the
+// neighbour redirect, which resolves it (`nh` the next hop's address, of `family`).
+static __always_inline int send_by_route(struct __sk_buff *skb, const struct bpf_fib_lookup *fib, long found,
+					 __u16 proto)
+{
+	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
+		struct ethhdr eth = {};
+		__builtin_memcpy(eth.h_dest, fib->dmac, ETH_ALEN);
+		__builtin_memcpy(eth.h_source, fib->smac, ETH_ALEN);
+		eth.h_proto = bpf_htons(proto);
+		// The Ethernet header lies outside what a receive checksum covers.
+		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0))
+			return TC_ACT_SHOT;
+		return bpf_redirect(fib->ifindex, 0);
+	}
+	struct bpf_redir_neigh nh = {};
+	if (proto == ETH_P_IPV6) {
+		nh.nh_family = AF_INET6;
+		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, sizeof(nh.ipv6_nh));
+	} else {
+		nh.nh_family = AF_INET;
+		nh.ipv4_nh = fib->ipv4_dst;
+	}
+	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
 static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
 {
 	struct ethhdr *eth = data;
@@ -289,14 +348,151 @@ int teredo_decap(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-// The same at tc ingress, for interfaces whose driver has no XDP (or when told): on
-// the socket buffer, after receive steering and GRO (a row GRO joined for the service
-// socket goes up whole). The checksum state the NIC left is reset with the headers.
-// A client's packet is then handed to its Teredo interface's receive path, as if the
-// TUN had delivered it: the host's firewall sees it arrive on that interface.
-SEC("classifier")
-int teredo_decap_tc(struct __sk_buff *skb)
+// Puts IPv4 and UDP headers, from the service socket's address and port to peer `p`'s
+// mapping, on the IPv6 packet at `l2` (`len` bytes; `train`: segments the kernel joined,
+// cut again after with outer headers each), sets its hop limit to `hop` (0: unchanged)
+// and sends it by the IPv4 route, looked up as if it arrived on the Teredo interface
+// `via`. Without that route the packet goes on untouched (TC_ACT_OK); `quiet`: a program
+// further on counts what becomes of it.
+static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
+				       __u32 len, int train, __u64 now, __u8 hop, __u32 via, int quiet)
 {
+	__be32 to = p->ip;
+	__be16 to_port = p->port;
+
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET;
+	fib.ipv4_dst = to;
+	fib.ipv4_src = cfg->source;
+	// The route's MTU against the packet with its outer headers; a train's pieces are
+	// checked by the kernel against the interface's.
+	fib.tot_len = train ? 0 : len + OUTER_LEN;
+	// Looked up as if the packet arrived on the Teredo interface (which is why the
+	// loader turns IPv4 forwarding on for that interface alone): the route out, its
+	// next hop's link-layer address if the kernel knows it, and the route's preferred
+	// source when the service socket has no address of its own.
+	fib.ifindex = via;
+	__u32 flags = cfg->source ? 0 : BPF_FIB_LOOKUP_SRC;
+	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
+	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		if (!quiet)
+			count(ENCAP_NO_ROUTE, 1);
+		return TC_ACT_OK;
+	}
+
+	// A train's pieces keep their size: the outer headers go on top, as the service
+	// socket would send each.
+	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
+		if (!quiet)
+			count(ENCAP_FAILED, 1);
+		return TC_ACT_OK;
+	}
+	struct {
+		struct iphdr ip;
+		struct udphdr udp;
+	} h = {};
+	h.ip.version = 4;
+	h.ip.ihl = 5;
+	h.ip.tot_len = bpf_htons(len + OUTER_LEN);
+	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
+	// the identification must vary.
+	h.ip.id = (__be16)bpf_get_prandom_u32();
+	h.ip.ttl = cfg->ttl;
+	h.ip.protocol = IPPROTO_UDP;
+	h.ip.saddr = cfg->source ? cfg->source : fib.ipv4_src;
+	h.ip.daddr = to;
+	h.ip.check = ipv4_checksum(&h.ip);
+	h.udp.source = cfg->port;
+	h.udp.dest = to_port;
+	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
+	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
+	// checksum covers what it carries end to end.
+	h.udp.check = 0;
+	// Written with the receive checksum kept right: a packet that arrived on an
+	// interface may carry the sum its NIC took, which the next receiver trusts.
+	if (bpf_skb_store_bytes(skb, l2, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
+	}
+	if (hop && bpf_skb_store_bytes(skb, l2 + OUTER_LEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1,
+				       BPF_F_RECOMPUTE_CSUM)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT;
+	}
+	// An Ethernet header for the Teredo interface's packet (which has none): the next
+	// hop's when the route look-up knew it, else a blank one for the neighbour
+	// redirect, which takes it off before it resolves the next hop itself.
+	if (!l2 && bpf_skb_change_head(skb, ETH_HLEN, 0)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT;
+	}
+	if (cfg->client && p->sent <= p->heard)
+		p->sent = now;
+	count(ENCAP_FORWARDED, 1);
+	count(ENCAP_BYTES, len);
+	return send_by_route(skb, &fib, found, ETH_P_IP);
+}
+
+// A native IPv6 packet arriving at a relay that forwards directly (`KernelForward
+// direct`): for a trusted client heard from within 30 s, whose route is the Teredo
+// interface, encapsulated here and sent out of the IPv4 route, as the host's forwarding
+// and `teredo_encap` would have together. Anything else goes on to the host's stack.
+static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct config *cfg)
+{
+	if (skb->pkt_type != PACKET_HOST)
+		return TC_ACT_OK;
+	__u32 headers = ETH_HLEN + sizeof(struct ipv6hdr);
+	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
+		bpf_skb_pull_data(skb, headers);
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + ETH_HLEN;
+	if ((void *)(ip6 + 1) > end || ip6->version != 6)
+		return TC_ACT_OK;
+	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->daddr);
+	if (!p)
+		return TC_ACT_OK;
+	// From here on, whatever goes on meets `teredo_encap` after the host's forwarding,
+	// which counts it.
+	__u64 now = bpf_ktime_get_ns();
+	__u32 len = skb->len - ETH_HLEN;
+	if (now - p->heard >= VALIDITY_NS || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len) ||
+	    ip6->hop_limit <= 1 || !global_source(&ip6->saddr) || !plain_source(&ip6->saddr))
+		return TC_ACT_OK;
+	// The host's route must be the Teredo interface, within its MTU (a train's pieces:
+	// checked by the kernel when the route is complete).
+	int train = skb->gso_segs > 1;
+	struct bpf_fib_lookup fib = {};
+	long found = route6(skb, &fib, ip6, train ? 0 : len);
+	if (!(found == BPF_FIB_LKUP_RET_SUCCESS || (found == BPF_FIB_LKUP_RET_NO_NEIGH && !train)) || fib.ifindex != cfg->tun)
+		return TC_ACT_OK;
+	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, train, now, ip6->hop_limit - 1, cfg->tun, 1);
+	if (verdict == TC_ACT_REDIRECT)
+		count(ENCAP_DIRECT, 1);
+	return verdict;
+}
+
+// At tc ingress: the decapsulation where the driver has no XDP (or when told), and
+// always a client's and a direct relay's; a direct relay's encapsulation of native
+// packets too. On the socket buffer, after receive steering and GRO (a row GRO joined
+// for the service socket goes up whole). The checksum state the NIC left is reset with
+// the headers. A client's packet is handed to its Teredo interface's receive path, as if
+// the TUN had delivered it: the host's firewall sees it arrive on that interface. A
+// direct relay's leaves by its IPv6 route with its hop limit taken down, as the host's
+// forwarding would send it; anything that route does not cover (another kind of route,
+// too big, a frame not for this host) goes to the host's forwarding as on a relay that
+// is not direct.
+SEC("classifier")
+int teredo_ingress(struct __sk_buff *skb)
+{
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u32 zero = 0;
+		struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+		if (!cfg || !cfg->enabled || !cfg->direct || cfg->client)
+			return TC_ACT_OK;
+		return encap_at_ingress(skb, cfg);
+	}
 	// The headers read directly; the payload may stay in the buffer's fragments.
 	__u32 headers = ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr);
 	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
@@ -314,6 +510,19 @@ int teredo_decap_tc(struct __sk_buff *skb)
 		count(what, 1);
 		return TC_ACT_OK;
 	}
+	// A direct relay's route out, looked up before the headers change.
+	struct bpf_fib_lookup fib = {};
+	long found = -1;
+	__u8 hop = 0;
+	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
+	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && (void *)(ip6 + 1) <= end) {
+		found = route6(skb, &fib, ip6, inner);
+		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
+		// Into the Teredo interface: the daemon's to judge (an ICMPv6 error, a
+		// client of this relay).
+		if (fib.ifindex == cfg->tun)
+			found = -1;
+	}
 	if (bpf_skb_adjust_room(skb, -(int)OUTER_LEN, BPF_ADJ_ROOM_MAC, ADJ_ROOM_DECAP_L3_IPV6)) {
 		count(DECAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
@@ -325,9 +534,13 @@ int teredo_decap_tc(struct __sk_buff *skb)
 	count(DECAP_BYTES, inner);
 	if (cfg->client)
 		return bpf_redirect(cfg->tun, BPF_F_INGRESS);
-	return TC_ACT_OK;
+	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return TC_ACT_OK;
+	if (bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1, BPF_F_RECOMPUTE_CSUM))
+		return TC_ACT_SHOT;
+	count(DECAP_DIRECT, 1);
+	return send_by_route(skb, &fib, found, ETH_P_IPV6);
 }
-
 
 // From the native IPv6 network to a trusted client that was heard from within 30 s
 // (on a client: from the host to a trusted peer): the IPv6 packet, routed to the Teredo
@@ -360,9 +573,6 @@ int teredo_encap(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	__u32 len = skb->len - l2;
-	// A train (the kernel's TCP segments joined on receive, or a local sender's) is
-	// encapsulated whole and cut after, each piece with its own outer headers.
-	int train = skb->gso_segs > 1;
 	if (len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len)) {
 		count(ENCAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
@@ -378,82 +588,7 @@ int teredo_encap(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		}
 	}
-	__be32 to = p->ip;
-	__be16 to_port = p->port;
-
-	struct bpf_fib_lookup fib = {};
-	fib.family = 2; // AF_INET
-	fib.ipv4_dst = to;
-	fib.ipv4_src = cfg->source;
-	// The route's MTU against the packet with its outer headers; a train's pieces are
-	// checked by the kernel against the interface's.
-	fib.tot_len = train ? 0 : len + OUTER_LEN;
-	// Looked up as if the packet arrived on the Teredo interface (which is why the
-	// loader turns IPv4 forwarding on for that interface alone): the route out, its
-	// next hop's link-layer address if the kernel knows it, and the route's preferred
-	// source when the service socket has no address of its own.
-	fib.ifindex = skb->ifindex;
-	__u32 flags = cfg->source ? 0 : BPF_FIB_LOOKUP_SRC;
-	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
-	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH) {
-		count(ENCAP_NO_ROUTE, 1);
-		return TC_ACT_OK;
-	}
-
-	// A train's pieces keep their size: the outer headers go on top, as the service
-	// socket would send each.
-	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_OK;
-	}
-	struct {
-		struct iphdr ip;
-		struct udphdr udp;
-	} h = {};
-	h.ip.version = 4;
-	h.ip.ihl = 5;
-	h.ip.tot_len = bpf_htons(len + OUTER_LEN);
-	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
-	// the identification must vary.
-	h.ip.id = (__be16)bpf_get_prandom_u32();
-	h.ip.ttl = cfg->ttl;
-	h.ip.protocol = IPPROTO_UDP;
-	h.ip.saddr = cfg->source ? cfg->source : fib.ipv4_src;
-	h.ip.daddr = to;
-	h.ip.check = ipv4_checksum(&h.ip);
-	h.udp.source = cfg->port;
-	h.udp.dest = to_port;
-	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
-	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
-	// checksum covers what it carries end to end.
-	h.udp.check = 0;
-	if (bpf_skb_store_bytes(skb, l2, &h, sizeof(h), 0)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
-	}
-	if (!l2) {
-		// An Ethernet header: the next hop's when the route look-up knew it (then
-		// straight out of the interface), else a blank one for the neighbour
-		// redirect, which takes it off before it resolves the next hop itself.
-		struct ethhdr eth = {};
-		eth.h_proto = bpf_htons(ETH_P_IP);
-		if (found == BPF_FIB_LKUP_RET_SUCCESS) {
-			__builtin_memcpy(eth.h_dest, fib.dmac, ETH_ALEN);
-			__builtin_memcpy(eth.h_source, fib.smac, ETH_ALEN);
-		}
-		if (bpf_skb_change_head(skb, ETH_HLEN, 0) || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0)) {
-			count(ENCAP_FAILED, 1);
-			return TC_ACT_SHOT;
-		}
-	}
-	if (cfg->client && p->sent <= p->heard)
-		p->sent = now;
-	count(ENCAP_FORWARDED, 1);
-	count(ENCAP_BYTES, len);
-	if (found == BPF_FIB_LKUP_RET_SUCCESS && !l2)
-		return bpf_redirect(fib.ifindex, 0);
-	return bpf_redirect_neigh(fib.ifindex, NULL, 0, 0);
+	return encapsulate(skb, cfg, p, l2, len, skb->gso_segs > 1, now, 0, skb->ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,12 +1,15 @@
 //! shipworm's kernel data path: two eBPF programs that move the packets of peers the
 //! relay's or the client's state machine already trusts, and their loader.
 //!
-//! * `teredo_decap` (XDP at the IPv4 interface; `teredo_decap_tc` at tc ingress where
-//!   the driver has no XDP, and always for a client): a plain IPv6 packet from a trusted
-//!   peer at its recorded mapping loses its IPv4 and UDP headers and goes to IPv6
-//!   forwarding (relay) or into the Teredo interface's receive path (client).
+//! * `teredo_decap` (XDP at the IPv4 interface; `teredo_ingress` at tc ingress where
+//!   the driver has no XDP, and always for a client and a direct relay): a plain IPv6
+//!   packet from a trusted peer at its recorded mapping loses its IPv4 and UDP headers
+//!   and goes to IPv6 forwarding (relay), straight out of its IPv6 route (a direct
+//!   relay), or into the Teredo interface's receive path (client).
 //! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted peer
-//!   heard from within 30 s gets them and leaves by the IPv4 route.
+//!   heard from within 30 s gets them and leaves by the IPv4 route. A direct relay's
+//!   `teredo_ingress` does the same for a native packet as it arrives, when the host
+//!   would route it into the Teredo interface.
 //!
 //! Everything else continues to the socket or the TUN untouched. The state machine stays
 //! the only authority: userland fills the peer map ([`PeerMap`]) and the programs only
@@ -55,6 +58,10 @@ pub struct Settings {
     /// A client's: the index of its Teredo interface, where decapsulated packets
     /// arrive (`None`: a relay's, which forwards them).
     pub client_tun: Option<u32>,
+    /// A relay's that forwards straight between interfaces, past the host's IPv6
+    /// stack (`KernelForward direct`): the index of its Teredo interface, whose routes
+    /// tell which native packets are for its clients.
+    pub direct_tun: Option<u32>,
 }
 
 /// Why the kernel data path is not there.
@@ -99,8 +106,9 @@ pub enum DecapHook {
 pub enum Program {
     /// `teredo_decap` (XDP).
     DecapXdp,
-    /// `teredo_decap_tc` (tc ingress).
-    DecapTc,
+    /// `teredo_ingress` (tc ingress), run as if the frame arrived on interface `.0`
+    /// (0: the test run's loopback).
+    TcIngress(u32),
     /// `teredo_encap` (tc egress), run on an Ethernet frame.
     Encap,
 }
@@ -153,8 +161,9 @@ impl KernelPath {
             prefix: settings.prefix,
             l2: 0,
             client: u8::from(settings.client_tun.is_some()),
-            spare: [0; 2],
-            tun: settings.client_tun.unwrap_or(0),
+            direct: u8::from(settings.direct_tun.is_some() && settings.client_tun.is_none()),
+            spare: 0,
+            tun: settings.client_tun.or(settings.direct_tun).unwrap_or(0),
             own: [0; 16],
         };
         let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)) };
@@ -164,14 +173,15 @@ impl KernelPath {
 
     /// Attach the decapsulation to the IPv4 interface `ifindex`, `name`: XDP in the
     /// driver where it has it (unless `tc` is asked, or this is a client's, whose
-    /// packets only tc can hand to its Teredo interface), tc ingress otherwise.
+    /// packets only tc can hand to its Teredo interface, or a direct relay's, whose
+    /// packets only tc can send out of another), tc ingress otherwise.
     pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
-        let tc = tc || self.client();
+        let tc = tc || self.client() || self.direct();
         let xdp: &mut Xdp = self.program("teredo_decap")?;
         if !tc && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
             return Ok(DecapHook::Xdp);
         }
-        let ingress: &mut SchedClassifier = self.program("teredo_decap_tc")?;
+        let ingress: &mut SchedClassifier = self.program("teredo_ingress")?;
         ingress.attach(name, TcAttachType::Ingress).map(|_| DecapHook::Tc).map_err(|e| Error::Attach {
             program: "teredo_decap (XDP in the driver, or tc ingress)",
             interface: name.to_owned(),
@@ -214,6 +224,10 @@ impl KernelPath {
         self.switch.settings.lock().is_ok_and(|s| s.client == 1)
     }
 
+    fn direct(&self) -> bool {
+        self.switch.settings.lock().is_ok_and(|s| s.direct == 1)
+    }
+
     /// The peer map, for the state machines' adapter.
     pub fn peers(&self) -> PeerMap {
         self.peers.clone()
@@ -250,14 +264,14 @@ impl KernelPath {
     pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
         let encap = program == Program::Encap;
         self.switch.change(|s| s.l2 = u8::from(encap))?;
-        let name = match program {
-            Program::DecapXdp => "teredo_decap",
-            Program::DecapTc => "teredo_decap_tc",
-            Program::Encap => "teredo_encap",
+        let (name, ifindex) = match program {
+            Program::DecapXdp => ("teredo_decap", 0),
+            Program::TcIngress(ifindex) => ("teredo_ingress", ifindex),
+            Program::Encap => ("teredo_encap", 0),
         };
         let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
         let fd = program.fd().map_err(io::Error::other)?;
-        test_run::run(fd.as_fd(), packet)
+        test_run::run(fd.as_fd(), packet, ifindex)
     }
 }
 

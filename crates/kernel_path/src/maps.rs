@@ -37,7 +37,8 @@ pub(crate) struct ConfigValue {
     pub prefix: [u8; 4],
     pub l2: u8,
     pub client: u8,
-    pub spare: [u8; 2],
+    pub direct: u8,
+    pub spare: u8,
     pub tun: u32,
     pub own: [u8; 16],
 }
@@ -86,10 +87,14 @@ pub enum Counter {
     /// On: a client's native peer sent to for a second without a word back (userland
     /// tests its relay again).
     EncapSilent,
+    /// Of the decapsulated, those a direct relay sent out of their IPv6 route itself.
+    DecapDirect,
+    /// Of the encapsulated, those a direct relay took as they arrived.
+    EncapDirect,
 }
 
 /// How many counters there are.
-pub const COUNTERS: usize = 16;
+pub const COUNTERS: usize = 18;
 
 impl Counter {
     /// Every counter, in the programs' order.
@@ -110,6 +115,8 @@ impl Counter {
         Counter::EncapNoRoute,
         Counter::EncapFailed,
         Counter::EncapSilent,
+        Counter::DecapDirect,
+        Counter::EncapDirect,
     ];
 
     /// (direction, outcome) as metrics and status name them.
@@ -131,6 +138,8 @@ impl Counter {
             Counter::EncapNoRoute => ("encap", "no_route"),
             Counter::EncapFailed => ("encap", "failed"),
             Counter::EncapSilent => ("encap", "silent"),
+            Counter::DecapDirect => ("decap", "direct"),
+            Counter::EncapDirect => ("encap", "direct"),
         }
     }
 }

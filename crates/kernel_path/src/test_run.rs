@@ -39,8 +39,24 @@ pub struct TestRun {
     pub nanos: u32,
 }
 
-pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8]) -> io::Result<TestRun> {
+/// `struct __sk_buff` as far as a test run's context may set it: the interface the
+/// frame arrives on (`ingress_ifindex`, `ifindex`); everything else must stay zero.
+#[repr(C)]
+struct SkbContext {
+    before: [u32; 9],
+    ingress_ifindex: u32,
+    ifindex: u32,
+    after: [u32; 37],
+}
+
+const _: () = assert!(std::mem::size_of::<SkbContext>() == 192);
+
+/// Runs `prog` on `packet`; a socket-buffer program as if it arrived on interface
+/// `ifindex` (0: the loopback the kernel's test run picks).
+pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8], ifindex: u32) -> io::Result<TestRun> {
     let mut out = vec![0u8; packet.len() + 256];
+    let mut ctx = SkbContext { before: [0; 9], ingress_ifindex: ifindex, ifindex, after: [0; 37] };
+    let with_ctx = ifindex != 0;
     let mut attr = TestAttr {
         prog_fd: prog.as_raw_fd() as u32,
         data_size_in: packet.len() as u32,
@@ -48,10 +64,13 @@ pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8]) -> io::Result<TestRun> {
         data_in: packet.as_ptr() as u64,
         data_out: out.as_mut_ptr() as u64,
         repeat: 1,
+        ctx_size_in: if with_ctx { std::mem::size_of::<SkbContext>() as u32 } else { 0 },
+        ctx_in: if with_ctx { &mut ctx as *mut SkbContext as u64 } else { 0 },
         ..TestAttr::default()
     };
     // SAFETY: attr is a bpf_attr prefix of the size given; data_in and data_out point
-    // to buffers of the sizes given, which the kernel reads and writes.
+    // to buffers of the sizes given, which the kernel reads and writes; ctx_in (if
+    // given) to a context of the size given, which it reads.
     let r = unsafe {
         libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestAttr, std::mem::size_of::<TestAttr>())
     };

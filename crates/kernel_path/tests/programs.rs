@@ -40,6 +40,7 @@ fn settings() -> Settings {
         ttl: 64,
         prefix: [0x20, 0x01, 0, 0],
         client_tun: None,
+        direct_tun: None,
     }
 }
 
@@ -191,7 +192,7 @@ fn check_frame(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, 
     assert_eq!(out.verdict, XDP_PASS, "{name}: every packet goes on, moved or not");
     // At tc ingress the same packet comes out the same (the kernel's test run builds no
     // socket buffer for a frame cut inside its IPv4 header; nor would a receive).
-    match k.test_run(Program::DecapTc, input) {
+    match k.test_run(Program::TcIngress(0), input) {
         Ok(tc) => {
             assert_eq!((tc.verdict, &tc.packet), (TC_ACT_OK, &out.packet), "{name}: tc ingress and XDP differ")
         }
@@ -453,7 +454,7 @@ fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder,
     // XDP never moves a client's packets: only tc reaches its Teredo interface.
     let xdp = k.test_run(Program::DecapXdp, input).unwrap();
     assert_eq!((xdp.verdict, &xdp.packet[..]), (XDP_PASS, input), "{name}: XDP moved a client's packet");
-    let out = match k.test_run(Program::DecapTc, input) {
+    let out = match k.test_run(Program::TcIngress(0), input) {
         Ok(out) => out,
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && input.len() < 14 + 20 => return false,
         Err(e) => panic!("{name}: tc test run: {e}"),
@@ -525,7 +526,7 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
     // not to the unspecified address the empty setting would spell.
     k.switch().set_address(None).unwrap();
     for f in [base.clone(), frame_to(C_MAPPED, to_me, &udp6(C, "::"))] {
-        let out = k.test_run(Program::DecapTc, &f).unwrap();
+        let out = k.test_run(Program::TcIngress(0), &f).unwrap();
         assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &f));
     }
 }
@@ -583,15 +584,227 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
         assert_eq!(k.test_run(Program::Encap, &to_c).unwrap().verdict, TC_ACT_REDIRECT, "a Teredo peer is not watched");
         // Its answer, through RELAY_R, moves in the kernel and ends the silence.
         let answer = frame_to(RELAY_R, SocketAddrV4::new(RELAY_V4, CLIENT_PORT), &udp6(HOST, &me_s));
-        assert_eq!(k.test_run(Program::DecapTc, &answer).unwrap().verdict, TC_ACT_REDIRECT);
+        assert_eq!(k.test_run(Program::TcIngress(0), &answer).unwrap().verdict, TC_ACT_REDIRECT);
         assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, None);
         assert_eq!(k.test_run(Program::Encap, &to_host).unwrap().verdict, TC_ACT_REDIRECT);
         // An answer within the last-heard time's grain still answers: heard at once.
         assert!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered.is_some());
-        assert_eq!(k.test_run(Program::DecapTc, &answer).unwrap().verdict, TC_ACT_REDIRECT);
+        assert_eq!(k.test_run(Program::TcIngress(0), &answer).unwrap().verdict, TC_ACT_REDIRECT);
         assert_eq!(k.peers().get(&a(HOST)).unwrap().unwrap().unanswered, None, "answered within 100 ms");
         let counts = k.counters().unwrap();
         assert_eq!(counts[Counter::EncapSilent as usize], 1);
         assert_eq!(counts[Counter::EncapSource as usize], 1);
+    });
+}
+
+// A relay forwarding directly (`KernelForward direct`): its packets leave by the host's
+// routes from tc ingress, past the host's stack, exactly as the host would forward
+// what the relay delivers; anything the route does not cover goes to the stack as on a
+// relay that is not direct.
+
+/// The relay's interface in [`in_direct_netns`]: its Ethernet address and index.
+const D0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xd0];
+/// The native host with a known link-layer address, and one without.
+const NEIGHBOUR: &str = "2001:db8::5";
+const NEIGHBOUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+const UNRESOLVED: &str = "2001:db8::6";
+
+fn sh(c: &str) {
+    let st = Command::new("sh").args(["-ec", c]).status().unwrap();
+    assert!(st.success(), "{c}");
+}
+
+/// [`in_own_netns`], with IPv6 forwarding, d0 with a known address, a native /64 on it
+/// (one neighbour known), a Teredo interface (a dummy: the programs only compare its
+/// index) routing 2001::/32 and another prefix, and a route of small MTU. The body gets
+/// d0's and the Teredo interface's indexes.
+fn in_direct_netns<T: Send + 'static>(body: impl FnOnce(u32, u32) -> T + Send + 'static) -> T {
+    in_own_netns(move || {
+        sh("ip link set d0 address 02:00:00:00:00:d0; echo 1 > /proc/sys/net/ipv6/conf/all/forwarding; \
+            ip -6 addr add 2001:db8::1/64 dev d0 nodad; \
+            ip -6 neigh add 2001:db8::5 lladdr 02:00:00:00:00:09 dev d0 nud permanent; \
+            ip -6 route add 2001:db8:88::/64 dev d0 mtu lock 1300; \
+            ip tuntap add dev teredo0 mode tun; ip link set teredo0 mtu 1280 up; \
+            ip -6 route add 2001::/32 dev teredo0; ip -6 route add 2001:db8:77::/48 dev teredo0");
+        let index = |n: &str| unsafe { libc::if_nametoindex(std::ffi::CString::new(n).unwrap().as_ptr()) };
+        body(index("d0"), index("teredo0"))
+    })
+}
+
+fn direct_settings(tun: u32) -> Settings {
+    Settings { direct_tun: Some(tun), ..settings() }
+}
+
+fn load_direct(w: &Recorder, tun: u32) -> KernelPath {
+    let k = KernelPath::load(&direct_settings(tun)).unwrap_or_else(|e| panic!("{e}"));
+    for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
+        k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
+    }
+    k
+}
+
+/// `packet` with its hop limit one less, as a router forwards it.
+fn forwarded(packet: &[u8]) -> Vec<u8> {
+    let mut p = packet.to_vec();
+    p[7] -= 1;
+    p
+}
+
+/// Runs the tc ingress of a direct relay on a frame arriving on d0; asserts it against
+/// what the relay forwards and the host's routes. Returns the verdict.
+fn check_direct_decap(k: &mut KernelPath, d0: u32, r: &mut Relay, w: &mut Recorder, name: &str, input: &[u8]) -> u32 {
+    let out = match k.test_run(Program::TcIngress(d0), input) {
+        Ok(out) => out,
+        // The test run builds no socket buffer for a frame cut inside its IPv4 header.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && input.len() < 14 + 20 => return TC_ACT_OK,
+        Err(e) => panic!("{name}: {e}"),
+    };
+    if out.packet == input {
+        assert_eq!(out.verdict, TC_ACT_OK, "{name}: untouched, so up to the stack");
+        return out.verdict;
+    }
+    let ip = Ipv4Packet::new_checked(&input[14..]).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
+    let udp = UdpPacket::new_checked(ip.payload()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let from = SocketAddrV4::new(Ipv4Repr::parse(&ip).unwrap().src_addr, udp.src_port());
+    w.delivered.clear();
+    let proto = r.on_udp(Duration::from_secs(11), from, udp.payload(), w);
+    assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
+    let delivered = &w.delivered[0];
+    match out.verdict {
+        // Decapsulated for the host's forwarding, as on a relay that is not direct.
+        TC_ACT_OK => assert_eq!((&out.packet[..12], &out.packet[14..]), (&input[..12], &delivered[..]), "{name}"),
+        // Sent out by the route: the hop limit one less, and the next hop's Ethernet
+        // address where the host knows it (else the neighbour redirect resolves it).
+        TC_ACT_REDIRECT => {
+            assert_eq!(&out.packet[14..], &forwarded(delivered)[..], "{name}: not what the host would forward");
+            assert_eq!(&out.packet[12..14], &[0x86, 0xdd], "{name}");
+            if delivered[24..40] == a(NEIGHBOUR).octets() {
+                assert_eq!((&out.packet[..6], &out.packet[6..12]), (&NEIGHBOUR_MAC[..], &D0_MAC[..]), "{name}");
+            }
+        }
+        v => panic!("{name}: verdict {v}"),
+    }
+    out.verdict
+}
+
+/// An Ethernet frame to d0 (the relay host's own link-layer address).
+fn to_d0(mut frame: Vec<u8>) -> Vec<u8> {
+    frame[..6].copy_from_slice(&D0_MAC);
+    frame
+}
+
+#[test]
+fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_it() {
+    in_direct_netns(|d0, tun| {
+        let (mut r, mut w) = relay_trusting_c();
+        let mut k = load_direct(&w, tun);
+        let mut go = |name: &str, to: &str, payload: usize, frame_to_d0: bool| {
+            let f = frame(C_MAPPED, &ipv6(C, to, 64, &vec![5u8; payload]));
+            let f = if frame_to_d0 { to_d0(f) } else { f };
+            check_direct_decap(&mut k, d0, &mut r, &mut w, name, &f)
+        };
+        assert_eq!(go("known next hop", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
+        assert_eq!(go("next hop to resolve", UNRESOLVED, 12, true), TC_ACT_REDIRECT);
+        assert_eq!(go("full size", NEIGHBOUR, 1232, true), TC_ACT_REDIRECT);
+        // The stack's: routed into the Teredo interface, no route, over the route's MTU,
+        // a frame for another host.
+        assert_eq!(go("into the Teredo interface", "2001:db8:77::1", 12, true), TC_ACT_OK);
+        assert_eq!(go("no route", "2a00:1450::1", 12, true), TC_ACT_OK);
+        assert_eq!(go("over the route's MTU", "2001:db8:88::1", 1300, true), TC_ACT_OK);
+        assert_eq!(go("within the route's MTU", "2001:db8:88::1", 1200, true), TC_ACT_REDIRECT);
+        assert_eq!(go("not for this host", NEIGHBOUR, 12, false), TC_ACT_OK);
+        let c = k.counters().unwrap();
+        assert_eq!((c[Counter::DecapForwarded as usize], c[Counter::DecapDirect as usize]), (8, 4));
+
+        // Mutations of a plain frame: whatever moves, by whichever way, is what the
+        // relay forwards and the host's route sends.
+        let base = to_d0(frame(C_MAPPED, &udp6(C, NEIGHBOUR)));
+        let mut sent = 0;
+        for f in mutations(&base, 2000, 0x2545_f491_4f6c_dd1d) {
+            if check_direct_decap(&mut k, d0, &mut r, &mut w, &format!("mutated {f:02x?}"), &f) == TC_ACT_REDIRECT {
+                sent += 1;
+            }
+        }
+        assert!(sent > 50, "only {sent} mutated frames went out directly");
+    });
+}
+
+/// A native frame from `from` to `to` arriving at d0.
+fn native_frame(from: &str, to: &str, hop_limit: u8, payload: usize) -> Vec<u8> {
+    to_d0(l2(&ipv6(from, to, hop_limit, &vec![6u8; payload])))
+}
+
+#[test]
+fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients() {
+    in_direct_netns(|d0, tun| {
+        let (mut r, w) = relay_trusting_c();
+        let mut k = load_direct(&w, tun);
+        let mut w = w;
+        let mut moves = |k: &mut KernelPath, name: &str, input: &[u8]| -> bool {
+            let out = k.test_run(Program::TcIngress(d0), input).unwrap();
+            if out.verdict == TC_ACT_OK {
+                assert_eq!(&out.packet, input, "{name}: left to the host untouched");
+                return false;
+            }
+            assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}");
+            // What the relay sends for the packet the host's forwarding would hand it.
+            let packet = forwarded(&input[14..]);
+            w.sent.clear();
+            assert_eq!(r.on_tun(Duration::from_secs(12), &packet, &mut w), Ok(Action::Forwarded), "{name}");
+            assert_eq!(w.sent, vec![Sent::service(C_MAPPED, packet.clone())], "{name}");
+            let ip = Ipv4Packet::new_checked(&out.packet[14..]).unwrap();
+            let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((repr.src_addr, repr.dst_addr, repr.protocol, repr.ttl), (RELAY_V4, *C_MAPPED.ip(), 17, 64));
+            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+            let u = UdpRepr::parse(&udp, &RELAY_V4, C_MAPPED.ip()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!((u.src_port, u.dst_port), (3544, C_MAPPED.port()), "{name}");
+            assert_eq!(udp.payload(), &packet[..], "{name}");
+            true
+        };
+        assert!(moves(&mut k, "plain", &native_frame(NATIVE, C, 64, 12)));
+        assert!(moves(&mut k, "full size", &native_frame(NATIVE, C, 64, 1240)));
+        // The host's to handle: it answers with an error, judges a loop, or routes
+        // elsewhere.
+        assert!(!moves(&mut k, "over the Teredo interface's MTU", &native_frame(NATIVE, C, 64, 1241)));
+        assert!(!moves(&mut k, "hop limit 1", &native_frame(NATIVE, C, 1, 12)));
+        assert!(!moves(&mut k, "from 6to4", &native_frame("2002:c000:201::1", C, 64, 12)));
+        assert!(!moves(&mut k, "from a link-local address", &native_frame("fe80::1", C, 64, 12)));
+        assert!(!moves(
+            &mut k,
+            "to an unknown client",
+            &native_frame(NATIVE, "2001:0:4136:e378:8000:63bf:3fff:fdd3", 64, 12)
+        ));
+        assert!(!moves(&mut k, "not for this host", &l2(&ipv6(NATIVE, C, 64, &[6u8; 12]))));
+        let one_more = [native_frame(NATIVE, C, 64, 12), vec![0]].concat();
+        assert!(!moves(&mut k, "one byte more", &one_more));
+        sh(&format!("ip -6 route add {C}/128 dev d0"));
+        assert!(!moves(&mut k, "routed elsewhere", &native_frame(NATIVE, C, 64, 12)));
+        sh(&format!("ip -6 route del {C}/128 dev d0"));
+        // The next hop known: sent straight out with its Ethernet address.
+        sh("ip neigh add 192.0.2.45 lladdr 02:00:00:00:00:45 dev d0 nud permanent");
+        let input = native_frame(NATIVE, C, 64, 12);
+        assert!(moves(&mut k, "next hop known", &input));
+        let out = k.test_run(Program::TcIngress(d0), &input).unwrap();
+        assert_eq!(&out.packet[..14], &[2, 0, 0, 0, 0, 0x45, 2, 0, 0, 0, 0, 0xd0, 0x08, 0x00]);
+        // Silent for 30 s: the host's, then the relay's, which bubbles.
+        k.peers().trust(&a(C), C_MAPPED, monotonic_ns() - 31_000_000_000).unwrap();
+        assert!(!moves(&mut k, "stale", &native_frame(NATIVE, C, 64, 12)));
+        let c = k.counters().unwrap();
+        // Only what moved is counted here: the rest meets the Teredo interface's program.
+        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (4, 4));
+        assert_eq!(c[Counter::EncapStale as usize] + c[Counter::EncapNotPlain as usize], 0);
+
+        // A relay that forwards through the stack leaves every native frame to it.
+        let (_, w) = relay_trusting_c();
+        let mut stack = load_with(&w);
+        let input = native_frame(NATIVE, C, 64, 12);
+        let out = stack.test_run(Program::TcIngress(d0), &input).unwrap();
+        assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input));
+        let f = to_d0(frame(C_MAPPED, &udp6(C, NEIGHBOUR)));
+        assert_eq!(
+            stack.test_run(Program::TcIngress(d0), &f).unwrap().verdict,
+            TC_ACT_OK,
+            "decapsulated for the stack"
+        );
     });
 }

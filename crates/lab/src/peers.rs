@@ -259,8 +259,13 @@ impl Lab {
         let addr = self.relay_anycast_v4.unwrap_or(place.v4());
         let ns = self.ns(short);
         // shipworm's relay moves trusted peers' packets in the kernel unless the case
-        // says otherwise: a kernel path that fails to load fails the case.
+        // says otherwise: a kernel path that fails to load fails the case. It forwards
+        // them directly, past the relay host's stack (nothing in the lab filters there),
+        // unless the case says otherwise.
         let data_path = match imp {
+            Impl::Shipworm(_) if !extra.contains("DataPath") && !extra.contains("KernelForward") => {
+                "DataPath kernel\nKernelForward direct\n"
+            }
             Impl::Shipworm(_) if !extra.contains("DataPath") => "DataPath kernel\n",
             _ => "",
         };

@@ -454,6 +454,7 @@ fn serve(
         peers: conf.peer_capacity,
         prefix: conf.prefix,
         decap_tc: conf.decap_tc,
+        direct: conf.kernel_forward_direct,
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));

@@ -51,6 +51,7 @@ pub const DIRECTIVES: &[&str] = &[
     "DrainTime",
     "DataPath",
     "DecapHook",
+    "KernelForward",
     "FallbackServerAddress",
     "RefreshInterval",
     "SymmetricNatSupport",
@@ -144,6 +145,9 @@ pub struct MiredoConf {
     /// The kernel data path decapsulates at tc ingress even where the driver has XDP
     /// (`DecapHook tc`).
     pub decap_tc: bool,
+    /// The kernel data path forwards straight between interfaces, past the host's IPv6
+    /// stack and its firewall (`KernelForward direct`), rather than through it.
+    pub kernel_forward_direct: bool,
     /// Directives accepted but not used by this role.
     pub warnings: Vec<String>,
 }
@@ -200,6 +204,7 @@ impl MiredoConf {
             drain_time: Duration::from_secs(2),
             data_path: DataPath::Auto,
             decap_tc: false,
+            kernel_forward_direct: false,
             warnings: Vec::new(),
         }
     }
@@ -284,6 +289,7 @@ const RULES: &[Rule] = &[
     once("DrainTime", Mode::Relay, relay_options),
     once("DataPath", Mode::Any, daemon),
     once("DecapHook", Mode::Relay, relay_options),
+    once("KernelForward", Mode::Relay, relay_options),
     once("PeerCapacity", Mode::Relay, relay_limits),
     once("PeersPerAddress", Mode::Relay, relay_limits),
     once("QueueBytes", Mode::Relay, relay_limits),
@@ -405,6 +411,13 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
                 "auto" => Ok(false),
                 "tc" => Ok(true),
                 _ => Err("expected auto or tc".to_string()),
+            })?
+        }
+        "KernelForward" => {
+            c.kernel_forward_direct = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
+                "stack" => Ok(false),
+                "direct" => Ok(true),
+                _ => Err("expected stack or direct".to_string()),
             })?
         }
         _ => unreachable!("{name} is not a relay option"),
@@ -567,10 +580,18 @@ mod tests {
         let bad = load_text("RelayType relay\nDataPath fast\n").unwrap_err();
         assert!(bad.contains("DataPath fast: expected kernel, user or auto"), "{bad}");
         assert!(load_text("RelayType relay\nDecapHook xdp\n").unwrap_err().contains("expected auto or tc"));
+        // Through the host's forwarding unless told otherwise.
+        assert!(!d.kernel_forward_direct);
+        assert!(load_text("RelayType relay\nkernelforward DIRECT\n").unwrap().kernel_forward_direct);
+        assert!(!load_text("RelayType relay\nKernelForward stack\n").unwrap().kernel_forward_direct);
+        let bad = load_text("RelayType relay\nKernelForward fast\n").unwrap_err();
+        assert!(bad.contains("KernelForward fast: expected stack or direct"), "{bad}");
         // A client has one too; it always decapsulates at tc, so DecapHook is not its.
         let client = load_text("RelayType client\nServerAddress 192.0.2.1\nDataPath user\nDecapHook tc\n").unwrap();
         assert_eq!(client.data_path, DataPath::User);
         assert!(client.warnings.iter().any(|w| w.contains("DecapHook is for relays")), "{:?}", client.warnings);
+        let client = load_text("RelayType client\nServerAddress 192.0.2.1\nKernelForward direct\n").unwrap();
+        assert!(client.warnings.iter().any(|w| w.contains("KernelForward is for relays")), "{:?}", client.warnings);
         assert!(!client.warnings.iter().any(|w| w.contains("DataPath")), "{:?}", client.warnings);
     }
 

@@ -51,6 +51,8 @@ pub struct KernelDataPath {
     pub decap: DecapHook,
     /// The interfaces the decapsulation is attached to.
     pub interfaces: Vec<String>,
+    /// A relay's packets leave straight by their routes, past the host's stack.
+    pub direct: bool,
     /// Peers the map refused (full) or map calls that failed.
     pub refused: Arc<AtomicU64>,
     /// The kernel's ids of the programs (read at set-up: the confined relay may not
@@ -77,6 +79,9 @@ pub struct Want<'a> {
     pub prefix: u32,
     /// The decapsulation at tc ingress even where the driver has XDP (`DecapHook tc`).
     pub decap_tc: bool,
+    /// A relay's: straight between interfaces, past the host's IPv6 stack
+    /// (`KernelForward direct`).
+    pub direct: bool,
 }
 
 /// Why the kernel path was not set up, or `Ok(None)` for `DataPath user`.
@@ -136,9 +141,14 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         ttl: 64,
         prefix: want.prefix.to_be_bytes(),
         client_tun: None,
+        direct_tun: None,
     };
     let tun = nl.link_index(want.tun)?;
-    let settings = Settings { client_tun: want.client.then_some(tun), ..settings };
+    let settings = Settings {
+        client_tun: want.client.then_some(tun),
+        direct_tun: (want.direct && !want.client).then_some(tun),
+        ..settings
+    };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
     nl.enable_ipv4_forwarding(tun)?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
@@ -170,7 +180,8 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     path.attach_encap(want.tun).map_err(|e| e.to_string())?;
     let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
     let programs = path.program_ids();
-    Ok(KernelDataPath { path, decap, interfaces, refused: Arc::new(AtomicU64::new(0)), programs })
+    let direct = want.direct && !want.client;
+    Ok(KernelDataPath { path, decap, interfaces, direct, refused: Arc::new(AtomicU64::new(0)), programs })
 }
 
 impl KernelDataPath {
@@ -195,13 +206,27 @@ impl KernelDataPath {
     /// One line for the log.
     pub fn describe(&self) -> String {
         format!(
-            "kernel data path: decapsulation {} on {}, encapsulation at tc egress of the Teredo interface",
+            "kernel data path: decapsulation {} on {}, encapsulation at tc egress of the Teredo interface{}",
             match self.decap {
                 DecapHook::Xdp => "by XDP in the driver",
                 DecapHook::Tc => "at tc ingress (on one interface at least)",
             },
-            self.interfaces.join(", ")
+            self.interfaces.join(", "),
+            if self.direct {
+                "; forwarding directly: trusted peers' packets leave by their routes as they arrive, past the host's IPv6 stack and its firewall"
+            } else {
+                ""
+            }
         )
+    }
+
+    /// How a relay's packets are forwarded, as the status names it.
+    pub fn forward_name(&self) -> &'static str {
+        if self.direct {
+            "direct"
+        } else {
+            "stack"
+        }
     }
 
     /// Where the decapsulation runs, as the status names it.

@@ -75,6 +75,7 @@ pub(crate) fn data_path_json(kernel: Option<&KernelDataPath>) -> serde_json::Val
         Some(k) => serde_json::json!({
             "kind": "kernel",
             "decap": k.decap_name(),
+            "forward": k.forward_name(),
             "interfaces": k.interfaces,
             "programs": k.programs,
         }),

@@ -90,7 +90,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // The kernel carries the relay's trusted peers: after the pings and the transfers,
     // the programs moved nearly every packet each way, and the daemon only what the
     // protocol needs (bubbles, the queue a first answer releases).
-    for (hook, extra) in [("XDP in the driver", ""), ("tc ingress", "DecapHook tc\n")] {
+    // Through the relay host's stack (decapsulated by XDP), and directly (at tc ingress,
+    // the lab's default).
+    for (hook, extra) in [
+        ("XDP in the driver, forwarding through the host's stack", "KernelForward stack\n"),
+        ("tc ingress, forwarding directly", ""),
+    ] {
+        let direct = extra.is_empty();
         let s = shipworm_chain(&me, Side::Native, extra);
         cases.push(Case {
             name: format!("kernel data path in use: the relay's and the client's programs move the transfers both ways (DataPath kernel, the relay's decapsulation by {hook})"),
@@ -113,6 +119,20 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 );
                 if st["data_path"]["kind"] != "kernel" || decap < 100 * (to_ipv6 + 1) / 10 || encap < 100 * (to_teredo + 1) / 10 {
                     return Err(Failed::at(6, format!("step 6: the kernel did not carry the traffic: {text}")));
+                }
+                // Forwarding directly, the relay's programs sent nearly all of it out of
+                // its routes themselves (the rest: the first packets, through the stack,
+                // before the host knew its next hops); through the stack, none.
+                let sent = |d: &str| c["kernel_path_packets"][d]["direct"].as_u64().unwrap_or(0);
+                let (want_hook, want_forward) = if direct { ("tc", "direct") } else { ("xdp", "stack") };
+                let kind_ok = st["data_path"]["decap"] == want_hook && st["data_path"]["forward"] == want_forward;
+                let direct_ok = if direct {
+                    sent("decap") * 10 >= decap * 9 && sent("encap") * 10 >= encap * 9
+                } else {
+                    sent("decap") + sent("encap") == 0
+                };
+                if !kind_ok || !direct_ok {
+                    return Err(Failed::at(6, format!("step 6: not forwarded {want_forward} ({want_hook}): {text}")));
                 }
                 // The client's programs carried its side: into its Teredo interface (tc
                 // ingress, whatever the relay's hook) and out of it.

@@ -163,6 +163,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
         peers: KERNEL_PEERS,
         prefix: conf.prefix,
         decap_tc: true,
+        direct: false,
     })
     .map_err(Failure::runtime)?;
     let control_path = control
