@@ -37,6 +37,9 @@ pub enum Command {
     /// With `DataPath kernel` or `auto` (the default), trusted clients' packets are
     /// moved by eBPF programs it loads at start (XDP or tc ingress, tc egress), every
     /// decision staying in the relay; `DataPath user` moves every packet itself.
+    /// `KernelForward direct` has the programs send those packets out of their routes
+    /// themselves, past the host's IPv6 stack and its firewall (default `stack`: the
+    /// host forwards them).
     Relay(RelayArgs),
 
     /// Run a Teredo client (RFC 4380 §5.2, RFC 5991): IPv6 from behind an IPv4 NAT.
