@@ -213,10 +213,11 @@ static __always_inline int global_source(const struct in6_addr *a)
 	return (a->s6_addr[0] & 0xe0) == 0x20;
 }
 
-// The host's IPv6 route for `ip6` (`len` bytes; 0: a train, whose pieces the kernel
-// checks against the route's interface), looked up as its forwarding would for a
-// packet that arrived on the interface the socket buffer arrived on. SUCCESS fills in
-// the next hop's link-layer address; NO_NEIGH leaves it to the neighbour redirect.
+// The host's IPv6 route for `ip6`, looked up as its forwarding would for a packet that
+// arrived on the interface the socket buffer arrived on, checked against `len` (the
+// packet's length, or a train's largest piece's): anything but SUCCESS is the stack's.
+// The next hop's link-layer address is left to the neighbour redirect (which, unlike
+// a look-up here, revalidates a stale entry as the host's own output does).
 static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup *fib, const struct ipv6hdr *ip6,
 				   __u32 len)
 {
@@ -227,27 +228,16 @@ static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup 
 	fib->flowinfo = *(const __be32 *)ip6 & bpf_htonl(0x0fffffff);
 	__builtin_memcpy(fib->ipv6_src, &ip6->saddr, sizeof(ip6->saddr));
 	__builtin_memcpy(fib->ipv6_dst, &ip6->daddr, sizeof(ip6->daddr));
-	return bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 }
 
-// Sends the frame (its network header at ETH_HLEN) out of the interface the route look-up
-// `fib` chose: straight when it knew the next hop's link-layer address, otherwise by the
-// neighbour redirect, which resolves it (`nh` the next hop's address, of `family`).
-static __always_inline int send_by_route(struct __sk_buff *skb, const struct bpf_fib_lookup *fib, long found,
-					 __u16 proto)
+// Sends the frame out of the interface the route look-up `fib` chose, to its next hop
+// (of the family the route gives: an IPv4 route may have an IPv6 gateway), by the
+// kernel's neighbour output, which resolves it and puts the Ethernet header on.
+static __always_inline int send_by_route(const struct bpf_fib_lookup *fib)
 {
-	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
-		struct ethhdr eth = {};
-		__builtin_memcpy(eth.h_dest, fib->dmac, ETH_ALEN);
-		__builtin_memcpy(eth.h_source, fib->smac, ETH_ALEN);
-		eth.h_proto = bpf_htons(proto);
-		// The Ethernet header lies outside what a receive checksum covers.
-		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0))
-			return TC_ACT_SHOT;
-		return bpf_redirect(fib->ifindex, 0);
-	}
 	struct bpf_redir_neigh nh = {};
-	if (proto == ETH_P_IPV6) {
+	if (fib->family == AF_INET6) {
 		nh.nh_family = AF_INET6;
 		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, sizeof(nh.ipv6_nh));
 	} else {
@@ -255,6 +245,20 @@ static __always_inline int send_by_route(struct __sk_buff *skb, const struct bpf
 		nh.ipv4_nh = fib->ipv4_dst;
 	}
 	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
+}
+
+// The largest piece of a train (segments the kernel joined: `gso_size` bytes of payload
+// each) of the IPv6 packet at `l3`, headers included, or 0 if its transport is neither
+// TCP nor UDP (behind no extension header), whose pieces cannot be told.
+static __always_inline __u32 train_piece(struct __sk_buff *skb, __u32 l3, __u8 nexthdr)
+{
+	__u32 transport = l3 + sizeof(struct ipv6hdr);
+	if (nexthdr == IPPROTO_UDP)
+		return sizeof(struct ipv6hdr) + sizeof(struct udphdr) + skb->gso_size;
+	__u8 offset = 0;
+	if (nexthdr != IPPROTO_TCP || bpf_skb_load_bytes(skb, transport + 12, &offset, 1))
+		return 0;
+	return sizeof(struct ipv6hdr) + (offset >> 4) * 4 + skb->gso_size;
 }
 
 static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
@@ -349,13 +353,14 @@ int teredo_decap(struct xdp_md *ctx)
 }
 
 // Puts IPv4 and UDP headers, from the service socket's address and port to peer `p`'s
-// mapping, on the IPv6 packet at `l2` (`len` bytes; `train`: segments the kernel joined,
-// cut again after with outer headers each), sets its hop limit to `hop` (0: unchanged)
-// and sends it by the IPv4 route, looked up as if it arrived on the Teredo interface
-// `via`. Without that route the packet goes on untouched (TC_ACT_OK); `quiet`: a program
-// further on counts what becomes of it.
+// mapping, on the IPv6 packet at `l2` (`len` bytes; `piece`: its largest piece if it is
+// a train the kernel joined, to be cut again after with outer headers each, else
+// `len`), sets its hop limit to `hop` (0: unchanged) and sends it by the IPv4 route,
+// looked up as if it arrived on the Teredo interface `via`. Without that route, or over
+// its MTU, the packet goes on untouched (TC_ACT_OK); `quiet`: a program further on
+// counts what becomes of it.
 static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
-				       __u32 len, int train, __u64 now, __u8 hop, __u32 via, int quiet)
+				       __u32 len, __u32 piece, __u64 now, __u8 hop, __u32 via, int quiet)
 {
 	__be32 to = p->ip;
 	__be16 to_port = p->port;
@@ -364,17 +369,16 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	fib.family = AF_INET;
 	fib.ipv4_dst = to;
 	fib.ipv4_src = cfg->source;
-	// The route's MTU against the packet with its outer headers; a train's pieces are
-	// checked by the kernel against the interface's.
-	fib.tot_len = train ? 0 : len + OUTER_LEN;
+	// The route's MTU against the packet, or a train's largest piece, with its outer
+	// headers.
+	fib.tot_len = piece + OUTER_LEN;
 	// Looked up as if the packet arrived on the Teredo interface (which is why the
-	// loader turns IPv4 forwarding on for that interface alone): the route out, its
-	// next hop's link-layer address if the kernel knows it, and the route's preferred
-	// source when the service socket has no address of its own.
+	// loader turns IPv4 forwarding on for that interface alone): the route out, and
+	// the route's preferred source when the service socket has no address of its own.
 	fib.ifindex = via;
-	__u32 flags = cfg->source ? 0 : BPF_FIB_LOOKUP_SRC;
+	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
 	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
-	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH) {
+	if (found != BPF_FIB_LKUP_RET_SUCCESS) {
 		if (!quiet)
 			count(ENCAP_NO_ROUTE, 1);
 		return TC_ACT_OK;
@@ -382,10 +386,10 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 
 	// A train's pieces keep their size: the outer headers go on top, as the service
 	// socket would send each.
+	// A refusal is counted wherever it happens: it is the kernel's, and rare.
 	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
 				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
-		if (!quiet)
-			count(ENCAP_FAILED, 1);
+		count(ENCAP_FAILED, 1);
 		return TC_ACT_OK;
 	}
 	struct {
@@ -420,9 +424,9 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_SHOT;
 	}
-	// An Ethernet header for the Teredo interface's packet (which has none): the next
-	// hop's when the route look-up knew it, else a blank one for the neighbour
-	// redirect, which takes it off before it resolves the next hop itself.
+	// A blank Ethernet header for the Teredo interface's packet (which has none): the
+	// neighbour redirect takes it off before it resolves the next hop and puts the
+	// real one on.
 	if (!l2 && bpf_skb_change_head(skb, ETH_HLEN, 0)) {
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_SHOT;
@@ -431,7 +435,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 		p->sent = now;
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);
-	return send_by_route(skb, &fib, found, ETH_P_IP);
+	return send_by_route(&fib);
 }
 
 // A native IPv6 packet arriving at a relay that forwards directly (`KernelForward
@@ -440,7 +444,9 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 // and `teredo_encap` would have together. Anything else goes on to the host's stack.
 static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct config *cfg)
 {
-	if (skb->pkt_type != PACKET_HOST)
+	// A frame for another host, or one whose VLAN tag the NIC took off (the stack
+	// hands it to its VLAN interface), is the stack's.
+	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
 		return TC_ACT_OK;
 	__u32 headers = ETH_HLEN + sizeof(struct ipv6hdr);
 	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
@@ -457,17 +463,26 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// which counts it.
 	__u64 now = bpf_ktime_get_ns();
 	__u32 len = skb->len - ETH_HLEN;
+	// Hop-by-hop options are the stack's to read (it may drop the packet, answer it,
+	// or take it itself).
 	if (now - p->heard >= VALIDITY_NS || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len) ||
-	    ip6->hop_limit <= 1 || !global_source(&ip6->saddr) || !plain_source(&ip6->saddr))
+	    ip6->hop_limit <= 1 || ip6->nexthdr == 0 || !global_source(&ip6->saddr) || !plain_source(&ip6->saddr))
 		return TC_ACT_OK;
-	// The host's route must be the Teredo interface, within its MTU (a train's pieces:
-	// checked by the kernel when the route is complete).
-	int train = skb->gso_segs > 1;
+	__u8 hop = ip6->hop_limit - 1;
+	// The host's route must be the Teredo interface, within its MTU (a train: each of
+	// its pieces).
+	__u32 piece = skb->gso_size ? train_piece(skb, ETH_HLEN, ip6->nexthdr) : len;
+	if (!piece)
+		return TC_ACT_OK;
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	ip6 = data + ETH_HLEN;
+	if ((void *)(ip6 + 1) > end)
+		return TC_ACT_OK;
 	struct bpf_fib_lookup fib = {};
-	long found = route6(skb, &fib, ip6, train ? 0 : len);
-	if (!(found == BPF_FIB_LKUP_RET_SUCCESS || (found == BPF_FIB_LKUP_RET_NO_NEIGH && !train)) || fib.ifindex != cfg->tun)
+	if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
 		return TC_ACT_OK;
-	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, train, now, ip6->hop_limit - 1, cfg->tun, 1);
+	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, hop, cfg->tun, 1);
 	if (verdict == TC_ACT_REDIRECT)
 		count(ENCAP_DIRECT, 1);
 	return verdict;
@@ -504,22 +519,25 @@ int teredo_ingress(struct __sk_buff *skb)
 	int what = classify(data, end, skb->len, &inner, &cfg);
 	if (what < 0 || !cfg)
 		return TC_ACT_OK;
-	if (what == MOVE && skb->gso_segs > 1)
+	if (what == MOVE && skb->gso_size)
 		what = DECAP_NOT_PLAIN;
 	if (what != MOVE) {
 		count(what, 1);
 		return TC_ACT_OK;
 	}
-	// A direct relay's route out, looked up before the headers change.
+	// A direct relay's route out, looked up before the headers change. The stack's,
+	// as on a relay that is not direct: a frame for another host or with a VLAN tag
+	// the NIC took off, bytes beyond the IPv6 packet (the stack trims them), hop-by-hop
+	// options (the stack reads them), and a route into the Teredo interface (the
+	// daemon's to judge: an ICMPv6 error, a client of this relay).
 	struct bpf_fib_lookup fib = {};
 	long found = -1;
 	__u8 hop = 0;
 	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
-	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && (void *)(ip6 + 1) <= end) {
+	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
+	    skb->len == ETH_HLEN + OUTER_LEN + inner && (void *)(ip6 + 1) <= end && ip6->nexthdr != 0) {
 		found = route6(skb, &fib, ip6, inner);
 		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
-		// Into the Teredo interface: the daemon's to judge (an ICMPv6 error, a
-		// client of this relay).
 		if (fib.ifindex == cfg->tun)
 			found = -1;
 	}
@@ -534,12 +552,12 @@ int teredo_ingress(struct __sk_buff *skb)
 	count(DECAP_BYTES, inner);
 	if (cfg->client)
 		return bpf_redirect(cfg->tun, BPF_F_INGRESS);
-	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
+	if (found != BPF_FIB_LKUP_RET_SUCCESS)
 		return TC_ACT_OK;
 	if (bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1, BPF_F_RECOMPUTE_CSUM))
 		return TC_ACT_SHOT;
 	count(DECAP_DIRECT, 1);
-	return send_by_route(skb, &fib, found, ETH_P_IPV6);
+	return send_by_route(&fib);
 }
 
 // From the native IPv6 network to a trusted client that was heard from within 30 s
@@ -588,7 +606,15 @@ int teredo_encap(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		}
 	}
-	return encapsulate(skb, cfg, p, l2, len, skb->gso_segs > 1, now, 0, skb->ifindex, 0);
+	// A train's pieces: the host checked them against the Teredo interface's MTU; the
+	// route out checks them with their outer headers (one whose pieces cannot be told
+	// is the daemon's).
+	__u32 piece = skb->gso_size ? train_piece(skb, l2, ip6->nexthdr) : len;
+	if (!piece) {
+		count(ENCAP_NOT_PLAIN, 1);
+		return TC_ACT_OK;
+	}
+	return encapsulate(skb, cfg, p, l2, len, piece, now, 0, skb->ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

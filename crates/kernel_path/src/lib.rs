@@ -109,6 +109,9 @@ pub enum Program {
     /// `teredo_ingress` (tc ingress), run as if the frame arrived on interface `.0`
     /// (0: the test run's loopback).
     TcIngress(u32),
+    /// The same on a train the kernel joined on receive: interface `.0`, pieces of
+    /// `.1` bytes of payload.
+    TcIngressTrain(u32, u32),
     /// `teredo_encap` (tc egress), run on an Ethernet frame.
     Encap,
 }
@@ -264,14 +267,15 @@ impl KernelPath {
     pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
         let encap = program == Program::Encap;
         self.switch.change(|s| s.l2 = u8::from(encap))?;
-        let (name, ifindex) = match program {
-            Program::DecapXdp => ("teredo_decap", 0),
-            Program::TcIngress(ifindex) => ("teredo_ingress", ifindex),
-            Program::Encap => ("teredo_encap", 0),
+        let (name, ifindex, gso_size) = match program {
+            Program::DecapXdp => ("teredo_decap", 0, 0),
+            Program::TcIngress(ifindex) => ("teredo_ingress", ifindex, 0),
+            Program::TcIngressTrain(ifindex, gso_size) => ("teredo_ingress", ifindex, gso_size),
+            Program::Encap => ("teredo_encap", 0, 0),
         };
         let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
         let fd = program.fd().map_err(io::Error::other)?;
-        test_run::run(fd.as_fd(), packet, ifindex)
+        test_run::run(fd.as_fd(), packet, ifindex, gso_size)
     }
 }
 

@@ -40,23 +40,38 @@ pub struct TestRun {
 }
 
 /// `struct __sk_buff` as far as a test run's context may set it: the interface the
-/// frame arrives on (`ingress_ifindex`, `ifindex`); everything else must stay zero.
+/// frame arrives on (`ingress_ifindex`, `ifindex`), and a train's shape (`gso_segs`,
+/// `gso_size`); everything else must stay zero.
 #[repr(C)]
 struct SkbContext {
     before: [u32; 9],
     ingress_ifindex: u32,
     ifindex: u32,
-    after: [u32; 37],
+    middle: [u32; 30],
+    gso_segs: u32,
+    between: [u32; 2],
+    gso_size: u32,
+    after: [u32; 3],
 }
 
 const _: () = assert!(std::mem::size_of::<SkbContext>() == 192);
 
 /// Runs `prog` on `packet`; a socket-buffer program as if it arrived on interface
-/// `ifindex` (0: the loopback the kernel's test run picks).
-pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8], ifindex: u32) -> io::Result<TestRun> {
+/// `ifindex` (0: the loopback the kernel's test run picks), as a train of pieces of
+/// `gso_size` bytes of payload (0: a single packet).
+pub(crate) fn run(prog: BorrowedFd<'_>, packet: &[u8], ifindex: u32, gso_size: u32) -> io::Result<TestRun> {
     let mut out = vec![0u8; packet.len() + 256];
-    let mut ctx = SkbContext { before: [0; 9], ingress_ifindex: ifindex, ifindex, after: [0; 37] };
-    let with_ctx = ifindex != 0;
+    let mut ctx = SkbContext {
+        before: [0; 9],
+        ingress_ifindex: ifindex,
+        ifindex,
+        middle: [0; 30],
+        gso_segs: if gso_size == 0 { 0 } else { (packet.len() as u32).div_ceil(gso_size) },
+        between: [0; 2],
+        gso_size,
+        after: [0; 3],
+    };
+    let with_ctx = ifindex != 0 || gso_size != 0;
     let mut attr = TestAttr {
         prog_fd: prog.as_raw_fd() as u32,
         data_size_in: packet.len() as u32,

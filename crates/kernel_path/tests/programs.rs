@@ -606,7 +606,6 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
 const D0_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xd0];
 /// The native host with a known link-layer address, and one without.
 const NEIGHBOUR: &str = "2001:db8::5";
-const NEIGHBOUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 const UNRESOLVED: &str = "2001:db8::6";
 
 fn sh(c: &str) {
@@ -671,16 +670,17 @@ fn check_direct_decap(k: &mut KernelPath, d0: u32, r: &mut Relay, w: &mut Record
     assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
     let delivered = &w.delivered[0];
     match out.verdict {
-        // Decapsulated for the host's forwarding, as on a relay that is not direct.
-        TC_ACT_OK => assert_eq!((&out.packet[..12], &out.packet[14..]), (&input[..12], &delivered[..]), "{name}"),
-        // Sent out by the route: the hop limit one less, and the next hop's Ethernet
-        // address where the host knows it (else the neighbour redirect resolves it).
+        // Decapsulated for the host's forwarding, as on a relay that is not direct (which
+        // trims bytes beyond the IPv6 packet).
+        TC_ACT_OK => {
+            let packet = &out.packet[14..(14 + delivered.len()).min(out.packet.len())];
+            assert_eq!((&out.packet[..12], packet), (&input[..12], &delivered[..]), "{name}")
+        }
+        // Sent out by the route, by the neighbour output (which puts the next hop's
+        // Ethernet header on): exactly the packet the host would forward.
         TC_ACT_REDIRECT => {
             assert_eq!(&out.packet[14..], &forwarded(delivered)[..], "{name}: not what the host would forward");
             assert_eq!(&out.packet[12..14], &[0x86, 0xdd], "{name}");
-            if delivered[24..40] == a(NEIGHBOUR).octets() {
-                assert_eq!((&out.packet[..6], &out.packet[6..12]), (&NEIGHBOUR_MAC[..], &D0_MAC[..]), "{name}");
-            }
         }
         v => panic!("{name}: verdict {v}"),
     }
@@ -713,8 +713,17 @@ fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_i
         assert_eq!(go("over the route's MTU", "2001:db8:88::1", 1300, true), TC_ACT_OK);
         assert_eq!(go("within the route's MTU", "2001:db8:88::1", 1200, true), TC_ACT_REDIRECT);
         assert_eq!(go("not for this host", NEIGHBOUR, 12, false), TC_ACT_OK);
+        // Bytes beyond the IPv6 packet (the stack trims them), hop-by-hop options (the
+        // stack reads them).
+        let f = to_d0(frame(C_MAPPED, &udp6(C, NEIGHBOUR)));
+        let longer = [f.clone(), vec![0; 4]].concat();
+        assert_eq!(check_direct_decap(&mut k, d0, &mut r, &mut w, "bytes beyond", &longer), TC_ACT_OK);
+        let mut hop_by_hop = ipv6(C, NEIGHBOUR, 64, &[17, 0, 1, 4, 0, 0, 0, 0]);
+        hop_by_hop[6] = 0;
+        let f = to_d0(frame(C_MAPPED, &hop_by_hop));
+        assert_eq!(check_direct_decap(&mut k, d0, &mut r, &mut w, "hop-by-hop", &f), TC_ACT_OK);
         let c = k.counters().unwrap();
-        assert_eq!((c[Counter::DecapForwarded as usize], c[Counter::DecapDirect as usize]), (8, 4));
+        assert_eq!((c[Counter::DecapForwarded as usize], c[Counter::DecapDirect as usize]), (10, 4));
 
         // Mutations of a plain frame: whatever moves, by whichever way, is what the
         // relay forwards and the host's route sends.
@@ -780,18 +789,44 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         sh(&format!("ip -6 route add {C}/128 dev d0"));
         assert!(!moves(&mut k, "routed elsewhere", &native_frame(NATIVE, C, 64, 12)));
         sh(&format!("ip -6 route del {C}/128 dev d0"));
-        // The next hop known: sent straight out with its Ethernet address.
-        sh("ip neigh add 192.0.2.45 lladdr 02:00:00:00:00:45 dev d0 nud permanent");
-        let input = native_frame(NATIVE, C, 64, 12);
-        assert!(moves(&mut k, "next hop known", &input));
-        let out = k.test_run(Program::TcIngress(d0), &input).unwrap();
-        assert_eq!(&out.packet[..14], &[2, 0, 0, 0, 0, 0x45, 2, 0, 0, 0, 0, 0xd0, 0x08, 0x00]);
+        let mut hop_by_hop = ipv6(NATIVE, C, 64, &[17, 0, 1, 4, 0, 0, 0, 0]);
+        hop_by_hop[6] = 0;
+        assert!(!moves(&mut k, "hop-by-hop options", &to_d0(l2(&hop_by_hop))));
+        // A train of TCP segments the kernel joined: encapsulated whole when each piece
+        // fits the Teredo interface's MTU (1280), left to the host when one would not
+        // (it answers with Packet Too Big). (The kernel's test run gives a train no GSO
+        // type, without which it refuses to grow the headers, so the first is seen
+        // attempted here, counted as refused; the e2e case `kernel data path in use …,
+        // forwarding directly` sees trains go out.)
+        let train = |mss: usize| {
+            let mut tcp = vec![0u8; 20 + 2 * mss];
+            tcp[12] = 5 << 4;
+            let mut p = ipv6(NATIVE, C, 64, &tcp);
+            p[6] = 6;
+            to_d0(l2(&p))
+        };
+        let refused = |k: &KernelPath| k.counters().unwrap()[Counter::EncapFailed as usize];
+        let before = refused(&k);
+        let fits = train(1220);
+        let out = k.test_run(Program::TcIngressTrain(d0, 1220), &fits).unwrap();
+        assert_eq!(
+            (out.verdict, &out.packet, refused(&k)),
+            (TC_ACT_OK, &fits, before + 1),
+            "a train of 1280-byte pieces"
+        );
+        let over = train(1221);
+        let out = k.test_run(Program::TcIngressTrain(d0, 1221), &over).unwrap();
+        assert_eq!(
+            (out.verdict, &out.packet, refused(&k)),
+            (TC_ACT_OK, &over, before + 1),
+            "a train of 1281-byte pieces"
+        );
         // Silent for 30 s: the host's, then the relay's, which bubbles.
         k.peers().trust(&a(C), C_MAPPED, monotonic_ns() - 31_000_000_000).unwrap();
         assert!(!moves(&mut k, "stale", &native_frame(NATIVE, C, 64, 12)));
         let c = k.counters().unwrap();
         // Only what moved is counted here: the rest meets the Teredo interface's program.
-        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (4, 4));
+        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (2, 2));
         assert_eq!(c[Counter::EncapStale as usize] + c[Counter::EncapNotPlain as usize], 0);
 
         // A relay that forwards through the stack leaves every native frame to it.

@@ -120,9 +120,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if st["data_path"]["kind"] != "kernel" || decap < 100 * (to_ipv6 + 1) / 10 || encap < 100 * (to_teredo + 1) / 10 {
                     return Err(Failed::at(6, format!("step 6: the kernel did not carry the traffic: {text}")));
                 }
-                // Forwarding directly, the relay's programs sent nearly all of it out of
-                // its routes themselves (the rest: the first packets, through the stack,
-                // before the host knew its next hops); through the stack, none.
+                // Forwarding directly, the relay's programs sent (nearly) all of it out of
+                // the host's routes themselves; through the stack, none.
                 let sent = |d: &str| c["kernel_path_packets"][d]["direct"].as_u64().unwrap_or(0);
                 let (want_hook, want_forward) = if direct { ("tc", "direct") } else { ("xdp", "stack") };
                 let kind_ok = st["data_path"]["decap"] == want_hook && st["data_path"]["forward"] == want_forward;
