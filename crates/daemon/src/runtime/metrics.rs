@@ -307,10 +307,15 @@ mod tests {
             assert!(got.contains("shipworm_relay_peers 3\n"), "{got}");
             t.elapsed()
         };
+        // The dribblers connect first (the server takes connections in that order), so
+        // that the endless request, the newest, is never the oldest to give way.
+        let (connected, all_connected) = std::sync::mpsc::channel();
         let dribblers: Vec<_> = (0..CONNECTIONS + 4)
             .map(|_| {
+                let connected = connected.clone();
                 std::thread::spawn(move || {
                     let mut d = std::net::TcpStream::connect(addr).unwrap();
+                    connected.send(()).unwrap();
                     for _ in 0..3 {
                         if d.write_all(b"G").is_err() {
                             break;
@@ -320,6 +325,9 @@ mod tests {
                 })
             })
             .collect();
+        for _ in 0..CONNECTIONS + 4 {
+            all_connected.recv().unwrap();
+        }
         let mut endless = std::net::TcpStream::connect(addr).unwrap();
         endless.write_all(&[b'a'; REQUEST_BYTES]).unwrap();
         for _ in 0..3 {
