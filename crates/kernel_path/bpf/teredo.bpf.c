@@ -261,6 +261,14 @@ static __always_inline __u32 train_piece(struct __sk_buff *skb, __u32 l3, __u8 n
 	return sizeof(struct ipv6hdr) + (offset >> 4) * 4 + skb->gso_size;
 }
 
+// Makes the first `headers` bytes of the frame directly readable where the frame has
+// them (the payload may stay in the buffer's fragments).
+static __always_inline void pull_headers(struct __sk_buff *skb, __u32 headers)
+{
+	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
+		bpf_skb_pull_data(skb, headers);
+}
+
 static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
 {
 	struct ethhdr *eth = data;
@@ -448,9 +456,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// hands it to its VLAN interface), is the stack's.
 	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
 		return TC_ACT_OK;
-	__u32 headers = ETH_HLEN + sizeof(struct ipv6hdr);
-	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
-		bpf_skb_pull_data(skb, headers);
+	pull_headers(skb, ETH_HLEN + sizeof(struct ipv6hdr));
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + ETH_HLEN;
@@ -473,11 +479,6 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// its pieces).
 	__u32 piece = skb->gso_size ? train_piece(skb, ETH_HLEN, ip6->nexthdr) : len;
 	if (!piece)
-		return TC_ACT_OK;
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip6 = data + ETH_HLEN;
-	if ((void *)(ip6 + 1) > end)
 		return TC_ACT_OK;
 	struct bpf_fib_lookup fib = {};
 	if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
@@ -508,10 +509,7 @@ int teredo_ingress(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		return encap_at_ingress(skb, cfg);
 	}
-	// The headers read directly; the payload may stay in the buffer's fragments.
-	__u32 headers = ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr);
-	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
-		bpf_skb_pull_data(skb, headers);
+	pull_headers(skb, ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr));
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	__u32 inner = 0;

@@ -282,6 +282,15 @@ pub fn yes_no(value: &str) -> Result<bool, String> {
     }
 }
 
+/// One of two words, any case: `off` (false) or `on` (true).
+pub fn either(value: &str, off: &str, on: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase() {
+        v if v == off => Ok(false),
+        v if v == on => Ok(true),
+        _ => Err(format!("expected {off} or {on}")),
+    }
+}
+
 /// `SystemCallFilter`: `yes`, `log` or `no`.
 pub fn filter_mode(value: &str) -> Result<crate::runtime::confinement::FilterMode, String> {
     crate::runtime::confinement::FilterMode::parse(value).ok_or_else(|| "expected yes, log or no".into())

@@ -406,20 +406,8 @@ fn relay_options(name: &str, f: &ConfigFile, d: &Directive, c: &mut MiredoConf) 
         "DrainTime" => c.drain_time = Duration::from_secs(within(0..=600, "seconds")? as u64),
         "RelayThreads" => c.relay_threads = Some(within(1..=256, "worker threads")?),
         "BusyPoll" => c.busy_poll_us = within(0..=10_000, "microseconds")? as u64,
-        "DecapHook" => {
-            c.decap_tc = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
-                "auto" => Ok(false),
-                "tc" => Ok(true),
-                _ => Err("expected auto or tc".to_string()),
-            })?
-        }
-        "KernelForward" => {
-            c.kernel_forward_direct = f.value(d, |v| match v.to_ascii_lowercase().as_str() {
-                "stack" => Ok(false),
-                "direct" => Ok(true),
-                _ => Err("expected stack or direct".to_string()),
-            })?
-        }
+        "DecapHook" => c.decap_tc = f.value(d, |v| config::either(v, "auto", "tc"))?,
+        "KernelForward" => c.kernel_forward_direct = f.value(d, |v| config::either(v, "stack", "direct"))?,
         _ => unreachable!("{name} is not a relay option"),
     }
     Ok(())
