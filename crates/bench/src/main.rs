@@ -75,6 +75,14 @@ pub enum Part {
     /// status socket (2,000 requests a second), over `--rounds` rounds; writes
     /// OUT/report.md (default results/status-flood). Root.
     StatusFlood,
+    /// The end-to-end chains' TCP alone (client→native and back, two transfers each
+    /// way), shipworm's and Miredo's alternately over `--rounds` rounds; prints each
+    /// round's Mbit/s. Root.
+    Chain {
+        /// Bytes a transfer.
+        #[arg(long, default_value_t = 20_000_000)]
+        bytes: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -120,6 +128,15 @@ fn main() -> ExitCode {
             })
         });
         return match run {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(f) => {
+                eprintln!("shipworm-bench: {}", f.message);
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if let Some(Part::Chain { bytes }) = args.part {
+        return match run::chains_tcp(&args, bytes) {
             Ok(()) => ExitCode::SUCCESS,
             Err(f) => {
                 eprintln!("shipworm-bench: {}", f.message);

@@ -86,26 +86,8 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     let rounds_e2e = e2e_rounds(args.quick);
     for round in 0..rounds_e2e {
         for ((name, imp), e) in chains.iter().zip(&mut e2e) {
-            let s = Scenario {
-                nat: NatKind::PortRestricted,
-                server: me.clone(),
-                relay: imp.clone(),
-                client: imp.clone(),
-                transfer_bytes: bytes,
-                // The round-trip figure comes from the first round; later ones only check.
-                pings: if round == 0 { 20 } else { 3 },
-                keep_on_failure: false,
-                first: Side::Client,
-                shipworm_extra: "",
-                narrow_wan: None,
-            };
-            let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
-            // The same buffers for both chains, as for the relays measured alone.
-            equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
-            equalize(&lab.clients[0].ns, None, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
-            // The relay's and the client's hosts share the core the relays had alone above.
-            cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
-            cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
+            // The round-trip figure comes from the first round; later ones only check.
+            let (lab, o) = chain_lab(&me, imp, bytes, if round == 0 { 20 } else { 3 })?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
             let (out4, back4) = e2e_tcp_streams(&lab, o.address, bytes)?;
             let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
@@ -145,6 +127,63 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     std::fs::write(&ratios_file, compared.to_tsv())
         .map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
     println!("\nreport: {}", args.out.join("report.md").display());
+    Ok(())
+}
+
+/// A client and relay chain of `imp` (shipworm's server) behind a port-restricted NAT,
+/// qualified by the scenario (`pings` echoes each way, a TCP transfer of `bytes` each
+/// way) and set up as the benchmark measures it: the buffers the relays had alone,
+/// and the relay's and the client's hosts sharing the core the relays had alone.
+pub(crate) fn chain_lab(
+    me: &Impl,
+    imp: &Impl,
+    bytes: usize,
+    pings: u32,
+) -> Result<(shipworm_lab::Lab, scenario::Outcome), Failure> {
+    let s = Scenario {
+        nat: NatKind::PortRestricted,
+        server: me.clone(),
+        relay: imp.clone(),
+        client: imp.clone(),
+        transfer_bytes: bytes,
+        pings,
+        keep_on_failure: false,
+        first: Side::Client,
+        shipworm_extra: "",
+        narrow_wan: None,
+    };
+    let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
+    equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+    equalize(&lab.clients[0].ns, None, DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
+    cpus::pin_host(&lab.ns("rly")).map_err(Failure::runtime)?;
+    cpus::pin_host(&lab.clients[0].ns).map_err(Failure::runtime)?;
+    Ok((lab, o))
+}
+
+/// The end-to-end chains' TCP alone, `--rounds` rounds of shipworm's and Miredo's
+/// (where installed) alternately, `bytes` a transfer: for work on the chain's figures
+/// without the whole benchmark's time. Prints each round's figures.
+pub(crate) fn chains_tcp(args: &crate::BenchArgs, bytes: usize) -> Result<(), Failure> {
+    let me = Impl::Shipworm(shipworm_binary(args)?);
+    if cpus::available() {
+        cpus::pin_traffic().map_err(Failure::runtime)?;
+    }
+    let mut chains: Vec<(&'static str, Impl)> = vec![("shipworm", me.clone())];
+    if std::path::Path::new("/usr/sbin/miredo").exists() {
+        chains.push(("miredo", Impl::Miredo));
+    }
+    let rounds = if args.quick { 1 } else { args.rounds.max(1) };
+    for round in 1..=rounds {
+        for (name, imp) in &chains {
+            // The scenario's own check moves little: the transfers measured are ours.
+            let (lab, o) = chain_lab(&me, imp, e2e_bytes(true), 3)?;
+            let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
+            println!(
+                "{name} ({round}/{rounds}): TCP client→native {:.0}, {:.0} Mbit/s; native→client {:.0}, {:.0} Mbit/s",
+                out[0], out[1], back[0], back[1]
+            );
+        }
+    }
     Ok(())
 }
 
