@@ -183,6 +183,8 @@ struct Net {
     /// What reached each client's host stack.
     delivered: [Vec<Vec<u8>>; 2],
     addresses: [Option<Ipv6Addr>; 2],
+    /// How many of each client's next announcements on the link are lost.
+    lose_announcements: [u32; 2],
     trace: String,
 }
 
@@ -215,6 +217,7 @@ impl Net {
             next_port: [50000, 50000],
             delivered: [Vec::new(), Vec::new()],
             addresses: [None, None],
+            lose_announcements: [0, 0],
             trace: String::new(),
         };
         for i in 0..2 {
@@ -308,6 +311,11 @@ impl Net {
                 let n = self.nat_of[i];
                 // Local discovery: the group reaches every other client on this network.
                 if d.to == shipworm_proto::local_discovery::GROUP {
+                    if self.lose_announcements[i] > 0 {
+                        self.lose_announcements[i] -= 1;
+                        self.note(&d, "lost");
+                        continue;
+                    }
                     let others: Vec<usize> = (0..2).filter(|&k| k != i && self.nat_of[k] == n).collect();
                     self.note(
                         &d,
@@ -675,6 +683,46 @@ fn two_clients_behind_one_nat_meet_by_local_discovery() {
     );
     assert!(out.sent.is_empty(), "a stranger's announcement is not answered");
     let _ = me;
+}
+
+#[test]
+fn an_announcement_on_coming_up_is_repeated_twice_then_kept_to_its_interval() {
+    // RFC 4380 §5.2.8 announces once on coming up; a lost datagram, or a neighbour up a
+    // moment later, would wait 200 to 300 s for the next. Two repeats, 2 s apart.
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    net.pass(Duration::from_secs(199));
+    let announced = |net: &Net, who: &str| {
+        net.trace
+            .lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some(who) && l.ends_with("multicast on the local network"))
+            .map(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap())
+            .collect::<Vec<f64>>()
+    };
+    for who in ["A", "B"] {
+        let at = announced(&net, who);
+        // Three, the last at least 2 s after the first (an answer to the other's, new
+        // to it, counts as one: both came up within 200 ms, so that answer waited for
+        // the spacing rather than being dropped), then nothing until 200 s.
+        assert_eq!(at.len(), 3, "{who} announced at {at:?}:\n{}", net.trace);
+        assert!(at[2] >= at[0] + 1.95 && at[2] < at[0] + 4.5, "{who} announced at {at:?}");
+        assert!(at.windows(2).all(|w| w[1] - w[0] >= 0.195), "at most one per 200 ms: {at:?}");
+    }
+    // A heard B's first 0.1 s after its own went out (B was not up to hear it): its
+    // answer went 200 ms after its own, not 2 s later.
+    let a = announced(&net, "A");
+    assert!(a[1] - a[0] < 0.25, "A's answer waited out the spacing only: {a:?}");
+}
+
+#[test]
+fn clients_behind_one_nat_meet_on_the_link_when_every_announcement_before_the_call_was_lost() {
+    // Every announcement of both, repeats included, lost before the call: the caller
+    // announces itself when it calls a peer behind its own NAT, which the peer answers
+    // with its own.
+    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+    net.lose_announcements = [3, 3];
+    assert!(net.a_calls_b(), "{}", net.trace);
+    let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
+    assert!(!data.is_empty() && data.iter().all(|l| l.ends_with("delivered on the local network")), "{}", net.trace);
 }
 
 /// The service port is what the model NATs see as the client's local port.

@@ -141,8 +141,7 @@ impl<R: Random> Client<R> {
     /// mapping (no NAT in between).
     pub(super) fn alternates_for(&self, peer: &Ipv6Addr) -> [Option<SocketAddrV4>; 2] {
         let Phase::Up { ra, .. } = &self.q.phase else { return [None; 2] };
-        let behind_us = TeredoAddr::decode(peer).is_some_and(|t| t.mapped.ip() == ra.mapped.ip());
-        if !self.cfg.hairpinning || !behind_us {
+        if !self.cfg.hairpinning || !self.behind_our_nat(peer) {
             return [None; 2];
         }
         let differs = |a: Option<SocketAddrV4>| a.filter(|a| *a != ra.mapped);

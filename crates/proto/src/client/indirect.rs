@@ -95,12 +95,7 @@ impl<R: Random> Client<R> {
         nonce: Option<NonZeroU32>,
     ) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
         let mut alternates = [None; 2];
-        let ours = match &self.q.phase {
-            Phase::Up { ra, .. } => Some(*ra.mapped.ip()),
-            _ => None,
-        };
-        let behind_us = TeredoAddr::decode(&pkt.ipv6.src_addr()).is_some_and(|t| Some(*t.mapped.ip()) == ours);
-        if nonce.is_none() || !self.cfg.hairpinning || !behind_us {
+        if nonce.is_none() || !self.cfg.hairpinning || !self.behind_our_nat(&pkt.ipv6.src_addr()) {
             return Ok(alternates);
         }
         let Some(t) = pkt.trailers.find(trailer_type::ALTERNATE_ADDRESS) else { return Ok(alternates) };

@@ -49,17 +49,66 @@ impl<R: Random> Client<R> {
         self.announce_within(now, RETRY, tx);
     }
 
-    /// An announcement, unless the last one went out less than `spacing` ago.
+    /// An announcement now, or, when the last one went out less than `spacing` ago,
+    /// as soon as the spacing allows: deferred, not dropped, since a peer that came up
+    /// since our last one (the reason to announce again) has not heard it.
     pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut (impl Transmit + Ports)) {
         let Some(me) = self.address() else { return };
-        if !self.cfg.local_discovery || self.last_announce.is_some_and(|t| now.saturating_sub(t) < spacing) {
+        if !self.cfg.local_discovery {
+            return;
+        }
+        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < spacing) {
+            self.next_announce = self.next_announce.min(last + spacing);
             return;
         }
         let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
         tx.send(Source::Service, GROUP, &self.scratch[..n], None);
         self.stats.bubbles += 1;
         self.last_announce = Some(now);
-        self.next_announce = now + Duration::from_secs(200 + self.rng.below(101));
+        self.next_announce = if self.announce_repeats > 0 {
+            self.announce_repeats -= 1;
+            now + RETRY
+        } else {
+            now + Duration::from_secs(200 + self.rng.below(101))
+        };
+    }
+
+    /// Whether Teredo address `peer` embeds our own public IPv4 address: a peer behind
+    /// our NAT, the one case local discovery and hairpinning are for.
+    pub(super) fn behind_our_nat(&self, peer: &Ipv6Addr) -> bool {
+        let Phase::Up { ra, .. } = &self.q.phase else { return false };
+        TeredoAddr::decode(peer).is_some_and(|t| t.mapped.ip() == ra.mapped.ip())
+    }
+
+    /// Our side, when we call `peer`, of a contact on the link: bubbles between two
+    /// clients behind one NAT meet only there when the NAT does not hairpin. A peer
+    /// heard on the link gets our announcement (which it needs to take our bubble) and
+    /// a bubble at its local address. A peer behind our NAT not heard there gets our
+    /// announcement, which draws its own (the last one either of us sent may have been
+    /// lost, or gone out before the other was up): without it, the two would stay
+    /// apart until the next announcement. At most one announcement per bubble spacing.
+    ///
+    /// Only the caller announces so: the peer, hearing us first, writes to us from its
+    /// local address only once it has heard us, so we trust it (and send what waits)
+    /// only when it will take our packets. A callee announcing itself when called
+    /// through the server was tried: the caller could trust it before it had heard the
+    /// caller, and the caller's first packet was refused (the e2e same-NAT case).
+    pub(super) fn reach_on_link(
+        &mut self,
+        now: Duration,
+        me: &Ipv6Addr,
+        peer: Ipv6Addr,
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        if !self.cfg.local_discovery {
+            return;
+        }
+        if let Some(at) = self.local_peers.get(&peer, now) {
+            self.announce(now, tx);
+            self.send_bubble(me, &peer, Trailers::default(), Path::service(at), tx);
+        } else if self.behind_our_nat(&peer) {
+            self.announce(now, tx);
+        }
     }
 
     /// Whether `a` and `b` are on one subnet this host is attached to (RFC 6081 §5.6's

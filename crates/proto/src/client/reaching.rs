@@ -195,12 +195,8 @@ impl<R: Random> Client<R> {
         let (mapped, echo) = (p.mapped, p.nonce_received);
         let opening = p.tries == 0 && self.q.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
         let direct = !self.mapped_inbound || p.trusted;
-        // A peer heard on our link (RFC 4380 §5.2.4 case 3): a bubble to its local
-        // address, and our own announcement, which it needs to take our answer.
-        if let Some(at) = self.local_peers.get(&dst, now) {
-            self.announce(now, tx);
-            self.send_bubble(me, &dst, Trailers::default(), Path::service(at), tx);
-        }
+        // A peer on our link (RFC 4380 §5.2.4 case 3), or behind our NAT.
+        self.reach_on_link(now, me, dst, tx);
         let echo_running = self.open_random_port(now, me, dst, t, tx);
         if direct {
             let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
