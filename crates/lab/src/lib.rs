@@ -566,18 +566,23 @@ mod tests {
         netns::ip(&["-n", sw, "link", "add", "br0", "type", "bridge"]).unwrap();
         Lab::bridge_like_a_switch(sw).unwrap();
         netns::ip(&["-n", sw, "link", "set", "br0", "up"]).unwrap();
-        for (host, port, addr) in [(a, "pa", "10.9.0.1/24"), (b, "pb", "10.9.0.2/24")] {
+        for (host, port, v4, v6) in
+            [(a, "pa", "10.9.0.1/24", "2001:db8:9::1/64"), (b, "pb", "10.9.0.2/24", "2001:db8:9::2/64")]
+        {
             netns::ip(&["link", "add", port, "netns", sw, "type", "veth", "peer", "name", "eth0", "netns", host])
                 .unwrap();
             netns::ip(&["-n", sw, "link", "set", port, "master", "br0", "up"]).unwrap();
             netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
-            Lab::addr(host, addr, "eth0").unwrap();
+            Lab::addr(host, v4, "eth0").unwrap();
+            Lab::addr(host, v6, "eth0").unwrap();
         }
         // The switch's host drops everything it would forward or take in.
         let wall = "table inet wall {\n  chain forwarded { type filter hook forward priority 0; policy drop; }\n  \
                     chain arriving { type filter hook prerouting priority 0; policy drop; }\n}\n";
         netns::run_stdin("ip", &["netns", "exec", sw, "nft", "-f", "-"], Some(wall)).unwrap();
-        let ping = netns::exec(a, &["ping", "-c", "1", "-W", "2", "10.9.0.2"]);
-        assert!(ping.is_ok(), "a frame across the lab's bridge met the bridge host's firewall: {ping:?}");
+        for to in ["10.9.0.2", "2001:db8:9::2"] {
+            let ping = netns::exec(a, &["ping", "-c", "1", "-W", "2", to]);
+            assert!(ping.is_ok(), "a frame to {to} across the lab's bridge met the bridge host's firewall: {ping:?}");
+        }
     }
 }

@@ -38,39 +38,68 @@ impl<R: Random> Client<R> {
         }
         self.send_bubble(&me, &src, Trailers::default(), Path::service(from), tx);
         // It may have missed our last announcement (it was not there yet): ours again
-        // now, unless one went out a moment ago.
-        self.announce_within(now, Duration::from_millis(200), tx);
+        // now, or when one that went out a moment ago is 200 ms old.
+        self.announce_within(now, ANSWER_SPACING, tx);
         Ok(Action::Answered)
     }
 
-    /// A discovery bubble to the link (RFC 4380 §5.2.8), at most one per bubble
-    /// spacing; the next one in 200 to 300 s.
+    /// A discovery bubble to the link (RFC 4380 §5.2.8) outside the schedule, on a
+    /// call: at most one per bubble spacing.
     pub(super) fn announce(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         self.announce_within(now, RETRY, tx);
     }
 
-    /// An announcement now, or, when the last one went out less than `spacing` ago,
-    /// as soon as the spacing allows: deferred, not dropped, since a peer that came up
-    /// since our last one (the reason to announce again) has not heard it.
+    /// An announcement outside the schedule now, or, when the last one went out less
+    /// than `spacing` ago, as soon as the spacing allows: deferred, not dropped, since
+    /// a peer that came up since our last one (the reason to announce again) has not
+    /// heard it. The schedule (the repeats after coming up, then every 200 to 300 s)
+    /// is not moved by it.
     pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut (impl Transmit + Ports)) {
-        let Some(me) = self.address() else { return };
-        if !self.cfg.local_discovery {
+        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < spacing) {
+            self.deferred_announce = Some(self.deferred_announce.map_or(last + spacing, |d| d.min(last + spacing)));
             return;
         }
-        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < spacing) {
-            self.next_announce = self.next_announce.min(last + spacing);
+        self.deferred_announce = None;
+        self.send_announcement(now, tx);
+    }
+
+    /// The announcements due at `now`: a deferred one, and the schedule's — RFC 4380
+    /// §5.2.8's every 200 to 300 s, and before them, after we came up with a new
+    /// address, one at once and [`ANNOUNCE_REPEATS`] more [`RETRY`] apart. Never two
+    /// within [`ANSWER_SPACING`]: a scheduled one that would be waits for it, keeping
+    /// its place in the schedule.
+    pub(super) fn announce_when_due(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
+        if self.deferred_announce.is_some_and(|d| now >= d) {
+            self.announce_within(now, ANSWER_SPACING, tx);
+        }
+        if now < self.next_announce {
             return;
+        }
+        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < ANSWER_SPACING) {
+            self.next_announce = last + ANSWER_SPACING;
+            return;
+        }
+        if self.send_announcement(now, tx) {
+            self.next_announce = if self.announce_repeats > 0 {
+                self.announce_repeats -= 1;
+                now + RETRY
+            } else {
+                now + Duration::from_secs(200 + self.rng.below(101))
+            };
+        }
+    }
+
+    /// One announcement to the link, if we have an address and local discovery is on.
+    fn send_announcement(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) -> bool {
+        let Some(me) = self.address() else { return false };
+        if !self.cfg.local_discovery {
+            return false;
         }
         let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
         tx.send(Source::Service, GROUP, &self.scratch[..n], None);
         self.stats.bubbles += 1;
         self.last_announce = Some(now);
-        self.next_announce = if self.announce_repeats > 0 {
-            self.announce_repeats -= 1;
-            now + RETRY
-        } else {
-            now + Duration::from_secs(200 + self.rng.below(101))
-        };
+        true
     }
 
     /// Whether Teredo address `peer` embeds our own public IPv4 address: a peer behind

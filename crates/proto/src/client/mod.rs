@@ -99,11 +99,14 @@ pub const RS_TRIES: u8 = 3;
 pub const REFRESH_TRIES: u8 = 8;
 /// Bubble and connectivity-test spacing.
 pub const RETRY: Duration = Duration::from_secs(2);
-/// Times our announcement on the link is repeated, [`RETRY`] apart, after we come up
-/// with a new address (RFC 4380 §5.2.8 sends one): a lost multicast datagram, or a
-/// neighbour that came up a moment after us, would otherwise keep two clients behind
-/// one NAT apart until the next announcement, 200 to 300 s later.
+/// Times our announcement on the link is repeated, [`RETRY`] apart, after the one we
+/// send on coming up with a new address (RFC 4380 §5.2.8 asks only for one every 200
+/// to 300 s): a lost multicast datagram, or a neighbour that came up a moment after
+/// us, would otherwise keep two clients behind one NAT apart until the next one.
 pub const ANNOUNCE_REPEATS: u8 = 2;
+/// The least time between two announcements on the link, however many peers new to
+/// us announce themselves.
+pub const ANSWER_SPACING: Duration = Duration::from_millis(200);
 /// Bubbles or echoes per peer before giving up.
 pub const PEER_TRIES: u8 = 4;
 /// A native peer we have sent to for this long without a word back is tested again: its
@@ -161,8 +164,10 @@ pub struct Client<R: Random> {
     local_peers: LocalPeers,
     last_announce: Option<Duration>,
     next_announce: Duration,
-    /// Announcements still to repeat, [`RETRY`] apart, after coming up.
+    /// Announcements of the schedule still to repeat, [`RETRY`] apart, after coming up.
     announce_repeats: u8,
+    /// An announcement outside the schedule, waiting for the spacing since our last.
+    deferred_announce: Option<Duration>,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     /// The IPv4 subnets this host is attached to (network, mask): peers whose address
@@ -219,6 +224,7 @@ impl<R: Random> Client<R> {
             last_announce: None,
             next_announce: Duration::ZERO,
             announce_repeats: 0,
+            deferred_announce: None,
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             attached: Vec::new(),

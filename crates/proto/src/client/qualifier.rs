@@ -298,6 +298,7 @@ impl<R: Random> Client<R> {
         self.mapped_inbound = false;
         self.last_announce = None;
         self.next_announce = Duration::ZERO;
+        self.deferred_announce = None;
         self.announce_repeats = 0;
     }
 
@@ -324,6 +325,7 @@ impl<R: Random> Client<R> {
             // Tell the link at once: a peer there may be calling us already.
             self.next_announce = now;
             self.last_announce = None;
+            self.deferred_announce = None;
             self.announce_repeats = ANNOUNCE_REPEATS;
         }
         self.q.last_server_rx = now;
@@ -593,10 +595,7 @@ impl<R: Random> Client<R> {
             }
             Phase::Up { server, .. } => {
                 self.maintain(now, server, tx);
-                // When it is due: its spacing was kept when it was set.
-                if now >= self.next_announce {
-                    self.announce_within(now, Duration::ZERO, tx);
-                }
+                self.announce_when_due(now, tx);
             }
             _ => {}
         }
