@@ -69,23 +69,21 @@ impl<R: Random> Client<R> {
     /// within [`ANSWER_SPACING`]: a scheduled one that would be waits for it, keeping
     /// its place in the schedule.
     pub(super) fn announce_when_due(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
+        if now >= self.next_announce {
+            if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < ANSWER_SPACING) {
+                self.next_announce = last + ANSWER_SPACING;
+            } else if self.send_announcement(now, tx) {
+                self.next_announce = if self.announce_repeats > 0 {
+                    self.announce_repeats -= 1;
+                    now + RETRY
+                } else {
+                    now + Duration::from_secs(200 + self.rng.below(101))
+                };
+            }
+        }
+        // A deferred one, unless the schedule's just served it.
         if self.deferred_announce.is_some_and(|d| now >= d) {
             self.announce_within(now, ANSWER_SPACING, tx);
-        }
-        if now < self.next_announce {
-            return;
-        }
-        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < ANSWER_SPACING) {
-            self.next_announce = last + ANSWER_SPACING;
-            return;
-        }
-        if self.send_announcement(now, tx) {
-            self.next_announce = if self.announce_repeats > 0 {
-                self.announce_repeats -= 1;
-                now + RETRY
-            } else {
-                now + Duration::from_secs(200 + self.rng.below(101))
-            };
         }
     }
 
@@ -99,6 +97,8 @@ impl<R: Random> Client<R> {
         tx.send(Source::Service, GROUP, &self.scratch[..n], None);
         self.stats.bubbles += 1;
         self.last_announce = Some(now);
+        // Whatever waited for the spacing is served by this one.
+        self.deferred_announce = None;
         true
     }
 
