@@ -107,13 +107,7 @@ fn main() -> ExitCode {
         let run = run::shipworm_binary(&args).and_then(|bin| {
             soak::soak(&shipworm_lab::Impl::Shipworm(bin), &plan, &out, &mut |l: &str| println!("{l}"))
         });
-        return match run {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(f) => {
-                eprintln!("shipworm-bench: {}", f.message);
-                ExitCode::FAILURE
-            }
-        };
+        return exit_code(run);
     }
     if let Some(Part::StatusFlood) = args.part {
         let out = if args.out == std::path::Path::new("results/latest") {
@@ -127,24 +121,17 @@ fn main() -> ExitCode {
                 println!("{l}")
             })
         });
-        return match run {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(f) => {
-                eprintln!("shipworm-bench: {}", f.message);
-                ExitCode::FAILURE
-            }
-        };
+        return exit_code(run);
     }
     if let Some(Part::Chain { bytes }) = args.part {
-        return match run::chains_tcp(&args, bytes) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(f) => {
-                eprintln!("shipworm-bench: {}", f.message);
-                ExitCode::FAILURE
-            }
-        };
+        return exit_code(run::chains_tcp(&args, bytes));
     }
-    match run::run(&args) {
+    exit_code(run::run(&args))
+}
+
+/// The exit status of a run, its failure said on stderr.
+fn exit_code(run: Result<(), error::Failure>) -> ExitCode {
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("shipworm-bench: {}", f.message);

@@ -17,7 +17,7 @@ use std::time::Instant;
 /// Run the benchmark.
 pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     let me = Impl::Shipworm(shipworm_binary(args)?);
-    let miredo = std::path::Path::new("/usr/sbin/miredo").exists();
+    let miredo = miredo_installed();
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
     let started = Instant::now();
     let mut say = |l: &str| println!("{l}");
@@ -67,10 +67,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     };
     say(&format!("end to end through a NAT (at {:.0} s)", started.elapsed().as_secs_f64()));
     let bytes = e2e_bytes(args.quick);
-    let mut chains: Vec<(&'static str, Impl)> = vec![("shipworm", me.clone())];
-    if miredo {
-        chains.push(("miredo", Impl::Miredo));
-    }
+    let chains = chains(&me);
     let mut e2e: Vec<EndToEnd> = chains
         .iter()
         .map(|(name, _)| EndToEnd {
@@ -130,6 +127,21 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Whether Debian's Miredo is installed (without it the bench measures shipworm and the
+/// kernel only).
+fn miredo_installed() -> bool {
+    std::path::Path::new("/usr/sbin/miredo").exists()
+}
+
+/// The chains measured end to end: shipworm's, and Miredo's where installed.
+fn chains(me: &Impl) -> Vec<(&'static str, Impl)> {
+    let mut chains = vec![("shipworm", me.clone())];
+    if miredo_installed() {
+        chains.push(("miredo", Impl::Miredo));
+    }
+    chains
+}
+
 /// A client and relay chain of `imp` (shipworm's server) behind a port-restricted NAT,
 /// qualified by the scenario (`pings` echoes each way, a TCP transfer of `bytes` each
 /// way) and set up as the benchmark measures it: the buffers the relays had alone,
@@ -168,10 +180,7 @@ pub(crate) fn chains_tcp(args: &crate::BenchArgs, bytes: usize) -> Result<(), Fa
     if cpus::available() {
         cpus::pin_traffic().map_err(Failure::runtime)?;
     }
-    let mut chains: Vec<(&'static str, Impl)> = vec![("shipworm", me.clone())];
-    if std::path::Path::new("/usr/sbin/miredo").exists() {
-        chains.push(("miredo", Impl::Miredo));
-    }
+    let chains = chains(&me);
     let rounds = if args.quick { 1 } else { args.rounds.max(1) };
     for round in 1..=rounds {
         for (name, imp) in &chains {

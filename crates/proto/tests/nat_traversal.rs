@@ -449,6 +449,14 @@ impl Net {
     /// Qualify both, then A's host speaks first and B's host answers once A's packet
     /// arrived; true if both packets got through within 10 s.
     fn a_calls_b(&mut self) -> bool {
+        self.calls(0)
+    }
+
+    /// Qualify both, then client `caller`'s host speaks first and the other's answers
+    /// once that packet arrived; true if both packets got through within 10 s.
+    fn calls(&mut self, caller: usize) -> bool {
+        let callee = 1 - caller;
+        let (hello, answer) = (format!("hello {}", ["A", "B"][callee]), format!("hello {}", ["A", "B"][caller]));
         self.pass(Duration::from_secs(3));
         // A gateway that maps ports: the client asks for the port the server saw (PCP
         // MAP, as the daemon does on qualification), and gets it.
@@ -469,21 +477,21 @@ impl Net {
             self.trace
         );
         self.trace.clear();
-        self.host_sends(0, b"hello B");
+        self.host_sends(caller, hello.as_bytes());
         for _ in 0..100 {
             self.pass(Duration::from_millis(100));
-            if self.received(1, b"hello B") {
+            if self.received(callee, hello.as_bytes()) {
                 break;
             }
         }
-        if !self.received(1, b"hello B") {
+        if !self.received(callee, hello.as_bytes()) {
             return false;
         }
-        self.host_sends(1, b"hello A");
+        self.host_sends(callee, answer.as_bytes());
         self.pass(Duration::from_secs(3));
         // The exchange, for `cargo test -- --nocapture`.
-        println!("{:?} calls {:?}:\n{}", self.nats[0].kind, self.nats[1].kind, self.trace);
-        self.received(0, b"hello A")
+        println!("{:?} calls {:?}:\n{}", self.nats[caller].kind, self.nats[callee].kind, self.trace);
+        self.received(caller, answer.as_bytes())
     }
 }
 
@@ -717,11 +725,16 @@ fn clients_behind_one_nat_meet_on_the_link_when_every_announcement_before_the_ca
     // Every announcement of both, repeats included, lost before the call: the caller
     // announces itself when it calls a peer behind its own NAT, which the peer answers
     // with its own.
-    let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
-    net.lose_announcements = [3, 3];
-    assert!(net.a_calls_b(), "{}", net.trace);
-    let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
-    assert!(!data.is_empty() && data.iter().all(|l| l.ends_with("delivered on the local network")), "{}", net.trace);
+    // Each side calling, cold: A (up first) and B (up a moment after it, in the same
+    // tick).
+    for caller in [0, 1] {
+        let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = false);
+        net.lose_announcements = [3, 3];
+        assert!(net.calls(caller), "client {caller} calling:\n{}", net.trace);
+        let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
+        let local = !data.is_empty() && data.iter().all(|l| l.ends_with("delivered on the local network"));
+        assert!(local, "client {caller} calling:\n{}", net.trace);
+    }
 }
 
 /// The service port is what the model NATs see as the client's local port.

@@ -56,10 +56,10 @@ impl<R: Random> Client<R> {
     /// is not moved by it.
     pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut (impl Transmit + Ports)) {
         if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < spacing) {
-            self.deferred_announce = Some(self.deferred_announce.map_or(last + spacing, |d| d.min(last + spacing)));
+            let at = last + spacing;
+            self.deferred_announce = Some(self.deferred_announce.map_or(at, |d| d.min(at)));
             return;
         }
-        self.deferred_announce = None;
         self.send_announcement(now, tx);
     }
 
