@@ -831,3 +831,65 @@ fn local_discovery_takes_the_attached_subnet_not_a_24() {
         Err(shipworm_proto::DropReason::SourceMismatch)
     );
 }
+
+/// Qualify both, then client `caller`'s host sends one packet to the other: true if
+/// it reached the other's host at once, with no retry (virtual time did not move).
+fn first_packet_at_once(net: &mut Net, caller: usize) -> bool {
+    net.pass(Duration::from_secs(3));
+    let at = net.now;
+    net.host_sends(caller, b"first");
+    net.received(1 - caller, b"first") && net.now == at
+}
+
+#[test]
+fn a_caller_heard_on_the_link_but_not_hearing_back_sends_only_once_the_peer_took_it() {
+    // Every announcement of the caller lost; it heard the callee's. The callee meets
+    // the caller only through hairpinning's alternate address, and takes the caller's
+    // packets from there only once the caller echoed the callee's own nonce: a bubble
+    // of the callee's from its local address, echoing the caller's nonce, does not mean
+    // it heard the caller. The caller's first packet waits for that echo and arrives.
+    for caller in [0, 1] {
+        let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
+        net.lose_announcements[caller] = u32::MAX;
+        assert!(first_packet_at_once(&mut net, caller), "client {caller} calling:\n{}", net.trace);
+    }
+}
+
+#[test]
+fn clients_that_heard_each_other_on_the_link_meet_at_once() {
+    // Both heard each other's announcements: the first packet goes on the link with no
+    // retry, each side calling, with and without hairpinning.
+    for hairpinning in [true, false] {
+        for caller in [0, 1] {
+            let mut net = Net::shared(Kind::PortRestricted, |_, c| c.hairpinning = hairpinning);
+            assert!(first_packet_at_once(&mut net, caller), "client {caller} calling:\n{}", net.trace);
+            let data: Vec<&str> = net.trace.lines().filter(|l| l.contains(" data")).collect();
+            assert!(data.iter().all(|l| l.ends_with("delivered on the local network")), "{}", net.trace);
+        }
+    }
+}
+
+#[test]
+fn a_stale_nonce_bubble_from_a_neighbours_local_address_does_not_release_what_waits() {
+    // A heard B on the link, B never heard A. A's host calls B and everything A sends
+    // is lost; then a bubble of B's arrives from B's local address, echoing a nonce A
+    // no longer expects (an answer to an older indirect bubble's alternate address). B
+    // has not heard A: A's packet sent now would be refused, so A keeps it.
+    let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
+    net.lose_announcements[0] = u32::MAX;
+    net.pass(Duration::from_secs(3));
+    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
+    let mut p = vec![0u8; 40];
+    Ipv6Repr { src_addr: a, dst_addr: b, next_header: 17, payload_len: 5, hop_limit: 64 }.emit(&mut p).unwrap();
+    p.extend_from_slice(b"first");
+    let mut out = net.out(0);
+    let _ = net.clients[0].on_tun(net.now, &p, &mut out);
+    let mut bytes = vec![0u8; 40];
+    shipworm_wire::teredo_packet::emit_bubble(&b, &a, 0, &mut bytes).unwrap();
+    bytes.extend_from_slice(&[trailer_type::NONCE, 4]);
+    bytes.extend_from_slice(&0xdead_beef_u32.to_be_bytes());
+    let mut out = net.out(0);
+    let _ = net.clients[0].on_udp(net.now, Via::Service, net.inside[1].0, &bytes, &mut out);
+    let data = out.sent.iter().filter(|s| TeredoPacket::parse(&s.payload).is_ok_and(|t| !t.is_bubble())).count();
+    assert_eq!(data, 0, "A sent what waited to a neighbour that has not heard it");
+}

@@ -123,9 +123,6 @@ impl<R: Random> Client<R> {
         }
         let embedded = TeredoAddr::decode(&src);
         let nonce = self.nonce_in(pkt);
-        // A peer heard by local discovery writing from where it announced itself takes
-        // our packets from our own local address too (it heard ours): nothing to prove.
-        let heard_here = !self.local_peers.is_empty() && self.local_peers.get(&src, now) == Some(from);
         match self.peers.get_mut(&src) {
             Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
@@ -143,8 +140,11 @@ impl<R: Random> Client<R> {
                         && !p.knows_trailers
                         && embedded.is_some_and(|t| t.mapped.ip() == from.ip())) =>
             {
-                let learned_port =
-                    (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from) && !heard_here;
+                // Also for a peer local discovery heard at `from`: its bubble echoing our
+                // nonce from there may answer the local address our indirect bubble
+                // listed (hairpinning), not our announcement, which it may never have
+                // heard. It takes our packets only once we echoed its own nonce.
+                let learned_port = (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from);
                 let by_nonce = nonce.is_some();
                 if by_nonce {
                     p.nonce_sent = None;
@@ -157,7 +157,7 @@ impl<R: Random> Client<R> {
             }
             _ => {}
         }
-        if self.take_at_embedded_mapping(now, from, src, embedded) {
+        if self.take_at_embedded_mapping(now, from, src, embedded, nonce.is_some()) {
             return Acceptance::Embedded;
         }
         if embedded.is_none() && !pkt.is_bubble() {
@@ -175,8 +175,13 @@ impl<R: Random> Client<R> {
         from: SocketAddrV4,
         src: Ipv6Addr,
         embedded: Option<TeredoAddr>,
+        with_nonce: bool,
     ) -> bool {
-        let local = || embedded.is_some() && self.local_peers.get(&src, now) == Some(from);
+        // A peer heard on the link writes to our local address from there once it heard
+        // us too, and then takes our packets from there (rule 5). A bubble with a nonce
+        // is no sign of that: hairpinning sends one to the local address our indirect
+        // bubble listed, to a peer that never heard our announcement.
+        let local = || embedded.is_some() && !with_nonce && self.local_peers.get(&src, now) == Some(from);
         // Never for an embedded address on a subnet we are attached to: that host
         // is met by local discovery, not this way (CVE-2006-6264).
         let direct = embedded.is_some_and(|t| t.mapped == from && self.unreachable_embedded(*from.ip()).is_none());
@@ -241,7 +246,10 @@ impl<R: Random> Client<R> {
     /// Trailers of an accepted direct bubble from `src` at `from`: the peer knows RFC
     /// 6081, and a Server Load Reduction solicitation is answered with an advertisement
     /// (§5.7.4.2) — only now that the bubble passed the acceptance rules, so a forged
-    /// solicitation cannot make us send to an address of its choosing.
+    /// solicitation cannot make us send to an address of its choosing. A peer on the
+    /// link, writing from where local discovery heard it, asks so when it calls us
+    /// ([`Client::reach_on_link`]); it is answered whether or not Server Load Reduction
+    /// is on, since we take its packets from there now.
     pub(super) fn on_peer_trailers(
         &mut self,
         now: Duration,
@@ -252,7 +260,8 @@ impl<R: Random> Client<R> {
         tx: &mut (impl Transmit + Ports),
     ) {
         let (me, src) = (&pkt.ipv6.dst_addr(), &pkt.ipv6.src_addr());
-        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction {
+        let on_link = !self.local_peers.is_empty() && self.local_peers.get(src, now) == Some(from);
+        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction && !on_link {
             return;
         }
         let solicited = matches!(
@@ -265,12 +274,12 @@ impl<R: Random> Client<R> {
         let mut answer = false;
         if let Some(mut p) = self.peers.get_mut(src) {
             p.knows_trailers = true;
-            answer = known && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
+            answer = (known || on_link) && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
             if answer && solicited {
                 p.last_tx = now;
             }
         }
-        if solicited && answer && self.cfg.server_load_reduction {
+        if solicited && answer && (self.cfg.server_load_reduction || on_link) {
             let ad = Trailers::discovery(DiscoveryType::Advertisement);
             self.send_bubble(me, src, ad, Path::new(Source::service_or(port), from), tx);
             self.stats.peer_advertisements += 1;

@@ -112,7 +112,11 @@ impl<R: Random> Client<R> {
     /// Our side, when we call `peer`, of a contact on the link: bubbles between two
     /// clients behind one NAT meet only there when the NAT does not hairpin. A peer
     /// heard on the link gets our announcement (which it needs to take our bubble) and
-    /// a bubble at its local address. A peer behind our NAT not heard there gets our
+    /// a bubble at its local address, which asks (a Neighbor Discovery solicitation)
+    /// whether it takes our packets there: its advertisement says so, and what waits
+    /// goes at once. A bubble of its echoing our nonce from there would not: that may
+    /// answer the local address our indirect bubble listed, from a peer that never heard
+    /// our announcement. A peer behind our NAT not heard there gets our
     /// announcement, which draws its own (the last one either of us sent may have been
     /// lost, or gone out before the other was up): without it, the two would stay
     /// apart until the next announcement. At most one announcement per bubble spacing.
@@ -134,7 +138,8 @@ impl<R: Random> Client<R> {
         }
         if let Some(at) = self.local_peers.get(&peer, now) {
             self.announce(now, tx);
-            self.send_bubble(me, &peer, Trailers::default(), Path::service(at), tx);
+            let ask = Trailers::discovery(DiscoveryType::Solicitation);
+            self.send_bubble(me, &peer, ask, Path::service(at), tx);
         } else if self.behind_our_nat(&peer) {
             self.announce(now, tx);
         }
