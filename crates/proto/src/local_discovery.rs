@@ -5,7 +5,8 @@
 //!
 //! What a client heard is kept here, apart from the peer table: a local endpoint is
 //! only a hint (anyone on the link can announce anything) until the peer answers from
-//! it (RFC 4380 §5.2.3 case 5). Capped, and forgotten after 600 s of silence.
+//! it without a nonce (RFC 4380 §5.2.3 case 5). Capped, and forgotten after 600 s of
+//! silence.
 
 use crate::peer_table::KeyedHash;
 use std::collections::HashMap;

@@ -25,7 +25,7 @@ pub(super) enum Acceptance {
         learned_port: bool,
     },
     /// Rule 3: its address embeds where it came from; or rule 5: local discovery heard
-    /// it there.
+    /// it there, and it is not a bubble with a nonce.
     Embedded,
     /// Rule 6: a native host through an endpoint not (yet) its own: hold and test.
     FirstContact,
@@ -60,9 +60,15 @@ impl<R: Random> Client<R> {
         let new_route = self.route_through(now, &src, port, proven, tx);
         // The peer now sees us where our address does not say (its proven port
         // changed, or our packets leave from a random port): it takes them only once we
-        // echoed a nonce of its own.
-        let reprove = learned_port || new_route;
-        let echo = if reprove { self.peers.get(&src).and_then(|p| p.nonce_received) } else { None };
+        // echoed a nonce of its own. While what waits is held so, a bubble of its
+        // echoing ours is no sign that it takes our packets either (a neighbour sends
+        // one to the local address our indirect bubble listed before it heard us);
+        // anything else it sends from there is: data, an advertisement, a bubble without
+        // a nonce go to us from there only once it trusts us there.
+        let (holding, stored) = self.peers.get(&src).map_or((false, None), |p| (p.holding, p.nonce_received));
+        let with_nonce = pkt.is_bubble() && pkt.trailers.find(trailer_type::NONCE).is_some();
+        let reprove = learned_port || new_route || (holding && with_nonce);
+        let echo = if reprove { stored } else { None };
         if reprove && echo.is_some() {
             // Tell it at once, through the port its NAT opened towards us: its own
             // bubbles to our address's mapping may all have been dropped, and it
@@ -72,8 +78,14 @@ impl<R: Random> Client<R> {
             self.send_bubble(&dst, &src, Trailers::nonce(echo), Path::new(Source::service_or(port), to), tx);
         }
         // Without its nonce yet (its indirect bubble is still on its way through the
-        // servers), what the host queued waits for it: sent now, it would be dropped.
+        // servers), what the host queued waits for it, and what the host sends next
+        // waits behind it: sent now, it would be dropped.
         let hold = reprove && echo.is_none();
+        if hold {
+            if let Some(mut p) = self.peers.get_mut(&src) {
+                p.holding = true;
+            }
+        }
         if pkt.is_bubble() && !pkt.trailers.is_empty() {
             self.on_peer_trailers(now, from, port, known, pkt, tx);
         }
@@ -123,6 +135,7 @@ impl<R: Random> Client<R> {
         }
         let embedded = TeredoAddr::decode(&src);
         let nonce = self.nonce_in(pkt);
+        let with_nonce = pkt.is_bubble() && pkt.trailers.find(trailer_type::NONCE).is_some();
         match self.peers.get_mut(&src) {
             Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
@@ -143,7 +156,8 @@ impl<R: Random> Client<R> {
                 // Also for a peer local discovery heard at `from`: its bubble echoing our
                 // nonce from there may answer the local address our indirect bubble
                 // listed (hairpinning), not our announcement, which it may never have
-                // heard. It takes our packets only once we echoed its own nonce.
+                // heard. It takes our packets only once we echoed its own nonce, or
+                // once it heard us (its advertisement, data, a bubble without a nonce).
                 let learned_port = (!p.trusted || p.mapped != from) && embedded.is_some_and(|t| t.mapped != from);
                 let by_nonce = nonce.is_some();
                 if by_nonce {
@@ -157,7 +171,7 @@ impl<R: Random> Client<R> {
             }
             _ => {}
         }
-        if self.take_at_embedded_mapping(now, from, src, embedded, nonce.is_some()) {
+        if self.take_at_embedded_mapping(now, from, src, embedded, with_nonce) {
             return Acceptance::Embedded;
         }
         if embedded.is_none() && !pkt.is_bubble() {
@@ -261,7 +275,7 @@ impl<R: Random> Client<R> {
     ) {
         let (me, src) = (&pkt.ipv6.dst_addr(), &pkt.ipv6.src_addr());
         let on_link = !self.local_peers.is_empty() && self.local_peers.get(src, now) == Some(from);
-        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction && !on_link {
+        if !self.cfg.symmetric_nat_support && !self.cfg.server_load_reduction && !on_link && !known {
             return;
         }
         let solicited = matches!(
@@ -270,16 +284,21 @@ impl<R: Random> Client<R> {
         );
         // Only a peer trusted at this endpoint before this packet is answered, once per
         // bubble spacing: a packet spoofed from an address its source embeds would
-        // otherwise turn us into a reflector.
+        // otherwise turn us into a reflector. A peer on our link, once per 200 ms: its
+        // call may come just after our last transmission to it (our answer to its
+        // indirect bubble), and it holds what it sends us until we answer.
+        let spacing = if on_link { ANSWER_SPACING } else { RETRY };
         let mut answer = false;
         if let Some(mut p) = self.peers.get_mut(src) {
             p.knows_trailers = true;
-            answer = (known || on_link) && (p.last_tx + RETRY <= now || p.last_tx == Duration::ZERO);
+            answer = (known || on_link) && (p.last_tx + spacing <= now || p.last_tx == Duration::ZERO);
             if answer && solicited {
                 p.last_tx = now;
             }
         }
-        if solicited && answer && (self.cfg.server_load_reduction || on_link) {
+        // Answered whether or not Server Load Reduction is on: a peer that asks holds
+        // what it would send us until we do.
+        if solicited && answer {
             let ad = Trailers::discovery(DiscoveryType::Advertisement);
             self.send_bubble(me, src, ad, Path::new(Source::service_or(port), from), tx);
             self.stats.peer_advertisements += 1;

@@ -51,6 +51,7 @@ pub struct ClientConfig {
     /// RFC 6081 §5.7, Server Load Reduction: a trusted peer silent for 30 s is asked
     /// with direct bubbles first (three, 2 s apart) before bubbles go through servers.
     /// Only peers that have sent an RFC 6081 trailer are asked: others never answer.
+    /// A trusted peer's solicitation is answered whether or not this is on.
     pub server_load_reduction: bool,
     /// RFC 6081 §5.6, Hairpinning: indirect bubbles to peers not yet reached list our
     /// local address (Alternate Address trailer), and the addresses a peer lists get a

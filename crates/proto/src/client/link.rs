@@ -122,8 +122,8 @@ impl<R: Random> Client<R> {
     /// apart until the next announcement. At most one announcement per bubble spacing.
     ///
     /// Only the caller announces so: the peer, hearing us first, writes to us from its
-    /// local address only once it has heard us, so we trust it (and send what waits)
-    /// only when it will take our packets. A callee announcing itself when called
+    /// local address without a nonce only once it has heard us, so we trust it (and
+    /// send what waits) only when it will take our packets. A callee announcing itself when called
     /// through the server was tried: the caller could trust it before it had heard the
     /// caller, and the caller's first packet was refused (the e2e same-NAT case).
     pub(super) fn reach_on_link(

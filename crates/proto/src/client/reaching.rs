@@ -28,6 +28,7 @@ impl<R: Random> Client<R> {
             return;
         };
         p.waiting = false;
+        p.holding = false;
         p.set_nonce(None);
         p.solicitations = 0;
         let empty = p.queue().is_empty();
@@ -244,9 +245,13 @@ impl<R: Random> Client<R> {
         }
         let Some(mut p) = self.peers.get_mut(&dst) else { return true };
         p.trusted = false;
+        p.holding = false;
         p.solicitations = 0;
         p.tries = 0;
         p.mapped = t.mapped;
+        // Starting over: the nonce its last indirect bubble carried is no proof for
+        // its next answer; its fresh indirect bubble brings the one to echo.
+        p.nonce_received = None;
         drop(p);
         if let Some(local) = self.ports.remove(&dst).and_then(|e| e.local) {
             tx.close_port(local);

@@ -49,6 +49,9 @@ pub struct Peer {
     pub solicitations: u8,
     /// The peer sent us an RFC 6081 trailer: it may answer a solicitation.
     pub knows_trailers: bool,
+    /// What is queued for the peer waits although we trust it: it wrote to us from
+    /// where it may not take our packets yet (a client, until it proves it does).
+    pub holding: bool,
 }
 
 impl Peer {
@@ -69,6 +72,7 @@ impl Peer {
             nonce_received: None,
             solicitations: 0,
             knows_trailers: false,
+            holding: false,
         }
     }
 
@@ -84,6 +88,7 @@ const KNOWS_TRAILERS: u8 = 4;
 /// The entry's queue holds packets (kept in the hot line so that eviction and the
 /// sweep never read the cold state).
 const QUEUED: u8 = 8;
+const HOLDING: u8 = 16;
 
 /// The stored form of a [`Peer`]: one cache line. All zeros is an empty slot (no peer
 /// has the unspecified address as its key). Times are nanoseconds of the caller's clock,
@@ -145,7 +150,8 @@ impl Slot {
         self.flags = (self.flags & QUEUED)
             | bit(p.trusted, TRUSTED)
             | bit(p.waiting, WAITING)
-            | bit(p.knows_trailers, KNOWS_TRAILERS);
+            | bit(p.knows_trailers, KNOWS_TRAILERS)
+            | bit(p.holding, HOLDING);
     }
 
     pub(super) fn decode(&self) -> Peer {
@@ -162,6 +168,7 @@ impl Slot {
             nonce_received: NonZeroU32::new(self.nonce_received),
             solicitations: self.solicitations,
             knows_trailers: self.flags & KNOWS_TRAILERS != 0,
+            holding: self.flags & HOLDING != 0,
         }
     }
 
@@ -361,6 +368,7 @@ mod tests {
         p.trusted = true;
         p.waiting = true;
         p.knows_trailers = true;
+        p.holding = true;
         p.tries = 3;
         p.solicitations = 2;
         p.nonce_sent = NonZeroU32::new(0xdead_beef);

@@ -354,6 +354,17 @@ impl PeerTable {
         Some(p.mapped)
     }
 
+    /// Where to send to `key` right now, as [`PeerTable::send_to`], unless what is queued
+    /// for it is held back ([`Peer::holding`]): what follows waits behind it.
+    pub fn send_to_unless_holding(&mut self, key: &Key, now: Duration) -> Option<SocketAddrV4> {
+        let mut p = self.get_mut_keyed(key)?;
+        if !p.is_valid(now) || p.holding {
+            return None;
+        }
+        p.last_tx = now;
+        Some(p.mapped)
+    }
+
     /// Where to send to `key` right now, as [`PeerTable::send_to`], for a sender that
     /// watches for silence: the transmission is recorded only when it is the first since
     /// the peer last spoke, and the answer also says for how long that first one has gone
