@@ -872,29 +872,58 @@ fn clients_that_heard_each_other_on_the_link_meet_at_once() {
     }
 }
 
+/// Two clients behind one NAT, up for 3 s: A heard B on the link, B never heard A (every
+/// announcement of A's lost).
+fn heard_one_way() -> Net {
+    let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
+    net.lose_announcements[0] = u32::MAX;
+    net.pass(Duration::from_secs(3));
+    net
+}
+
+/// A UDP packet from A's host to B carrying `body`.
+fn a_to_b(net: &Net, body: &[u8]) -> Vec<u8> {
+    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
+    let mut p = vec![0u8; 40];
+    Ipv6Repr { src_addr: a, dst_addr: b, next_header: 17, payload_len: body.len(), hop_limit: 64 }
+        .emit(&mut p)
+        .unwrap();
+    p.extend_from_slice(body);
+    p
+}
+
+/// A bubble from B to A with `trailers`, arriving at A from B's local address: what A
+/// sends in answer.
+fn bubble_b_to_a(net: &mut Net, trailers: &[u8]) -> Recorder {
+    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
+    let mut bytes = vec![0u8; 40];
+    shipworm_wire::teredo_packet::emit_bubble(&b, &a, 0, &mut bytes).unwrap();
+    bytes.extend_from_slice(trailers);
+    let mut out = net.out(0);
+    let _ = net.clients[0].on_udp(net.now, Via::Service, net.inside[1].0, &bytes, &mut out);
+    out
+}
+
+/// The data packets (not bubbles) in `out`, in order: where each went, and its payload.
+fn data_sent(out: &Recorder) -> Vec<(SocketAddrV4, Vec<u8>)> {
+    out.sent
+        .iter()
+        .filter(|s| TeredoPacket::parse(&s.payload).is_ok_and(|t| !t.is_bubble()))
+        .map(|s| (s.to, s.payload[40..].to_vec()))
+        .collect()
+}
+
 #[test]
 fn a_stale_nonce_bubble_from_a_neighbours_local_address_does_not_release_what_waits() {
     // A heard B on the link, B never heard A. A's host calls B and everything A sends
     // is lost; then a bubble of B's arrives from B's local address, echoing a nonce A
     // no longer expects (an answer to an older indirect bubble's alternate address). B
     // has not heard A: A's packet sent now would be refused, so A keeps it.
-    let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
-    net.lose_announcements[0] = u32::MAX;
-    net.pass(Duration::from_secs(3));
-    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
-    let mut p = vec![0u8; 40];
-    Ipv6Repr { src_addr: a, dst_addr: b, next_header: 17, payload_len: 5, hop_limit: 64 }.emit(&mut p).unwrap();
-    p.extend_from_slice(b"first");
+    let mut net = heard_one_way();
     let mut out = net.out(0);
-    let _ = net.clients[0].on_tun(net.now, &p, &mut out);
-    let mut bytes = vec![0u8; 40];
-    shipworm_wire::teredo_packet::emit_bubble(&b, &a, 0, &mut bytes).unwrap();
-    bytes.extend_from_slice(&[trailer_type::NONCE, 4]);
-    bytes.extend_from_slice(&0xdead_beef_u32.to_be_bytes());
-    let mut out = net.out(0);
-    let _ = net.clients[0].on_udp(net.now, Via::Service, net.inside[1].0, &bytes, &mut out);
-    let data = out.sent.iter().filter(|s| TeredoPacket::parse(&s.payload).is_ok_and(|t| !t.is_bubble())).count();
-    assert_eq!(data, 0, "A sent what waited to a neighbour that has not heard it");
+    let _ = net.clients[0].on_tun(net.now, &a_to_b(&net, b"first"), &mut out);
+    let out = bubble_b_to_a(&mut net, &[&[trailer_type::NONCE, 4][..], &0xdead_beef_u32.to_be_bytes()].concat());
+    assert!(data_sent(&out).is_empty(), "A sent what waited to a neighbour that has not heard it");
 }
 
 #[test]
@@ -903,28 +932,10 @@ fn what_a_caller_holds_for_a_neighbour_stays_in_order_until_the_neighbour_takes_
     // nonce comes from B's local address (hairpinning), before B's indirect bubble: A
     // holds its packet. The host's next packet waits behind it, and so does everything
     // through another echo of the same kind; B's advertisement (it takes A's packets
-    // there now) lets both go, in order.
-    let mut net = Net::shared(Kind::PortRestricted, |_, _| {});
-    net.lose_announcements[0] = u32::MAX;
-    net.pass(Duration::from_secs(3));
-    let (a, b) = (net.addresses[0].unwrap(), net.addresses[1].unwrap());
-    let b_local = net.inside[1].0;
-    let packet = |body: &[u8]| {
-        let mut p = vec![0u8; 40];
-        let len = body.len();
-        Ipv6Repr { src_addr: a, dst_addr: b, next_header: 17, payload_len: len, hop_limit: 64 }.emit(&mut p).unwrap();
-        p.extend_from_slice(body);
-        p
-    };
-    let data_out = |out: &Recorder| -> Vec<Vec<u8>> {
-        out.sent
-            .iter()
-            .filter(|s| TeredoPacket::parse(&s.payload).is_ok_and(|t| !t.is_bubble()))
-            .map(|s| s.payload[40..].to_vec())
-            .collect()
-    };
+    // there now) lets all go, in order, to B's local address.
+    let mut net = heard_one_way();
     let mut out = net.out(0);
-    let _ = net.clients[0].on_tun(net.now, &packet(b"first"), &mut out);
+    let _ = net.clients[0].on_tun(net.now, &a_to_b(&net, b"first"), &mut out);
     let nonce = out
         .sent
         .iter()
@@ -934,30 +945,16 @@ fn what_a_caller_holds_for_a_neighbour_stays_in_order_until_the_neighbour_takes_
             _ => None,
         })
         .expect("A's indirect bubble with its nonce and local address");
-    let bubble = |trailer: &[u8]| {
-        let mut bytes = vec![0u8; 40];
-        shipworm_wire::teredo_packet::emit_bubble(&b, &a, 0, &mut bytes).unwrap();
-        bytes.extend_from_slice(trailer);
-        bytes
-    };
-    let echo = bubble(&[&[trailer_type::NONCE, 4][..], &nonce[..]].concat());
     for _ in 0..2 {
+        let out = bubble_b_to_a(&mut net, &[&[trailer_type::NONCE, 4][..], &nonce[..]].concat());
+        assert!(data_sent(&out).is_empty(), "A let go of what waits on B's echo of A's nonce");
         let mut out = net.out(0);
-        let _ = net.clients[0].on_udp(net.now, Via::Service, b_local, &echo, &mut out);
-        assert!(data_out(&out).is_empty(), "A let go of what waits on B's echo of A's nonce");
-        let mut out = net.out(0);
-        let _ = net.clients[0].on_tun(net.now, &packet(b"second"), &mut out);
-        assert!(data_out(&out).is_empty(), "A's next packet overtook what waits");
+        let _ = net.clients[0].on_tun(net.now, &a_to_b(&net, b"second"), &mut out);
+        assert!(data_sent(&out).is_empty(), "A's next packet overtook what waits");
     }
-    let advertisement = bubble(&[trailer_type::NEIGHBOR_DISCOVERY, 4, 1, 0, 0, 0]);
-    let mut out = net.out(0);
-    let _ = net.clients[0].on_udp(net.now, Via::Service, b_local, &advertisement, &mut out);
-    let sent = data_out(&out);
-    let bodies: Vec<&[u8]> = sent.iter().map(Vec::as_slice).collect();
-    assert_eq!(bodies, [&b"first"[..], b"second", b"second"], "what waited goes on B's advertisement, in order");
-    assert!(out
-        .sent
-        .iter()
-        .filter(|s| !TeredoPacket::parse(&s.payload).is_ok_and(|t| t.is_bubble()))
-        .all(|s| s.to == b_local));
+    let out = bubble_b_to_a(&mut net, &[trailer_type::NEIGHBOR_DISCOVERY, 4, 1, 0, 0, 0]);
+    let b_local = net.inside[1].0;
+    let want: Vec<(SocketAddrV4, Vec<u8>)> =
+        [&b"first"[..], b"second", b"second"].iter().map(|body| (b_local, body.to_vec())).collect();
+    assert_eq!(data_sent(&out), want, "what waited goes to B's local address on its advertisement, in order");
 }
