@@ -172,6 +172,7 @@ fn shipworm_chain(me: &std::path::Path, first: Side, extra: &'static str) -> Sce
         first,
         shipworm_extra: extra,
         narrow_wan: None,
+        relay_sums_in_software: false,
     }
 }
 

@@ -83,6 +83,7 @@ enum counter {
 	ENCAP_SILENT,
 	DECAP_DIRECT,
 	ENCAP_DIRECT,
+	DECAP_CHECKSUM_PENDING,
 	COUNTERS,
 };
 
@@ -261,6 +262,25 @@ static __always_inline __u32 train_piece(struct __sk_buff *skb, __u32 l3, __u8 n
 	return sizeof(struct ipv6hdr) + (offset >> 4) * 4 + skb->gso_size;
 }
 
+// Whether the UDP checksum of `ip4`'s datagram `udp` is still to be taken
+// (CHECKSUM_PARTIAL): a datagram a process on this host sent through a veth, a tap or a
+// bridge, which pass it on so. Decapsulated, its checksum's start would point into the
+// new Ethernet header, and whatever finishes the sum on the way out (the kernel in
+// software, or a NIC) would write it over the frame's type. BPF can neither see nor
+// clear that state; the checksum field tells it: a sum still to be taken holds the
+// pseudo-header's sum alone (address translation on the way keeps it so), which a
+// finished checksum equals once in 65,535 datagrams (those go to the socket too). A
+// checksum of zero is none.
+static __always_inline int checksum_pending(const struct iphdr *ip4, const struct udphdr *udp)
+{
+	__u32 sum = (bpf_ntohl(ip4->saddr) >> 16) + (bpf_ntohl(ip4->saddr) & 0xffff) +
+		    (bpf_ntohl(ip4->daddr) >> 16) + (bpf_ntohl(ip4->daddr) & 0xffff) + IPPROTO_UDP +
+		    bpf_ntohs(udp->len);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return udp->check && bpf_ntohs(udp->check) == sum;
+}
+
 // Makes the first `headers` bytes of the frame directly readable where the frame has
 // them (the payload may stay in the buffer's fragments).
 static __always_inline void pull_headers(struct __sk_buff *skb, __u32 headers)
@@ -315,6 +335,8 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 		return DECAP_UNKNOWN_PEER;
 	if (p->ip != ip4->saddr || p->port != udp->source)
 		return DECAP_OTHER_MAPPING;
+	if (checksum_pending(ip4, udp))
+		return DECAP_CHECKSUM_PENDING;
 	heard(p);
 	return MOVE;
 }

@@ -91,10 +91,14 @@ pub enum Counter {
     DecapDirect,
     /// Of the encapsulated, those a direct relay took as they arrived.
     EncapDirect,
+    /// Up: its UDP checksum is still to be taken (a process on this host sent it
+    /// through a veth, a tap or a bridge); decapsulated, that checksum would be written
+    /// over the frame's type on the way out.
+    DecapChecksumPending,
 }
 
 /// How many counters there are.
-pub const COUNTERS: usize = 18;
+pub const COUNTERS: usize = 19;
 
 impl Counter {
     /// Every counter, in the programs' order.
@@ -117,6 +121,7 @@ impl Counter {
         Counter::EncapSilent,
         Counter::DecapDirect,
         Counter::EncapDirect,
+        Counter::DecapChecksumPending,
     ];
 
     /// (direction, outcome) as metrics and status name them.
@@ -140,6 +145,7 @@ impl Counter {
             Counter::EncapSilent => ("encap", "silent"),
             Counter::DecapDirect => ("decap", "direct"),
             Counter::EncapDirect => ("encap", "direct"),
+            Counter::DecapChecksumPending => ("decap", "checksum_pending"),
         }
     }
 }

@@ -257,6 +257,29 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
     assert!(delta(Counter::DecapNotPlain) >= 2 * 8, "{}", delta(Counter::DecapNotPlain));
     assert_eq!(delta(Counter::DecapHopLimit), 2 * 2);
 
+    // A datagram whose UDP checksum is still to be taken (a local sender's, through a
+    // veth: the field holds the pseudo-header's sum alone) goes to the socket; one with
+    // no checksum (zero: ours, and RFC 768's "none") moves, as a whole checksum does.
+    let base = frame(C_MAPPED, &udp6(C, NATIVE));
+    let pseudo = |f: &[u8]| {
+        let words = [&f[26..30], &f[30..34]].concat();
+        let mut sum: u32 = words.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        sum += 17 + u32::from(u16::from_be_bytes([f[38], f[39]]));
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    };
+    let before = k.counters().unwrap();
+    let mut pending = base.clone();
+    pending[40..42].copy_from_slice(&pseudo(&base).to_be_bytes());
+    assert!(!check_frame(&mut k, &mut r, &mut w, "checksum still to be taken", &pending));
+    let mut none = base.clone();
+    none[40..42].copy_from_slice(&[0, 0]);
+    assert!(check_frame(&mut k, &mut r, &mut w, "no checksum", &none));
+    let after = k.counters().unwrap();
+    assert_eq!(after[Counter::DecapChecksumPending as usize] - before[Counter::DecapChecksumPending as usize], 2);
+
     let base = frame(C_MAPPED, &udp6(C, NATIVE));
     let mutated_moves = mutations(&base, 4000, 0x9e37_79b9_7f4a_7c15)
         .filter(|f| check_frame(&mut k, &mut r, &mut w, &format!("mutated {f:02x?}"), f))

@@ -115,6 +115,10 @@ pub struct LabSpec {
     /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
     /// whose routers' PMTU messages a firewall filters.
     pub narrow_wan: Option<u32>,
+    /// The relay host's interface sums transport checksums in software (a NIC without
+    /// checksum offload): where a packet's sum is still to be taken (a local sender's,
+    /// which veths pass on as such), the kernel takes it on the way out.
+    pub relay_sums_in_software: bool,
     /// A 6to4 site on the public segment: a host (`h64`, 192.0.2.60, 2002:c000:23c::1)
     /// that reaches IPv6 through a 6to4 relay router (`r64`, 192.0.2.70,
     /// 2001:db8:1::70), which the relay, the server and the native host route
@@ -133,6 +137,7 @@ impl LabSpec {
             anycast_v4: false,
             anycast_servers: false,
             narrow_wan: None,
+            relay_sums_in_software: false,
             sixtofour: false,
         }
     }
@@ -198,6 +203,9 @@ impl Lab {
         }
         if let Some(mtu) = spec.narrow_wan.filter(|_| !spec.nats.is_empty()) {
             lab.narrow_wan(1, mtu)?;
+        }
+        if spec.relay_sums_in_software {
+            netns::exec(&lab.ns("rly"), &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
         }
         Ok(lab)
     }
@@ -451,6 +459,12 @@ impl Lab {
 
     fn build_generator(&mut self) -> Result<()> {
         let gen = self.host("gen", 5)?;
+        // The generator's datagrams leave with their checksums finished, as a NIC puts
+        // them on the wire: a veth would hand the relay host sums still to be taken,
+        // which no host receives from a real wire, and which a relay's kernel path
+        // leaves to its daemon (a local sender's). The relay host's GRO checks them in
+        // software (a NIC would in hardware), for every implementation alike.
+        netns::exec(&gen, &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
         let (rly, h6) = (self.ns("rly"), self.ns("h6"));
         Self::addr(&gen, &format!("{GEN_V4}/24"), "eth0")?;
         Self::addr(&gen, "2001:db8:1::50/64", "eth0")?;

@@ -35,6 +35,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             first,
                             shipworm_extra: "",
                             narrow_wan: None,
+                            relay_sums_in_software: false,
                         };
                         cases.push(Case {
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
@@ -322,6 +323,39 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     }
                     std::thread::sleep(std::time::Duration::from_millis(50));
                 }
+            }),
+        });
+    }
+    // A datagram whose UDP checksum its sender left to be taken on the way out (a
+    // process on the same host, through a veth: Miredo's client here) reaches the relay
+    // in that state. Decapsulated, the sum's start would lie in the new Ethernet
+    // header, and an interface that sums in software (a NIC without checksum offload)
+    // would write it over the frame's type: the native host would drop every packet.
+    // The relay's programs leave such datagrams to the daemon: at tc ingress (the relay
+    // forwarding directly) and in XDP (through its stack).
+    for (first, extra) in [(Side::Native, ""), (Side::Client, "KernelForward stack\n")] {
+        let s = Scenario { client: Impl::Miredo, relay_sums_in_software: true, ..shipworm_chain(&me, first, extra) };
+        let hook = if extra.is_empty() { "tc ingress" } else { "XDP" };
+        cases.push(Case {
+            name: format!("{first:<12} kernel data path: a local sender's datagram whose checksum is still to be taken goes to the daemon, not out with a broken frame (the relay's interface sums in software; Miredo client; decapsulation by {hook})"),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
+                let st = lab.relay_status().ok_or(Failed::at(6, "step 6: the relay's status socket did not answer"))?;
+                let k = &st["counters"]["kernel_path_packets"]["decap"];
+                let pending = k["checksum_pending"].as_u64().unwrap_or(0);
+                let text = format!(
+                    "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s; the relay's decapsulation: {k}",
+                    o.first_ms,
+                    o.ping_out,
+                    o.ping_in,
+                    o.tcp_out.mbit_per_s(),
+                    o.tcp_in.mbit_per_s()
+                );
+                if st["data_path"]["kind"] != "kernel" || pending == 0 {
+                    return Err(Failed::at(6, format!("step 6: none left to the daemon for its checksum: {text}")));
+                }
+                Ok(text)
             }),
         });
     }
