@@ -163,7 +163,7 @@ pub(crate) fn chain_lab(
         first: Side::Client,
         shipworm_extra: "",
         narrow_wan: None,
-        relay_sums_in_software: false,
+        software_sums: shipworm_lab::SoftwareSums::None,
     };
     let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(lab_err)?;
     equalize(&lab.ns("rly"), Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;

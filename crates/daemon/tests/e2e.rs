@@ -26,7 +26,7 @@ mod security;
 mod windows_like;
 
 use shipworm_lab::scenario::{self, Scenario, Side};
-use shipworm_lab::{Impl, NatKind};
+use shipworm_lab::{Impl, NatKind, SoftwareSums};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -172,7 +172,7 @@ fn shipworm_chain(me: &std::path::Path, first: Side, extra: &'static str) -> Sce
         first,
         shipworm_extra: extra,
         narrow_wan: None,
-        relay_sums_in_software: false,
+        software_sums: SoftwareSums::None,
     }
 }
 

@@ -115,15 +115,28 @@ pub struct LabSpec {
     /// the core sends "fragmentation needed" (ICMP type 3 code 4) through: a narrow path
     /// whose routers' PMTU messages a firewall filters.
     pub narrow_wan: Option<u32>,
-    /// The relay host's interface sums transport checksums in software (a NIC without
-    /// checksum offload): where a packet's sum is still to be taken (a local sender's,
-    /// which veths pass on as such), the kernel takes it on the way out.
-    pub relay_sums_in_software: bool,
+    /// Which hosts' interfaces sum transport checksums in software ([`SoftwareSums`]).
+    pub software_sums: SoftwareSums,
     /// A 6to4 site on the public segment: a host (`h64`, 192.0.2.60, 2002:c000:23c::1)
     /// that reaches IPv6 through a 6to4 relay router (`r64`, 192.0.2.70,
     /// 2001:db8:1::70), which the relay, the server and the native host route
     /// 2002::/16 through (see [`sixtofour`]).
     pub sixtofour: bool,
+}
+
+/// Hosts whose interface sums transport checksums in software, as a NIC without
+/// checksum offload (every other lab interface hands a sum still to be taken on to the
+/// next host as it is, as veths do, where a NIC would finish it on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SoftwareSums {
+    /// None: the lab's default.
+    #[default]
+    None,
+    /// The relay host: a sum still to be taken is taken on its way out.
+    Relay,
+    /// Every client host: their datagrams arrive with finished sums, as from a real
+    /// wire.
+    Clients,
 }
 
 impl LabSpec {
@@ -137,7 +150,7 @@ impl LabSpec {
             anycast_v4: false,
             anycast_servers: false,
             narrow_wan: None,
-            relay_sums_in_software: false,
+            software_sums: SoftwareSums::None,
             sixtofour: false,
         }
     }
@@ -204,8 +217,13 @@ impl Lab {
         if let Some(mtu) = spec.narrow_wan.filter(|_| !spec.nats.is_empty()) {
             lab.narrow_wan(1, mtu)?;
         }
-        if spec.relay_sums_in_software {
-            netns::exec(&lab.ns("rly"), &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
+        let software = match spec.software_sums {
+            SoftwareSums::None => vec![],
+            SoftwareSums::Relay => vec![lab.ns("rly")],
+            SoftwareSums::Clients => lab.clients.iter().map(|c| c.ns.clone()).collect(),
+        };
+        for ns in software {
+            netns::exec(&ns, &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
         }
         Ok(lab)
     }
@@ -263,7 +281,10 @@ impl Lab {
     /// the sender's segmenting (or, a socket, take the train as one datagram), and a
     /// relay's rate would count work its host never did. And it coalesces what it
     /// receives (GRO), as NIC drivers do: a veth does not unless asked, and the kernel
-    /// paths every daemon runs on would be those of no real host.
+    /// paths every daemon runs on would be those of no real host. Checksums it leaves
+    /// to the next host as veths do (a sum still to be taken goes on so): the daemons'
+    /// datagrams reach the relay as a local sender's would ([`SoftwareSums`] changes
+    /// that per host).
     fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
         let off = ["tx-udp-segmentation", "tx-udp_tnl-segmentation", "tx-udp_tnl-csum-segmentation"];
         let args: Vec<&str> =

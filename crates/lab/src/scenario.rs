@@ -36,9 +36,8 @@ pub struct Scenario {
     /// The NAT's link to the core this narrow, with PMTU messages filtered
     /// ([`LabSpec::narrow_wan`]).
     pub narrow_wan: Option<u32>,
-    /// The relay host's interface sums checksums in software
-    /// ([`LabSpec::relay_sums_in_software`]).
-    pub relay_sums_in_software: bool,
+    /// Which hosts sum checksums in software ([`LabSpec::software_sums`]).
+    pub software_sums: crate::SoftwareSums,
 }
 
 /// One end of a first contact.
@@ -86,11 +85,7 @@ pub struct Outcome {
 /// Run `s`, reporting each step through `say`. On success the lab is returned still
 /// running (drop it to tear it down); on failure the error names the step.
 pub fn run(s: &Scenario, say: &mut dyn FnMut(&str)) -> Result<(Lab, Outcome)> {
-    let spec = LabSpec {
-        narrow_wan: s.narrow_wan,
-        relay_sums_in_software: s.relay_sums_in_software,
-        ..LabSpec::nats(vec![(s.nat, 1)])
-    };
+    let spec = LabSpec { narrow_wan: s.narrow_wan, software_sums: s.software_sums, ..LabSpec::nats(vec![(s.nat, 1)]) };
     let mut lab = Lab::build(&spec).map_err(|e| step(1, "build the lab", e))?;
     if s.keep_on_failure {
         lab.keep();

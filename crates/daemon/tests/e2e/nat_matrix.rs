@@ -35,7 +35,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             first,
                             shipworm_extra: "",
                             narrow_wan: None,
-                            relay_sums_in_software: false,
+                            software_sums: SoftwareSums::None,
                         };
                         cases.push(Case {
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
@@ -332,28 +332,47 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // header, and an interface that sums in software (a NIC without checksum offload)
     // would write it over the frame's type: the native host would drop every packet.
     // The relay's programs leave such datagrams to the daemon: at tc ingress (the relay
-    // forwarding directly) and in XDP (through its stack).
-    for (first, extra) in [(Side::Native, ""), (Side::Client, "KernelForward stack\n")] {
-        let s = Scenario { client: Impl::Miredo, relay_sums_in_software: true, ..shipworm_chain(&me, first, extra) };
-        let hook = if extra.is_empty() { "tc ingress" } else { "XDP" };
+    // forwarding directly) and in XDP (through its stack). And the control: the same
+    // client's datagrams with their sums finished (its host's interface sums them, as
+    // from a real wire) are moved by the kernel.
+    let variants = [
+        (Side::Native, "", SoftwareSums::Relay, ("tc", "direct")),
+        (Side::Client, "KernelForward stack\n", SoftwareSums::Relay, ("xdp", "stack")),
+        (Side::Client, "", SoftwareSums::Clients, ("tc", "direct")),
+    ];
+    for (first, extra, software_sums, (hook, forward)) in variants {
+        let s = Scenario { client: Impl::Miredo, software_sums, ..shipworm_chain(&me, first, extra) };
+        let pending = software_sums == SoftwareSums::Relay;
+        let what = if pending {
+            format!("a local sender's datagram whose checksum is still to be taken goes to the daemon, not out with a broken frame (the relay's interface sums in software; decapsulation by {hook})")
+        } else {
+            "a datagram with its checksum finished is moved (the client host's interface sums in software)".to_string()
+        };
         cases.push(Case {
-            name: format!("{first:<12} kernel data path: a local sender's datagram whose checksum is still to be taken goes to the daemon, not out with a broken frame (the relay's interface sums in software; Miredo client; decapsulation by {hook})"),
+            name: format!("{first:<12} kernel data path: {what}; Miredo client"),
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (lab, o) = scenario::run(&s, &mut |_| {}).map_err(Failed::from)?;
                 let st = lab.relay_status().ok_or(Failed::at(6, "step 6: the relay's status socket did not answer"))?;
                 let k = &st["counters"]["kernel_path_packets"]["decap"];
-                let pending = k["checksum_pending"].as_u64().unwrap_or(0);
+                let (left, moved) = (k["checksum_pending"].as_u64().unwrap_or(0), k["forwarded"].as_u64().unwrap_or(0));
                 let text = format!(
-                    "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s; the relay's decapsulation: {k}",
+                    "first contact {:.1} ms; ping out {}, in {}; TCP {:.0}/{:.0} Mbit/s; the relay's data path {}, its decapsulation {k}",
                     o.first_ms,
                     o.ping_out,
                     o.ping_in,
                     o.tcp_out.mbit_per_s(),
-                    o.tcp_in.mbit_per_s()
+                    o.tcp_in.mbit_per_s(),
+                    st["data_path"]
                 );
-                if st["data_path"]["kind"] != "kernel" || pending == 0 {
-                    return Err(Failed::at(6, format!("step 6: none left to the daemon for its checksum: {text}")));
+                let d = &st["data_path"];
+                if d["kind"] != "kernel" || d["decap"] != hook || d["forward"] != forward {
+                    return Err(Failed::at(6, format!("step 6: not the data path asked for ({hook}, {forward}): {text}")));
+                }
+                // The transfer client → native is hundreds of datagrams.
+                let right = if pending { left > 100 } else { left == 0 && moved > 100 };
+                if !right {
+                    return Err(Failed::at(6, format!("step 6: wrong datagrams left to the daemon: {text}")));
                 }
                 Ok(text)
             }),

@@ -92,7 +92,7 @@ fn run(args: &LabArgs) -> Result<(), String> {
         first: if args.first == "client" { Side::Client } else { Side::Native },
         shipworm_extra: "",
         narrow_wan: None,
-        relay_sums_in_software: false,
+        software_sums: shipworm_lab::SoftwareSums::None,
     };
     let mut n = 0;
     let mut say = |line: &str| {
