@@ -268,9 +268,10 @@ static __always_inline __u32 train_piece(struct __sk_buff *skb, __u32 l3, __u8 n
 // new Ethernet header, and whatever finishes the sum on the way out (the kernel in
 // software, or a NIC) would write it over the frame's type. BPF can neither see nor
 // clear that state; the checksum field tells it: a sum still to be taken holds the
-// pseudo-header's sum alone (address translation on the way keeps it so), which a
-// finished checksum equals once in 65,535 datagrams (those go to the socket too). A
-// checksum of zero is none.
+// pseudo-header's sum alone (address translation on the way keeps it so). A finished
+// checksum equals it by chance for about one flow and datagram size in 65,535 (the
+// inner packet's own checksum makes them sum alike): those go to the socket too,
+// slower, never wrong. A checksum of zero is none.
 static __always_inline int checksum_pending(const struct iphdr *ip4, const struct udphdr *udp)
 {
 	__u32 sum = (bpf_ntohl(ip4->saddr) >> 16) + (bpf_ntohl(ip4->saddr) & 0xffff) +

@@ -132,10 +132,11 @@ pub enum SoftwareSums {
     /// None: the lab's default.
     #[default]
     None,
-    /// The relay host: a sum still to be taken is taken on its way out.
+    /// The relay host `rly` (its `eth0`; not an anycast lab's second relay): a sum
+    /// still to be taken is taken on its way out.
     Relay,
-    /// Every client host: their datagrams arrive with finished sums, as from a real
-    /// wire.
+    /// Every client host's `eth0` (not a link a client moved to): their datagrams
+    /// arrive with finished sums, as from a real wire.
     Clients,
 }
 
