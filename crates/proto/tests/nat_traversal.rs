@@ -958,3 +958,50 @@ fn what_a_caller_holds_for_a_neighbour_stays_in_order_until_the_neighbour_takes_
         [&b"first"[..], b"second", b"second"].iter().map(|body| (b_local, body.to_vec())).collect();
     assert_eq!(data_sent(&out), want, "what waited goes to B's local address on its advertisement, in order");
 }
+
+#[test]
+fn what_a_caller_holds_for_a_neighbour_goes_once_the_tries_run_out() {
+    // B echoes every nonce of A's from its local address and nothing else: no indirect
+    // bubble of its own, no answer to a solicitation (a peer that does not speak them).
+    // A holds what waits, but not forever: once its tries run out it sends it, as it
+    // would have without the wait, rather than keep the host's packets from a peer it
+    // trusts.
+    let mut net = heard_one_way();
+    let nonce_of = |out: &Recorder| {
+        out.sent.iter().filter_map(|s| TeredoPacket::parse(&s.payload).ok()).find_map(|t| {
+            match t.trailers.get(trailer_type::NONCE) {
+                Some(TrailerRepr::Nonce(n)) if t.trailers.find(trailer_type::ALTERNATE_ADDRESS).is_some() => Some(n),
+                _ => None,
+            }
+        })
+    };
+    let b_local = net.inside[1].0;
+    // What A sent to B's local address (not its requests to its server).
+    let to_b = |out: &Recorder| -> Vec<Vec<u8>> {
+        data_sent(out).into_iter().filter(|(to, _)| *to == b_local).map(|(_, body)| body).collect()
+    };
+    let mut out = net.out(0);
+    let _ = net.clients[0].on_tun(net.now, &a_to_b(&net, b"first"), &mut out);
+    let start = net.now;
+    let mut nonce = nonce_of(&out).expect("A's indirect bubble");
+    let mut sent_at = None;
+    while sent_at.is_none() && net.now < start + Duration::from_secs(30) {
+        let echoed = bubble_b_to_a(&mut net, &[&[trailer_type::NONCE, 4][..], &nonce[..]].concat());
+        if !to_b(&echoed).is_empty() {
+            sent_at = Some(net.now);
+            break;
+        }
+        net.now += Duration::from_millis(100);
+        let mut out = net.out(0);
+        net.clients[0].on_timer(net.now, &mut out);
+        if !to_b(&out).is_empty() {
+            assert_eq!(to_b(&out), [b"first".to_vec()]);
+            sent_at = Some(net.now);
+        }
+        nonce = nonce_of(&out).unwrap_or(nonce);
+    }
+    let waited = sent_at.map(|t| t - start).expect("A held what waits for 30 s");
+    // Four tries 2 s apart, as for any peer that does not answer.
+    let within = Duration::from_secs(2)..=Duration::from_secs(12);
+    assert!(within.contains(&waited), "A sent what waits after {waited:?}, not after its tries");
+}

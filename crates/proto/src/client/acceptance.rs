@@ -139,7 +139,11 @@ impl<R: Random> Client<R> {
         match self.peers.get_mut(&src) {
             Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;
-                p.tries = 0;
+                // Tries count until the peer shows it takes our packets: a bubble
+                // echoing our nonce while what waits is held for that does not.
+                if !(p.holding && with_nonce) {
+                    p.tries = 0;
+                }
                 return Acceptance::Trusted;
             }
             // A nonce proves one exchange, once, and only while we are still reaching the
@@ -166,7 +170,11 @@ impl<R: Random> Client<R> {
                 p.trusted = true;
                 p.mapped = from;
                 p.last_rx = now;
-                p.tries = 0;
+                // Not where it may not take ours yet (what waits is held): the tries
+                // run on, so the wait ends.
+                if !learned_port {
+                    p.tries = 0;
+                }
                 return Acceptance::Proven { by_nonce, learned_port };
             }
             _ => {}

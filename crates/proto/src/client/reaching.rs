@@ -245,9 +245,13 @@ impl<R: Random> Client<R> {
         }
         let Some(mut p) = self.peers.get_mut(&dst) else { return true };
         p.trusted = false;
+        // Starting over does not start the tries over for what is held: the wait ends
+        // when they run out (`give_up`).
+        if !p.holding {
+            p.tries = 0;
+        }
         p.holding = false;
         p.solicitations = 0;
-        p.tries = 0;
         p.mapped = t.mapped;
         // Starting over: the nonce its last indirect bubble carried is no proof for
         // its next answer; its fresh indirect bubble brings the one to echo.
@@ -322,10 +326,18 @@ impl<R: Random> Client<R> {
         self.retests.remove(&dst);
         // A peer still valid through its relay keeps it: a test that another relay's
         // (maybe forged) packets started and that failed says nothing against it.
-        if let Some(mut p) = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)) {
+        let kept = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)).map(|mut p| {
             p.waiting = false;
             p.set_nonce(None);
             p.tries = 0;
+            (p.holding, p.mapped)
+        });
+        if let Some((holding, to)) = kept {
+            // What waited for a peer to show it takes our packets goes now, as it
+            // would have without the wait: held no longer than the tries.
+            if holding {
+                self.flush(&dst, to, tx);
+            }
             return;
         }
         let Some(mut gone) = self.peers.remove(&dst) else {
