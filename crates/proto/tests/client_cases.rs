@@ -38,7 +38,7 @@ fn ms(m: u64) -> Duration {
 fn client(servers: &[Ipv4Addr]) -> Client<Rng> {
     let mut cfg = ClientConfig::new(servers.iter().map(|&p| ServerAddrs::new(p)).collect());
     // These cases count every datagram; local discovery's announcements have their own
-    // (crates/proto/tests/nat_traversal.rs).
+    // (crates/proto/tests/same_nat.rs).
     cfg.local_discovery = false;
     Client::new(cfg, Rng(0x1234_5678_9abc_def0))
 }

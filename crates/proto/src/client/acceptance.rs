@@ -65,10 +65,9 @@ impl<R: Random> Client<R> {
         // one to the local address our indirect bubble listed before it heard us);
         // anything else it sends from there is: data, an advertisement, a bubble without
         // a nonce go to us from there only once it trusts us there.
-        let (holding, stored) = self.peers.get(&src).map_or((false, None), |p| (p.holding, p.nonce_received));
-        let with_nonce = pkt.is_bubble() && pkt.trailers.find(trailer_type::NONCE).is_some();
-        let reprove = learned_port || new_route || (holding && with_nonce);
-        let echo = if reprove { stored } else { None };
+        let holding = Self::carries_nonce(pkt) && self.peers.get(&src).is_some_and(|p| p.holding);
+        let reprove = learned_port || new_route || holding;
+        let echo = if reprove { self.peers.get(&src).and_then(|p| p.nonce_received) } else { None };
         if reprove && echo.is_some() {
             // Tell it at once, through the port its NAT opened towards us: its own
             // bubbles to our address's mapping may all have been dropped, and it
@@ -135,7 +134,7 @@ impl<R: Random> Client<R> {
         }
         let embedded = TeredoAddr::decode(&src);
         let nonce = self.nonce_in(pkt);
-        let with_nonce = pkt.is_bubble() && pkt.trailers.find(trailer_type::NONCE).is_some();
+        let with_nonce = Self::carries_nonce(pkt);
         match self.peers.get_mut(&src) {
             Some(mut p) if p.trusted && p.mapped == from => {
                 p.last_rx = now;

@@ -93,6 +93,12 @@ impl<R: Random> Client<R> {
         NonZeroU32::new(u32::from_be_bytes(b)).unwrap_or(NonZeroU32::MIN)
     }
 
+    /// Whether `pkt` is a bubble carrying a Nonce trailer, whatever our settings: an
+    /// echo of a nonce proves one exchange, not that the sender takes our packets.
+    pub(super) fn carries_nonce(pkt: &TeredoPacket<'_>) -> bool {
+        pkt.is_bubble() && pkt.trailers.find(trailer_type::NONCE).is_some()
+    }
+
     /// The Nonce trailer of a bubble, if Symmetric NAT Support is on.
     pub(super) fn nonce_in(&self, pkt: &TeredoPacket<'_>) -> Option<NonZeroU32> {
         if !self.cfg.symmetric_nat_support || !pkt.is_bubble() {

@@ -531,7 +531,7 @@ impl<R: Random> Client<R> {
         let sent = if native {
             self.peers.send_to_watching(&key, now)
         } else {
-            self.peers.send_to_unless_holding(&key, now).map(|to| (to, Duration::ZERO))
+            self.peers.send_to(&key, now).map(|to| (to, Duration::ZERO))
         };
         if let Some((to, unanswered)) = sent {
             let to = self.peer_target(&dst, to);

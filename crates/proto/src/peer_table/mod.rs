@@ -344,19 +344,10 @@ impl PeerTable {
     }
 
     /// Where to send to `key` right now: its mapping if the entry is trusted and
-    /// valid (and then the transmission is recorded), else `None`.
+    /// valid (and then the transmission is recorded), else `None` — also while what is
+    /// queued for it is held back ([`Peer::holding`], a client's): what follows waits
+    /// behind it.
     pub fn send_to(&mut self, key: &Key, now: Duration) -> Option<SocketAddrV4> {
-        let mut p = self.get_mut_keyed(key)?;
-        if !p.is_valid(now) {
-            return None;
-        }
-        p.last_tx = now;
-        Some(p.mapped)
-    }
-
-    /// Where to send to `key` right now, as [`PeerTable::send_to`], unless what is queued
-    /// for it is held back ([`Peer::holding`]): what follows waits behind it.
-    pub fn send_to_unless_holding(&mut self, key: &Key, now: Duration) -> Option<SocketAddrV4> {
         let mut p = self.get_mut_keyed(key)?;
         if !p.is_valid(now) || p.holding {
             return None;
