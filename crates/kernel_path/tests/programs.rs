@@ -280,7 +280,6 @@ fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
     let after = k.counters().unwrap();
     assert_eq!(after[Counter::DecapChecksumPending as usize] - before[Counter::DecapChecksumPending as usize], 2);
 
-    let base = frame(C_MAPPED, &udp6(C, NATIVE));
     let mutated_moves = mutations(&base, 4000, 0x9e37_79b9_7f4a_7c15)
         .filter(|f| check_frame(&mut k, &mut r, &mut w, &format!("mutated {f:02x?}"), f))
         .count();

@@ -224,7 +224,7 @@ impl Lab {
             SoftwareSums::Clients => lab.clients.iter().map(|c| c.ns.clone()).collect(),
         };
         for ns in software {
-            netns::exec(&ns, &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
+            Self::sums_in_software(&ns)?;
         }
         Ok(lab)
     }
@@ -273,6 +273,12 @@ impl Lab {
         Self::like_a_nic(&ns, "eth0")?;
         Self::like_a_nic(&core, &port)?;
         Ok(ns)
+    }
+
+    /// Host `ns`'s interface finishes transport checksums in software, as a NIC
+    /// without checksum offload: what leaves it carries finished sums.
+    fn sums_in_software(ns: &str) -> Result<()> {
+        netns::exec(ns, &["ethtool", "-K", "eth0", "tx-checksumming", "off"]).map(drop)
     }
 
     /// Every lab interface behaves like a NIC. It hands the wire one datagram per frame,
@@ -486,7 +492,7 @@ impl Lab {
         // which no host receives from a real wire, and which a relay's kernel path
         // leaves to its daemon (a local sender's). The relay host's GRO checks them in
         // software (a NIC would in hardware), for every implementation alike.
-        netns::exec(&gen, &["ethtool", "-K", "eth0", "tx-checksumming", "off"])?;
+        Self::sums_in_software(&gen)?;
         let (rly, h6) = (self.ns("rly"), self.ns("h6"));
         Self::addr(&gen, &format!("{GEN_V4}/24"), "eth0")?;
         Self::addr(&gen, "2001:db8:1::50/64", "eth0")?;
