@@ -41,18 +41,22 @@ impl Lab {
         self.spawn(&name, &ns, &["/usr/sbin/miniupnpd", "-f", &conf, "-d", "-P", &pid]).map_err(|e| {
             crate::LabError::new(format!("{e} (Debian package `miniupnpd-nftables`; scripts/test.sh installs it)"))
         })?;
-        // Ready once its STUN check passed and it listens: PCP's UDP port, or UPnP's
-        // HTTP port when PCP is off.
+        // Ready once its STUN check passed and it listens: UPnP's HTTP port and SSDP's
+        // UDP port (opened after it), and PCP's UDP port when PCP is on.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             self.check_alive(&name)?;
-            let listening = if pcp {
-                netns::exec(&ns, &["ss", "-Hlun", "sport = :5351"])?
-            } else {
-                netns::exec(&ns, &["ss", "-Hltn", &format!("sport = :{HTTP_PORT}")])?
+            let sockets = netns::exec(&ns, &["ss", "-Hlntu"])?;
+            // Columns: kind, state, queues, local address:port, peer.
+            let open = |kind: &str, port: u16| {
+                sockets.lines().any(|l| {
+                    let mut col = l.split_whitespace();
+                    col.next() == Some(kind) && col.nth(3).is_some_and(|a| a.ends_with(&format!(":{port}")))
+                })
             };
+            let listening = open("tcp", HTTP_PORT) && open("udp", 1900) && (!pcp || open("udp", 5351));
             let log = self.log_tail(&name, 200);
-            if !listening.trim().is_empty() && log.contains("unrestricted full-cone NAT") {
+            if listening && log.contains("unrestricted full-cone NAT") {
                 return Ok(());
             }
             if Instant::now() > deadline {

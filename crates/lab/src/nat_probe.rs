@@ -68,9 +68,27 @@ pub(crate) fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     .map_err(|_| LabError::new("probe thread panicked".into()))?
 }
 
+/// What arrives within the socket's read timeout, and from where. A signal or an ICMP
+/// error left by an earlier datagram does not end the wait early: either would read as
+/// "nothing gets in" (one such early end failed a probe under load).
 fn observed(s: &UdpSocket) -> Option<SocketAddr> {
-    let mut b = [0u8; 16];
-    s.recv_from(&mut b).ok().map(|(_, a)| a)
+    let deadline = std::time::Instant::now() + s.read_timeout().ok().flatten().unwrap_or(Duration::from_millis(700));
+    let mut b = [0u8; 1500];
+    receive_until(s, deadline, &mut b).map(|(_, a)| a)
+}
+
+/// The next datagram before `deadline`, waiting out signals and earlier ICMP errors.
+fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    use std::io::ErrorKind::*;
+    loop {
+        let left = deadline.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero())?;
+        s.set_read_timeout(Some(left)).ok()?;
+        match s.recv_from(b) {
+            Ok(got) => return Some(got),
+            Err(e) if matches!(e.kind(), Interrupted | ConnectionRefused) => continue,
+            Err(_) => return None,
+        }
+    }
 }
 
 fn arrives(s: &UdpSocket) -> bool {
@@ -124,19 +142,26 @@ fn gateway(c: &crate::ClientHost) -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::from(u32::from(c.lan) & 0xffff_ff00 | 1)
 }
 
-/// Whether the gateway answers an SSDP search for an Internet Gateway Device.
+/// Whether the gateway answers an SSDP search for an Internet Gateway Device. Searched
+/// three times, as control points do: SSDP is UDP.
 fn upnp_answers(c: &crate::ClientHost) -> Result<bool> {
     let s = socket_in(&c.ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40002))?;
     let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
-    s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900))
-        .map_err(|e| LabError::new(format!("SSDP: {e}")))?;
-    // A responder may wait up to MX seconds before it answers (UPnP Device Architecture
-    // 1.1 §1.3.3; miniupnpd does).
-    s.set_read_timeout(Some(std::time::Duration::from_millis(2500))).map_err(|e| LabError::new(e.to_string()))?;
     let mut b = [0u8; 1500];
-    Ok(s.recv_from(&mut b)
-        .is_ok_and(|(n, _)| String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:")))
+    for _ in 0..3 {
+        s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900))
+            .map_err(|e| LabError::new(format!("SSDP: {e}")))?;
+        // A responder may wait up to MX seconds before it answers (UPnP Device
+        // Architecture 1.1 §1.3.3; miniupnpd does).
+        let deadline = std::time::Instant::now() + Duration::from_millis(1200);
+        while let Some((n, _)) = receive_until(&s, deadline, &mut b) {
+            if String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:") {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Whether the gateway grants a PCP MAP of a UDP port on the box's public address

@@ -44,34 +44,66 @@ pub enum AddError {
     Other(String),
 }
 
+/// How many times a search goes out within its window. SSDP is UDP: one lost datagram,
+/// or a gateway whose SSDP socket is not open yet, would otherwise cost the whole
+/// search (the UPnP Device Architecture asks control points to search more than once).
+const SEARCHES: u32 = 3;
+
 /// Search from `internal` for the IGD at `gateway`, for at most `within`.
 pub fn discover(internal: Ipv4Addr, gateway: Ipv4Addr, within: Duration) -> Result<Igd, String> {
-    let deadline = Instant::now() + within;
+    search(internal, gateway, SSDP, within)
+}
+
+/// Search `to` (the SSDP group, or in tests a fake gateway's socket).
+fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Duration) -> Result<Igd, String> {
+    let start = Instant::now();
+    let deadline = start + within;
     let sock = UdpSocket::bind((internal, 0)).map_err(|e| format!("SSDP socket: {e}"))?;
-    let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
+    let request = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
-    sock.send_to(search.as_bytes(), SSDP).map_err(|e| format!("SSDP search: {e}"))?;
     let mut buf = [0u8; 2048];
     let mut refused = None;
-    while let Some(left) = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
-        sock.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+    let mut sent = 0;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        // The next search is due at an equal share of the window.
+        let next_search = (sent < SEARCHES).then(|| start + within * sent / SEARCHES);
+        if next_search.is_some_and(|at| at <= now) {
+            sock.send_to(request.as_bytes(), to).map_err(|e| format!("SSDP search: {e}"))?;
+            sent += 1;
+            continue;
+        }
+        let wake = next_search.map_or(deadline, |at| at.min(deadline));
+        sock.set_read_timeout(Some((wake - now).max(Duration::from_millis(1)))).map_err(|e| e.to_string())?;
         let (n, from) = match sock.recv_from(&mut buf) {
             Ok(r) => r,
-            Err(_) => break,
+            // The window's end or the next search's time; a signal; an earlier search
+            // refused (nothing listened yet): none of them ends the search.
+            Err(e) if transient(&e) => continue,
+            Err(e) => return Err(format!("SSDP: {e}")),
         };
         // Only the default gateway's word counts, and it is not even read otherwise.
         if from.ip() != std::net::IpAddr::V4(gateway) {
             refused = Some(format!("{from} answered the search, not the default gateway {gateway}"));
             continue;
         }
-        // A gateway may answer several times (one per device or service): an answer
-        // that leads nowhere does not end the search.
+        // A gateway may answer several times (one per device or service, and once per
+        // search): an answer that leads nowhere does not end the search.
         match igd_at(&buf[..n], gateway) {
             Ok(igd) => return Ok(igd),
             Err(e) => refused = Some(e),
         }
     }
-    Err(refused.unwrap_or_else(|| "no UPnP gateway answered the search".into()))
+    Err(refused.unwrap_or_else(|| format!("no UPnP gateway answered {sent} searches within {within:?}")))
+}
+
+/// A receive error that says nothing about the gateway.
+fn transient(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), WouldBlock | TimedOut | Interrupted | ConnectionRefused)
 }
 
 /// The port-mapping service an SSDP answer of the gateway's leads to.
@@ -277,6 +309,48 @@ mod tests {
             std::thread::sleep(linger);
         });
         at
+    }
+
+    /// A search is sent more than once: the gateway's SSDP socket not open yet (the first
+    /// search refused) and a lost search (the second) still find it, within the window.
+    #[test]
+    fn a_search_refused_or_lost_is_sent_again_within_its_window() {
+        let http = fake_http(
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{DESCRIPTION}", DESCRIPTION.len()).into_bytes(),
+            false,
+            Duration::ZERO,
+        );
+        // A free port, closed again: the first search is refused.
+        let ssdp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let gateway = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let s = std::net::UdpSocket::bind(ssdp).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut buf = [0u8; 1024];
+            let mut heard = 0;
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                assert!(buf[..n].starts_with(b"M-SEARCH * HTTP/1.1"));
+                heard += 1;
+                // The first search it hears is lost.
+                if heard == 2 {
+                    let answer = format!("HTTP/1.1 200 OK\r\nST: x\r\nLOCATION: http://{http}/rootDesc.xml\r\n\r\n");
+                    s.send_to(answer.as_bytes(), from).unwrap();
+                    return heard;
+                }
+            }
+            heard
+        });
+        let SocketAddr::V4(to) = ssdp else { unreachable!() };
+        let igd = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::from_secs(2)).unwrap();
+        assert_eq!((igd.http, igd.control.as_str()), (http, "/ctl/IPConn"));
+        assert_eq!(gateway.join().unwrap(), 2, "searches the gateway heard");
+        // A gateway that never answers: the search ends with its window, and says so.
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(to) = silent.local_addr().unwrap() else { unreachable!() };
+        let t = Instant::now();
+        let e = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::from_millis(600)).unwrap_err();
+        assert!(e.contains("3 searches"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
 
     /// A gateway that keeps the connection open after a complete answer (despite
