@@ -31,6 +31,7 @@ pub mod names;
 pub mod nat;
 pub mod nat_probe;
 pub mod netns;
+mod nic_buffers;
 pub mod peers;
 pub mod scenario;
 pub mod scripted_peer;
@@ -174,6 +175,8 @@ pub struct Lab {
     pub(crate) daemon_env: Vec<(String, String)>,
     /// The relays' shared IPv4 service address, when they have one.
     pub(crate) relay_anycast_v4: Option<Ipv4Addr>,
+    /// XDP links that make switch ports fill buffers of their own ([`nic_buffers`]).
+    nic_buffers: Vec<std::os::fd::OwnedFd>,
     /// The server addresses are served by two hosts, as anycast.
     pub(crate) anycast_servers: bool,
 }
@@ -201,6 +204,7 @@ impl Lab {
             daemon_env: Vec::new(),
             relay_anycast_v4: None,
             anycast_servers: false,
+            nic_buffers: Vec::new(),
         };
         lab.build_core(spec.second_server)?;
         if spec.anycast {
@@ -511,6 +515,12 @@ impl Lab {
             )?;
         }
         netns::exec(&rly, &["sysctl", "-qw", "net.ipv6.conf.all.send_redirects=0"]).ok();
+        // The relay host gets what the generator and the native host send in buffers such
+        // as a NIC's receive fills (room in front, headers linear), not theirs.
+        let core = self.ns("core");
+        for port in ["p3", "p5"] {
+            self.nic_buffers.push(nic_buffers::receive_into_own_buffers(&core, port)?);
+        }
         for to in [SINK_NATIVE_V6, HOST6_V6] {
             let _ = netns::exec(&gen, &["ping", "-6", "-n", "-c", "1", "-W", "2", &to.to_string()]);
         }
@@ -558,6 +568,7 @@ impl Lab {
             p.stop();
         }
         self.peers.clear();
+        self.nic_buffers.clear();
         for ns in self.namespaces() {
             netns::del(&ns);
         }
@@ -626,5 +637,36 @@ mod tests {
             let ping = netns::exec(a, &["ping", "-c", "1", "-W", "2", to]);
             assert!(ping.is_ok(), "a frame to {to} across the lab's bridge met the bridge host's firewall: {ping:?}");
         }
+    }
+
+    /// A switch port that fills buffers of its own passes every frame on, and stops
+    /// when its link is dropped (a lab torn down leaves nothing attached).
+    #[test]
+    fn a_port_filling_its_own_buffers_passes_every_frame_until_dropped() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let p = netns::run_prefix(91);
+        let names = Namespaces(["a", "b"].iter().map(|n| format!("{p}{n}")).collect());
+        let [a, b] = [&names.0[0], &names.0[1]];
+        for ns in &names.0 {
+            netns::add(ns).unwrap();
+        }
+        netns::ip(&["link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b]).unwrap();
+        for (host, v6) in [(a, "2001:db8:9::1/64"), (b, "2001:db8:9::2/64")] {
+            netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
+            Lab::addr(host, v6, "eth0").unwrap();
+        }
+        let link = nic_buffers::receive_into_own_buffers(b, "eth0").unwrap();
+        let shown = netns::ip(&["-n", b, "link", "show", "dev", "eth0"]).unwrap();
+        assert!(shown.contains("xdp"), "no XDP program on the port: {shown}");
+        // Small and full-size frames.
+        for size in ["56", "1400"] {
+            let ping = netns::exec(a, &["ping", "-6", "-c", "3", "-i", "0.01", "-W", "2", "-s", size, "2001:db8:9::2"]);
+            assert!(ping.is_ok(), "{size}-byte pings did not cross the port: {ping:?}");
+        }
+        drop(link);
+        let shown = netns::ip(&["-n", b, "link", "show", "dev", "eth0"]).unwrap();
+        assert!(!shown.contains("xdp"), "the program stayed after its link was dropped: {shown}");
     }
 }
