@@ -77,7 +77,8 @@ fn observed(s: &UdpSocket) -> Option<SocketAddr> {
     receive_until(s, deadline, &mut b).map(|(_, a)| a)
 }
 
-/// The next datagram before `deadline`, waiting out signals and earlier ICMP errors.
+/// The next datagram before `deadline`. Any other error a receive reports is a signal or
+/// an ICMP error about an earlier datagram (each reported once), not the end of the wait.
 fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> Option<(usize, SocketAddr)> {
     use std::io::ErrorKind::*;
     loop {
@@ -85,8 +86,8 @@ fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> O
         s.set_read_timeout(Some(left)).ok()?;
         match s.recv_from(b) {
             Ok(got) => return Some(got),
-            Err(e) if matches!(e.kind(), Interrupted | ConnectionRefused) => continue,
-            Err(_) => return None,
+            Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => return None,
+            Err(_) => continue,
         }
     }
 }

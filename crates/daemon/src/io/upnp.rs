@@ -100,10 +100,11 @@ fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Durat
     Err(refused.unwrap_or_else(|| format!("no UPnP gateway answered {sent} searches within {within:?}")))
 }
 
-/// A receive error that says nothing about the gateway.
+/// A receive error that says nothing about the gateway: the wait's end, a signal, or an
+/// ICMP error about an earlier search (each reported once).
 fn transient(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e.kind(), WouldBlock | TimedOut | Interrupted | ConnectionRefused)
+    matches!(e.kind(), WouldBlock | TimedOut | Interrupted | ConnectionRefused | HostUnreachable | NetworkUnreachable)
 }
 
 /// The port-mapping service an SSDP answer of the gateway's leads to.
