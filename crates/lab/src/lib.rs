@@ -175,7 +175,8 @@ pub struct Lab {
     pub(crate) daemon_env: Vec<(String, String)>,
     /// The relays' shared IPv4 service address, when they have one.
     pub(crate) relay_anycast_v4: Option<Ipv4Addr>,
-    /// XDP links that make switch ports fill buffers of their own ([`nic_buffers`]).
+    /// XDP links that make switch ports fill buffers of their own ([`nic_buffers`]);
+    /// closed with the lab, even a kept one (only benchmarks use them).
     nic_buffers: Vec<std::os::fd::OwnedFd>,
     /// The server addresses are served by two hosts, as anycast.
     pub(crate) anycast_servers: bool,

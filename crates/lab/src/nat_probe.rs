@@ -68,17 +68,18 @@ pub(crate) fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     .map_err(|_| LabError::new("probe thread panicked".into()))?
 }
 
-/// What arrives within the socket's read timeout, and from where. A signal or an ICMP
-/// error left by an earlier datagram does not end the wait early: either would read as
-/// "nothing gets in" (one such early end failed a probe under load).
+/// How long a probe waits for what may get in.
+const WAIT: Duration = Duration::from_millis(700);
+
+/// What arrives within [`WAIT`], and from where.
 fn observed(s: &UdpSocket) -> Option<SocketAddr> {
-    let deadline = std::time::Instant::now() + s.read_timeout().ok().flatten().unwrap_or(Duration::from_millis(700));
     let mut b = [0u8; 1500];
-    receive_until(s, deadline, &mut b).map(|(_, a)| a)
+    receive_until(s, std::time::Instant::now() + WAIT, &mut b).map(|(_, a)| a)
 }
 
-/// The next datagram before `deadline`. Any other error a receive reports is a signal or
-/// an ICMP error about an earlier datagram (each reported once), not the end of the wait.
+/// The next datagram before `deadline`. Only the deadline ends the wait: a signal does
+/// not, nor does an error about an earlier datagram (said, so that a probe that comes
+/// out wrong shows why).
 fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> Option<(usize, SocketAddr)> {
     use std::io::ErrorKind::*;
     loop {
@@ -87,9 +88,36 @@ fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> O
         match s.recv_from(b) {
             Ok(got) => return Some(got),
             Err(e) if matches!(e.kind(), WouldBlock | TimedOut) => return None,
-            Err(_) => continue,
+            Err(e) if e.kind() == Interrupted => continue,
+            Err(e) => {
+                eprintln!("NAT probe: a receive on {:?} failed, waiting on: {e}", s.local_addr());
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
+}
+
+/// Send `request` to `to` at most `tries` times, `every` apart, until an answer that
+/// `takes` arrives.
+fn ask_until(
+    s: &UdpSocket,
+    to: SocketAddrV4,
+    request: &[u8],
+    tries: u32,
+    every: Duration,
+    mut takes: impl FnMut(&[u8]) -> bool,
+) -> Result<bool> {
+    let mut b = [0u8; 1500];
+    for _ in 0..tries {
+        s.send_to(request, to).map_err(|e| LabError::new(format!("send to {to}: {e}")))?;
+        let deadline = std::time::Instant::now() + every;
+        while let Some((n, _)) = receive_until(s, deadline, &mut b) {
+            if takes(&b[..n]) {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 fn arrives(s: &UdpSocket) -> bool {
@@ -144,25 +172,17 @@ fn gateway(c: &crate::ClientHost) -> std::net::Ipv4Addr {
 }
 
 /// Whether the gateway answers an SSDP search for an Internet Gateway Device. Searched
-/// three times, as control points do: SSDP is UDP.
+/// three times, as control points do (SSDP is UDP), the last one given the full MX
+/// (1 s) a responder may wait before it answers (UPnP Device Architecture 1.1 §1.3.3;
+/// miniupnpd does).
 fn upnp_answers(c: &crate::ClientHost) -> Result<bool> {
     let s = socket_in(&c.ns, SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40002))?;
     let search = "M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 1\r\n\
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
-    let mut b = [0u8; 1500];
-    for _ in 0..3 {
-        s.send_to(search.as_bytes(), SocketAddrV4::new(gateway(c), 1900))
-            .map_err(|e| LabError::new(format!("SSDP: {e}")))?;
-        // A responder may wait up to MX seconds before it answers (UPnP Device
-        // Architecture 1.1 §1.3.3; miniupnpd does).
-        let deadline = std::time::Instant::now() + Duration::from_millis(1200);
-        while let Some((n, _)) = receive_until(&s, deadline, &mut b) {
-            if String::from_utf8_lossy(&b[..n]).to_ascii_lowercase().contains("location:") {
-                return Ok(true);
-            }
-        }
-    }
-    Ok(false)
+    let to = SocketAddrV4::new(gateway(c), 1900);
+    let location = |b: &[u8]| String::from_utf8_lossy(b).to_ascii_lowercase().contains("location:");
+    Ok(ask_until(&s, to, search.as_bytes(), 2, Duration::from_millis(400), location)?
+        || ask_until(&s, to, search.as_bytes(), 1, Duration::from_millis(1700), location)?)
 }
 
 /// Whether the gateway grants a PCP MAP of a UDP port on the box's public address
@@ -180,16 +200,21 @@ fn pcp_grants(c: &crate::ClientHost) -> Result<bool> {
         suggested: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 40003),
         remote: None,
     };
-    let ask = |req: Request| -> Option<Response> {
+    // Asked twice: a request is a datagram, and may be lost.
+    let ask = |req: Request| -> Result<Option<Response>> {
         let mut b = [0u8; 1100];
-        let n = req.emit(&mut b).ok()?;
-        s.send_to(&b[..n], SocketAddrV4::new(gateway(c), SERVER_PORT)).ok()?;
-        let (n, _) = s.recv_from(&mut b).ok()?;
-        Response::parse(&b[..n]).ok().filter(|r| r.answers(&req))
+        let n = req.emit(&mut b).map_err(|e| LabError::new(format!("PCP request: {e:?}")))?;
+        let mut answer = None;
+        let to = SocketAddrV4::new(gateway(c), SERVER_PORT);
+        ask_until(&s, to, &b[..n], 2, Duration::from_millis(400), |got| {
+            answer = Response::parse(got).ok().filter(|r| r.answers(&req));
+            answer.is_some()
+        })?;
+        Ok(answer)
     };
-    let granted = ask(map(60)).is_some_and(|r| r.result == result::SUCCESS && *r.assigned.ip() == c.nat_public);
+    let granted = ask(map(60))?.is_some_and(|r| r.result == result::SUCCESS && *r.assigned.ip() == c.nat_public);
     if granted {
-        let _ = ask(map(0));
+        let _ = ask(map(0))?;
     }
     Ok(granted)
 }

@@ -5,14 +5,17 @@
 //! buffers of its own, with room in front (64 bytes and more) and at least the headers
 //! linear. A relay that adds headers (encapsulation) must then, behind a veth, copy each
 //! packet into a bigger buffer first, and one that reads past the outer headers
-//! (decapsulation) must pull them in: work no relay host fed by a NIC does, charged to
-//! the relay's core in every figure.
+//! (decapsulation) must pull them in: work no relay host fed by a NIC does (only traffic
+//! sent from another namespace of the same machine brings it), charged to the relay's
+//! core in every figure.
 //!
 //! The switch's port towards a sending host runs an XDP program that passes every frame
 //! on. A veth with an XDP program copies what it receives into buffers of its own (the
 //! XDP headroom of 256 bytes in front, linear); the copy is the receiving port's work,
 //! on the sending host's core (the traffic's, in the benchmark), as the NIC's DMA is on
-//! no core of the relay host at all. Every path measured gets the same buffers.
+//! no core of the relay host at all. Every path measured gets the same buffers. (A veth
+//! with an XDP program also stops offering its peer software segmentation: the sending
+//! host then cuts its rows before the veth rather than in it, on the same core.)
 
 use crate::error::{LabError, Result};
 use crate::netns;
@@ -24,9 +27,18 @@ const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
-/// `r0 = XDP_PASS; exit`, as `struct bpf_insn`s (code, registers, offset, immediate).
-const PASS: [u64; 2] =
-    [u64::from_le_bytes([0xb7, 0, 0, 0, 2, 0, 0, 0]), u64::from_le_bytes([0x95, 0, 0, 0, 0, 0, 0, 0])];
+/// `struct bpf_insn`.
+#[repr(C)]
+struct Insn {
+    code: u8,
+    /// Destination register in the low four bits, source in the high four.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// `r0 = XDP_PASS; exit`.
+static PASS: [Insn; 2] = [Insn { code: 0xb7, regs: 0, off: 0, imm: 2 }, Insn { code: 0x95, regs: 0, off: 0, imm: 0 }];
 
 /// The head of `union bpf_attr` for BPF_PROG_LOAD (the rest stays zero).
 #[repr(C)]

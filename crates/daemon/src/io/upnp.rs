@@ -13,7 +13,7 @@
 
 use shipworm_side_wire::http_answer::{http_url, is_complete, is_request_path, parse_http, ssdp_location};
 use shipworm_side_wire::upnp_description::{control_url, element_text};
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -45,8 +45,9 @@ pub enum AddError {
 }
 
 /// How many times a search goes out within its window. SSDP is UDP: one lost datagram,
-/// or a gateway whose SSDP socket is not open yet, would otherwise cost the whole
-/// search (the UPnP Device Architecture asks control points to search more than once).
+/// or a gateway whose SSDP socket is not open yet (a search to it is lost without a
+/// word), would otherwise cost the whole search (the UPnP Device Architecture asks
+/// control points to search more than once).
 const SEARCHES: u32 = 3;
 
 /// Search from `internal` for the IGD at `gateway`, for at most `within`.
@@ -65,24 +66,27 @@ fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Durat
     let mut refused = None;
     let mut sent = 0;
     loop {
+        // The searches go out over the window's first half: the last one leaves the
+        // gateway half the window to answer (it may wait up to MX, 1 s, first).
+        let next_search = (sent < SEARCHES).then(|| start + within / 2 * sent / (SEARCHES - 1));
         let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        // The next search is due at an equal share of the window.
-        let next_search = (sent < SEARCHES).then(|| start + within * sent / SEARCHES);
         if next_search.is_some_and(|at| at <= now) {
             sock.send_to(request.as_bytes(), to).map_err(|e| format!("SSDP search: {e}"))?;
             sent += 1;
             continue;
         }
+        if now >= deadline {
+            break;
+        }
         let wake = next_search.map_or(deadline, |at| at.min(deadline));
         sock.set_read_timeout(Some((wake - now).max(Duration::from_millis(1)))).map_err(|e| e.to_string())?;
         let (n, from) = match sock.recv_from(&mut buf) {
             Ok(r) => r,
-            // The window's end or the next search's time; a signal; an earlier search
-            // refused (nothing listened yet): none of them ends the search.
-            Err(e) if transient(&e) => continue,
+            // The window's end or the next search's time, or a signal: neither ends
+            // the search.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                continue
+            }
             Err(e) => return Err(format!("SSDP: {e}")),
         };
         // Only the default gateway's word counts, and it is not even read otherwise.
@@ -98,13 +102,6 @@ fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Durat
         }
     }
     Err(refused.unwrap_or_else(|| format!("no UPnP gateway answered {sent} searches within {within:?}")))
-}
-
-/// A receive error that says nothing about the gateway: the wait's end, a signal, or an
-/// ICMP error about an earlier search (each reported once).
-fn transient(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind::*;
-    matches!(e.kind(), WouldBlock | TimedOut | Interrupted | ConnectionRefused | HostUnreachable | NetworkUnreachable)
 }
 
 /// The port-mapping service an SSDP answer of the gateway's leads to.
@@ -312,46 +309,46 @@ mod tests {
         at
     }
 
-    /// A search is sent more than once: the gateway's SSDP socket not open yet (the first
-    /// search refused) and a lost search (the second) still find it, within the window.
+    /// A search is sent more than once, within its window: two searches lost (a
+    /// gateway whose SSDP socket was not open yet loses them without a word) and the
+    /// third still finds it.
     #[test]
-    fn a_search_refused_or_lost_is_sent_again_within_its_window() {
+    fn searches_lost_are_sent_again_within_the_window() {
         let http = fake_http(
             format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{DESCRIPTION}", DESCRIPTION.len()).into_bytes(),
             false,
             Duration::ZERO,
         );
-        // A free port, closed again: the first search is refused.
-        let ssdp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let ssdp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(to) = ssdp.local_addr().unwrap() else { unreachable!() };
         let gateway = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(300));
-            let s = std::net::UdpSocket::bind(ssdp).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            ssdp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
             let mut buf = [0u8; 1024];
             let mut heard = 0;
-            while let Ok((n, from)) = s.recv_from(&mut buf) {
+            while let Ok((n, from)) = ssdp.recv_from(&mut buf) {
                 assert!(buf[..n].starts_with(b"M-SEARCH * HTTP/1.1"));
                 heard += 1;
-                // The first search it hears is lost.
-                if heard == 2 {
+                if heard == 3 {
                     let answer = format!("HTTP/1.1 200 OK\r\nST: x\r\nLOCATION: http://{http}/rootDesc.xml\r\n\r\n");
-                    s.send_to(answer.as_bytes(), from).unwrap();
-                    return heard;
+                    ssdp.send_to(answer.as_bytes(), from).unwrap();
+                    break;
                 }
             }
             heard
         });
-        let SocketAddr::V4(to) = ssdp else { unreachable!() };
         let igd = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::from_secs(2)).unwrap();
         assert_eq!((igd.http, igd.control.as_str()), (http, "/ctl/IPConn"));
-        assert_eq!(gateway.join().unwrap(), 2, "searches the gateway heard");
+        assert_eq!(gateway.join().unwrap(), 3, "searches the gateway heard");
         // A gateway that never answers: the search ends with its window, and says so.
         let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let SocketAddr::V4(to) = silent.local_addr().unwrap() else { unreachable!() };
         let t = Instant::now();
         let e = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::from_millis(600)).unwrap_err();
-        assert!(e.contains("3 searches"), "{e}");
+        assert!(e.contains("answered 3 searches"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // Even a window of nothing sends its searches.
+        let e = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::ZERO).unwrap_err();
+        assert!(e.contains("answered 3 searches"), "{e}");
     }
 
     /// A gateway that keeps the connection open after a complete answer (despite
