@@ -13,8 +13,12 @@
 use super::*;
 
 /// How much later the state machine may hear from a listed peer (packets the kernel
-/// passed up: bubbles, trailers) before its last-heard time is written again.
-const REWRITE_HEARD: Duration = Duration::from_secs(1);
+/// passed up: bubbles, trailers, checksums a sender on this machine left to be taken)
+/// before its last-heard time is written again. Well inside [`RELAY_SILENCE`]: the
+/// programs take a native peer for silent a second after their first unanswered send,
+/// so a peer whose answers all come through the daemon would otherwise be tested again
+/// every second or so.
+const REWRITE_HEARD: Duration = Duration::from_millis(250);
 /// Listed peers whose times are read back each tick: with the list's cap of 4,096 and
 /// ten ticks a second, each within 7 s, so a peer the kernel carries stays valid in the
 /// table's eyes too, and a full table never pushes it out first.

@@ -190,3 +190,41 @@ fn without_a_kernel_path_nothing_is_listed() {
     assert_eq!(w.delivered.len(), 1);
     assert!(listed(&w).is_empty());
 }
+
+/// A host whose answers all come through the daemon (a relay on the same machine leaves
+/// their checksums to be taken, so the programs pass them up) while the kernel sends
+/// to it: the kernel's last-heard time keeps up, so the programs never take the host
+/// for silent (a second after their first unanswered send) and pass its packets up
+/// for a test it does not need.
+#[test]
+fn a_host_heard_only_through_the_daemon_is_never_silent_to_the_kernel() {
+    let (mut c, me) = kernel_client();
+    let mut w = with_kernel();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let echo = echo_request(&w, me, HOST).unwrap();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
+    // A call: the kernel sends every 20 ms, each answered 30 ms later through the daemon.
+    let start = secs(2) + ms(1);
+    for k in 0..250u32 {
+        let t = start + ms(20) * k;
+        let (heard, sent) = {
+            let m = w.kernel.as_mut().unwrap();
+            m.send(&a(HOST), t);
+            let heard = m.peers[&a(HOST)].1;
+            (heard, m.sent.get(&a(HOST)).copied().filter(|&s| s > heard))
+        };
+        if let Some(sent) = sent {
+            assert!(
+                t < sent + secs(1),
+                "at {t:?} the kernel took the host for silent: heard {heard:?}, unanswered since {sent:?}"
+            );
+        }
+        // The answer to the send 30 ms ago.
+        if k >= 2 {
+            let _ = c.on_udp(t + ms(10), Via::Service, sa(RELAY), &datagram(HOST, me, k as u8), &mut w);
+        }
+    }
+    assert_eq!(c.stats().silent_retests, 0);
+    assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
+}
