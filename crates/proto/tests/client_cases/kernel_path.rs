@@ -37,6 +37,13 @@ fn keep_qualified(c: &mut Client<Rng>, w: &mut Recorder, at: Duration) {
     }
 }
 
+/// HOST speaks first through RELAY at 2 s, and the test it gets proves it.
+fn host_proved(c: &mut Client<Rng>, me: Ipv6Addr, w: &mut Recorder) {
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
+    let echo = echo_request(w, me, HOST).unwrap();
+    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), w);
+}
+
 #[test]
 fn a_host_is_listed_once_its_test_proved_it_and_leaves_the_list_while_tested_again() {
     let (mut c, me) = kernel_client();
@@ -80,9 +87,7 @@ fn a_host_is_listed_once_its_test_proved_it_and_leaves_the_list_while_tested_aga
 fn a_host_the_kernel_heard_from_is_not_tested_for_silence() {
     let (mut c, me) = kernel_client();
     let mut w = with_kernel();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
-    let echo = echo_request(&w, me, HOST).unwrap();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    host_proved(&mut c, me, &mut w);
     // The kernel sent at 10 s and heard the answer at 10.05 s; at 20 s a packet comes
     // up (the kernel had a reason of its own): no test, no leaving the list.
     let k = w.kernel.as_mut().unwrap();
@@ -200,9 +205,7 @@ fn without_a_kernel_path_nothing_is_listed() {
 fn a_host_heard_only_through_the_daemon_is_never_silent_to_the_kernel() {
     let (mut c, me) = kernel_client();
     let mut w = with_kernel();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
-    let echo = echo_request(&w, me, HOST).unwrap();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    host_proved(&mut c, me, &mut w);
     assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
     // A call: the kernel sends every 20 ms, each answered 30 ms later through the daemon.
     let start = secs(2) + ms(1);
