@@ -61,7 +61,6 @@ pub(crate) fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket> {
     std::thread::spawn(move || -> Result<UdpSocket> {
         netns::enter(&ns)?;
         let s = UdpSocket::bind(addr).map_err(|e| LabError::new(format!("bind {addr} in {ns}: {e}")))?;
-        s.set_read_timeout(Some(Duration::from_millis(700))).map_err(|e| LabError::new(e.to_string()))?;
         Ok(s)
     })
     .join()
@@ -78,8 +77,8 @@ fn observed(s: &UdpSocket) -> Option<SocketAddr> {
 }
 
 /// The next datagram before `deadline`. Only the deadline ends the wait: a signal does
-/// not, nor does an error about an earlier datagram (said, so that a probe that comes
-/// out wrong shows why).
+/// not, nor does any other error (said, so that a probe that comes out wrong shows
+/// why).
 fn receive_until(s: &UdpSocket, deadline: std::time::Instant, b: &mut [u8]) -> Option<(usize, SocketAddr)> {
     use std::io::ErrorKind::*;
     loop {
@@ -214,7 +213,7 @@ fn pcp_grants(c: &crate::ClientHost) -> Result<bool> {
     };
     let granted = ask(map(60))?.is_some_and(|r| r.result == result::SUCCESS && *r.assigned.ip() == c.nat_public);
     if granted {
-        let _ = ask(map(0))?;
+        let _ = ask(map(0));
     }
     Ok(granted)
 }

@@ -13,9 +13,7 @@
 //! on. A veth with an XDP program copies what it receives into buffers of its own (the
 //! XDP headroom of 256 bytes in front, linear); the copy is the receiving port's work,
 //! on the sending host's core (the traffic's, in the benchmark), as the NIC's DMA is on
-//! no core of the relay host at all. Every path measured gets the same buffers. (A veth
-//! with an XDP program also stops offering its peer software segmentation: the sending
-//! host then cuts its rows before the veth rather than in it, on the same core.)
+//! no core of the relay host at all. Every path measured gets the same buffers.
 
 use crate::error::{LabError, Result};
 use crate::netns;

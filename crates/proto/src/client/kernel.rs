@@ -56,9 +56,17 @@ impl<R: Random> Client<R> {
             (Some((to, heard)), Some((listed, written))) if to == listed => {
                 if heard >= written + REWRITE_HEARD {
                     let Some(k) = tx.kernel() else { return };
-                    let heard = k.heard(peer).map_or(heard, |h| h.max(heard));
-                    k.trust(peer, to, heard);
-                    self.kernel.insert(*peer, (to, heard));
+                    match k.heard(peer) {
+                        // The kernel heard it as late: nothing to write (a write would
+                        // also clear its first unanswered send since).
+                        Some(h) if h >= heard => {
+                            self.kernel.insert(*peer, (to, h));
+                        }
+                        _ => {
+                            k.trust(peer, to, heard);
+                            self.kernel.insert(*peer, (to, heard));
+                        }
+                    }
                 }
             }
             (Some((to, heard)), _) => {

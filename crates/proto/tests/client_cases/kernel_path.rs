@@ -231,3 +231,21 @@ fn a_host_heard_only_through_the_daemon_is_never_silent_to_the_kernel() {
     assert_eq!(c.stats().silent_retests, 0);
     assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
 }
+
+/// What the kernel heard itself is not written back to it: the write would clear its
+/// first unanswered send since, and with it the programs' count towards silence.
+#[test]
+fn the_kernels_own_last_heard_time_is_not_written_back_over_its_unanswered_send() {
+    let (mut c, me) = kernel_client();
+    let mut w = with_kernel();
+    host_proved(&mut c, me, &mut w);
+    let m = w.kernel.as_mut().unwrap();
+    m.hear(&a(HOST), secs(3));
+    m.send(&a(HOST), secs(3) + ms(10));
+    // A packet the programs pass up (one the daemon must judge) makes the client read
+    // the kernel's times back.
+    let _ = c.on_tun(secs(3) + ms(500), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let m = w.kernel.as_ref().unwrap();
+    assert_eq!(m.peers[&a(HOST)].1, secs(3), "the kernel's own time");
+    assert_eq!(m.sent.get(&a(HOST)), Some(&(secs(3) + ms(10))), "its unanswered send kept");
+}
