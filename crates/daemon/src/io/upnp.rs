@@ -64,6 +64,7 @@ fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Durat
                   ST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\n\r\n";
     let mut buf = [0u8; 2048];
     let mut refused = None;
+    let mut led_nowhere: Option<String> = None;
     let mut sent = 0;
     loop {
         // The searches go out over the window's first half: the last one leaves the
@@ -95,20 +96,31 @@ fn search(internal: Ipv4Addr, gateway: Ipv4Addr, to: SocketAddrV4, within: Durat
             refused = Some(format!("{from} answered the search, not the default gateway {gateway}"));
             continue;
         }
+        let Some(location) = ssdp_location(&buf[..n]) else {
+            refused = Some("an SSDP answer without a LOCATION".into());
+            continue;
+        };
         // A gateway may answer several times (one per device or service, and once per
-        // search): an answer that leads nowhere does not end the search.
-        match igd_at(&buf[..n], gateway) {
+        // search): an answer that leads nowhere does not end the search, and the same
+        // description is not fetched again.
+        if led_nowhere.as_deref() == Some(location.as_str()) {
+            continue;
+        }
+        match igd_at(&location, gateway) {
             Ok(igd) => return Ok(igd),
-            Err(e) => refused = Some(e),
+            Err(e) => {
+                refused = Some(e);
+                led_nowhere = Some(location);
+            }
         }
     }
     Err(refused.unwrap_or_else(|| format!("no UPnP gateway answered {sent} searches within {within:?}")))
 }
 
-/// The port-mapping service an SSDP answer of the gateway's leads to.
-fn igd_at(answer: &[u8], gateway: Ipv4Addr) -> Result<Igd, String> {
-    let location = ssdp_location(answer).ok_or("an SSDP answer without a LOCATION")?;
-    let (http, path) = http_url(&location, gateway)?;
+/// The port-mapping service the description at `location` (an SSDP answer of the
+/// gateway's names it) leads to.
+fn igd_at(location: &str, gateway: Ipv4Addr) -> Result<Igd, String> {
+    let (http, path) = http_url(location, gateway)?;
     let description =
         http_exchange(http, &format!("GET {path} HTTP/1.1\r\nHost: {http}\r\nConnection: close\r\n\r\n"))?;
     let (control, service) = control_url(&description.1)?;
@@ -350,6 +362,45 @@ mod tests {
         // Even a window of nothing sends a search, and only one.
         let e = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::ZERO).unwrap_err();
         assert!(e.contains("answered 1 searches"), "{e}");
+    }
+
+    /// A gateway answering each search with a description that leads nowhere has that
+    /// description fetched once, not once per answer.
+    #[test]
+    fn a_description_that_led_nowhere_is_not_fetched_again() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(http) = l.local_addr().unwrap() else { unreachable!() };
+        l.set_nonblocking(true).unwrap();
+        let fetches = std::thread::spawn(move || {
+            let body = "<root><device><serviceList></serviceList></device></root>";
+            let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+            let (mut fetches, until) = (0, Instant::now() + Duration::from_secs(3));
+            while Instant::now() < until {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        fetches += 1;
+                        c.set_nonblocking(false).unwrap();
+                        let _ = c.read(&mut [0u8; 1024]);
+                        let _ = c.write_all(answer.as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            fetches
+        });
+        let ssdp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let SocketAddr::V4(to) = ssdp.local_addr().unwrap() else { unreachable!() };
+        std::thread::spawn(move || {
+            ssdp.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut buf = [0u8; 1024];
+            while let Ok((_, from)) = ssdp.recv_from(&mut buf) {
+                let answer = format!("HTTP/1.1 200 OK\r\nST: x\r\nLOCATION: http://{http}/rootDesc.xml\r\n\r\n");
+                let _ = ssdp.send_to(answer.as_bytes(), from);
+            }
+        });
+        let e = search(Ipv4Addr::LOCALHOST, Ipv4Addr::LOCALHOST, to, Duration::from_secs(2)).unwrap_err();
+        assert!(!e.contains("no UPnP gateway answered"), "the gateway's answers were read: {e}");
+        assert_eq!(fetches.join().unwrap(), 1, "fetches of the one description");
     }
 
     /// A gateway that keeps the connection open after a complete answer (despite
