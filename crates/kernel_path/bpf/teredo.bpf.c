@@ -43,8 +43,12 @@ struct peer {
 	__be16 port;
 	__u16 spare;
 	__u64 heard;   // last reception, CLOCK_MONOTONIC ns (either path writes it)
-	__u64 sent;    // the first transmission since `heard` (client; later than `heard`
-	               // while unanswered)
+	union {
+		__u64 sent;  // a client's: the first transmission since `heard` (later than
+		             // `heard` while unanswered)
+		__u64 route; // a direct relay's: the host's route verdict for the peer, kept
+		             // (`route_stamp`)
+	};
 };
 
 struct config {
@@ -62,6 +66,9 @@ struct config {
 	__u32 tun;       // the Teredo interface's index: where a client's packets arrive;
 	                 // a direct relay's, whose routes mark Teredo destinations
 	__u8 own[16];    // the client's Teredo address (zero while it has none)
+	__u32 routes;    // the generation of the host's IPv6 routes: userland moves it on
+	                 // every change of them (and at least every second), which voids
+	                 // every verdict kept under an earlier one (0: keep none)
 };
 
 enum counter {
@@ -152,12 +159,12 @@ static __always_inline int is_local(const struct config *cfg, __be32 a)
 	return a && (a == cfg->local[0] || a == cfg->local[1] || a == cfg->local[2] || a == cfg->local[3]);
 }
 
-static __always_inline void heard(struct peer *p)
+static __always_inline void heard(struct peer *p, const struct config *cfg)
 {
 	__u64 now = bpf_ktime_get_ns();
 	// An answer to a client's unanswered packet is written at once: the grain would
 	// leave the packet unanswered in the map's eyes, and the peer silent.
-	if (now - p->heard > HEARD_GRAIN_NS || p->sent > p->heard)
+	if (now - p->heard > HEARD_GRAIN_NS || (cfg->client && p->sent > p->heard))
 		p->heard = now;
 }
 
@@ -338,7 +345,7 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 		return DECAP_OTHER_MAPPING;
 	if (checksum_pending(ip4, udp))
 		return DECAP_CHECKSUM_PENDING;
-	heard(p);
+	heard(p, cfg);
 	return MOVE;
 }
 
@@ -386,12 +393,13 @@ int teredo_decap(struct xdp_md *ctx)
 // Puts IPv4 and UDP headers, from the service socket's address and port to peer `p`'s
 // mapping, on the IPv6 packet at `l2` (`len` bytes; `piece`: its largest piece if it is
 // a train the kernel joined, to be cut again after with outer headers each, else
-// `len`), sets its hop limit to `hop` (0: unchanged) and sends it by the IPv4 route,
-// looked up as if it arrived on the Teredo interface `via`. Without that route, or over
-// its MTU, the packet goes on untouched (TC_ACT_OK); `quiet`: a program further on
-// counts what becomes of it.
+// `len`), and sends it by the IPv4 route, looked up as if it arrived on the Teredo
+// interface `via`. `head6`, if given, is the packet's first 8 bytes with its hop limit
+// taken down, written with the outer headers. Without that route, or over its MTU, the
+// packet goes on untouched (TC_ACT_OK); `quiet`: a program further on counts what
+// becomes of it.
 static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
-				       __u32 len, __u32 piece, __u64 now, __u8 hop, __u32 via, int quiet)
+				       __u32 len, __u32 piece, __u64 now, const __u8 *head6, __u32 via, int quiet)
 {
 	__be32 to = p->ip;
 	__be16 to_port = p->port;
@@ -426,6 +434,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	struct {
 		struct iphdr ip;
 		struct udphdr udp;
+		__u8 ip6[8]; // with `head6`: in one write with the outer headers
 	} h = {};
 	h.ip.version = 4;
 	h.ip.ihl = 5;
@@ -444,16 +453,16 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
 	// checksum covers what it carries end to end.
 	h.udp.check = 0;
+	__u32 size = OUTER_LEN;
+	if (head6) {
+		__builtin_memcpy(h.ip6, head6, sizeof(h.ip6));
+		size = sizeof(h);
+	}
 	// Written with the receive checksum kept right: a packet that arrived on an
 	// interface may carry the sum its NIC took, which the next receiver trusts.
-	if (bpf_skb_store_bytes(skb, l2, &h, sizeof(h), BPF_F_RECOMPUTE_CSUM)) {
+	if (bpf_skb_store_bytes(skb, l2, &h, size, BPF_F_RECOMPUTE_CSUM)) {
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
-	}
-	if (hop && bpf_skb_store_bytes(skb, l2 + OUTER_LEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1,
-				       BPF_F_RECOMPUTE_CSUM)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_SHOT;
 	}
 	// A blank Ethernet header for the Teredo interface's packet (which has none): the
 	// neighbour redirect takes it off before it resolves the next hop and puts the
@@ -467,6 +476,18 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);
 	return send_by_route(&fib);
+}
+
+// A direct relay's route verdict for a peer, kept in its entry so that each of its
+// packets needs one route look-up (the IPv4 one out), not two: as of generation
+// `routes` of the host's routes, a packet to the peer arriving on interface `iif`
+// (16 bits: a larger index is never kept) is routed into the Teredo interface, whose
+// route's MTU is `mtu`. A route that changes without a notification (a path MTU the
+// host learns, an MTU set by sysctl) is seen within the second userland waits at most
+// before it moves the generation anyway.
+static __always_inline __u64 route_stamp(__u32 routes, __u32 iif, __u16 mtu)
+{
+	return ((__u64)routes << 32) | ((__u64)(iif & 0xffff) << 16) | mtu;
 }
 
 // A native IPv6 packet arriving at a relay that forwards directly (`KernelForward
@@ -497,16 +518,32 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	if (now - p->heard >= VALIDITY_NS || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len) ||
 	    ip6->hop_limit <= 1 || ip6->nexthdr == 0 || !global_source(&ip6->saddr) || !plain_source(&ip6->saddr))
 		return TC_ACT_OK;
-	__u8 hop = ip6->hop_limit - 1;
+	// The first 8 bytes as the host's forwarding sends them: the hop limit one less.
+	__u8 head6[8];
+	__builtin_memcpy(head6, ip6, sizeof(head6));
+	head6[offsetof(struct ipv6hdr, hop_limit)] -= 1;
 	// The host's route must be the Teredo interface, within its MTU (a train: each of
 	// its pieces).
 	__u32 piece = skb->gso_size ? train_piece(skb, ETH_HLEN, ip6->nexthdr) : len;
 	if (!piece)
 		return TC_ACT_OK;
-	struct bpf_fib_lookup fib = {};
-	if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
-		return TC_ACT_OK;
-	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, hop, cfg->tun, 1);
+	// The verdict kept for the peer while the host's routes stand; else looked up, and
+	// kept when it sends the packet on. The generation is read before the look-up: a
+	// change during it voids what it found.
+	__u32 routes = *(volatile __u32 *)&cfg->routes;
+	__u32 iif = skb->ingress_ifindex;
+	int keep = routes && iif <= 0xffff;
+	__u64 kept = p->route;
+	if (!keep || kept >> 16 != route_stamp(routes, iif, 0) >> 16 || piece > (kept & 0xffff)) {
+		struct bpf_fib_lookup fib = {};
+		if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
+			return TC_ACT_OK;
+		// The route's MTU (where the kernel leaves none, the union still holds the
+		// length asked for: a smaller bound, never a wrong one).
+		if (keep)
+			p->route = route_stamp(routes, iif, fib.mtu_result);
+	}
+	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, head6, cfg->tun, 1);
 	if (verdict == TC_ACT_REDIRECT)
 		count(ENCAP_DIRECT, 1);
 	return verdict;

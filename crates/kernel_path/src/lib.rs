@@ -153,7 +153,7 @@ impl KernelPath {
             loaded.map_err(|e| Error::Load(format!("{name}: {}", verifier_cause(&e))))?;
         }
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
-        let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?) };
+        let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?), client: settings.client_tun.is_some() };
         let (config, counters) = (Arc::new(map_fd(&bpf, "config")?), map_fd(&bpf, "counters")?);
         let value = ConfigValue {
             local: maps::local_slots(&settings.local),
@@ -168,6 +168,9 @@ impl KernelPath {
             spare: 0,
             tun: settings.client_tun.or(settings.direct_tun).unwrap_or(0),
             own: [0; 16],
+            // Verdicts kept from the start: whoever changes the host's routes after
+            // says so (`Switch::routes_changed`).
+            routes: 1,
         };
         let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)) };
         switch.set_address(None).map_err(Error::Map)?;

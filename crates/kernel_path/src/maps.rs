@@ -22,6 +22,8 @@ pub(crate) struct PeerValue {
     pub port: [u8; 2],
     pub spare: u16,
     pub heard: u64,
+    /// A client's first transmission since `heard`; a direct relay's route verdict,
+    /// which only the programs read and write (userland writes 0: none kept).
     pub sent: u64,
 }
 
@@ -41,10 +43,11 @@ pub(crate) struct ConfigValue {
     pub spare: u8,
     pub tun: u32,
     pub own: [u8; 16],
+    pub routes: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 52);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 56);
 
 /// `enum counter`: what became of each Teredo packet the programs looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +192,8 @@ pub(crate) fn update<V: Copy>(fd: &OwnedFd, key: &[u8], value: &V) -> io::Result
 #[derive(Debug, Clone)]
 pub struct PeerMap {
     pub(crate) fd: Arc<OwnedFd>,
+    /// A client's map (whose entries tell an unanswered transmission).
+    pub(crate) client: bool,
 }
 
 impl PeerMap {
@@ -219,7 +224,7 @@ impl PeerMap {
         Ok(lookup(&self.fd, &peer.octets(), &mut v)?.then(|| PeerEntry {
             mapped: SocketAddrV4::new(Ipv4Addr::from(v.ip), u16::from_be_bytes(v.port)),
             heard: v.heard,
-            unanswered: (v.sent > v.heard).then_some(v.sent),
+            unanswered: (self.client && v.sent > v.heard).then_some(v.sent),
         }))
     }
 }
@@ -264,6 +269,12 @@ impl Switch {
     /// The IPv4 addresses the service socket receives on (the first four).
     pub fn set_local(&self, local: &[Ipv4Addr]) -> io::Result<()> {
         self.change(|s| s.local = local_slots(local))
+    }
+
+    /// The host's IPv6 routes may have changed (or a second passed): the route verdicts
+    /// a direct relay's programs keep for their peers are void from now on.
+    pub fn routes_changed(&self) -> io::Result<()> {
+        self.change(|s| s.routes = s.routes.checked_add(1).unwrap_or(1))
     }
 }
 

@@ -806,9 +806,27 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         assert!(!moves(&mut k, "not for this host", &l2(&ipv6(NATIVE, C, 64, &[6u8; 12]))));
         let one_more = [native_frame(NATIVE, C, 64, 12), vec![0]].concat();
         assert!(!moves(&mut k, "one byte more", &one_more));
+        // The verdict on C's route is kept until the host's routes are said to have
+        // changed (the daemon's watch says so as the kernel tells it), then looked up
+        // again.
         sh(&format!("ip -6 route add {C}/128 dev d0"));
+        assert!(moves(&mut k, "routed elsewhere, not yet said", &native_frame(NATIVE, C, 64, 12)));
+        k.switch().routes_changed().unwrap();
         assert!(!moves(&mut k, "routed elsewhere", &native_frame(NATIVE, C, 64, 12)));
         sh(&format!("ip -6 route del {C}/128 dev d0"));
+        // A route that sends the packet to the host is never kept: routed back, it
+        // moves at once.
+        assert!(moves(&mut k, "routed back", &native_frame(NATIVE, C, 64, 12)));
+        // A verdict is kept for the interface the packet arrived on: arriving on d1,
+        // where the host does not forward, the packet is the host's.
+        sh("echo 0 > /proc/sys/net/ipv6/conf/d1/forwarding; ip link set d1 address 02:00:00:00:00:d1");
+        let mut on_d1 = native_frame(NATIVE, C, 64, 12);
+        on_d1[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xd1]);
+        let d1 = unsafe { libc::if_nametoindex(c"d1".as_ptr()) };
+        let out = tc_ingress(&mut k, d1, "arriving where the host does not forward", &on_d1).unwrap();
+        assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &on_d1));
+        // And within the route's MTU only: a larger packet is looked up again.
+        assert!(!moves(&mut k, "over the MTU, after one within it", &native_frame(NATIVE, C, 64, 1241)));
         let mut hop_by_hop = ipv6(NATIVE, C, 64, &[17, 0, 1, 4, 0, 0, 0, 0]);
         hop_by_hop[6] = 0;
         assert!(!moves(&mut k, "hop-by-hop options", &to_d0(l2(&hop_by_hop))));
@@ -843,7 +861,7 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         assert!(!moves(&mut k, "stale", &native_frame(NATIVE, C, 64, 12)));
         let c = k.counters().unwrap();
         // Only what moved is counted here: the rest meets the Teredo interface's program.
-        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (2, 2));
+        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (4, 4));
         assert_eq!(c[Counter::EncapStale as usize] + c[Counter::EncapNotPlain as usize], 0);
 
         k.peers().trust(&a(C), C_MAPPED, monotonic_ns()).unwrap();

@@ -9,8 +9,8 @@
 use crate::cli;
 use crate::cmd::bird_link::BirdLink;
 use crate::config::miredo::{MiredoConf, RelayType};
-use crate::io::kernel_path::{self, KernelDataPath, KernelPeerList};
-use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
+use crate::io::kernel_path::{self, KernelDataPath, KernelPeerList, Switch};
+use crate::io::netlink::{AddressChange, AddressWatch, Netlink, RouteWatch};
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
@@ -445,7 +445,7 @@ fn serve(
     let offloads = iface.tuns[0].offloads();
     let (socks, local) = bind_sockets(conf, workers)?;
     // Loading and attaching eBPF programs needs the privileges confinement drops.
-    let kernel = kernel_path::start(&kernel_path::Want {
+    let mut kernel = kernel_path::start(&kernel_path::Want {
         mode: conf.data_path,
         host_specific: conf.role == RelayType::Host,
         client: false,
@@ -486,6 +486,7 @@ fn serve(
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
+    let routes = kernel.as_mut().and_then(|k| k.routes.take().map(|w| (w, k.switch())));
     let halt = AtomicBool::new(false);
     let published: Vec<Mutex<(RelayStats, IoErrors, TunOffloadCounts)>> =
         (0..workers).map(|_| Mutex::default()).collect();
@@ -514,15 +515,29 @@ fn serve(
             Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
         }
     }
-    let result = run_workers(&shared, ios);
+    let result = run_workers(&shared, ios, routes);
     shell.stopping(&shared);
     result
 }
 
 /// Worker 0 on this thread, the others on threads of their own; a worker that cannot
-/// start stops the rest. The first failure is the result.
-fn run_workers(shared: &WorkerShared<'_>, ios: Vec<WorkerIo>) -> Result<(), Failure> {
+/// start stops the rest. The first failure is the result. A direct relay's route
+/// verdicts are kept to the host's routing by one more thread while they run.
+fn run_workers(
+    shared: &WorkerShared<'_>,
+    ios: Vec<WorkerIo>,
+    routes: Option<(RouteWatch, Switch)>,
+) -> Result<(), Failure> {
+    let workers_done = AtomicBool::new(false);
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
+        if let Some((mut watch, switch)) = routes {
+            let done = &workers_done;
+            let follow = move || kernel_path::follow_routes(&mut watch, &switch, done);
+            if let Err(e) = std::thread::Builder::new().name("routes".into()).spawn_scoped(s, follow) {
+                shared.halt.store(true, Ordering::Relaxed);
+                return vec![Err(Failure::runtime(format!("cannot start the route watch's thread: {e}")))];
+            }
+        }
         let mut ios = ios.into_iter().enumerate();
         let (_, io0) = ios.next().expect("at least one worker");
         let mut results = Vec::new();
@@ -541,6 +556,7 @@ fn run_workers(shared: &WorkerShared<'_>, ios: Vec<WorkerIo>) -> Result<(), Fail
         results.push(worker(shared, 0, &io0));
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
+        workers_done.store(true, Ordering::Relaxed);
         results
     });
     results.into_iter().collect()

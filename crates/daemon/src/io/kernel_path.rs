@@ -10,14 +10,14 @@
 //! turns IPv4 forwarding on for the Teredo interface alone: the route look-up the
 //! encapsulation uses asks for it, and nothing arrives there as IPv4.
 
-use crate::io::netlink::Netlink;
-pub use shipworm_kernel_path::DecapHook;
-use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, Switch, COUNTERS};
+use crate::io::netlink::{Netlink, RouteWatch};
+use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, COUNTERS};
+pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where a relay or a client moves its trusted peers' packets (`DataPath`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,8 @@ pub struct KernelDataPath {
     /// The kernel's ids of the programs (read at set-up: the confined relay may not
     /// ask), for the status.
     pub programs: Vec<u32>,
+    /// A direct relay's watch on the host's routing, for [`follow_routes`].
+    pub routes: Option<RouteWatch>,
 }
 
 /// What the daemon needs to know to set the kernel path up.
@@ -143,6 +145,9 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         client_tun: None,
         direct_tun: None,
     };
+    // A direct relay's programs keep each peer's route verdict until told the host's
+    // routing changed: subscribed before they load, so that no change comes between.
+    let routes = if want.direct && !want.client { Some(RouteWatch::new()?) } else { None };
     let tun = nl.link_index(want.tun)?;
     let settings = Settings {
         client_tun: want.client.then_some(tun),
@@ -181,7 +186,37 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
     let programs = path.program_ids();
     let direct = want.direct && !want.client;
-    Ok(KernelDataPath { path, decap, interfaces, direct, refused: Arc::new(AtomicU64::new(0)), programs })
+    Ok(KernelDataPath { path, decap, interfaces, direct, refused: Arc::new(AtomicU64::new(0)), programs, routes })
+}
+
+/// How long a direct relay's route verdicts are kept at most, for the changes the
+/// kernel tells of to nobody (a path MTU it learns, an MTU set by sysctl).
+pub const ROUTE_REFRESH: Duration = Duration::from_secs(1);
+
+/// Keeps a direct relay's route verdicts to the host's routing until `stop`: void at
+/// once when the kernel tells of a change, and every [`ROUTE_REFRESH`] anyway. A
+/// generation that cannot be moved leaves verdicts that may be wrong: the programs are
+/// turned off then, and every packet goes through the daemon.
+pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, stop: &AtomicBool) {
+    // How soon a stop is noticed.
+    const STOP_CHECK: Duration = Duration::from_millis(100);
+    let mut next_refresh = Instant::now() + ROUTE_REFRESH;
+    while !stop.load(Ordering::Relaxed) {
+        let changed = watch.changed_within(STOP_CHECK.min(next_refresh.saturating_duration_since(Instant::now())));
+        let now = Instant::now();
+        if !changed && now < next_refresh {
+            continue;
+        }
+        next_refresh = now + ROUTE_REFRESH;
+        if let Err(e) = switch.routes_changed() {
+            let off = switch.turn_off();
+            tracing::error!(
+                "kernel data path: the host's routing changed and the programs could not be told ({e}); turned off ({}), every packet now goes through the daemon",
+                off.map_or_else(|e| format!("which failed too: {e}"), |()| "done".to_string())
+            );
+            return;
+        }
+    }
 }
 
 impl KernelDataPath {

@@ -172,24 +172,48 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 if on_teredo < 20 || moved < 20 {
                     return Err(Failed::at(8, format!("step 8: {text}")));
                 }
+                let rly = lab.ns("rly");
+                // Forwarding directly, the relay's programs keep each client's route
+                // verdict, and a change of the relay host's routes voids it at once
+                // (its watch, not the second it is kept at most): the client's address
+                // routed to a blackhole there, the pings right after are lost; the route
+                // gone, they are answered again.
+                let text = if direct {
+                    let route = |verb: &str| {
+                        shipworm_lab::netns::exec(&rly, &["ip", "-6", "route", verb, "blackhole", &format!("{}/128", o.address)])
+                            .map_err(|e| Failed::at(9, format!("step 9: {e}")))
+                    };
+                    let pings = |n: u32| shipworm_lab::traffic::ping(&lab.ns("h6"), o.address, n, 1).map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")));
+                    route("add")?;
+                    std::thread::sleep(std::time::Duration::from_millis(30));
+                    let blackholed = pings(3)?;
+                    route("del")?;
+                    let back = pings(3)?;
+                    let text = format!("{text}; the client's address blackholed on the relay host: {blackholed}, the route gone: {back}");
+                    if blackholed.received != 0 || back.received != 3 {
+                        return Err(Failed::at(9, format!("step 9: the relay did not follow its host's route at once: {text}")));
+                    }
+                    text
+                } else {
+                    text
+                };
                 // A daemon killed leaves nothing attached: its programs were held by links
                 // it owned, and the kernel frees a program nothing holds.
-                let rly = lab.ns("rly");
                 let loaded = |id: &str| shipworm_lab::netns::exec(&rly, &["bpftool", "prog", "show", "id", id]).is_ok();
                 for (daemon, status) in [("relay", &st), ("client0", &cs)] {
                     let ids: Vec<String> = status["data_path"]["programs"]
                         .as_array()
                         .map_or_else(Vec::new, |v| v.iter().filter_map(|i| i.as_u64()).map(|i| i.to_string()).collect());
                     if ids.len() != 3 || !ids.iter().all(|id| loaded(id)) {
-                        return Err(Failed::at(9, format!("step 9: the {daemon}'s programs {ids:?} are not all loaded while it runs")));
+                        return Err(Failed::at(10, format!("step 10: the {daemon}'s programs {ids:?} are not all loaded while it runs")));
                     }
-                    lab.signal_peer(daemon, nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(9, format!("step 9: {e}")))?;
+                    lab.signal_peer(daemon, nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(10, format!("step 10: {e}")))?;
                     let gone = (0..50).any(|_| {
                         std::thread::sleep(std::time::Duration::from_millis(20));
                         !ids.iter().any(|id| loaded(id))
                     });
                     if !gone {
-                        return Err(Failed::at(9, format!("step 9: the killed {daemon}'s programs are still loaded after 1 s")));
+                        return Err(Failed::at(10, format!("step 10: the killed {daemon}'s programs are still loaded after 1 s")));
                     }
                 }
                 Ok(format!("{text}; relay and client killed, nothing left attached"))
