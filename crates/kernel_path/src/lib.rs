@@ -168,11 +168,11 @@ impl KernelPath {
             spare: 0,
             tun: settings.client_tun.or(settings.direct_tun).unwrap_or(0),
             own: [0; 16],
-            // Verdicts kept from the start: whoever changes the host's routes after
-            // says so (`Switch::routes_changed`).
-            routes: 1,
+            // No route verdict kept until whoever watches the host's routing says so
+            // (`Switch::route_verdicts`).
+            routes: 0,
         };
-        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)) };
+        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default() };
         switch.set_address(None).map_err(Error::Map)?;
         Ok(KernelPath { bpf, peers, counters, cpus, switch })
     }

@@ -246,6 +246,8 @@ pub struct PeerEntry {
 pub struct Switch {
     pub(crate) fd: Arc<OwnedFd>,
     pub(crate) settings: Arc<Mutex<ConfigValue>>,
+    /// The last generation of the host's routes handed out ([`Switch::route_verdicts`]).
+    pub(crate) generation: Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl Switch {
@@ -271,10 +273,15 @@ impl Switch {
         self.change(|s| s.local = local_slots(local))
     }
 
-    /// The host's IPv6 routes may have changed (or a second passed): the route verdicts
-    /// a direct relay's programs keep for their peers are void from now on.
-    pub fn routes_changed(&self) -> io::Result<()> {
-        self.change(|s| s.routes = s.routes.checked_add(1).unwrap_or(1))
+    /// Every route verdict a direct relay's programs keep for their peers is void from
+    /// now on; with `keep`, they keep new ones (under a new generation of the host's
+    /// routes), without, none (each packet looks its route up). Nothing is kept until
+    /// this is first called with `keep`: whoever says so watches the host's routing.
+    pub fn route_verdicts(&self, keep: bool) -> io::Result<()> {
+        use std::sync::atomic::Ordering;
+        let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        let next = if next == 0 { self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) } else { next };
+        self.change(|s| s.routes = if keep { next } else { 0 })
     }
 }
 

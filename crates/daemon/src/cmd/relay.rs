@@ -10,7 +10,8 @@ use crate::cli;
 use crate::cmd::bird_link::BirdLink;
 use crate::config::miredo::{MiredoConf, RelayType};
 use crate::io::kernel_path::{self, KernelDataPath, KernelPeerList, Switch};
-use crate::io::netlink::{AddressChange, AddressWatch, Netlink, RouteWatch};
+use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
+use crate::io::route_watch::RouteWatch;
 use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
@@ -486,7 +487,7 @@ fn serve(
     if cfg.icmp_source.is_none() {
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
-    let routes = kernel.as_mut().and_then(|k| k.routes.take().map(|w| (w, k.switch())));
+    let routes = kernel.as_mut().and_then(|k| k.routes.take().map(|(w, tun)| (w, tun, k.switch())));
     let halt = AtomicBool::new(false);
     let published: Vec<Mutex<(RelayStats, IoErrors, TunOffloadCounts)>> =
         (0..workers).map(|_| Mutex::default()).collect();
@@ -526,13 +527,13 @@ fn serve(
 fn run_workers(
     shared: &WorkerShared<'_>,
     ios: Vec<WorkerIo>,
-    routes: Option<(RouteWatch, Switch)>,
+    routes: Option<(RouteWatch, u32, Switch)>,
 ) -> Result<(), Failure> {
     let workers_done = AtomicBool::new(false);
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
-        if let Some((mut watch, switch)) = routes {
+        if let Some((mut watch, tun, switch)) = routes {
             let done = &workers_done;
-            let follow = move || kernel_path::follow_routes(&mut watch, &switch, done);
+            let follow = move || kernel_path::follow_routes(&mut watch, &switch, tun, done, shared.halt);
             if let Err(e) = std::thread::Builder::new().name("routes".into()).spawn_scoped(s, follow) {
                 shared.halt.store(true, Ordering::Relaxed);
                 return vec![Err(Failure::runtime(format!("cannot start the route watch's thread: {e}")))];

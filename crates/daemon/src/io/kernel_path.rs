@@ -10,7 +10,8 @@
 //! turns IPv4 forwarding on for the Teredo interface alone: the route look-up the
 //! encapsulation uses asks for it, and nothing arrives there as IPv4.
 
-use crate::io::netlink::{Netlink, RouteWatch};
+use crate::io::netlink::Netlink;
+use crate::io::route_watch::RouteWatch;
 use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
@@ -58,8 +59,9 @@ pub struct KernelDataPath {
     /// The kernel's ids of the programs (read at set-up: the confined relay may not
     /// ask), for the status.
     pub programs: Vec<u32>,
-    /// A direct relay's watch on the host's routing, for [`follow_routes`].
-    pub routes: Option<RouteWatch>,
+    /// A direct relay's watch on the host's routing and its Teredo interface's index,
+    /// for [`follow_routes`].
+    pub routes: Option<(RouteWatch, u32)>,
 }
 
 /// What the daemon needs to know to set the kernel path up.
@@ -147,8 +149,9 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     };
     // A direct relay's programs keep each peer's route verdict until told the host's
     // routing changed: subscribed before they load, so that no change comes between.
-    let routes = if want.direct && !want.client { Some(RouteWatch::new()?) } else { None };
+    let watch = if want.direct && !want.client { Some(RouteWatch::new()?) } else { None };
     let tun = nl.link_index(want.tun)?;
+    let routes = watch.map(|w| (w, tun));
     let settings = Settings {
         client_tun: want.client.then_some(tun),
         direct_tun: (want.direct && !want.client).then_some(tun),
@@ -193,27 +196,75 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
 /// kernel tells of to nobody (a path MTU it learns, an MTU set by sysctl).
 pub const ROUTE_REFRESH: Duration = Duration::from_secs(1);
 
-/// Keeps a direct relay's route verdicts to the host's routing until `stop`: void at
-/// once when the kernel tells of a change, and every [`ROUTE_REFRESH`] anyway. A
+/// How long the host's routing must stay unchanged before verdicts are kept again: a
+/// host whose routes change all the time (a router fed a full table) is listed at most
+/// this often, and its packets meanwhile look their routes up.
+const ROUTES_SETTLE: Duration = Duration::from_millis(200);
+
+/// Keeps a direct relay's route verdicts (`tun`: its Teredo interface) to the host's
+/// routing until `stop`: void at once when the kernel tells of a change, kept again
+/// once the routing has stayed unchanged a while and depends on a packet's destination
+/// alone (`RouteWatch::flow_independent`), and renewed every [`ROUTE_REFRESH`]. A
 /// generation that cannot be moved leaves verdicts that may be wrong: the programs are
-/// turned off then, and every packet goes through the daemon.
-pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, stop: &AtomicBool) {
+/// turned off then, and if that fails too the relay stops (`halt`).
+pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, tun: u32, stop: &AtomicBool, halt: &AtomicBool) {
     // How soon a stop is noticed.
     const STOP_CHECK: Duration = Duration::from_millis(100);
+    let (mut keeping, mut said) = (false, None::<String>);
+    // A listing is due from the start: nothing is kept until it says so.
+    let mut unsettled = Some(Instant::now() - ROUTES_SETTLE);
     let mut next_refresh = Instant::now() + ROUTE_REFRESH;
     while !stop.load(Ordering::Relaxed) {
-        let changed = watch.changed_within(STOP_CHECK.min(next_refresh.saturating_duration_since(Instant::now())));
+        let wait = match unsettled {
+            Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(Instant::now()),
+            None => next_refresh.saturating_duration_since(Instant::now()),
+        };
+        let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
-        if !changed && now < next_refresh {
+        let keep = if changed {
+            unsettled = Some(now);
+            if !keeping {
+                continue;
+            }
+            false
+        } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
+            unsettled = None;
+            match watch.flow_independent(tun) {
+                Ok(independent) => {
+                    if !independent && said.is_none() {
+                        tracing::info!(
+                            "kernel data path: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface): each packet to a client looks its route up"
+                        );
+                        said = Some(String::new());
+                    }
+                    independent
+                }
+                Err(e) => {
+                    // Listed again on the next change, or in a while.
+                    if said.as_deref() != Some(e.as_str()) {
+                        tracing::warn!("kernel data path: {e}; each packet to a client looks its route up meanwhile");
+                        said = Some(e);
+                    }
+                    unsettled = Some(now + ROUTE_REFRESH);
+                    false
+                }
+            }
+        } else if keeping && now >= next_refresh {
+            true
+        } else {
             continue;
-        }
+        };
         next_refresh = now + ROUTE_REFRESH;
-        if let Err(e) = switch.routes_changed() {
+        keeping = keep;
+        if let Err(e) = switch.route_verdicts(keep) {
             let off = switch.turn_off();
             tracing::error!(
-                "kernel data path: the host's routing changed and the programs could not be told ({e}); turned off ({}), every packet now goes through the daemon",
-                off.map_or_else(|e| format!("which failed too: {e}"), |()| "done".to_string())
+                "kernel data path: the programs' route verdicts could not be voided ({e}); turned off ({}), every packet now goes through the daemon",
+                off.as_ref().map_or_else(|e| format!("which failed too, so the relay stops: {e}"), |()| "done".to_string())
             );
+            if off.is_err() {
+                halt.store(true, Ordering::Relaxed);
+            }
             return;
         }
     }

@@ -9,6 +9,7 @@ pub mod kernel_path;
 pub mod netlink;
 pub mod port_mapping;
 pub mod random_ports;
+pub mod route_watch;
 pub mod socket_buffers;
 pub mod sockopt;
 pub mod tun;

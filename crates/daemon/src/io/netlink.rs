@@ -271,67 +271,6 @@ impl std::os::fd::AsFd for NetworkWatch {
     }
 }
 
-/// What decides the host's IPv6 routes, as rtnetlink groups (linux/rtnetlink.h, `enum
-/// rtnetlink_groups`): links (their state and MTU), IPv6 addresses, routes, per-link
-/// settings, policy rules, forwarding settings, and nexthop objects.
-const ROUTE_GROUPS: [u32; 7] = [1, 9, 11, 12, 19, 25, 32];
-
-/// A subscription to every change of the host's IPv6 routing, for a direct relay whose
-/// programs keep each peer's route verdict until told that something changed (what
-/// changed is not read: any change voids every verdict). Opened before confinement;
-/// read by a thread of its own. Only the kernel's word counts: any local process may
-/// send a datagram to the socket's port, and one that could move the generation at
-/// will would make every packet look its route up again.
-pub struct RouteWatch {
-    socket: rtnetlink::sys::Socket,
-    buf: Vec<u8>,
-}
-
-impl RouteWatch {
-    /// Subscribe.
-    pub fn new() -> Result<RouteWatch, String> {
-        use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket};
-        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
-        socket.bind_auto().map_err(|e| format!("cannot bind a netlink socket: {e}"))?;
-        for group in ROUTE_GROUPS {
-            socket
-                .add_membership(group)
-                .map_err(|e| format!("cannot subscribe to the host's routing changes (group {group}): {e}"))?;
-        }
-        socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(RouteWatch { socket, buf: Vec::with_capacity(16384) })
-    }
-
-    /// Wait up to `timeout` for the kernel to tell of a change; true if it told of any
-    /// (or dropped notifications: what was lost may have been one).
-    pub fn changed_within(&mut self, timeout: std::time::Duration) -> bool {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(self), PollFlags::POLLIN)];
-        let ms = PollTimeout::try_from(timeout.as_millis().saturating_add(1)).unwrap_or(PollTimeout::MAX);
-        // Nothing in time (an interrupted wait reads the socket, which costs nothing).
-        if poll(&mut fds, ms).is_ok_and(|n| n == 0) {
-            return false;
-        }
-        let mut any = false;
-        loop {
-            self.buf.clear();
-            match self.socket.recv_from(&mut self.buf, 0) {
-                Ok((n, from)) if n > 0 => any |= from.port_number() == 0,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => any = true,
-                _ => return any,
-            }
-        }
-    }
-}
-
-impl std::os::fd::AsFd for RouteWatch {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: the socket outlives the borrow, which is tied to `self`.
-        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) }
-    }
-}
-
 /// rtnetlink multicast group RTMGRP_IPV6_IFADDR (linux/rtnetlink.h).
 const IPV6_ADDRESS_CHANGES: u32 = 0x100;
 
@@ -559,51 +498,6 @@ mod tests {
         let mut out = Vec::new();
         parse_address_changes(&forged, &mut out);
         assert_eq!(out, vec![AddressChange::Added("2001:db8::66".parse().unwrap())]);
-    }
-
-    /// The route watch tells of the kernel's changes to the host's routing (routes,
-    /// rules, links, forwarding), and of nobody else's: a forged datagram to its port
-    /// would make a direct relay look every peer's route up again.
-    #[test]
-    fn the_route_watch_hears_the_kernels_routing_changes_and_nobody_else() {
-        use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
-        use std::time::Duration;
-        let t = std::thread::spawn(|| {
-            // SAFETY: unshare affects this thread only, which ends with the test.
-            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                return None; // not root: nothing to test with
-            }
-            let mut watch = RouteWatch::new().unwrap();
-            let quiet = watch.changed_within(Duration::from_millis(50));
-            let mut at = SocketAddr::new(0, 0);
-            watch.socket.get_address(&mut at).unwrap();
-            let mut forger = Socket::new(NETLINK_ROUTE).unwrap();
-            forger.bind_auto().unwrap();
-            let forged = message(true, AddressScope::Universe, IpAddr::V6("2001:db8::66".parse().unwrap()));
-            forger.send_to(&forged, &SocketAddr::new(at.port_number(), 0), 0).unwrap();
-            let forged = watch.changed_within(Duration::from_millis(50));
-            let mut heard = Vec::new();
-            for change in [
-                "ip link set lo up",
-                "ip -6 route add blackhole 2001:db8:5::/48",
-                "ip -6 rule add to 2001:db8:6::/48 table 7",
-                "ip link set lo mtu 1500",
-                "sysctl -qw net.ipv6.conf.lo.forwarding=1",
-            ] {
-                let st = std::process::Command::new("sh").args(["-ec", change]).status().unwrap();
-                assert!(st.success(), "{change}");
-                heard.push((change, watch.changed_within(Duration::from_millis(500))));
-                // What else the same change brought.
-                while watch.changed_within(Duration::from_millis(20)) {}
-            }
-            Some((quiet, forged, heard))
-        });
-        let Some((quiet, forged, heard)) = t.join().unwrap() else { return };
-        assert!(!quiet, "a change told with none made");
-        assert!(!forged, "a forged datagram taken for the kernel's word");
-        for (change, told) in heard {
-            assert!(told, "{change}: not told");
-        }
     }
 
     /// A storm of changes overruns the watch's buffer (the kernel drops notifications

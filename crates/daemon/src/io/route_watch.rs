@@ -1,0 +1,273 @@
+//! A direct relay's watch on the host's IPv6 routing. Its programs keep each client's
+//! route verdict (into the Teredo interface, with that route's MTU, for packets that
+//! arrive on a given interface) until told that the routing changed: this watch tells
+//! them, on every change the kernel announces. A kept verdict depends on the destination
+//! and the interface alone, so verdicts are kept only while the host's routing cannot
+//! depend on more: no policy rule but the kernel's own, no route chosen by source, no
+//! route whose next hops split flows between the Teredo interface and others.
+//!
+//! The socket is opened before confinement and read by a thread of its own. Only the
+//! kernel may send to it (it is connected to the kernel): a local process that could
+//! feed it would keep its reader busy, or void the verdicts at will.
+
+use rtnetlink::packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage};
+use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
+use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
+use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// What decides the host's IPv6 routes, as rtnetlink groups (linux/rtnetlink.h, `enum
+/// rtnetlink_groups`): links (their state and MTU), IPv6 addresses, routes, per-link
+/// settings, policy rules, forwarding settings, and nexthop objects.
+const GROUPS: [u32; 7] = [1, 9, 11, 12, 19, 25, 32];
+
+/// Datagrams read in one go at most: more is taken as a change (and read on the next
+/// call), so that a storm of notifications cannot hold the reader.
+const DRAIN_CAP: usize = 1024;
+
+/// How long a listing of the rules or the routes may take.
+const LISTING_TIME: Duration = Duration::from_secs(2);
+
+/// The subscription.
+pub struct RouteWatch {
+    socket: Socket,
+    buf: Vec<u8>,
+    seq: u32,
+    /// A notification came while a listing did.
+    noticed: bool,
+}
+
+impl RouteWatch {
+    /// Subscribe.
+    pub fn new() -> Result<RouteWatch, String> {
+        let mut socket = Socket::new(NETLINK_ROUTE).map_err(|e| format!("cannot open a netlink socket: {e}"))?;
+        socket.bind_auto().map_err(|e| format!("cannot bind a netlink socket: {e}"))?;
+        // Connected to the kernel: the kernel refuses other senders' datagrams.
+        socket.connect(&SocketAddr::new(0, 0)).map_err(|e| format!("cannot connect a netlink socket: {e}"))?;
+        for group in GROUPS {
+            socket
+                .add_membership(group)
+                .map_err(|e| format!("cannot subscribe to the host's routing changes (group {group}): {e}"))?;
+        }
+        socket.set_non_blocking(true).map_err(|e| e.to_string())?;
+        Ok(RouteWatch { socket, buf: Vec::with_capacity(65536), seq: 0, noticed: false })
+    }
+
+    /// Wait up to `timeout` for the kernel to tell of a change; true if it told of any
+    /// (or dropped notifications: what was lost may have been one).
+    pub fn changed_within(&mut self, timeout: Duration) -> bool {
+        let noticed = std::mem::take(&mut self.noticed);
+        if !noticed && !self.readable(timeout) {
+            return false;
+        }
+        let mut any = noticed;
+        for _ in 0..DRAIN_CAP {
+            self.buf.clear();
+            match self.socket.recv_from(&mut self.buf, 0) {
+                Ok((n, from)) if n > 0 => any |= from.port_number() == 0,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => any = true,
+                _ => return any,
+            }
+        }
+        true
+    }
+
+    fn readable(&self, timeout: Duration) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(self), PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(timeout.as_millis().saturating_add(1)).unwrap_or(PollTimeout::MAX);
+        // An interrupted wait reads the socket, which costs nothing.
+        !poll(&mut fds, ms).is_ok_and(|n| n == 0)
+    }
+
+    /// Whether the host's IPv6 routing leaves a packet's route to the Teredo interface
+    /// (index `tun`) to its destination and the interface it arrives on alone: the
+    /// kernel's own two policy rules and no other, no route chosen by source, no route
+    /// through nexthop objects, and no route whose next hops include the Teredo
+    /// interface among others. A listing cut by changes, or refused, is an error.
+    pub fn flow_independent(&mut self, tun: u32) -> Result<bool, String> {
+        let mut rule = RuleMessage::default();
+        rule.header.family = AddressFamily::Inet6;
+        let rules = self.list(RouteNetlinkMessage::GetRule(rule))?;
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet6;
+        let routes = self.list(RouteNetlinkMessage::GetRoute(route))?;
+        let rules_ok = rules.iter().all(|m| match m {
+            RouteNetlinkMessage::NewRule(r) => kernels_own_rule(r),
+            _ => true,
+        });
+        let routes_ok = routes.iter().all(|m| match m {
+            RouteNetlinkMessage::NewRoute(r) => by_destination_alone(r, tun),
+            _ => true,
+        });
+        Ok(rules_ok && routes_ok)
+    }
+
+    /// Every message of a listing asked for with `request`, on this socket.
+    fn list(&mut self, request: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>, String> {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(request));
+        m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
+        m.header.sequence_number = self.seq;
+        m.finalize();
+        let mut b = vec![0u8; m.buffer_len()];
+        m.serialize(&mut b);
+        self.socket.send(&b, 0).map_err(|e| format!("cannot list the host's routing: {e}"))?;
+        let deadline = Instant::now() + LISTING_TIME;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("listing the host's routing took too long".into());
+            }
+            if !self.readable(left) {
+                continue;
+            }
+            self.buf.clear();
+            match self.socket.recv_from(&mut self.buf, 0) {
+                Ok((n, from)) if n > 0 && from.port_number() == 0 => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.noticed = true;
+                    continue;
+                }
+                _ => continue,
+            }
+            let mut datagram = &self.buf[..];
+            while datagram.len() >= 16 {
+                let len = u32::from_ne_bytes([datagram[0], datagram[1], datagram[2], datagram[3]]) as usize;
+                if len < 16 || len > datagram.len() {
+                    break;
+                }
+                let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..len]) else {
+                    return Err("a listing of the host's routing did not parse".into());
+                };
+                datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
+                if m.header.sequence_number != self.seq {
+                    // A notification meanwhile: a change to see after this listing.
+                    self.noticed = true;
+                    continue;
+                }
+                if m.header.flags & NLM_F_DUMP_INTR != 0 {
+                    return Err("the host's routing changed while it was listed".into());
+                }
+                match m.payload {
+                    NetlinkPayload::InnerMessage(inner) => out.push(inner),
+                    NetlinkPayload::Done(_) => return Ok(out),
+                    NetlinkPayload::Error(e) => return Err(format!("the kernel refused to list its routing: {e:?}")),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// One of the kernel's own IPv6 rules (priority 0: look up local; 32766: look up main),
+/// selecting nothing.
+fn kernels_own_rule(r: &RuleMessage) -> bool {
+    let (mut priority, mut table) = (0, u32::from(r.header.table));
+    for a in &r.attributes {
+        match a {
+            RuleAttribute::Priority(p) => priority = *p,
+            RuleAttribute::Table(t) => table = *t,
+            // Suppressing nothing (the kernel's rules say so).
+            RuleAttribute::Protocol(_) | RuleAttribute::SuppressPrefixLen(u32::MAX) => {}
+            _ => return false,
+        }
+    }
+    r.header.action == RuleAction::ToTable
+        && r.header.src_len == 0
+        && r.header.dst_len == 0
+        && r.header.tos == 0
+        && matches!((priority, table), (0, 255) | (32766, 254))
+}
+
+/// A route chosen by its destination alone, whose way out is one interface or none of
+/// the Teredo interface `tun`'s.
+fn by_destination_alone(r: &RouteMessage, tun: u32) -> bool {
+    r.header.source_prefix_length == 0
+        && r.attributes.iter().all(|a| match a {
+            RouteAttribute::Source(_) | RouteAttribute::NhId(_) => false,
+            RouteAttribute::MultiPath(hops) => hops.iter().all(|h| h.interface_index != tun),
+            _ => true,
+        })
+}
+
+impl std::os::fd::AsFd for RouteWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the socket outlives the borrow, which is tied to `self`.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(c: &str) {
+        let st = std::process::Command::new("sh").args(["-ec", c]).status().unwrap();
+        assert!(st.success(), "{c}");
+    }
+
+    /// The watch tells of the kernel's changes to the host's routing (routes, rules,
+    /// links, forwarding), and of nobody else's: another socket cannot even send to it.
+    /// And it tells when the routing may depend on more than a packet's destination.
+    #[test]
+    fn the_route_watch_hears_the_kernels_routing_changes_and_nobody_else() {
+        let t = std::thread::spawn(|| {
+            // SAFETY: unshare affects this thread only, which ends with the test.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return None; // not root: nothing to test with
+            }
+            let mut watch = RouteWatch::new().unwrap();
+            let quiet = watch.changed_within(Duration::from_millis(50));
+            let mut at = SocketAddr::new(0, 0);
+            watch.socket.get_address(&mut at).unwrap();
+            let mut forger = Socket::new(NETLINK_ROUTE).unwrap();
+            forger.bind_auto().unwrap();
+            let sent = forger.send_to(&[0u8; 64], &SocketAddr::new(at.port_number(), 0), 0);
+            let forged = watch.changed_within(Duration::from_millis(50));
+            let mut heard = Vec::new();
+            sh("ip link set lo up; ip link add t0 type veth peer name t1; ip link set t0 up; ip link set t1 up");
+            let tun = unsafe { libc::if_nametoindex(c"t0".as_ptr()) };
+            while watch.changed_within(Duration::from_millis(50)) {}
+            let mut independent = vec![("as the kernel made it", watch.flow_independent(tun))];
+            for (change, independent_after) in [
+                ("ip -6 route add blackhole 2001:db8:5::/48", true),
+                ("ip -6 route add 2001::/32 dev t0", true),
+                ("ip -6 rule add to 2001:db8:6::/48 table 7", false),
+                ("ip -6 rule del to 2001:db8:6::/48 table 7", true),
+                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", false),
+                ("ip -6 rule del from 2001:db8:bad::/48 blackhole", true),
+                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", false),
+                ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", true),
+                ("ip link set t0 mtu 1400", true),
+                ("sysctl -qw net.ipv6.conf.t0.forwarding=1", true),
+            ] {
+                sh(change);
+                heard.push((change, watch.changed_within(Duration::from_millis(500))));
+                // What else the same change brought.
+                while watch.changed_within(Duration::from_millis(20)) {}
+                independent.push((change, watch.flow_independent(tun).map(|i| i == independent_after)));
+            }
+            Some((quiet, sent.is_err(), forged, heard, independent))
+        });
+        let Some((quiet, refused, forged, heard, independent)) = t.join().unwrap() else { return };
+        assert!(!quiet, "a change told with none made");
+        assert!(refused && !forged, "another socket's datagram reached the watch");
+        for (change, told) in heard {
+            assert!(told, "{change}: not told");
+        }
+        assert_eq!(independent[0].1, Ok(true), "the kernel's own routing");
+        for (change, right) in &independent[1..] {
+            assert_eq!(
+                right,
+                &Ok(true),
+                "after {change}: wrong answer to whether the routing depends on the destination alone"
+            );
+        }
+    }
+}
