@@ -539,8 +539,11 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 		if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
 			return TC_ACT_OK;
 		// The route's MTU (where the kernel leaves none, the union still holds the
-		// length asked for: a smaller bound, never a wrong one).
-		if (keep)
+		// length asked for: a smaller bound, never a wrong one). Kept by the
+		// generation's first verdict only: packets to one client arriving by turns on
+		// two interfaces would otherwise rewrite its entry, from whichever core, at
+		// every packet.
+		if (keep && kept >> 32 != routes)
 			p->route = route_stamp(routes, iif, fib.mtu_result);
 	}
 	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, head6, cfg->tun, 1);
