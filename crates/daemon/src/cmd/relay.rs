@@ -531,12 +531,16 @@ fn run_workers(
 ) -> Result<(), Failure> {
     let workers_done = AtomicBool::new(false);
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
+        let mut watching = None;
         if let Some((mut watch, tun, switch)) = routes {
             let done = &workers_done;
             let follow = move || kernel_path::follow_routes(&mut watch, &switch, tun, done, shared.halt);
-            if let Err(e) = std::thread::Builder::new().name("routes".into()).spawn_scoped(s, follow) {
-                shared.halt.store(true, Ordering::Relaxed);
-                return vec![Err(Failure::runtime(format!("cannot start the route watch's thread: {e}")))];
+            match std::thread::Builder::new().name("routes".into()).spawn_scoped(s, follow) {
+                Ok(h) => watching = Some(h),
+                Err(e) => {
+                    shared.halt.store(true, Ordering::Relaxed);
+                    return vec![Err(Failure::runtime(format!("cannot start the route watch's thread: {e}")))];
+                }
             }
         }
         let mut ios = ios.into_iter().enumerate();
@@ -558,6 +562,10 @@ fn run_workers(
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         workers_done.store(true, Ordering::Relaxed);
+        if let Some(h) = watching {
+            let watched = h.join().unwrap_or_else(|_| Err("the route watch's thread panicked".into()));
+            results.push(watched.map_err(Failure::runtime));
+        }
         results
     });
     results.into_iter().collect()

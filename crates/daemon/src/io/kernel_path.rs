@@ -11,7 +11,7 @@
 //! encapsulation uses asks for it, and nothing arrives there as IPv4.
 
 use crate::io::netlink::Netlink;
-use crate::io::route_watch::RouteWatch;
+use crate::io::route_watch::{Listing, RouteWatch};
 use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
@@ -206,18 +206,28 @@ const ROUTES_SETTLE: Duration = Duration::from_millis(200);
 /// once the routing has stayed unchanged a while and depends on a packet's destination
 /// alone (`RouteWatch::flow_independent`), and renewed every [`ROUTE_REFRESH`]. A
 /// generation that cannot be moved leaves verdicts that may be wrong: the programs are
-/// turned off then, and if that fails too the relay stops (`halt`).
-pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, tun: u32, stop: &AtomicBool, halt: &AtomicBool) {
+/// turned off then; if that fails too, the relay stops (`halt`) and this says why.
+pub fn follow_routes(
+    watch: &mut RouteWatch,
+    switch: &Switch,
+    tun: u32,
+    stop: &AtomicBool,
+    halt: &AtomicBool,
+) -> Result<(), String> {
     // How soon a stop is noticed.
     const STOP_CHECK: Duration = Duration::from_millis(100);
-    let (mut keeping, mut said) = (false, None::<String>);
+    let mut keeping = false;
+    // What the log last said of the routing, so that it says each thing once.
+    let mut said = None::<String>;
     // A listing is due from the start: nothing is kept until it says so.
     let mut unsettled = Some(Instant::now() - ROUTES_SETTLE);
     let mut next_refresh = Instant::now() + ROUTE_REFRESH;
     while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
         let wait = match unsettled {
-            Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(Instant::now()),
-            None => next_refresh.saturating_duration_since(Instant::now()),
+            Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(now),
+            None if keeping => next_refresh.saturating_duration_since(now),
+            None => STOP_CHECK,
         };
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
@@ -229,26 +239,30 @@ pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, tun: u32, stop: &A
             false
         } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
             unsettled = None;
-            match watch.flow_independent(tun) {
-                Ok(independent) => {
-                    if !independent && said.is_none() {
-                        tracing::info!(
-                            "kernel data path: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface): each packet to a client looks its route up"
-                        );
-                        said = Some(String::new());
-                    }
-                    independent
+            let (keep, say) = match watch.flow_independent(tun) {
+                Ok(true) => (true, "route verdicts kept: the host's IPv6 routing depends on a packet's destination alone".to_string()),
+                Ok(false) => (
+                    false,
+                    "the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface): each packet to a client looks its route up".to_string(),
+                ),
+                Err(Listing::Changed) => {
+                    unsettled = Some(now);
+                    (false, String::new())
                 }
-                Err(e) => {
-                    // Listed again on the next change, or in a while.
-                    if said.as_deref() != Some(e.as_str()) {
-                        tracing::warn!("kernel data path: {e}; each packet to a client looks its route up meanwhile");
-                        said = Some(e);
-                    }
+                // Listed again in a while, or on the next change.
+                Err(Listing::Failed(e)) => {
                     unsettled = Some(now + ROUTE_REFRESH);
-                    false
+                    (false, format!("{e}; each packet to a client looks its route up meanwhile"))
                 }
+            };
+            if !say.is_empty() && said.as_deref() != Some(say.as_str()) {
+                tracing::info!("kernel data path: {say}");
+                said = Some(say);
             }
+            if !keep && !keeping {
+                continue;
+            }
+            keep
         } else if keeping && now >= next_refresh {
             true
         } else {
@@ -257,17 +271,23 @@ pub fn follow_routes(watch: &mut RouteWatch, switch: &Switch, tun: u32, stop: &A
         next_refresh = now + ROUTE_REFRESH;
         keeping = keep;
         if let Err(e) = switch.route_verdicts(keep) {
-            let off = switch.turn_off();
-            tracing::error!(
-                "kernel data path: the programs' route verdicts could not be voided ({e}); turned off ({}), every packet now goes through the daemon",
-                off.as_ref().map_or_else(|e| format!("which failed too, so the relay stops: {e}"), |()| "done".to_string())
-            );
-            if off.is_err() {
-                halt.store(true, Ordering::Relaxed);
-            }
-            return;
+            return match switch.turn_off() {
+                Ok(()) => {
+                    tracing::error!(
+                        "kernel data path: the programs' route verdicts could not be voided ({e}); turned off, every packet now goes through the daemon"
+                    );
+                    Ok(())
+                }
+                Err(off) => {
+                    halt.store(true, Ordering::Relaxed);
+                    Err(format!(
+                        "kernel data path: the programs' route verdicts could not be voided ({e}), nor the programs turned off ({off}): stopping"
+                    ))
+                }
+            };
         }
     }
+    Ok(())
 }
 
 impl KernelDataPath {

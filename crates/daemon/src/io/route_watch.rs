@@ -28,8 +28,9 @@ const GROUPS: [u32; 7] = [1, 9, 11, 12, 19, 25, 32];
 /// call), so that a storm of notifications cannot hold the reader.
 const DRAIN_CAP: usize = 1024;
 
-/// How long a listing of the rules or the routes may take.
-const LISTING_TIME: Duration = Duration::from_secs(2);
+/// How long a listing of the rules or the routes may take (a full routing table of a
+/// few hundred thousand routes lists in well under it).
+const LISTING_TIME: Duration = Duration::from_secs(5);
 
 /// The subscription.
 pub struct RouteWatch {
@@ -87,27 +88,43 @@ impl RouteWatch {
     /// (index `tun`) to its destination and the interface it arrives on alone: the
     /// kernel's own two policy rules and no other, no route chosen by source, no route
     /// through nexthop objects, and no route whose next hops include the Teredo
-    /// interface among others. A listing cut by changes, or refused, is an error.
-    pub fn flow_independent(&mut self, tun: u32) -> Result<bool, String> {
+    /// interface among others. A change the kernel told of while the listings came
+    /// makes them stale ([`Listing::Changed`]).
+    pub fn flow_independent(&mut self, tun: u32) -> Result<bool, Listing> {
         let mut rule = RuleMessage::default();
         rule.header.family = AddressFamily::Inet6;
-        let rules = self.list(RouteNetlinkMessage::GetRule(rule))?;
+        let mut ok = true;
+        self.list(RouteNetlinkMessage::GetRule(rule), &mut |m| {
+            if let RouteNetlinkMessage::NewRule(r) = m {
+                ok &= kernels_own_rule(&r);
+            }
+        })?;
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet6;
-        let routes = self.list(RouteNetlinkMessage::GetRoute(route))?;
-        let rules_ok = rules.iter().all(|m| match m {
-            RouteNetlinkMessage::NewRule(r) => kernels_own_rule(r),
-            _ => true,
-        });
-        let routes_ok = routes.iter().all(|m| match m {
-            RouteNetlinkMessage::NewRoute(r) => by_destination_alone(r, tun),
-            _ => true,
-        });
-        Ok(rules_ok && routes_ok)
+        self.list(RouteNetlinkMessage::GetRoute(route), &mut |m| {
+            if let RouteNetlinkMessage::NewRoute(r) = m {
+                ok &= by_destination_alone(&r, tun);
+            }
+        })?;
+        if self.noticed {
+            return Err(Listing::Changed);
+        }
+        Ok(ok)
     }
 
-    /// Every message of a listing asked for with `request`, on this socket.
-    fn list(&mut self, request: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>, String> {
+    /// Hands each message of the listing asked for with `request` to `each`, as they
+    /// come. Only the kernel's answers to this very request are ours (its port, our
+    /// port id and sequence number, the type answered); anything else is a notification
+    /// that came meanwhile, kept for the next [`RouteWatch::changed_within`] unread.
+    fn list(&mut self, request: RouteNetlinkMessage, each: &mut dyn FnMut(RouteNetlinkMessage)) -> Result<(), Listing> {
+        use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
+        let answer_type: u16 = match request {
+            RouteNetlinkMessage::GetRule(_) => 32, // RTM_NEWRULE
+            _ => 24,                               // RTM_NEWROUTE
+        };
+        let failed = |why: String| Listing::Failed(why);
+        let mut ours = SocketAddr::new(0, 0);
+        self.socket.get_address(&mut ours).map_err(|e| failed(format!("netlink socket: {e}")))?;
         self.seq = self.seq.wrapping_add(1).max(1);
         let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(request));
         m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
@@ -115,53 +132,78 @@ impl RouteWatch {
         m.finalize();
         let mut b = vec![0u8; m.buffer_len()];
         m.serialize(&mut b);
-        self.socket.send(&b, 0).map_err(|e| format!("cannot list the host's routing: {e}"))?;
+        self.socket.send(&b, 0).map_err(|e| failed(format!("cannot list the host's routing: {e}")))?;
         let deadline = Instant::now() + LISTING_TIME;
-        let mut out = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err("listing the host's routing took too long".into());
+                return Err(failed("listing the host's routing took too long".into()));
             }
             if !self.readable(left) {
                 continue;
             }
             self.buf.clear();
-            match self.socket.recv_from(&mut self.buf, 0) {
-                Ok((n, from)) if n > 0 && from.port_number() == 0 => {}
+            let n = match self.socket.recv_from(&mut self.buf, libc::MSG_TRUNC) {
+                Ok((n, from)) if n > 0 && from.port_number() == 0 => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.noticed = true;
                     continue;
                 }
                 _ => continue,
+            };
+            if n > self.buf.len() {
+                return Err(failed(format!("a netlink datagram of {n} bytes was cut to {}", self.buf.len())));
             }
             let mut datagram = &self.buf[..];
-            while datagram.len() >= 16 {
-                let len = u32::from_ne_bytes([datagram[0], datagram[1], datagram[2], datagram[3]]) as usize;
-                if len < 16 || len > datagram.len() {
-                    break;
-                }
-                let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&datagram[..len]) else {
-                    return Err("a listing of the host's routing did not parse".into());
+            while !datagram.is_empty() {
+                let word = |at: usize| {
+                    u32::from_ne_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]])
                 };
+                if datagram.len() < 16 || (word(0) as usize) < 16 || word(0) as usize > datagram.len() {
+                    return Err(failed("a listing of the host's routing came cut".into()));
+                }
+                let len = word(0) as usize;
+                let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
+                let flags = u16::from_ne_bytes([datagram[6], datagram[7]]);
+                let (seq, port) = (word(8), word(12));
+                let message = &datagram[..len];
                 datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
-                if m.header.sequence_number != self.seq {
-                    // A notification meanwhile: a change to see after this listing.
+                if seq != self.seq
+                    || port != ours.port_number()
+                    || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
+                {
+                    // A notification meanwhile: a change, seen after this listing.
                     self.noticed = true;
                     continue;
                 }
-                if m.header.flags & NLM_F_DUMP_INTR != 0 {
-                    return Err("the host's routing changed while it was listed".into());
+                if flags & NLM_F_DUMP_INTR != 0 {
+                    return Err(Listing::Changed);
                 }
+                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(message)
+                    .map_err(|e| failed(format!("a listing of the host's routing did not parse: {e}")))?;
                 match m.payload {
-                    NetlinkPayload::InnerMessage(inner) => out.push(inner),
-                    NetlinkPayload::Done(_) => return Ok(out),
-                    NetlinkPayload::Error(e) => return Err(format!("the kernel refused to list its routing: {e:?}")),
+                    NetlinkPayload::InnerMessage(inner) => each(inner),
+                    NetlinkPayload::Done(d) if d.code == 0 => return Ok(()),
+                    NetlinkPayload::Done(d) => {
+                        return Err(failed(format!("the kernel ended a listing with error {}", d.code)))
+                    }
+                    NetlinkPayload::Error(e) => {
+                        return Err(failed(format!("the kernel refused to list its routing: {e:?}")))
+                    }
                     _ => {}
                 }
             }
         }
     }
+}
+
+/// Why a listing of the host's routing gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing {
+    /// The routing changed while it was listed: list again once it settles.
+    Changed,
+    /// It failed (the reason).
+    Failed(String),
 }
 
 /// One of the kernel's own IPv6 rules (priority 0: look up local; 32766: look up main),
@@ -234,7 +276,19 @@ mod tests {
             sh("ip link set lo up; ip link add t0 type veth peer name t1; ip link set t0 up; ip link set t1 up");
             let tun = unsafe { libc::if_nametoindex(c"t0".as_ptr()) };
             while watch.changed_within(Duration::from_millis(50)) {}
-            let mut independent = vec![("as the kernel made it", watch.flow_independent(tun))];
+            // Asked again if a late notification of the last change came meanwhile.
+            let ask = |watch: &mut RouteWatch| {
+                let mut answer = watch.flow_independent(tun);
+                for _ in 0..5 {
+                    if answer != Err(Listing::Changed) {
+                        break;
+                    }
+                    while watch.changed_within(Duration::from_millis(20)) {}
+                    answer = watch.flow_independent(tun);
+                }
+                answer
+            };
+            let mut independent = vec![("as the kernel made it", ask(&mut watch))];
             for (change, independent_after) in [
                 ("ip -6 route add blackhole 2001:db8:5::/48", true),
                 ("ip -6 route add 2001::/32 dev t0", true),
@@ -251,7 +305,7 @@ mod tests {
                 heard.push((change, watch.changed_within(Duration::from_millis(500))));
                 // What else the same change brought.
                 while watch.changed_within(Duration::from_millis(20)) {}
-                independent.push((change, watch.flow_independent(tun).map(|i| i == independent_after)));
+                independent.push((change, ask(&mut watch).map(|i| i == independent_after)));
             }
             Some((quiet, sent.is_err(), forged, heard, independent))
         });
