@@ -220,9 +220,9 @@ pub fn follow_routes(
     // What the log last said of the routing, so that it says each thing once.
     let mut said = None::<String>;
     // A listing is due from the start: nothing is kept until it says so.
-    let mut unsettled = Some(Instant::now() - ROUTES_SETTLE);
+    let mut unsettled = Some(Instant::now().checked_sub(ROUTES_SETTLE).unwrap_or_else(Instant::now));
     let mut next_refresh = Instant::now() + ROUTE_REFRESH;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Relaxed) {
         let now = Instant::now();
         let wait = match unsettled {
             Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(now),
@@ -239,7 +239,7 @@ pub fn follow_routes(
             false
         } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
             unsettled = None;
-            let (keep, say) = match watch.flow_independent(tun) {
+            let (keep, say) = match watch.flow_independent(tun, stop) {
                 Ok(true) => (true, "route verdicts kept: the host's IPv6 routing depends on a packet's destination alone".to_string()),
                 Ok(false) => (
                     false,
@@ -256,7 +256,11 @@ pub fn follow_routes(
                 }
             };
             if !say.is_empty() && said.as_deref() != Some(say.as_str()) {
-                tracing::info!("kernel data path: {say}");
+                if keep || say.starts_with("the host's") {
+                    tracing::info!("kernel data path: {say}");
+                } else {
+                    tracing::warn!("kernel data path: {say}");
+                }
                 said = Some(say);
             }
             if !keep && !keeping {
@@ -286,6 +290,10 @@ pub fn follow_routes(
                 }
             };
         }
+    }
+    // Nobody watches the routing from here on: nothing is kept.
+    if keeping && switch.route_verdicts(false).is_err() && switch.turn_off().is_err() {
+        return Err("kernel data path: on stopping, the programs' route verdicts could not be voided, nor the programs turned off".into());
     }
     Ok(())
 }

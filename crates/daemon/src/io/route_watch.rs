@@ -17,6 +17,7 @@ use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What decides the host's IPv6 routes, as rtnetlink groups (linux/rtnetlink.h, `enum
@@ -36,6 +37,9 @@ const LISTING_TIME: Duration = Duration::from_secs(5);
 pub struct RouteWatch {
     socket: Socket,
     buf: Vec<u8>,
+    /// Our port id: the kernel's answers to our listings carry it, its notifications
+    /// do not.
+    port: u32,
     seq: u32,
     /// A notification came while a listing did.
     noticed: bool,
@@ -54,7 +58,9 @@ impl RouteWatch {
                 .map_err(|e| format!("cannot subscribe to the host's routing changes (group {group}): {e}"))?;
         }
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
-        Ok(RouteWatch { socket, buf: Vec::with_capacity(65536), seq: 0, noticed: false })
+        let mut us = SocketAddr::new(0, 0);
+        socket.get_address(&mut us).map_err(|e| format!("netlink socket: {e}"))?;
+        Ok(RouteWatch { socket, buf: Vec::with_capacity(65536), port: us.port_number(), seq: 0, noticed: false })
     }
 
     /// Wait up to `timeout` for the kernel to tell of a change; true if it told of any
@@ -68,12 +74,20 @@ impl RouteWatch {
         for _ in 0..DRAIN_CAP {
             self.buf.clear();
             match self.socket.recv_from(&mut self.buf, 0) {
-                Ok((n, from)) if n > 0 => any |= from.port_number() == 0,
+                // The rest of a listing given up on is no change.
+                Ok((n, from)) if n > 0 => any |= from.port_number() == 0 && !self.answer_to_us(),
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => any = true,
                 _ => return any,
             }
         }
         true
+    }
+
+    /// Whether the datagram just read answers one of our own requests (its first
+    /// message carries our port id).
+    fn answer_to_us(&self) -> bool {
+        self.buf.len() >= 16
+            && u32::from_ne_bytes([self.buf[12], self.buf[13], self.buf[14], self.buf[15]]) == self.port
     }
 
     fn readable(&self, timeout: Duration) -> bool {
@@ -90,18 +104,19 @@ impl RouteWatch {
     /// through nexthop objects, and no route whose next hops include the Teredo
     /// interface among others. A change the kernel told of while the listings came
     /// makes them stale ([`Listing::Changed`]).
-    pub fn flow_independent(&mut self, tun: u32) -> Result<bool, Listing> {
+    /// A stop (`stop`) ends it early.
+    pub fn flow_independent(&mut self, tun: u32, stop: &AtomicBool) -> Result<bool, Listing> {
         let mut rule = RuleMessage::default();
         rule.header.family = AddressFamily::Inet6;
         let mut ok = true;
-        self.list(RouteNetlinkMessage::GetRule(rule), &mut |m| {
+        self.list(RouteNetlinkMessage::GetRule(rule), stop, &mut |m| {
             if let RouteNetlinkMessage::NewRule(r) = m {
                 ok &= kernels_own_rule(&r);
             }
         })?;
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet6;
-        self.list(RouteNetlinkMessage::GetRoute(route), &mut |m| {
+        self.list(RouteNetlinkMessage::GetRoute(route), stop, &mut |m| {
             if let RouteNetlinkMessage::NewRoute(r) = m {
                 ok &= by_destination_alone(&r, tun);
             }
@@ -116,15 +131,18 @@ impl RouteWatch {
     /// come. Only the kernel's answers to this very request are ours (its port, our
     /// port id and sequence number, the type answered); anything else is a notification
     /// that came meanwhile, kept for the next [`RouteWatch::changed_within`] unread.
-    fn list(&mut self, request: RouteNetlinkMessage, each: &mut dyn FnMut(RouteNetlinkMessage)) -> Result<(), Listing> {
+    fn list(
+        &mut self,
+        request: RouteNetlinkMessage,
+        stop: &AtomicBool,
+        each: &mut dyn FnMut(RouteNetlinkMessage),
+    ) -> Result<(), Listing> {
         use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
         let answer_type: u16 = match request {
             RouteNetlinkMessage::GetRule(_) => 32, // RTM_NEWRULE
             _ => 24,                               // RTM_NEWROUTE
         };
         let failed = |why: String| Listing::Failed(why);
-        let mut ours = SocketAddr::new(0, 0);
-        self.socket.get_address(&mut ours).map_err(|e| failed(format!("netlink socket: {e}")))?;
         self.seq = self.seq.wrapping_add(1).max(1);
         let mut m = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(request));
         m.header.flags = NLM_F_REQUEST | NLM_F_DUMP;
@@ -139,7 +157,10 @@ impl RouteWatch {
             if left.is_zero() {
                 return Err(failed("listing the host's routing took too long".into()));
             }
-            if !self.readable(left) {
+            if stop.load(Ordering::Relaxed) {
+                return Err(failed("stopping".into()));
+            }
+            if !self.readable(left.min(Duration::from_millis(100))) {
                 continue;
             }
             self.buf.clear();
@@ -169,7 +190,7 @@ impl RouteWatch {
                 let message = &datagram[..len];
                 datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
                 if seq != self.seq
-                    || port != ours.port_number()
+                    || port != self.port
                     || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
                 {
                     // A notification meanwhile: a change, seen after this listing.
@@ -277,14 +298,15 @@ mod tests {
             let tun = unsafe { libc::if_nametoindex(c"t0".as_ptr()) };
             while watch.changed_within(Duration::from_millis(50)) {}
             // Asked again if a late notification of the last change came meanwhile.
+            let never = AtomicBool::new(false);
             let ask = |watch: &mut RouteWatch| {
-                let mut answer = watch.flow_independent(tun);
+                let mut answer = watch.flow_independent(tun, &never);
                 for _ in 0..5 {
                     if answer != Err(Listing::Changed) {
                         break;
                     }
                     while watch.changed_within(Duration::from_millis(20)) {}
-                    answer = watch.flow_independent(tun);
+                    answer = watch.flow_independent(tun, &never);
                 }
                 answer
             };
@@ -307,9 +329,15 @@ mod tests {
                 while watch.changed_within(Duration::from_millis(20)) {}
                 independent.push((change, ask(&mut watch).map(|i| i == independent_after)));
             }
-            Some((quiet, sent.is_err(), forged, heard, independent))
+            // A change the kernel tells of while the listings come makes them stale.
+            sh("ip -6 route add blackhole 2001:db8:9::/48");
+            let stale = watch.flow_independent(tun, &never);
+            while watch.changed_within(Duration::from_millis(20)) {}
+            independent.push(("listed again once read", ask(&mut watch)));
+            Some((quiet, sent.is_err(), forged, heard, independent, stale))
         });
-        let Some((quiet, refused, forged, heard, independent)) = t.join().unwrap() else { return };
+        let Some((quiet, refused, forged, heard, independent, stale)) = t.join().unwrap() else { return };
+        assert_eq!(stale, Err(Listing::Changed), "a listing during which the routing changed");
         assert!(!quiet, "a change told with none made");
         assert!(refused && !forged, "another socket's datagram reached the watch");
         for (change, told) in heard {
