@@ -239,27 +239,29 @@ pub fn follow_routes(
             false
         } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
             unsettled = None;
-            let (keep, say) = match watch.flow_independent(tun, stop) {
-                Ok(true) => (true, "route verdicts kept: the host's IPv6 routing depends on a packet's destination alone".to_string()),
+            // Whether to keep verdicts, and what the log says of it (a failure warns).
+            let (keep, say, warn) = match watch.flow_independent(tun, stop) {
+                Ok(true) => (true, "route verdicts kept: the host's IPv6 routing depends on a packet's destination alone".to_string(), false),
                 Ok(false) => (
                     false,
                     "the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface): each packet to a client looks its route up".to_string(),
+                    false,
                 ),
                 Err(Listing::Changed) => {
                     unsettled = Some(now);
-                    (false, String::new())
+                    (false, String::new(), false)
                 }
                 // Listed again in a while, or on the next change.
                 Err(Listing::Failed(e)) => {
                     unsettled = Some(now + ROUTE_REFRESH);
-                    (false, format!("{e}; each packet to a client looks its route up meanwhile"))
+                    (false, format!("{e}; each packet to a client looks its route up meanwhile"), true)
                 }
             };
             if !say.is_empty() && said.as_deref() != Some(say.as_str()) {
-                if keep || say.starts_with("the host's") {
-                    tracing::info!("kernel data path: {say}");
-                } else {
+                if warn {
                     tracing::warn!("kernel data path: {say}");
+                } else {
+                    tracing::info!("kernel data path: {say}");
                 }
                 said = Some(say);
             }

@@ -184,6 +184,12 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             .map_err(|e| Failed::at(9, format!("step 9: {e}")))
                     };
                     let pings = |n: u32| shipworm_lab::traffic::ping(&lab.ns("h6"), o.address, n, 1).map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")));
+                    // The relay keeps verdicts here (its log says so), or the losses
+                    // below would prove nothing of the watch.
+                    let log = std::fs::read_to_string(lab.dir().join("relay.log")).unwrap_or_default();
+                    if !log.contains("route verdicts kept") {
+                        return Err(Failed::at(9, format!("step 9: the relay keeps no route verdict: {text}")));
+                    }
                     // One answered right before: the client's verdict is kept in this
                     // generation, so that only the watch can void it in time.
                     let primed = pings(1)?;
