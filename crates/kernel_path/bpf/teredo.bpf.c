@@ -62,7 +62,8 @@ struct config {
 	__u8 client;     // 1: a client's (`own` is its address, `tun` its interface)
 	__u8 direct;     // 1: a relay forwards straight between interfaces, past the
 	                 // host's IPv6 stack (`KernelForward direct`)
-	__u8 spare;
+	__u8 single_path; // 1: no route of the host splits flows among next hops, so a
+	                  // native destination's route verdict may be kept too
 	__u32 tun;       // the Teredo interface's index: where a client's packets arrive;
 	                 // a direct relay's, whose routes mark Teredo destinations
 	__u8 own[16];    // the client's Teredo address (zero while it has none)
@@ -108,6 +109,25 @@ struct {
 	__type(key, __u32);
 	__type(value, struct config);
 } config SEC(".maps");
+
+// A direct relay's route verdict for a native destination, kept as a client's is
+// (`route_stamp`): where the host's route for it leaves, and by which next hop.
+struct destination {
+	__u64 stamp;
+	__u32 ifindex;
+	struct bpf_redir_neigh nh;
+};
+
+// The native destinations whose verdicts are kept, the least recently used pushed out
+// when it is full (a client that sprays destinations only costs itself and others
+// the route look-up they would pay anyway). Keyed by what clients choose: the kernel
+// hashes the keys with a secret seed of its own.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1); // set by the loader: a direct relay's `DESTINATIONS`
+	__type(key, struct in6_addr);
+	__type(value, struct destination);
+} destinations SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -239,19 +259,25 @@ static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup 
 	return bpf_fib_lookup(skb, fib, sizeof(*fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 }
 
-// Sends the frame out of the interface the route look-up `fib` chose, to its next hop
-// (of the family the route gives: an IPv4 route may have an IPv6 gateway), by the
-// kernel's neighbour output, which resolves it and puts the Ethernet header on.
+// The next hop the route look-up `fib` chose (of the family the route gives: an IPv4
+// route may have an IPv6 gateway).
+static __always_inline void next_hop(const struct bpf_fib_lookup *fib, struct bpf_redir_neigh *nh)
+{
+	if (fib->family == AF_INET6) {
+		nh->nh_family = AF_INET6;
+		__builtin_memcpy(nh->ipv6_nh, fib->ipv6_dst, sizeof(nh->ipv6_nh));
+	} else {
+		nh->nh_family = AF_INET;
+		nh->ipv4_nh = fib->ipv4_dst;
+	}
+}
+
+// Sends the frame out of the interface the route look-up `fib` chose, to its next hop,
+// by the kernel's neighbour output, which resolves it and puts the Ethernet header on.
 static __always_inline int send_by_route(const struct bpf_fib_lookup *fib)
 {
 	struct bpf_redir_neigh nh = {};
-	if (fib->family == AF_INET6) {
-		nh.nh_family = AF_INET6;
-		__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, sizeof(nh.ipv6_nh));
-	} else {
-		nh.nh_family = AF_INET;
-		nh.ipv4_nh = fib->ipv4_dst;
-	}
+	next_hop(fib, &nh);
 	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
 }
 
@@ -490,6 +516,51 @@ static __always_inline __u64 route_stamp(__u32 routes, __u32 iif, __u16 mtu)
 	return ((__u64)routes << 32) | ((__u64)(iif & 0xffff) << 16) | mtu;
 }
 
+// Whether `stamp` is a verdict of generation `routes` for packets arriving on `iif`
+// of at most `len` bytes.
+static __always_inline int stamp_holds(__u64 stamp, __u32 routes, __u32 iif, __u32 len)
+{
+	return stamp >> 16 == route_stamp(routes, iif, 0) >> 16 && len <= (stamp & 0xffff);
+}
+
+// A direct relay's way out for a client's IPv6 packet `ip6` of `len` bytes, arriving
+// on the socket buffer's interface: 1 with `out` filled when the host's route for it
+// leaves by an interface other than the Teredo one, within its MTU; 0 when the stack
+// is to handle it. While the host's routing depends on the destination alone and no
+// route splits flows (userland says so), the verdict is kept per destination, as a
+// client's is: the next packet to it takes a map look-up instead of the route look-up.
+static __always_inline int route_out(struct __sk_buff *skb, const struct config *cfg, const struct ipv6hdr *ip6,
+				     __u32 len, struct destination *out)
+{
+	// Read before the look-up: a change during it voids what it found.
+	__u32 routes = *(volatile __u32 *)&cfg->routes;
+	__u32 iif = skb->ingress_ifindex;
+	int keep = routes && cfg->single_path && iif <= 0xffff;
+	__u64 kept_stamp = 0;
+	if (keep) {
+		struct destination *kept = bpf_map_lookup_elem(&destinations, &ip6->daddr);
+		if (kept) {
+			// Whole entries are replaced, never written in place: this one is consistent.
+			kept_stamp = kept->stamp;
+			if (stamp_holds(kept_stamp, routes, iif, len)) {
+				*out = *kept;
+				return 1;
+			}
+		}
+	}
+	struct bpf_fib_lookup fib = {};
+	if (route6(skb, &fib, ip6, len) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == cfg->tun)
+		return 0;
+	out->ifindex = fib.ifindex;
+	next_hop(&fib, &out->nh);
+	// Kept by the generation's first verdict only, as a client's.
+	if (keep && kept_stamp >> 32 != routes) {
+		out->stamp = route_stamp(routes, iif, fib.mtu_result);
+		bpf_map_update_elem(&destinations, &ip6->daddr, out, BPF_ANY);
+	}
+	return 1;
+}
+
 // A native IPv6 packet arriving at a relay that forwards directly (`KernelForward
 // direct`): for a trusted client heard from within 30 s, whose route is the Teredo
 // interface, encapsulated here and sent out of the IPv4 route, as the host's forwarding
@@ -534,7 +605,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	__u32 iif = skb->ingress_ifindex;
 	int keep = routes && iif <= 0xffff;
 	__u64 kept = p->route;
-	if (!keep || kept >> 16 != route_stamp(routes, iif, 0) >> 16 || piece > (kept & 0xffff)) {
+	if (!keep || !stamp_holds(kept, routes, iif, piece)) {
 		struct bpf_fib_lookup fib = {};
 		if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
 			return TC_ACT_OK;
@@ -591,34 +662,36 @@ int teredo_ingress(struct __sk_buff *skb)
 	// the NIC took off, bytes beyond the IPv6 packet (the stack trims them), hop-by-hop
 	// options (the stack reads them), and a route into the Teredo interface (the
 	// daemon's to judge: an ICMPv6 error, a client of this relay).
-	struct bpf_fib_lookup fib = {};
-	long found = -1;
+	struct destination out = {};
+	int direct = 0;
 	__u8 hop = 0;
 	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
 	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
 	    skb->len == ETH_HLEN + OUTER_LEN + inner && (void *)(ip6 + 1) <= end && ip6->nexthdr != 0) {
-		found = route6(skb, &fib, ip6, inner);
+		direct = route_out(skb, cfg, ip6, inner, &out);
 		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
-		if (fib.ifindex == cfg->tun)
-			found = -1;
 	}
 	if (bpf_skb_adjust_room(skb, -(int)OUTER_LEN, BPF_ADJ_ROOM_MAC, ADJ_ROOM_DECAP_L3_IPV6)) {
 		count(DECAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
 	}
-	__be16 ipv6 = bpf_htons(ETH_P_IPV6);
-	if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &ipv6, sizeof(ipv6), 0))
-		return TC_ACT_SHOT; // headers half changed: nothing sensible can go on
 	count(DECAP_FORWARDED, 1);
 	count(DECAP_BYTES, inner);
+	// Redirected, the frame loses its Ethernet header (into the Teredo interface,
+	// which has none, or to the neighbour output, which puts the next hop's on): only
+	// what goes on to the host's stack needs its type right.
 	if (cfg->client)
 		return bpf_redirect(cfg->tun, BPF_F_INGRESS);
-	if (found != BPF_FIB_LKUP_RET_SUCCESS)
+	if (!direct) {
+		__be16 ipv6 = bpf_htons(ETH_P_IPV6);
+		if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &ipv6, sizeof(ipv6), 0))
+			return TC_ACT_SHOT; // headers half changed: nothing sensible can go on
 		return TC_ACT_OK;
+	}
 	if (bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1, BPF_F_RECOMPUTE_CSUM))
 		return TC_ACT_SHOT;
 	count(DECAP_DIRECT, 1);
-	return send_by_route(&fib);
+	return bpf_redirect_neigh(out.ifindex, &out.nh, sizeof(out.nh), 0);
 }
 
 // From the native IPv6 network to a trusted client that was heard from within 30 s

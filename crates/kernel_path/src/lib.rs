@@ -19,7 +19,7 @@
 mod maps;
 mod test_run;
 
-pub use maps::{monotonic_ns, Counter, PeerEntry, PeerMap, Switch, COUNTERS, MAP_COMMANDS};
+pub use maps::{monotonic_ns, Counter, PeerEntry, PeerMap, RouteVerdicts, Switch, COUNTERS, MAP_COMMANDS};
 pub use test_run::TestRun;
 
 use aya::maps::Map;
@@ -116,6 +116,10 @@ pub enum Program {
     Encap,
 }
 
+/// The native destinations whose route verdicts a direct relay keeps at most (the least
+/// recently used go first), in kernel memory allocated at load.
+pub const DESTINATIONS: u32 = 16384;
+
 /// The loaded programs and their maps. Dropping it detaches the programs.
 pub struct KernelPath {
     bpf: Ebpf,
@@ -140,8 +144,10 @@ impl KernelPath {
         if !built() {
             return Err(Error::NotBuilt);
         }
+        let direct = settings.direct_tun.is_some() && settings.client_tun.is_none();
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
+            .set_max_entries("destinations", if direct { DESTINATIONS } else { 1 })
             .load(OBJECT)
             .map_err(|e| Error::Load(e.to_string()))?;
         for (name, program) in bpf.programs_mut() {
@@ -164,8 +170,8 @@ impl KernelPath {
             prefix: settings.prefix,
             l2: 0,
             client: u8::from(settings.client_tun.is_some()),
-            direct: u8::from(settings.direct_tun.is_some() && settings.client_tun.is_none()),
-            spare: 0,
+            direct: u8::from(direct),
+            single_path: 0,
             tun: settings.client_tun.or(settings.direct_tun).unwrap_or(0),
             own: [0; 16],
             // No route verdict kept until whoever watches the host's routing says so

@@ -40,7 +40,7 @@ pub(crate) struct ConfigValue {
     pub l2: u8,
     pub client: u8,
     pub direct: u8,
-    pub spare: u8,
+    pub single_path: u8,
     pub tun: u32,
     pub own: [u8; 16],
     pub routes: u32,
@@ -273,15 +273,55 @@ impl Switch {
         self.change(|s| s.local = local_slots(local))
     }
 
-    /// Every route verdict a direct relay's programs keep for their peers is void from
-    /// now on; with `keep`, they keep new ones (under a new generation of the host's
-    /// routes), without, none (each packet looks its route up). Nothing is kept until
-    /// this is first called with `keep`: whoever says so watches the host's routing.
-    pub fn route_verdicts(&self, keep: bool) -> io::Result<()> {
+    /// Every route verdict a direct relay's programs keep is void from now on; they
+    /// keep new ones (under a new generation of the host's routes) of the kinds `keep`
+    /// names. Nothing is kept until this is first called with more than
+    /// [`RouteVerdicts::None`]: whoever says so watches the host's routing.
+    pub fn route_verdicts(&self, keep: RouteVerdicts) -> io::Result<()> {
         use std::sync::atomic::Ordering;
         let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let next = if next == 0 { self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) } else { next };
-        self.change(|s| s.routes = if keep { next } else { 0 })
+        self.change(|s| {
+            s.routes = if keep == RouteVerdicts::None { 0 } else { next };
+            s.single_path = u8::from(keep == RouteVerdicts::ClientsAndDestinations);
+        })
+    }
+
+    /// The kinds of route verdicts the programs keep now.
+    pub fn kept_route_verdicts(&self) -> RouteVerdicts {
+        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match (s.routes, s.single_path) {
+            (0, _) => RouteVerdicts::None,
+            (_, 0) => RouteVerdicts::Clients,
+            _ => RouteVerdicts::ClientsAndDestinations,
+        }
+    }
+}
+
+/// The route verdicts a direct relay's programs keep ([`Switch::route_verdicts`]): each
+/// is exact while the host's routing stays as it was when the verdict was taken, and
+/// depends on no more than what the verdict is kept by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteVerdicts {
+    /// None: each packet looks its route up.
+    None,
+    /// Each client's, by destination and arriving interface: a native packet's route
+    /// into the Teredo interface and its MTU.
+    Clients,
+    /// Each client's, and each native destination's (its way out, next hop and MTU,
+    /// for client's packets arriving on an interface): only while no route splits
+    /// flows among next hops.
+    ClientsAndDestinations,
+}
+
+impl RouteVerdicts {
+    /// As the status says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouteVerdicts::None => "none",
+            RouteVerdicts::Clients => "clients",
+            RouteVerdicts::ClientsAndDestinations => "clients and destinations",
+        }
     }
 }
 

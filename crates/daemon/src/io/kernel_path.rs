@@ -12,7 +12,7 @@
 
 use crate::io::netlink::Netlink;
 use crate::io::route_watch::{Listing, RouteWatch};
-use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, Settings, COUNTERS};
+use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, RouteVerdicts, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -203,8 +203,8 @@ const ROUTES_SETTLE: Duration = Duration::from_millis(200);
 
 /// Keeps a direct relay's route verdicts (`tun`: its Teredo interface) to the host's
 /// routing until `stop`: void at once when the kernel tells of a change, kept again
-/// once the routing has stayed unchanged a while and depends on a packet's destination
-/// alone (`RouteWatch::flow_independent`), and renewed every [`ROUTE_REFRESH`]. A
+/// once the routing has stayed unchanged a while, of the kinds it allows
+/// (`RouteWatch::verdicts_allowed`), and renewed every [`ROUTE_REFRESH`]. A
 /// generation that cannot be moved leaves verdicts that may be wrong: the programs are
 /// turned off then; if that fails too, the relay stops (`halt`) and this says why.
 pub fn follow_routes(
@@ -216,7 +216,7 @@ pub fn follow_routes(
 ) -> Result<(), String> {
     // How soon a stop is noticed.
     const STOP_CHECK: Duration = Duration::from_millis(100);
-    let mut keeping = false;
+    let mut keeping = RouteVerdicts::None;
     // What the log last said of the routing, so that it says each thing once.
     let mut said = None::<String>;
     // A listing is due from the start: nothing is kept until it says so.
@@ -226,35 +226,44 @@ pub fn follow_routes(
         let now = Instant::now();
         let wait = match unsettled {
             Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(now),
-            None if keeping => next_refresh.saturating_duration_since(now),
+            None if keeping != RouteVerdicts::None => next_refresh.saturating_duration_since(now),
             None => STOP_CHECK,
         };
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
         let keep = if changed {
             unsettled = Some(now);
-            if !keeping {
+            if keeping == RouteVerdicts::None {
                 continue;
             }
-            false
+            RouteVerdicts::None
         } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
             unsettled = None;
-            // Whether to keep verdicts, and what the log says of it (a failure warns).
-            let (keep, say, warn) = match watch.flow_independent(tun, stop) {
-                Ok(true) => (true, "route verdicts kept: the host's IPv6 routing depends on a packet's destination alone".to_string(), false),
-                Ok(false) => (
+            // Which verdicts to keep, and what the log says of it (a failure warns).
+            let (keep, say, warn) = match watch.verdicts_allowed(tun, stop) {
+                Ok(RouteVerdicts::ClientsAndDestinations) => (
+                    RouteVerdicts::ClientsAndDestinations,
+                    "route verdicts kept, for clients and native destinations: the host's IPv6 routing depends on a packet's destination alone".to_string(),
                     false,
-                    "the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface): each packet to a client looks its route up".to_string(),
+                ),
+                Ok(RouteVerdicts::Clients) => (
+                    RouteVerdicts::Clients,
+                    "route verdicts kept, for clients only: a multipath route shares flows among next hops, so each packet from a client looks its route up".to_string(),
+                    false,
+                ),
+                Ok(RouteVerdicts::None) => (
+                    RouteVerdicts::None,
+                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface), so each packet looks its route up".to_string(),
                     false,
                 ),
                 Err(Listing::Changed) => {
                     unsettled = Some(now);
-                    (false, String::new(), false)
+                    (RouteVerdicts::None, String::new(), false)
                 }
                 // Listed again in a while, or on the next change.
                 Err(Listing::Failed(e)) => {
                     unsettled = Some(now + ROUTE_REFRESH);
-                    (false, format!("{e}; each packet to a client looks its route up meanwhile"), true)
+                    (RouteVerdicts::None, format!("{e}; each packet looks its route up meanwhile"), true)
                 }
             };
             if !say.is_empty() && said.as_deref() != Some(say.as_str()) {
@@ -265,12 +274,12 @@ pub fn follow_routes(
                 }
                 said = Some(say);
             }
-            if !keep && !keeping {
+            if keep == RouteVerdicts::None && keeping == RouteVerdicts::None {
                 continue;
             }
             keep
-        } else if keeping && now >= next_refresh {
-            true
+        } else if keeping != RouteVerdicts::None && now >= next_refresh {
+            keeping
         } else {
             continue;
         };
@@ -294,7 +303,10 @@ pub fn follow_routes(
         }
     }
     // Nobody watches the routing from here on: nothing is kept.
-    if keeping && switch.route_verdicts(false).is_err() && switch.turn_off().is_err() {
+    if keeping != RouteVerdicts::None
+        && switch.route_verdicts(RouteVerdicts::None).is_err()
+        && switch.turn_off().is_err()
+    {
         return Err("kernel data path: on stopping, the programs' route verdicts could not be voided, nor the programs turned off".into());
     }
     Ok(())

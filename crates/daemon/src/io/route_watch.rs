@@ -1,10 +1,12 @@
 //! A direct relay's watch on the host's IPv6 routing. Its programs keep each client's
 //! route verdict (into the Teredo interface, with that route's MTU, for packets that
-//! arrive on a given interface) until told that the routing changed: this watch tells
-//! them, on every change the kernel announces. A kept verdict depends on the destination
-//! and the interface alone, so verdicts are kept only while the host's routing cannot
-//! depend on more: no policy rule but the kernel's own, no route chosen by source, no
-//! route whose next hops split flows between the Teredo interface and others.
+//! arrive on a given interface), and each native destination's (its way out, next hop
+//! and MTU), until told that the routing changed: this watch tells them, on every change
+//! the kernel announces. A kept verdict depends on the destination and the interface
+//! alone, so verdicts are kept only while the host's routing cannot depend on more: no
+//! policy rule but the kernel's own, no route chosen by source, no route whose next hops
+//! split flows between the Teredo interface and others; a destination's, only while no
+//! route splits flows among next hops at all.
 //!
 //! The socket is opened before confinement and read by a thread of its own. Only the
 //! kernel may send to it (it is connected to the kernel): a local process that could
@@ -17,6 +19,7 @@ use rtnetlink::packet_route::route::{RouteAttribute, RouteMessage};
 use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute, RuleMessage};
 use rtnetlink::packet_route::{AddressFamily, RouteNetlinkMessage};
 use rtnetlink::sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
+use shipworm_kernel_path::RouteVerdicts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -98,33 +101,39 @@ impl RouteWatch {
         !poll(&mut fds, ms).is_ok_and(|n| n == 0)
     }
 
-    /// Whether the host's IPv6 routing leaves a packet's route to the Teredo interface
-    /// (index `tun`) to its destination and the interface it arrives on alone: the
-    /// kernel's own two policy rules and no other, no route chosen by source, no route
-    /// through nexthop objects, and no route whose next hops include the Teredo
-    /// interface among others. A change the kernel told of while the listings came
-    /// makes them stale ([`Listing::Changed`]).
-    /// A stop (`stop`) ends it early.
-    pub fn flow_independent(&mut self, tun: u32, stop: &AtomicBool) -> Result<bool, Listing> {
+    /// Which route verdicts the host's IPv6 routing lets the programs keep: a client's
+    /// (its route into the Teredo interface, index `tun`) while the routing depends on
+    /// a packet's destination and arriving interface alone — the kernel's own two
+    /// policy rules and no other, no route chosen by source, no route through nexthop
+    /// objects, and no route whose next hops include the Teredo interface among others;
+    /// a native destination's too while, besides, no route splits flows among next hops
+    /// at all. A change the kernel told of while the listings came makes them stale
+    /// ([`Listing::Changed`]). A stop (`stop`) ends it early.
+    pub fn verdicts_allowed(&mut self, tun: u32, stop: &AtomicBool) -> Result<RouteVerdicts, Listing> {
         let mut rule = RuleMessage::default();
         rule.header.family = AddressFamily::Inet6;
-        let mut ok = true;
+        let (mut by_destination, mut single_path) = (true, true);
         self.list(RouteNetlinkMessage::GetRule(rule), stop, &mut |m| {
             if let RouteNetlinkMessage::NewRule(r) = m {
-                ok &= kernels_own_rule(&r);
+                by_destination &= kernels_own_rule(&r);
             }
         })?;
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet6;
         self.list(RouteNetlinkMessage::GetRoute(route), stop, &mut |m| {
             if let RouteNetlinkMessage::NewRoute(r) = m {
-                ok &= by_destination_alone(&r, tun);
+                by_destination &= by_destination_alone(&r, tun);
+                single_path &= !splits_flows(&r);
             }
         })?;
         if self.noticed {
             return Err(Listing::Changed);
         }
-        Ok(ok)
+        Ok(match (by_destination, single_path) {
+            (false, _) => RouteVerdicts::None,
+            (true, false) => RouteVerdicts::Clients,
+            (true, true) => RouteVerdicts::ClientsAndDestinations,
+        })
     }
 
     /// Hands each message of the listing asked for with `request` to `each`, as they
@@ -258,6 +267,12 @@ fn by_destination_alone(r: &RouteMessage, tun: u32) -> bool {
         })
 }
 
+/// A route whose next hops share its flows (by a hash of their addresses, flow label
+/// and ports): a verdict kept by destination would send all of them one way.
+fn splits_flows(r: &RouteMessage) -> bool {
+    r.attributes.iter().any(|a| matches!(a, RouteAttribute::MultiPath(hops) if hops.len() > 1))
+}
+
 impl std::os::fd::AsFd for RouteWatch {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsRawFd;
@@ -300,56 +315,60 @@ mod tests {
             // Asked again if a late notification of the last change came meanwhile.
             let never = AtomicBool::new(false);
             let ask = |watch: &mut RouteWatch| {
-                let mut answer = watch.flow_independent(tun, &never);
+                let mut answer = watch.verdicts_allowed(tun, &never);
                 for _ in 0..5 {
                     if answer != Err(Listing::Changed) {
                         break;
                     }
                     while watch.changed_within(Duration::from_millis(20)) {}
-                    answer = watch.flow_independent(tun, &never);
+                    answer = watch.verdicts_allowed(tun, &never);
                 }
                 answer
             };
-            let mut independent = vec![("as the kernel made it", ask(&mut watch))];
-            for (change, independent_after) in [
-                ("ip -6 route add blackhole 2001:db8:5::/48", true),
-                ("ip -6 route add 2001::/32 dev t0", true),
-                ("ip -6 rule add to 2001:db8:6::/48 table 7", false),
-                ("ip -6 rule del to 2001:db8:6::/48 table 7", true),
-                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", false),
-                ("ip -6 rule del from 2001:db8:bad::/48 blackhole", true),
-                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", false),
-                ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", true),
-                ("ip link set t0 mtu 1400", true),
-                ("sysctl -qw net.ipv6.conf.t0.forwarding=1", true),
+            use RouteVerdicts::{Clients, ClientsAndDestinations as Both};
+            let mut allowed = vec![("as the kernel made it", ask(&mut watch), Both)];
+            for (change, allowed_after) in [
+                ("ip -6 route add blackhole 2001:db8:5::/48", Both),
+                ("ip -6 route add 2001::/32 dev t0", Both),
+                ("ip -6 rule add to 2001:db8:6::/48 table 7", RouteVerdicts::None),
+                ("ip -6 rule del to 2001:db8:6::/48 table 7", Both),
+                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", RouteVerdicts::None),
+                ("ip -6 rule del from 2001:db8:bad::/48 blackhole", Both),
+                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", RouteVerdicts::None),
+                ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", Both),
+                // Flows shared among next hops: a destination's verdict would pin them.
+                ("ip -6 route add 2001:db8:a::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t1", Clients),
+                (
+                    "ip -6 route add 2001:db8:b::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t0",
+                    RouteVerdicts::None,
+                ),
+                ("ip -6 route del 2001:db8:b::/48", Clients),
+                ("ip -6 route del 2001:db8:a::/48", Both),
+                ("ip link set t0 mtu 1400", Both),
+                ("sysctl -qw net.ipv6.conf.t0.forwarding=1", Both),
             ] {
                 sh(change);
                 heard.push((change, watch.changed_within(Duration::from_millis(500))));
                 // What else the same change brought.
                 while watch.changed_within(Duration::from_millis(20)) {}
-                independent.push((change, ask(&mut watch).map(|i| i == independent_after)));
+                allowed.push((change, ask(&mut watch), allowed_after));
             }
             // A change the kernel tells of while the listings come makes them stale.
             sh("ip -6 route add blackhole 2001:db8:9::/48");
-            let stale = watch.flow_independent(tun, &never);
+            let stale = watch.verdicts_allowed(tun, &never);
             while watch.changed_within(Duration::from_millis(20)) {}
-            independent.push(("listed again once read", ask(&mut watch)));
-            Some((quiet, sent.is_err(), forged, heard, independent, stale))
+            allowed.push(("listed again once read", ask(&mut watch), Both));
+            Some((quiet, sent.is_err(), forged, heard, allowed, stale))
         });
-        let Some((quiet, refused, forged, heard, independent, stale)) = t.join().unwrap() else { return };
+        let Some((quiet, refused, forged, heard, allowed, stale)) = t.join().unwrap() else { return };
         assert_eq!(stale, Err(Listing::Changed), "a listing during which the routing changed");
         assert!(!quiet, "a change told with none made");
         assert!(refused && !forged, "another socket's datagram reached the watch");
         for (change, told) in heard {
             assert!(told, "{change}: not told");
         }
-        assert_eq!(independent[0].1, Ok(true), "the kernel's own routing");
-        for (change, right) in &independent[1..] {
-            assert_eq!(
-                right,
-                &Ok(true),
-                "after {change}: wrong answer to whether the routing depends on the destination alone"
-            );
+        for (change, answer, right) in allowed {
+            assert_eq!(answer, Ok(right), "after {change}: wrong verdicts allowed");
         }
     }
 }

@@ -72,13 +72,20 @@ pub(crate) fn kernel_rows(t: &mut Counters, counts: &[u64; shipworm_kernel_path:
 /// The status document's `data_path` object.
 pub(crate) fn data_path_json(kernel: Option<&KernelDataPath>) -> serde_json::Value {
     match kernel {
-        Some(k) => serde_json::json!({
-            "kind": "kernel",
-            "decap": k.decap_name(),
-            "forward": k.forward_name(),
-            "interfaces": k.interfaces,
-            "programs": k.programs,
-        }),
+        Some(k) => {
+            let mut d = serde_json::json!({
+                "kind": "kernel",
+                "decap": k.decap_name(),
+                "forward": k.forward_name(),
+                "interfaces": k.interfaces,
+                "programs": k.programs,
+            });
+            // A direct relay's: which route verdicts its programs keep now.
+            if k.direct {
+                d["route_verdicts"] = k.switch().kept_route_verdicts().name().into();
+            }
+            d
+        }
         None => serde_json::json!({ "kind": "user" }),
     }
 }

@@ -174,33 +174,43 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 }
                 let rly = lab.ns("rly");
                 // Forwarding directly, the relay's programs keep each client's route
-                // verdict, and a change of the relay host's routes voids it at once
-                // (its watch, not the second it is kept at most): the client's address
-                // routed to a blackhole there, the pings right after are lost; the route
-                // gone, they are answered again.
+                // verdict and each native destination's, and a change of the relay
+                // host's routes voids them at once (its watch, not the second they are
+                // kept at most): the client's address routed to a blackhole there, the
+                // pings right after are lost (their requests); the native host's
+                // address so routed, lost too (their answers); each route gone, they
+                // are answered again.
                 let text = if direct {
-                    let route = |verb: &str| {
-                        shipworm_lab::netns::exec(&rly, &["ip", "-6", "route", verb, "blackhole", &format!("{}/128", o.address)])
+                    let route = |verb: &str, to: std::net::Ipv6Addr| {
+                        shipworm_lab::netns::exec(&rly, &["ip", "-6", "route", verb, "blackhole", &format!("{to}/128")])
                             .map_err(|e| Failed::at(9, format!("step 9: {e}")))
                     };
-                    let pings = |n: u32| shipworm_lab::traffic::ping(&lab.ns("h6"), o.address, n, 1).map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")));
-                    // The relay keeps verdicts here (its log says so), or the losses
-                    // below would prove nothing of the watch.
-                    let log = std::fs::read_to_string(lab.dir().join("relay.log")).unwrap_or_default();
-                    if !log.contains("route verdicts kept") {
-                        return Err(Failed::at(9, format!("step 9: the relay keeps no route verdict: {text}")));
+                    // From the native host's first address (it has two), the one
+                    // blackholed below.
+                    let pings = |n: u32| {
+                        shipworm_lab::traffic::ping_from(&lab.ns("h6"), shipworm_lab::HOST6_V6, o.address, n, 1)
+                            .map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")))
+                    };
+                    // The relay keeps both kinds here (its status says so), or the
+                    // losses below would prove nothing of the watch.
+                    let kept = lab.relay_status().map(|s| s["data_path"]["route_verdicts"].clone());
+                    if kept.as_ref().and_then(|k| k.as_str()) != Some("clients and destinations") {
+                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?}, not for clients and destinations: {text}")));
                     }
-                    // One answered right before: the client's verdict is kept in this
-                    // generation, so that only the watch can void it in time.
-                    let primed = pings(1)?;
-                    route("add")?;
-                    std::thread::sleep(std::time::Duration::from_millis(30));
-                    let blackholed = pings(3)?;
-                    route("del")?;
-                    let back = pings(3)?;
-                    let text = format!("{text}; one ping ({primed}), then the client's address blackholed on the relay host: {blackholed}, the route gone: {back}");
-                    if primed.received != 1 || blackholed.received != 0 || back.received != 3 {
-                        return Err(Failed::at(9, format!("step 9: the relay did not follow its host's route at once: {text}")));
+                    let mut text = text;
+                    for (what, to) in [("the client's address", o.address), ("the native host's address", shipworm_lab::HOST6_V6)] {
+                        // One answered right before: the verdict is kept in this
+                        // generation, so that only the watch can void it in time.
+                        let primed = pings(1)?;
+                        route("add", to)?;
+                        std::thread::sleep(std::time::Duration::from_millis(30));
+                        let blackholed = pings(3)?;
+                        route("del", to)?;
+                        let back = pings(3)?;
+                        text = format!("{text}; one ping ({primed}), then {what} blackholed on the relay host: {blackholed}, the route gone: {back}");
+                        if primed.received != 1 || blackholed.received != 0 || back.received != 3 {
+                            return Err(Failed::at(9, format!("step 9: the relay did not follow its host's route at once: {text}")));
+                        }
                     }
                     text
                 } else {

@@ -41,7 +41,7 @@ fn direct_settings(tun: u32) -> Settings {
 /// (as the daemon's watch lets them while the host's routing allows).
 fn load_direct(w: &Recorder, tun: u32) -> KernelPath {
     let k = KernelPath::load(&direct_settings(tun)).unwrap_or_else(|e| panic!("{e}"));
-    k.switch().route_verdicts(true).unwrap();
+    k.switch().route_verdicts(RouteVerdicts::ClientsAndDestinations).unwrap();
     for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
         k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
     }
@@ -77,11 +77,11 @@ fn check_direct_decap(k: &mut KernelPath, d0: u32, r: &mut Relay, w: &mut Record
             let packet = &out.packet[14..(14 + delivered.len()).min(out.packet.len())];
             assert_eq!((&out.packet[..12], packet), (&input[..12], &delivered[..]), "{name}")
         }
-        // Sent out by the route, by the neighbour output (which puts the next hop's
-        // Ethernet header on): exactly the packet the host would forward.
+        // Sent out by the route, by the neighbour output (which takes the Ethernet
+        // header off and puts the next hop's on): exactly the packet the host would
+        // forward.
         TC_ACT_REDIRECT => {
             assert_eq!(&out.packet[14..], &forwarded(delivered)[..], "{name}: not what the host would forward");
-            assert_eq!(&out.packet[12..14], &[0x86, 0xdd], "{name}");
         }
         v => panic!("{name}: verdict {v}"),
     }
@@ -99,10 +99,19 @@ fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_i
     in_direct_netns(|d0, tun| {
         let (mut r, mut w) = relay_trusting_c();
         let mut k = load_direct(&w, tun);
-        let mut go = |name: &str, to: &str, payload: usize, frame_to_d0: bool| {
+        let go_with = |k: &mut KernelPath,
+                       r: &mut Relay,
+                       w: &mut Recorder,
+                       name: &str,
+                       to: &str,
+                       payload: usize,
+                       frame_to_d0: bool| {
             let f = frame(C_MAPPED, &ipv6(C, to, 64, &vec![5u8; payload]));
             let f = if frame_to_d0 { to_d0(f) } else { f };
-            check_direct_decap(&mut k, d0, &mut r, &mut w, name, &f)
+            check_direct_decap(k, d0, r, w, name, &f)
+        };
+        let mut go = |name: &str, to: &str, payload: usize, frame_to_d0: bool| {
+            go_with(&mut k, &mut r, &mut w, name, to, payload, frame_to_d0)
         };
         assert_eq!(go("known next hop", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
         assert_eq!(go("next hop to resolve", UNRESOLVED, 12, true), TC_ACT_REDIRECT);
@@ -125,6 +134,55 @@ fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_i
         assert_eq!(check_direct_decap(&mut k, d0, &mut r, &mut w, "hop-by-hop", &f), TC_ACT_OK);
         let c = k.counters().unwrap();
         assert_eq!((c[Counter::DecapForwarded as usize], c[Counter::DecapDirect as usize]), (10, 4));
+
+        // The verdict on a destination's route is kept until the host's routes are said
+        // to have changed (the daemon's watch says so as the kernel tells it), then
+        // looked up again.
+        let blackhole = |verb: &str| sh(&format!("ip -6 route {verb} blackhole {NEIGHBOUR}/128"));
+        let both = RouteVerdicts::ClientsAndDestinations;
+        blackhole("add");
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "blackholed, not yet said", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
+        k.switch().route_verdicts(both).unwrap();
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "blackholed", NEIGHBOUR, 12, true), TC_ACT_OK);
+        blackhole("del");
+        // A route that leaves the packet to the host is never kept: routed back, it
+        // goes out at once.
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "routed back", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
+        // Keeping clients' verdicts only (a multipath route shares flows among next
+        // hops), each packet from a client looks its route up: a change is seen at once.
+        k.switch().route_verdicts(RouteVerdicts::Clients).unwrap();
+        assert_eq!(
+            go_with(&mut k, &mut r, &mut w, "keeping clients' verdicts only", NEIGHBOUR, 12, true),
+            TC_ACT_REDIRECT
+        );
+        blackhole("add");
+        assert_eq!(
+            go_with(&mut k, &mut r, &mut w, "blackholed, keeping clients' verdicts only", NEIGHBOUR, 12, true),
+            TC_ACT_OK
+        );
+        blackhole("del");
+        assert_eq!(
+            go_with(&mut k, &mut r, &mut w, "routed back, keeping clients' verdicts only", NEIGHBOUR, 12, true),
+            TC_ACT_REDIRECT
+        );
+        k.switch().route_verdicts(both).unwrap();
+        // Kept again, by a packet arriving on d0; kept for that interface only: arriving
+        // on d1, where the host does not forward, the packet is the host's.
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "kept again", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
+        sh("echo 0 > /proc/sys/net/ipv6/conf/d1/forwarding; ip link set d1 address 02:00:00:00:00:d1");
+        let mut on_d1 = frame(C_MAPPED, &udp6(C, NEIGHBOUR));
+        on_d1[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xd1]);
+        let d1 = unsafe { libc::if_nametoindex(c"d1".as_ptr()) };
+        assert_eq!(check_direct_decap(&mut k, d1, &mut r, &mut w, "on d1", &on_d1), TC_ACT_OK);
+        // And within the route's MTU only: a larger packet is looked up again.
+        assert_eq!(
+            go_with(&mut k, &mut r, &mut w, "within the route's MTU, kept", "2001:db8:88::1", 1200, true),
+            TC_ACT_REDIRECT
+        );
+        assert_eq!(
+            go_with(&mut k, &mut r, &mut w, "over the MTU, after one within it", "2001:db8:88::1", 1300, true),
+            TC_ACT_OK
+        );
 
         // Mutations of a plain frame: whatever moves, by whichever way, is what the
         // relay forwards and the host's route sends.
@@ -192,7 +250,7 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         // again.
         sh(&format!("ip -6 route add {C}/128 dev d0"));
         assert!(moves(&mut k, "routed elsewhere, not yet said", &native_frame(NATIVE, C, 64, 12)));
-        k.switch().route_verdicts(true).unwrap();
+        k.switch().route_verdicts(RouteVerdicts::ClientsAndDestinations).unwrap();
         assert!(!moves(&mut k, "routed elsewhere", &native_frame(NATIVE, C, 64, 12)));
         sh(&format!("ip -6 route del {C}/128 dev d0"));
         // A route that sends the packet to the host is never kept: routed back, it
@@ -200,12 +258,12 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         assert!(moves(&mut k, "routed back", &native_frame(NATIVE, C, 64, 12)));
         // Told to keep none (the host's routing may depend on more than the
         // destination), every packet looks its route up: a change is seen at once.
-        k.switch().route_verdicts(false).unwrap();
+        k.switch().route_verdicts(RouteVerdicts::None).unwrap();
         sh(&format!("ip -6 route add {C}/128 dev d0"));
         assert!(!moves(&mut k, "routed elsewhere, keeping none", &native_frame(NATIVE, C, 64, 12)));
         sh(&format!("ip -6 route del {C}/128 dev d0"));
         assert!(moves(&mut k, "routed back, keeping none", &native_frame(NATIVE, C, 64, 12)));
-        k.switch().route_verdicts(true).unwrap();
+        k.switch().route_verdicts(RouteVerdicts::ClientsAndDestinations).unwrap();
         // Kept again, by a packet arriving on d0 (the generation's first verdict).
         assert!(moves(&mut k, "kept again", &native_frame(NATIVE, C, 64, 12)));
         // A verdict is kept for the interface the packet arrived on: arriving on d1,
