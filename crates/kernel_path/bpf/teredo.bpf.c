@@ -70,6 +70,7 @@ struct config {
 	__u32 routes;    // the generation of the host's IPv6 routes: userland moves it on
 	                 // every change of them (and at least every second), which voids
 	                 // every verdict kept under an earlier one (0: keep none)
+	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
 };
 
 enum counter {
@@ -111,21 +112,29 @@ struct {
 } config SEC(".maps");
 
 // A direct relay's route verdict for a native destination, kept as a client's is
-// (`route_stamp`): where the host's route for it leaves, and by which next hop.
+// (`route_stamp`): the destination, where the host's route for it leaves, and by which
+// next hop.
 struct destination {
 	__u64 stamp;
+	__u64 addr[2];
 	__u32 ifindex;
 	struct bpf_redir_neigh nh;
 };
 
-// The native destinations whose verdicts are kept, the least recently used pushed out
-// when it is full (a client that sprays destinations only costs itself and others
-// the route look-up they would pay anyway). Keyed by what clients choose: the kernel
-// hashes the keys with a secret seed of its own.
+// A CPU's slots for destinations' verdicts (a power of two; `DESTINATION_SLOTS` in
+// the loader).
+#define DESTINATION_SLOTS 2048
+
+// Each CPU's route verdicts for the native destinations its packets went to, a slot a
+// destination by a keyed hash (two on one slot: the generation's first verdict stays,
+// the other destination is looked up). Per CPU, because only one program runs at a
+// time on a CPU: a verdict is never read half written by another core's update (an
+// LRU map's freed entry is reused at once, with readers still on it), and no cache
+// line moves between cores.
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1); // set by the loader: a direct relay's `DESTINATIONS`
-	__type(key, struct in6_addr);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1); // set by the loader: DESTINATION_SLOTS for a direct relay
+	__type(key, __u32);
 	__type(value, struct destination);
 } destinations SEC(".maps");
 
@@ -523,40 +532,59 @@ static __always_inline int stamp_holds(__u64 stamp, __u32 routes, __u32 iif, __u
 	return stamp >> 16 == route_stamp(routes, iif, 0) >> 16 && len <= (stamp & 0xffff);
 }
 
+// The slot of destination `a` (its four words) in a CPU's verdicts: keyed, so that
+// which destinations share a slot cannot be chosen from outside.
+static __always_inline __u32 destination_slot(const __u32 *a, const struct config *cfg)
+{
+	__u64 h = ((__u64)cfg->slot_key[0] << 32) | cfg->slot_key[1];
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		h = (h ^ a[i]) * 0x9e3779b97f4a7c15ULL;
+		h ^= h >> 29;
+	}
+	return (__u32)(h >> 32) & (DESTINATION_SLOTS - 1);
+}
+
 // A direct relay's way out for a client's IPv6 packet `ip6` of `len` bytes, arriving
-// on the socket buffer's interface: 1 with `out` filled when the host's route for it
-// leaves by an interface other than the Teredo one, within its MTU; 0 when the stack
-// is to handle it. While the host's routing depends on the destination alone and no
-// route splits flows (userland says so), the verdict is kept per destination, as a
-// client's is: the next packet to it takes a map look-up instead of the route look-up.
+// on the socket buffer's interface: 1 with `ifindex` and `nh` filled when the host's
+// route for it leaves by an interface other than the Teredo one, within its MTU; 0
+// when the stack is to handle it. While the host's routing depends on the destination
+// alone and no route splits flows (userland says so), the verdict is kept per
+// destination, as a client's is: the next packet to it takes a slot's read instead of
+// the route look-up.
 static __always_inline int route_out(struct __sk_buff *skb, const struct config *cfg, const struct ipv6hdr *ip6,
-				     __u32 len, struct destination *out)
+				     __u32 len, __u32 *ifindex, struct bpf_redir_neigh *nh)
 {
 	// Read before the look-up: a change during it voids what it found.
 	__u32 routes = *(volatile __u32 *)&cfg->routes;
 	__u32 iif = skb->ingress_ifindex;
-	int keep = routes && cfg->single_path && iif <= 0xffff;
-	__u64 kept_stamp = 0;
-	if (keep) {
-		struct destination *kept = bpf_map_lookup_elem(&destinations, &ip6->daddr);
-		if (kept) {
-			// Whole entries are replaced, never written in place: this one is consistent.
-			kept_stamp = kept->stamp;
-			if (stamp_holds(kept_stamp, routes, iif, len)) {
-				*out = *kept;
-				return 1;
-			}
+	struct destination *d = 0;
+	union {
+		__u64 d[2];
+		__u32 w[4];
+	} to;
+	__builtin_memcpy(&to, &ip6->daddr, sizeof(to));
+	if (routes && cfg->single_path && iif <= 0xffff) {
+		__u32 slot = destination_slot(to.w, cfg);
+		d = bpf_map_lookup_elem(&destinations, &slot);
+		if (d && d->addr[0] == to.d[0] && d->addr[1] == to.d[1] && stamp_holds(d->stamp, routes, iif, len)) {
+			*ifindex = d->ifindex;
+			*nh = d->nh;
+			return 1;
 		}
 	}
 	struct bpf_fib_lookup fib = {};
 	if (route6(skb, &fib, ip6, len) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == cfg->tun)
 		return 0;
-	out->ifindex = fib.ifindex;
-	next_hop(&fib, &out->nh);
-	// Kept by the generation's first verdict only, as a client's.
-	if (keep && kept_stamp >> 32 != routes) {
-		out->stamp = route_stamp(routes, iif, fib.mtu_result);
-		bpf_map_update_elem(&destinations, &ip6->daddr, out, BPF_ANY);
+	*ifindex = fib.ifindex;
+	next_hop(&fib, nh);
+	// Kept by the generation's first verdict for the slot only, as a client's.
+	if (d && d->stamp >> 32 != routes) {
+		d->stamp = route_stamp(routes, iif, fib.mtu_result);
+		d->addr[0] = to.d[0];
+		d->addr[1] = to.d[1];
+		d->ifindex = fib.ifindex;
+		d->nh = *nh;
 	}
 	return 1;
 }
@@ -662,13 +690,14 @@ int teredo_ingress(struct __sk_buff *skb)
 	// the NIC took off, bytes beyond the IPv6 packet (the stack trims them), hop-by-hop
 	// options (the stack reads them), and a route into the Teredo interface (the
 	// daemon's to judge: an ICMPv6 error, a client of this relay).
-	struct destination out = {};
+	__u32 out = 0;
+	struct bpf_redir_neigh nh = {};
 	int direct = 0;
 	__u8 hop = 0;
 	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
 	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
 	    skb->len == ETH_HLEN + OUTER_LEN + inner && (void *)(ip6 + 1) <= end && ip6->nexthdr != 0) {
-		direct = route_out(skb, cfg, ip6, inner, &out);
+		direct = route_out(skb, cfg, ip6, inner, &out, &nh);
 		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
 	}
 	if (bpf_skb_adjust_room(skb, -(int)OUTER_LEN, BPF_ADJ_ROOM_MAC, ADJ_ROOM_DECAP_L3_IPV6)) {
@@ -691,7 +720,7 @@ int teredo_ingress(struct __sk_buff *skb)
 	if (bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, hop_limit), &hop, 1, BPF_F_RECOMPUTE_CSUM))
 		return TC_ACT_SHOT;
 	count(DECAP_DIRECT, 1);
-	return bpf_redirect_neigh(out.ifindex, &out.nh, sizeof(out.nh), 0);
+	return bpf_redirect_neigh(out, &nh, sizeof(nh), 0);
 }
 
 // From the native IPv6 network to a trusted client that was heard from within 30 s

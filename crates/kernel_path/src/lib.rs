@@ -116,9 +116,9 @@ pub enum Program {
     Encap,
 }
 
-/// The native destinations whose route verdicts a direct relay keeps at most (the least
-/// recently used go first), in kernel memory allocated at load.
-pub const DESTINATIONS: u32 = 16384;
+/// The slots a direct relay keeps native destinations' route verdicts in, on each CPU
+/// (`DESTINATION_SLOTS` in the programs), each 48 bytes, allocated at load.
+pub const DESTINATION_SLOTS: u32 = 2048;
 
 /// The loaded programs and their maps. Dropping it detaches the programs.
 pub struct KernelPath {
@@ -147,7 +147,7 @@ impl KernelPath {
         let direct = settings.direct_tun.is_some() && settings.client_tun.is_none();
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
-            .set_max_entries("destinations", if direct { DESTINATIONS } else { 1 })
+            .set_max_entries("destinations", if direct { DESTINATION_SLOTS } else { 1 })
             .load(OBJECT)
             .map_err(|e| Error::Load(e.to_string()))?;
         for (name, program) in bpf.programs_mut() {
@@ -177,8 +177,18 @@ impl KernelPath {
             // No route verdict kept until whoever watches the host's routing says so
             // (`Switch::route_verdicts`).
             routes: 0,
+            slot_key: slot_key()?,
         };
-        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default() };
+        // A kernel that preempts the programs could let two of them share one CPU's
+        // destination verdicts.
+        let most = if direct && !preempts_programs() {
+            RouteVerdicts::ClientsAndDestinations
+        } else if direct {
+            RouteVerdicts::Clients
+        } else {
+            RouteVerdicts::None
+        };
+        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most };
         switch.set_address(None).map_err(Error::Map)?;
         Ok(KernelPath { bpf, peers, counters, cpus, switch })
     }
@@ -286,6 +296,36 @@ impl KernelPath {
         let fd = program.fd().map_err(io::Error::other)?;
         test_run::run(fd.as_fd(), packet, ifindex, gso_size)
     }
+}
+
+/// The slot the programs keep destination `addr`'s route verdict in, on each CPU, under
+/// key `key` ([`Switch::slot_key`]): their hash, for tests that make two destinations
+/// share a slot.
+#[doc(hidden)]
+pub fn destination_slot(key: [u32; 2], addr: &std::net::Ipv6Addr) -> u32 {
+    let mut h = (u64::from(key[0]) << 32) | u64::from(key[1]);
+    for w in addr.octets().chunks_exact(4) {
+        h = (h ^ u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    ((h >> 32) as u32) & (DESTINATION_SLOTS - 1)
+}
+
+/// A secret key for the programs' slot hash, from the kernel's random source.
+fn slot_key() -> Result<[u32; 2], Error> {
+    let mut b = [0u8; 8];
+    // SAFETY: the buffer is 8 writable bytes.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        return Err(Error::Load(format!("getrandom: {}", io::Error::last_os_error())));
+    }
+    Ok([u32::from_ne_bytes([b[0], b[1], b[2], b[3]]), u32::from_ne_bytes([b[4], b[5], b[6], b[7]])])
+}
+
+/// Whether this kernel may preempt a running program for another on the same CPU
+/// (PREEMPT_RT, which says so in /sys/kernel/realtime).
+fn preempts_programs() -> bool {
+    std::fs::read_to_string("/sys/kernel/realtime").is_ok_and(|v| v.trim() == "1")
 }
 
 fn verifier_cause(e: &aya::programs::ProgramError) -> String {

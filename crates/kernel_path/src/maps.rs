@@ -44,10 +44,11 @@ pub(crate) struct ConfigValue {
     pub tun: u32,
     pub own: [u8; 16],
     pub routes: u32,
+    pub slot_key: [u32; 2],
 }
 
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 56);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 64);
 
 /// `enum counter`: what became of each Teredo packet the programs looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,6 +249,8 @@ pub struct Switch {
     pub(crate) settings: Arc<Mutex<ConfigValue>>,
     /// The last generation of the host's routes handed out ([`Switch::route_verdicts`]).
     pub(crate) generation: Arc<std::sync::atomic::AtomicU32>,
+    /// The most the programs may keep ([`Switch::most_route_verdicts`]).
+    pub(crate) most: RouteVerdicts,
 }
 
 impl Switch {
@@ -275,10 +278,12 @@ impl Switch {
 
     /// Every route verdict a direct relay's programs keep is void from now on; they
     /// keep new ones (under a new generation of the host's routes) of the kinds `keep`
-    /// names. Nothing is kept until this is first called with more than
-    /// [`RouteVerdicts::None`]: whoever says so watches the host's routing.
+    /// names, within [`Switch::most_route_verdicts`]. Nothing is kept until this is
+    /// first called with more than [`RouteVerdicts::None`]: whoever says so watches
+    /// the host's routing.
     pub fn route_verdicts(&self, keep: RouteVerdicts) -> io::Result<()> {
         use std::sync::atomic::Ordering;
+        let keep = keep.min(self.most);
         let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let next = if next == 0 { self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) } else { next };
         self.change(|s| {
@@ -287,21 +292,34 @@ impl Switch {
         })
     }
 
-    /// The kinds of route verdicts the programs keep now.
+    /// The kinds of route verdicts the programs keep now (none while they are off).
     pub fn kept_route_verdicts(&self) -> RouteVerdicts {
         let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match (s.routes, s.single_path) {
-            (0, _) => RouteVerdicts::None,
-            (_, 0) => RouteVerdicts::Clients,
+        match (s.enabled, s.routes, s.single_path) {
+            (0, _, _) | (_, 0, _) => RouteVerdicts::None,
+            (_, _, 0) => RouteVerdicts::Clients,
             _ => RouteVerdicts::ClientsAndDestinations,
         }
+    }
+
+    /// The programs' slot hash key (for tests: [`crate::destination_slot`]).
+    #[doc(hidden)]
+    pub fn slot_key(&self) -> [u32; 2] {
+        self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).slot_key
+    }
+
+    /// The most the programs may keep, whatever the host's routing: a destination's
+    /// verdicts are one CPU's, read and written by the one program that runs there at
+    /// a time, which a kernel that preempts them (PREEMPT_RT) does not promise.
+    pub fn most_route_verdicts(&self) -> RouteVerdicts {
+        self.most
     }
 }
 
 /// The route verdicts a direct relay's programs keep ([`Switch::route_verdicts`]): each
 /// is exact while the host's routing stays as it was when the verdict was taken, and
 /// depends on no more than what the verdict is kept by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum RouteVerdicts {
     /// None: each packet looks its route up.
     None,

@@ -241,6 +241,11 @@ pub fn follow_routes(
             unsettled = None;
             // Which verdicts to keep, and what the log says of it (a failure warns).
             let (keep, say, warn) = match watch.verdicts_allowed(tun, stop) {
+                Ok(RouteVerdicts::ClientsAndDestinations) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
+                    RouteVerdicts::Clients,
+                    "route verdicts kept, for clients only: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and native destinations' verdicts are kept per CPU, so each packet from a client looks its route up".to_string(),
+                    false,
+                ),
                 Ok(RouteVerdicts::ClientsAndDestinations) => (
                     RouteVerdicts::ClientsAndDestinations,
                     "route verdicts kept, for clients and native destinations: the host's IPv6 routing depends on a packet's destination alone".to_string(),
@@ -253,7 +258,7 @@ pub fn follow_routes(
                 ),
                 Ok(RouteVerdicts::None) => (
                     RouteVerdicts::None,
-                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects or multipath through the Teredo interface), so each packet looks its route up".to_string(),
+                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects listed without their next hops, or multipath through the Teredo interface), so each packet looks its route up".to_string(),
                     false,
                 ),
                 Err(Listing::Changed) => {

@@ -105,7 +105,8 @@ impl RouteWatch {
     /// (its route into the Teredo interface, index `tun`) while the routing depends on
     /// a packet's destination and arriving interface alone — the kernel's own two
     /// policy rules and no other, no route chosen by source, no route through nexthop
-    /// objects, and no route whose next hops include the Teredo interface among others;
+    /// objects listed without their next hops, and no route whose next hops include
+    /// the Teredo interface among others;
     /// a native destination's too while, besides, no route splits flows among next hops
     /// at all. A change the kernel told of while the listings came makes them stale
     /// ([`Listing::Changed`]). A stop (`stop`) ends it early.
@@ -257,18 +258,23 @@ fn kernels_own_rule(r: &RuleMessage) -> bool {
 }
 
 /// A route chosen by its destination alone, whose way out is one interface or none of
-/// the Teredo interface `tun`'s.
+/// the Teredo interface `tun`'s. A route through a nexthop object is judged by the next
+/// hops the kernel lists with it (`nexthop_compat_mode`, on by default: routing daemons
+/// such as FRR use nexthop objects); listed without them, it cannot be.
 fn by_destination_alone(r: &RouteMessage, tun: u32) -> bool {
+    let expanded = r.attributes.iter().any(|a| matches!(a, RouteAttribute::Oif(_) | RouteAttribute::MultiPath(_)));
     r.header.source_prefix_length == 0
         && r.attributes.iter().all(|a| match a {
-            RouteAttribute::Source(_) | RouteAttribute::NhId(_) => false,
+            RouteAttribute::Source(_) => false,
+            RouteAttribute::NhId(_) => expanded,
             RouteAttribute::MultiPath(hops) => hops.iter().all(|h| h.interface_index != tun),
             _ => true,
         })
 }
 
 /// A route whose next hops share its flows (by a hash of their addresses, flow label
-/// and ports): a verdict kept by destination would send all of them one way.
+/// and next header, or ports): a verdict kept by destination would send all of them
+/// one way.
 fn splits_flows(r: &RouteMessage) -> bool {
     r.attributes.iter().any(|a| matches!(a, RouteAttribute::MultiPath(hops) if hops.len() > 1))
 }
@@ -344,6 +350,18 @@ mod tests {
                 ),
                 ("ip -6 route del 2001:db8:b::/48", Clients),
                 ("ip -6 route del 2001:db8:a::/48", Both),
+                // Through nexthop objects, judged by the next hops listed with them.
+                ("ip -6 nexthop add id 71 dev t1; ip -6 route add 2001:db8:c::/48 nhid 71", Both),
+                (
+                    "ip nexthop add id 72 via fe80::1 dev t1; ip nexthop add id 73 via fe80::2 dev t1; \
+                     ip nexthop add id 74 group 72/73; ip -6 route add 2001:db8:d::/48 nhid 74",
+                    Clients,
+                ),
+                ("ip -6 nexthop add id 75 dev t0; ip nexthop add id 76 group 72/75; ip -6 route add 2001:db8:e::/48 nhid 76", RouteVerdicts::None),
+                ("ip -6 route del 2001:db8:e::/48; ip -6 route del 2001:db8:d::/48", Both),
+                // Listed without them, a nexthop object's route cannot be judged.
+                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip -6 route add 2001:db8:f::/48 nhid 71", RouteVerdicts::None),
+                ("ip -6 route del 2001:db8:f::/48; ip -6 route del 2001:db8:c::/48; sysctl -qw net.ipv4.nexthop_compat_mode=1", Both),
                 ("ip link set t0 mtu 1400", Both),
                 ("sysctl -qw net.ipv6.conf.t0.forwarding=1", Both),
             ] {

@@ -179,7 +179,9 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 // kept at most): the client's address routed to a blackhole there, the
                 // pings right after are lost (their requests); the native host's
                 // address so routed, lost too (their answers); each route gone, they
-                // are answered again.
+                // are answered again. (A destination's verdict is kept per CPU: which
+                // CPU an answer reaches the relay on is the lab's; the programs' test
+                // shows one kept and voided on its own.)
                 let text = if direct {
                     let route = |verb: &str, to: std::net::Ipv6Addr| {
                         shipworm_lab::netns::exec(&rly, &["ip", "-6", "route", verb, "blackhole", &format!("{to}/128")])

@@ -29,6 +29,14 @@ fn in_direct_netns<T: Send + 'static>(body: impl FnOnce(u32, u32) -> T + Send + 
             ip tuntap add dev teredo0 mode tun; ip link set teredo0 mtu 1280 up; \
             ip -6 route add 2001::/32 dev teredo0; ip -6 route add 2001:db8:77::/48 dev teredo0");
         let index = |n: &str| unsafe { libc::if_nametoindex(std::ffi::CString::new(n).unwrap().as_ptr()) };
+        // Held to one CPU: a test run's program runs on the caller's, and a destination's
+        // verdict is kept in that CPU's slots.
+        // SAFETY: a zeroed cpu_set_t with one CPU set, for this thread (0).
+        unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(usize::try_from(libc::sched_getcpu()).unwrap_or(0), &mut one);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one), 0);
+        }
         body(index("d0"), index("teredo0"))
     })
 }
@@ -75,7 +83,8 @@ fn check_direct_decap(k: &mut KernelPath, d0: u32, r: &mut Relay, w: &mut Record
         // trims bytes beyond the IPv6 packet).
         TC_ACT_OK => {
             let packet = &out.packet[14..(14 + delivered.len()).min(out.packet.len())];
-            assert_eq!((&out.packet[..12], packet), (&input[..12], &delivered[..]), "{name}")
+            assert_eq!((&out.packet[..12], packet), (&input[..12], &delivered[..]), "{name}");
+            assert_eq!(&out.packet[12..14], &[0x86, 0xdd], "{name}: the Ethernet type the stack reads");
         }
         // Sent out by the route, by the neighbour output (which takes the Ethernet
         // header off and puts the next hop's on): exactly the packet the host would
@@ -174,6 +183,21 @@ fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_i
         on_d1[..6].copy_from_slice(&[2, 0, 0, 0, 0, 0xd1]);
         let d1 = unsafe { libc::if_nametoindex(c"d1".as_ptr()) };
         assert_eq!(check_direct_decap(&mut k, d1, &mut r, &mut w, "on d1", &on_d1), TC_ACT_OK);
+        // A destination sharing the slot of one whose verdict is kept is looked up: a
+        // blackholed one on NEIGHBOUR's slot is left to the stack.
+        let key = k.switch().slot_key();
+        let slot = shipworm_kernel_path::destination_slot(key, &a(NEIGHBOUR));
+        let other = (1u16..=u16::MAX)
+            .map(|i| std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, i))
+            .find(|x| shipworm_kernel_path::destination_slot(key, x) == slot)
+            .expect("one of 65,535 addresses on each of 2,048 slots");
+        sh(&format!("ip -6 route add blackhole {other}/128"));
+        k.switch().route_verdicts(both).unwrap();
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "kept, its slot's first", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
+        let other_s = other.to_string();
+        assert_eq!(go_with(&mut k, &mut r, &mut w, "on the same slot, blackholed", &other_s, 12, true), TC_ACT_OK);
+        sh(&format!("ip -6 route del blackhole {other}/128"));
+        k.switch().route_verdicts(both).unwrap();
         // And within the route's MTU only: a larger packet is looked up again.
         assert_eq!(
             go_with(&mut k, &mut r, &mut w, "within the route's MTU, kept", "2001:db8:88::1", 1200, true),
