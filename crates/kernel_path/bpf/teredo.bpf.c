@@ -256,10 +256,17 @@ static __always_inline int global_source(const struct in6_addr *a)
 // The next hop's link-layer address is left to the neighbour redirect (which, unlike
 // a look-up here, revalidates a stale entry as the host's own output does).
 static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup *fib, const struct ipv6hdr *ip6,
-				   __u32 len)
+				   __u32 len, const void *end)
 {
 	fib->family = AF_INET6;
 	fib->l4_protocol = ip6->nexthdr;
+	// The ports, for a multipath route that spreads flows by them
+	// (`fib_multipath_hash_policy` 1), as the host's forwarding reads them.
+	const __be16 *ports = (const void *)(ip6 + 1);
+	if ((ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) && (const void *)(ports + 2) <= end) {
+		fib->sport = ports[0];
+		fib->dport = ports[1];
+	}
 	fib->tot_len = len;
 	fib->ifindex = skb->ingress_ifindex;
 	fib->flowinfo = *(const __be32 *)ip6 & bpf_htonl(0x0fffffff);
@@ -553,7 +560,7 @@ static __always_inline __u32 destination_slot(const __u32 *a, const struct confi
 // destination, as a client's is: the next packet to it takes a slot's read instead of
 // the route look-up.
 static __always_inline int route_out(struct __sk_buff *skb, const struct config *cfg, const struct ipv6hdr *ip6,
-				     __u32 len, __u32 *ifindex, struct bpf_redir_neigh *nh)
+				     __u32 len, const void *end, __u32 *ifindex, struct bpf_redir_neigh *nh)
 {
 	// Read before the look-up: a change during it voids what it found.
 	__u32 routes = *(volatile __u32 *)&cfg->routes;
@@ -574,7 +581,7 @@ static __always_inline int route_out(struct __sk_buff *skb, const struct config 
 		}
 	}
 	struct bpf_fib_lookup fib = {};
-	if (route6(skb, &fib, ip6, len) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == cfg->tun)
+	if (route6(skb, &fib, ip6, len, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == cfg->tun)
 		return 0;
 	*ifindex = fib.ifindex;
 	next_hop(&fib, nh);
@@ -599,7 +606,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// hands it to its VLAN interface), is the stack's.
 	if (skb->pkt_type != PACKET_HOST || skb->vlan_present)
 		return TC_ACT_OK;
-	pull_headers(skb, ETH_HLEN + sizeof(struct ipv6hdr));
+	pull_headers(skb, ETH_HLEN + sizeof(struct ipv6hdr) + 4); // and the ports, if any
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + ETH_HLEN;
@@ -635,7 +642,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	__u64 kept = p->route;
 	if (!keep || !stamp_holds(kept, routes, iif, piece)) {
 		struct bpf_fib_lookup fib = {};
-		if (route6(skb, &fib, ip6, piece) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
+		if (route6(skb, &fib, ip6, piece, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
 			return TC_ACT_OK;
 		// The route's MTU (where the kernel leaves none, the union still holds the
 		// length asked for: a smaller bound, never a wrong one). Kept by the
@@ -671,7 +678,7 @@ int teredo_ingress(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		return encap_at_ingress(skb, cfg);
 	}
-	pull_headers(skb, ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr));
+	pull_headers(skb, ETH_HLEN + OUTER_LEN + sizeof(struct ipv6hdr) + 4); // and the ports, if any
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	__u32 inner = 0;
@@ -697,7 +704,7 @@ int teredo_ingress(struct __sk_buff *skb)
 	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
 	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
 	    skb->len == ETH_HLEN + OUTER_LEN + inner && (void *)(ip6 + 1) <= end && ip6->nexthdr != 0) {
-		direct = route_out(skb, cfg, ip6, inner, &out, &nh);
+		direct = route_out(skb, cfg, ip6, inner, end, &out, &nh);
 		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
 	}
 	if (bpf_skb_adjust_room(skb, -(int)OUTER_LEN, BPF_ADJ_ROOM_MAC, ADJ_ROOM_DECAP_L3_IPV6)) {

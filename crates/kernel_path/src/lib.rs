@@ -322,10 +322,20 @@ fn slot_key() -> Result<[u32; 2], Error> {
     Ok([u32::from_ne_bytes([b[0], b[1], b[2], b[3]]), u32::from_ne_bytes([b[4], b[5], b[6], b[7]])])
 }
 
-/// Whether this kernel may preempt a running program for another on the same CPU
-/// (PREEMPT_RT, which says so in /sys/kernel/realtime).
-fn preempts_programs() -> bool {
-    std::fs::read_to_string("/sys/kernel/realtime").is_ok_and(|v| v.trim() == "1")
+/// Whether this kernel may preempt a running program for another on the same CPU: a
+/// PREEMPT_RT kernel, which its version string names (the -rt patches also say so in
+/// /sys/kernel/realtime).
+#[doc(hidden)]
+pub fn preempts_programs() -> bool {
+    // SAFETY: uname fills the zeroed struct it is given.
+    let version = unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return true; // unknown: assume the worst
+        }
+        std::ffi::CStr::from_ptr(u.version.as_ptr()).to_string_lossy().into_owned()
+    };
+    version.contains("PREEMPT_RT") || std::fs::read_to_string("/sys/kernel/realtime").is_ok_and(|v| v.trim() == "1")
 }
 
 fn verifier_cause(e: &aya::programs::ProgramError) -> String {

@@ -193,14 +193,22 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         shipworm_lab::traffic::ping_from(&lab.ns("h6"), shipworm_lab::HOST6_V6, o.address, n, 1)
                             .map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")))
                     };
-                    // The relay keeps both kinds here (its status says so), or the
-                    // losses below would prove nothing of the watch.
+                    // The relay keeps both kinds here (its status says so; clients'
+                    // only on a kernel that may preempt programs), or the losses below
+                    // would prove nothing of the watch.
+                    let preempts = shipworm_kernel_path::preempts_programs();
+                    let want = if preempts { "clients" } else { "clients and destinations" };
                     let kept = lab.relay_status().map(|s| s["data_path"]["route_verdicts"].clone());
-                    if kept.as_ref().and_then(|k| k.as_str()) != Some("clients and destinations") {
-                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?}, not for clients and destinations: {text}")));
+                    if kept.as_ref().and_then(|k| k.as_str()) != Some(want) {
+                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?}, not for {want}: {text}")));
                     }
                     let mut text = text;
-                    for (what, to) in [("the client's address", o.address), ("the native host's address", shipworm_lab::HOST6_V6)] {
+                    let to_blackhole: &[(&str, std::net::Ipv6Addr)] = if preempts {
+                        &[("the client's address", o.address)]
+                    } else {
+                        &[("the client's address", o.address), ("the native host's address", shipworm_lab::HOST6_V6)]
+                    };
+                    for &(what, to) in to_blackhole {
                         // One answered right before: the verdict is kept in this
                         // generation, so that only the watch can void it in time.
                         let primed = pings(1)?;
