@@ -71,6 +71,7 @@ struct config {
 	                 // every change of them (and at least every second), which voids
 	                 // every verdict kept under an earlier one (0: keep none)
 	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
+	__u32 slot_mask;   // a CPU's destination slots less one (a power of two less one)
 };
 
 enum counter {
@@ -121,10 +122,6 @@ struct destination {
 	struct bpf_redir_neigh nh;
 };
 
-// A CPU's slots for destinations' verdicts (a power of two; `DESTINATION_SLOTS` in
-// the loader).
-#define DESTINATION_SLOTS 2048
-
 // Each CPU's route verdicts for the native destinations its packets went to, a slot a
 // destination by a keyed hash (two on one slot: the generation's first verdict stays,
 // the other destination is looked up). Per CPU, because only one program runs at a
@@ -133,7 +130,7 @@ struct destination {
 // line moves between cores.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1); // set by the loader: DESTINATION_SLOTS for a direct relay
+	__uint(max_entries, 1); // set by the loader: a direct relay's slots (`slot_mask` + 1)
 	__type(key, __u32);
 	__type(value, struct destination);
 } destinations SEC(".maps");
@@ -549,7 +546,7 @@ static __always_inline __u32 destination_slot(const __u32 *a, const struct confi
 		h = (h ^ a[i]) * 0x9e3779b97f4a7c15ULL;
 		h ^= h >> 29;
 	}
-	return (__u32)(h >> 32) & (DESTINATION_SLOTS - 1);
+	return (__u32)(h >> 32) & cfg->slot_mask;
 }
 
 // A direct relay's way out for a client's IPv6 packet `ip6` of `len` bytes, arriving

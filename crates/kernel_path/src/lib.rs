@@ -116,9 +116,21 @@ pub enum Program {
     Encap,
 }
 
-/// The slots a direct relay keeps native destinations' route verdicts in, on each CPU
-/// (`DESTINATION_SLOTS` in the programs), each 48 bytes, allocated at load.
-pub const DESTINATION_SLOTS: u32 = 2048;
+/// The slots a direct relay keeps native destinations' route verdicts in, 48 bytes
+/// each, allocated at load: this many in all, shared out among the CPUs the kernel
+/// counts as possible (a per-CPU map has a copy for each), between
+/// [`DESTINATION_SLOTS_PER_CPU`]'s bounds, a power of two a CPU.
+pub const DESTINATION_SLOTS: u32 = 16384;
+
+/// The fewest and the most slots a CPU.
+pub const DESTINATION_SLOTS_PER_CPU: (u32, u32) = (256, 2048);
+
+/// A CPU's destination slots, for `cpus` possible CPUs.
+pub fn destination_slots(cpus: usize) -> u32 {
+    let each = (DESTINATION_SLOTS / u32::try_from(cpus.max(1)).unwrap_or(u32::MAX))
+        .clamp(DESTINATION_SLOTS_PER_CPU.0, DESTINATION_SLOTS_PER_CPU.1);
+    1 << (31 - each.leading_zeros())
+}
 
 /// The loaded programs and their maps. Dropping it detaches the programs.
 pub struct KernelPath {
@@ -145,9 +157,11 @@ impl KernelPath {
             return Err(Error::NotBuilt);
         }
         let direct = settings.direct_tun.is_some() && settings.client_tun.is_none();
+        let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
+        let slots = if direct { destination_slots(cpus) } else { 1 };
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
-            .set_max_entries("destinations", if direct { DESTINATION_SLOTS } else { 1 })
+            .set_max_entries("destinations", slots)
             .load(OBJECT)
             .map_err(|e| Error::Load(e.to_string()))?;
         for (name, program) in bpf.programs_mut() {
@@ -158,7 +172,6 @@ impl KernelPath {
             };
             loaded.map_err(|e| Error::Load(format!("{name}: {}", verifier_cause(&e))))?;
         }
-        let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
         let peers = PeerMap { fd: Arc::new(map_fd(&bpf, "peers")?), client: settings.client_tun.is_some() };
         let (config, counters) = (Arc::new(map_fd(&bpf, "config")?), map_fd(&bpf, "counters")?);
         let value = ConfigValue {
@@ -178,6 +191,7 @@ impl KernelPath {
             // (`Switch::route_verdicts`).
             routes: 0,
             slot_key: slot_key()?,
+            slot_mask: slots - 1,
         };
         // A kernel that preempts the programs could let two of them share one CPU's
         // destination verdicts.
@@ -298,19 +312,6 @@ impl KernelPath {
     }
 }
 
-/// The slot the programs keep destination `addr`'s route verdict in, on each CPU, under
-/// key `key` ([`Switch::slot_key`]): their hash, for tests that make two destinations
-/// share a slot.
-#[doc(hidden)]
-pub fn destination_slot(key: [u32; 2], addr: &std::net::Ipv6Addr) -> u32 {
-    let mut h = (u64::from(key[0]) << 32) | u64::from(key[1]);
-    for w in addr.octets().chunks_exact(4) {
-        h = (h ^ u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= h >> 29;
-    }
-    ((h >> 32) as u32) & (DESTINATION_SLOTS - 1)
-}
-
 /// A secret key for the programs' slot hash, from the kernel's random source.
 fn slot_key() -> Result<[u32; 2], Error> {
     let mut b = [0u8; 8];
@@ -343,4 +344,26 @@ fn verifier_cause(e: &aya::programs::ProgramError) -> String {
     let text = e.to_string();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(6)..].join(" / ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU's destination slots: a power of two, at most 2,048, and 16,384 in all
+    /// unless that would leave a CPU fewer than 256 (hosts that count hundreds of
+    /// possible CPUs, as many virtual machines do).
+    #[test]
+    fn destination_slots_share_a_bounded_memory_among_the_cpus() {
+        for (cpus, each) in
+            [(1, 2048), (2, 2048), (8, 2048), (12, 1024), (16, 1024), (64, 256), (240, 256), (4096, 256)]
+        {
+            assert_eq!(destination_slots(cpus), each, "{cpus} CPUs");
+        }
+        for cpus in 1..=1024 {
+            let each = destination_slots(cpus);
+            assert!(each.is_power_of_two(), "{cpus} CPUs: {each}");
+            assert!(each as usize * cpus <= (DESTINATION_SLOTS as usize).max(256 * cpus), "{cpus} CPUs: {each} each");
+        }
+    }
 }

@@ -45,10 +45,11 @@ pub(crate) struct ConfigValue {
     pub own: [u8; 16],
     pub routes: u32,
     pub slot_key: [u32; 2],
+    pub slot_mask: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 64);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 68);
 
 /// `enum counter`: what became of each Teredo packet the programs looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,10 +303,17 @@ impl Switch {
         }
     }
 
-    /// The programs' slot hash key (for tests: [`crate::destination_slot`]).
+    /// The slot the programs keep destination `addr`'s route verdict in, on each CPU:
+    /// their keyed hash, for tests that make two destinations share a slot.
     #[doc(hidden)]
-    pub fn slot_key(&self) -> [u32; 2] {
-        self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).slot_key
+    pub fn destination_slot(&self, addr: &Ipv6Addr) -> u32 {
+        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = (u64::from(s.slot_key[0]) << 32) | u64::from(s.slot_key[1]);
+        for w in addr.octets().chunks_exact(4) {
+            h = (h ^ u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^= h >> 29;
+        }
+        ((h >> 32) as u32) & s.slot_mask
     }
 
     /// The most the programs may keep, whatever the host's routing: a destination's

@@ -193,12 +193,11 @@ fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_i
             // other is looked up (and not kept). Both sent out, then both blackholed without
             // a word: NEIGHBOUR still leaves by its kept verdict, the other is the stack's
             // (had it been kept in a slot of its own, it would leave too).
-            let key = k.switch().slot_key();
-            let slot = shipworm_kernel_path::destination_slot(key, &a(NEIGHBOUR));
+            let slot = k.switch().destination_slot(&a(NEIGHBOUR));
             let other = (1u16..=u16::MAX)
                 .map(|i| std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, i))
-                .find(|x| shipworm_kernel_path::destination_slot(key, x) == slot)
-                .expect("one of 65,535 addresses on each of 2,048 slots")
+                .find(|x| k.switch().destination_slot(x) == slot)
+                .expect("one of 65,535 addresses on each of at most 2,048 slots")
                 .to_string();
             k.switch().route_verdicts(both).unwrap();
             assert_eq!(go_with(&mut k, &mut r, &mut w, "its slot's first", NEIGHBOUR, 12, true), TC_ACT_REDIRECT);
