@@ -258,7 +258,9 @@ static __always_inline long route6(struct __sk_buff *skb, struct bpf_fib_lookup 
 	fib->family = AF_INET6;
 	fib->l4_protocol = ip6->nexthdr;
 	// The ports, for a multipath route that spreads flows by them
-	// (`fib_multipath_hash_policy` 1), as the host's forwarding reads them.
+	// (`fib_multipath_hash_policy` 1): TCP's and UDP's right after the IPv6 header (the
+	// host's forwarding also reads them behind extension headers, and other
+	// transports'; only which next hop such a flow takes differs).
 	const __be16 *ports = (const void *)(ip6 + 1);
 	if ((ip6->nexthdr == IPPROTO_TCP || ip6->nexthdr == IPPROTO_UDP) && (const void *)(ports + 2) <= end) {
 		fib->sport = ports[0];
@@ -328,12 +330,12 @@ static __always_inline int checksum_pending(const struct iphdr *ip4, const struc
 	return udp->check && bpf_ntohs(udp->check) == sum;
 }
 
-// Makes the first `headers` bytes of the frame directly readable where the frame has
-// them (the payload may stay in the buffer's fragments).
+// Makes the first `headers` bytes of the frame directly readable, or the whole frame
+// if it is shorter (the payload may stay in the buffer's fragments).
 static __always_inline void pull_headers(struct __sk_buff *skb, __u32 headers)
 {
-	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end && skb->len >= headers)
-		bpf_skb_pull_data(skb, headers);
+	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end)
+		bpf_skb_pull_data(skb, skb->len < headers ? skb->len : headers);
 }
 
 static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
@@ -536,8 +538,9 @@ static __always_inline int stamp_holds(__u64 stamp, __u32 routes, __u32 iif, __u
 	return stamp >> 16 == route_stamp(routes, iif, 0) >> 16 && len <= (stamp & 0xffff);
 }
 
-// The slot of destination `a` (its four words) in a CPU's verdicts: keyed, so that
-// which destinations share a slot cannot be chosen from outside.
+// The slot of destination `a` (its four words) in a CPU's verdicts, by a hash seeded
+// with a secret: which destinations share a slot is not known outside (a collision
+// only costs the second destination the look-up it paid without the slots).
 static __always_inline __u32 destination_slot(const __u32 *a, const struct config *cfg)
 {
 	__u64 h = ((__u64)cfg->slot_key[0] << 32) | cfg->slot_key[1];

@@ -117,9 +117,10 @@ pub enum Program {
 }
 
 /// The slots a direct relay keeps native destinations' route verdicts in, 48 bytes
-/// each, allocated at load: this many in all, shared out among the CPUs the kernel
-/// counts as possible (a per-CPU map has a copy for each), between
-/// [`DESTINATION_SLOTS_PER_CPU`]'s bounds, a power of two a CPU.
+/// each, allocated at load for each CPU the kernel counts as possible (a per-CPU map
+/// has a copy for each): this many shared out among them, a power of two a CPU within
+/// [`DESTINATION_SLOTS_PER_CPU`]'s bounds (so 2,048 a CPU up to 8 CPUs, at most this
+/// many in all up to 64, 256 a CPU beyond).
 pub const DESTINATION_SLOTS: u32 = 16384;
 
 /// The fewest and the most slots a CPU.

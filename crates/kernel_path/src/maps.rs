@@ -335,7 +335,7 @@ pub enum RouteVerdicts {
     /// into the Teredo interface and its MTU.
     Clients,
     /// Each client's, and each native destination's (its way out, next hop and MTU,
-    /// for client's packets arriving on an interface): only while no route splits
+    /// for clients' packets arriving on an interface): only while no route splits
     /// flows among next hops.
     ClientsAndDestinations,
 }
