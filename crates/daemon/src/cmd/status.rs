@@ -41,7 +41,30 @@ fn relay(v: &serde_json::Value) {
         field(v, "uptime_s")
     );
     println!("peers      {} ({} waiting for a bubble's answer)", field(v, "peers"), field(v, "waiting_peers"));
+    println!("data path  {}", data_path(&v["data_path"], true));
     counters(v);
+}
+
+/// The `data_path` object in words: where trusted peers' packets are moved, and (a
+/// relay's) what forwards them and which route verdicts the programs keep.
+fn data_path(d: &serde_json::Value, relay: bool) -> String {
+    let s = |k: &str| d[k].as_str().unwrap_or("-");
+    if s("kind") != "kernel" {
+        return "user: every packet through the daemon".into();
+    }
+    let interfaces = d["interfaces"]
+        .as_array()
+        .map_or_else(|| "-".into(), |i| i.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "));
+    let hook = if s("decap") == "xdp" { "XDP in the driver" } else { "tc ingress" };
+    let mut text = format!("kernel: decapsulation by {hook} on {interfaces}");
+    if relay {
+        match (s("forward"), d["route_verdicts"].as_str()) {
+            ("direct", Some(kept)) => text += &format!("; forwarding directly, route verdicts kept: {kept}"),
+            ("direct", None) => text += "; forwarding directly",
+            _ => text += "; forwarding through the host's stack",
+        }
+    }
+    text
 }
 
 fn server(v: &serde_json::Value) {
@@ -73,5 +96,35 @@ fn client(v: &serde_json::Value) {
     println!("server     {}", get("server"));
     println!("MTU        {}", get("mtu"));
     println!("peers      {}", get("peers"));
+    if !v["data_path"].is_null() {
+        println!("data path  {}", data_path(&v["data_path"], false));
+    }
     counters(v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_path_is_told_in_words() {
+        let user = serde_json::json!({ "kind": "user" });
+        assert_eq!(data_path(&user, true), "user: every packet through the daemon");
+        let direct = serde_json::json!({
+            "kind": "kernel", "decap": "tc", "forward": "direct", "interfaces": ["eth0", "eth1"],
+            "programs": [1, 2, 3], "route_verdicts": "clients and destinations",
+        });
+        assert_eq!(
+            data_path(&direct, true),
+            "kernel: decapsulation by tc ingress on eth0, eth1; forwarding directly, route verdicts kept: clients and destinations"
+        );
+        let stack = serde_json::json!({ "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"] });
+        assert_eq!(
+            data_path(&stack, true),
+            "kernel: decapsulation by XDP in the driver on eth0; forwarding through the host's stack"
+        );
+        let client =
+            serde_json::json!({ "kind": "kernel", "decap": "tc", "forward": "stack", "interfaces": ["wlan0"] });
+        assert_eq!(data_path(&client, false), "kernel: decapsulation by tc ingress on wlan0");
+    }
 }

@@ -139,7 +139,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     return Err(Failed::at(3, format!("step 3: client status: {client}")));
                 }
                 let text = status("relay", false)? + &status("server", false)?;
-                let want_text = ["role       relay on teredo", "peers      ", "role       server on 192.0.2.1:3544", "  router_advertisements "];
+                let want_text = ["role       relay on teredo", "peers      ", "data path  ", "role       server on 192.0.2.1:3544", "  router_advertisements "];
                 for want in want_text {
                     if !text.contains(want) {
                         return Err(Failed::at(4, format!("step 4: `shipworm status` says no {want:?}:\n{text}")));
