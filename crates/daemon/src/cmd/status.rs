@@ -52,11 +52,15 @@ fn data_path(d: &serde_json::Value, relay: bool) -> String {
     if s("kind") != "kernel" {
         return "user: every packet through the daemon".into();
     }
-    let interfaces = d["interfaces"]
-        .as_array()
-        .map_or_else(|| "-".into(), |i| i.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "));
-    let hook = if s("decap") == "xdp" { "XDP in the driver" } else { "tc ingress" };
-    let mut text = format!("kernel: decapsulation by {hook} on {interfaces}");
+    let names: Vec<&str> =
+        d["interfaces"].as_array().map_or_else(Vec::new, |i| i.iter().filter_map(|x| x.as_str()).collect());
+    let interfaces = if names.is_empty() { "-".to_string() } else { names.join(", ") };
+    // `decap` says XDP when every interface has it, tc when one at least has not.
+    let mut text = match (s("decap"), names.len()) {
+        ("xdp", _) => format!("kernel: decapsulation by XDP in the driver on {interfaces}"),
+        (_, 0 | 1) => format!("kernel: decapsulation by tc ingress on {interfaces}"),
+        _ => format!("kernel: decapsulation on {interfaces}, by tc ingress on one at least"),
+    };
     if relay {
         match (s("forward"), d["route_verdicts"].as_str()) {
             ("direct", Some(kept)) => text += &format!("; forwarding directly, route verdicts kept: {kept}"),
@@ -116,7 +120,7 @@ mod tests {
         });
         assert_eq!(
             data_path(&direct, true),
-            "kernel: decapsulation by tc ingress on eth0, eth1; forwarding directly, route verdicts kept: clients and destinations"
+            "kernel: decapsulation on eth0, eth1, by tc ingress on one at least; forwarding directly, route verdicts kept: clients and destinations"
         );
         let stack = serde_json::json!({ "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"] });
         assert_eq!(
