@@ -267,6 +267,11 @@ impl Switch {
         self.change(|s| s.enabled = 0)
     }
 
+    /// Whether the programs move packets (not turned off).
+    pub fn is_on(&self) -> bool {
+        self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enabled != 0
+    }
+
     /// The client's Teredo address (`None` while it has none: nothing moves).
     pub fn set_address(&self, own: Option<Ipv6Addr>) -> io::Result<()> {
         self.change(|s| s.own = own.map_or([0; 16], |a| a.octets()))

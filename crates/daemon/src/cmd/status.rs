@@ -52,13 +52,20 @@ fn data_path(d: &serde_json::Value, relay: bool) -> String {
     if s("kind") != "kernel" {
         return "user: every packet through the daemon".into();
     }
+    if d["on"] == false {
+        return "kernel, turned off after a failure (see the log): every packet through the daemon".into();
+    }
     let names: Vec<&str> =
         d["interfaces"].as_array().map_or_else(Vec::new, |i| i.iter().filter_map(|x| x.as_str()).collect());
     let interfaces = if names.is_empty() { "-".to_string() } else { names.join(", ") };
-    // `decap` says XDP when every interface has it, tc when one at least has not.
+    // `decap` says XDP when every interface has it, tc when one at least has not. A
+    // client's and a direct relay's decapsulation is tc on every interface (their
+    // redirects need an skb): only a relay through the stack can mix the two.
+    let everywhere_tc = !relay || s("forward") == "direct";
     let mut text = match (s("decap"), names.len()) {
         ("xdp", _) => format!("kernel: decapsulation by XDP in the driver on {interfaces}"),
         (_, 0 | 1) => format!("kernel: decapsulation by tc ingress on {interfaces}"),
+        _ if everywhere_tc => format!("kernel: decapsulation by tc ingress on {interfaces}"),
         _ => format!("kernel: decapsulation on {interfaces}, by tc ingress on one at least"),
     };
     if relay {
@@ -120,7 +127,13 @@ mod tests {
         });
         assert_eq!(
             data_path(&direct, true),
-            "kernel: decapsulation on eth0, eth1, by tc ingress on one at least; forwarding directly, route verdicts kept: clients and destinations"
+            "kernel: decapsulation by tc ingress on eth0, eth1; forwarding directly, route verdicts kept: clients and destinations"
+        );
+        let mixed =
+            serde_json::json!({ "kind": "kernel", "decap": "tc", "forward": "stack", "interfaces": ["eth0", "eth1"] });
+        assert_eq!(
+            data_path(&mixed, true),
+            "kernel: decapsulation on eth0, eth1, by tc ingress on one at least; forwarding through the host's stack"
         );
         let stack = serde_json::json!({ "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"] });
         assert_eq!(
@@ -130,5 +143,12 @@ mod tests {
         let client =
             serde_json::json!({ "kind": "kernel", "decap": "tc", "forward": "stack", "interfaces": ["wlan0"] });
         assert_eq!(data_path(&client, false), "kernel: decapsulation by tc ingress on wlan0");
+        let off = serde_json::json!({ "kind": "kernel", "decap": "tc", "interfaces": ["eth0"], "on": false });
+        assert_eq!(
+            data_path(&off, false),
+            "kernel, turned off after a failure (see the log): every packet through the daemon"
+        );
+        let phone = serde_json::json!({ "kind": "kernel", "decap": "tc", "interfaces": ["eth0", "wlan0"] });
+        assert_eq!(data_path(&phone, false), "kernel: decapsulation by tc ingress on eth0, wlan0");
     }
 }

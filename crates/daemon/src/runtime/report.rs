@@ -79,6 +79,9 @@ pub(crate) fn data_path_json(kernel: Option<&KernelDataPath>) -> serde_json::Val
                 "forward": k.forward_name(),
                 "interfaces": k.interfaces,
                 "programs": k.programs,
+                // False once the daemon turned them off (it could no longer keep their
+                // peer map to what it trusts): every packet goes through it.
+                "on": k.switch().is_on(),
             });
             // A direct relay's: which route verdicts its programs keep now.
             if k.direct {
