@@ -72,6 +72,10 @@ struct config {
 	                 // every verdict kept under an earlier one (0: keep none)
 	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
 	__u32 slot_mask;   // a CPU's destination slots less one (a power of two less one)
+	__u8 clients;      // 1: the host's IPv6 routing depends on a packet's destination
+	                   // and arriving interface alone, so a client's verdict may be kept
+	__u8 mappings;     // 1: the IPv4 route to a client's mapping may be kept
+	__u16 spare2;
 };
 
 enum counter {
@@ -134,6 +138,27 @@ struct {
 	__type(key, __u32);
 	__type(value, struct destination);
 } destinations SEC(".maps");
+
+// A direct relay's route verdict for the IPv4 address of a client's mapping, kept as a
+// destination's is (`route_stamp`, with no arriving interface: the encapsulation's
+// look-up is always made as if from the Teredo interface): the address, the route's
+// way out, next hop and preferred source.
+struct mapping_route {
+	__u64 stamp;
+	__be32 addr;
+	__be32 source;
+	__u32 ifindex;
+	struct bpf_redir_neigh nh;
+};
+
+// Each CPU's verdicts for the mappings its packets went to, a slot an address by the
+// destinations' keyed hash, per CPU for the same reasons.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1); // set by the loader: a direct relay's slots (`slot_mask` + 1)
+	__type(key, __u32);
+	__type(value, struct mapping_route);
+} mapping_routes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -287,15 +312,6 @@ static __always_inline void next_hop(const struct bpf_fib_lookup *fib, struct bp
 	}
 }
 
-// Sends the frame out of the interface the route look-up `fib` chose, to its next hop,
-// by the kernel's neighbour output, which resolves it and puts the Ethernet header on.
-static __always_inline int send_by_route(const struct bpf_fib_lookup *fib)
-{
-	struct bpf_redir_neigh nh = {};
-	next_hop(fib, &nh);
-	return bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0);
-}
-
 // The largest piece of a train (segments the kernel joined: `gso_size` bytes of payload
 // each) of the IPv6 packet at `l3`, headers included, or 0 if its transport is neither
 // TCP nor UDP (behind no extension header), whose pieces cannot be told.
@@ -431,94 +447,6 @@ int teredo_decap(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-// Puts IPv4 and UDP headers, from the service socket's address and port to peer `p`'s
-// mapping, on the IPv6 packet at `l2` (`len` bytes; `piece`: its largest piece if it is
-// a train the kernel joined, to be cut again after with outer headers each, else
-// `len`), and sends it by the IPv4 route, looked up as if it arrived on the Teredo
-// interface `via`. `head6`, if given, is the packet's first 8 bytes with its hop limit
-// taken down, written with the outer headers. Without that route, or over its MTU, the
-// packet goes on untouched (TC_ACT_OK); `quiet`: a program further on counts what
-// becomes of it.
-static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
-				       __u32 len, __u32 piece, __u64 now, const __u8 *head6, __u32 via, int quiet)
-{
-	__be32 to = p->ip;
-	__be16 to_port = p->port;
-
-	struct bpf_fib_lookup fib = {};
-	fib.family = AF_INET;
-	fib.ipv4_dst = to;
-	fib.ipv4_src = cfg->source;
-	// The route's MTU against the packet, or a train's largest piece, with its outer
-	// headers.
-	fib.tot_len = piece + OUTER_LEN;
-	// Looked up as if the packet arrived on the Teredo interface (which is why the
-	// loader turns IPv4 forwarding on for that interface alone): the route out, and
-	// the route's preferred source when the service socket has no address of its own.
-	fib.ifindex = via;
-	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
-	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
-	if (found != BPF_FIB_LKUP_RET_SUCCESS) {
-		if (!quiet)
-			count(ENCAP_NO_ROUTE, 1);
-		return TC_ACT_OK;
-	}
-
-	// A train's pieces keep their size: the outer headers go on top, as the service
-	// socket would send each.
-	// A refusal is counted wherever it happens: it is the kernel's, and rare.
-	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
-				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_OK;
-	}
-	struct {
-		struct iphdr ip;
-		struct udphdr udp;
-		__u8 ip6[8]; // with `head6`: in one write with the outer headers
-	} h = {};
-	h.ip.version = 4;
-	h.ip.ihl = 5;
-	h.ip.tot_len = bpf_htons(len + OUTER_LEN);
-	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
-	// the identification must vary.
-	h.ip.id = (__be16)bpf_get_prandom_u32();
-	h.ip.ttl = cfg->ttl;
-	h.ip.protocol = IPPROTO_UDP;
-	h.ip.saddr = cfg->source ? cfg->source : fib.ipv4_src;
-	h.ip.daddr = to;
-	h.ip.check = ipv4_checksum(&h.ip);
-	h.udp.source = cfg->port;
-	h.udp.dest = to_port;
-	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
-	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
-	// checksum covers what it carries end to end.
-	h.udp.check = 0;
-	__u32 size = OUTER_LEN;
-	if (head6) {
-		__builtin_memcpy(h.ip6, head6, sizeof(h.ip6));
-		size = sizeof(h);
-	}
-	// Written with the receive checksum kept right: a packet that arrived on an
-	// interface may carry the sum its NIC took, which the next receiver trusts.
-	if (bpf_skb_store_bytes(skb, l2, &h, size, BPF_F_RECOMPUTE_CSUM)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
-	}
-	// A blank Ethernet header for the Teredo interface's packet (which has none): the
-	// neighbour redirect takes it off before it resolves the next hop and puts the
-	// real one on.
-	if (!l2 && bpf_skb_change_head(skb, ETH_HLEN, 0)) {
-		count(ENCAP_FAILED, 1);
-		return TC_ACT_SHOT;
-	}
-	if (cfg->client && p->sent <= p->heard)
-		p->sent = now;
-	count(ENCAP_FORWARDED, 1);
-	count(ENCAP_BYTES, len);
-	return send_by_route(&fib);
-}
-
 // A direct relay's route verdict for a peer, kept in its entry so that each of its
 // packets needs one route look-up (the IPv4 one out), not two: as of generation
 // `routes` of the host's routes, a packet to the peer arriving on interface `iif`
@@ -550,6 +478,137 @@ static __always_inline __u32 destination_slot(const __u32 *a, const struct confi
 		h ^= h >> 29;
 	}
 	return (__u32)(h >> 32) & cfg->slot_mask;
+}
+
+// The slot of a mapping's IPv4 address `a` in a CPU's verdicts, by the same keyed hash.
+static __always_inline __u32 mapping_slot(__u32 a, const struct config *cfg)
+{
+	__u64 h = ((__u64)cfg->slot_key[0] << 32) | cfg->slot_key[1];
+	h = (h ^ a) * 0x9e3779b97f4a7c15ULL;
+	h ^= h >> 29;
+	return (__u32)(h >> 32) & cfg->slot_mask;
+}
+
+// Puts IPv4 and UDP headers, from the service socket's address and port to peer `p`'s
+// mapping, on the IPv6 packet at `l2` (`len` bytes; `piece`: its largest piece if it is
+// a train the kernel joined, to be cut again after with outer headers each, else
+// `len`), and sends it by the IPv4 route, looked up as if it arrived on the Teredo
+// interface `via`. `head6`, if given, is the packet's first 8 bytes with its hop limit
+// taken down, written with the outer headers. Without that route, or over its MTU, the
+// packet goes on untouched (TC_ACT_OK); `quiet`: a program further on counts what
+// becomes of it.
+static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
+				       __u32 len, __u32 piece, __u64 now, const __u8 *head6, __u32 via, int quiet)
+{
+	__be32 to = p->ip;
+	__be16 to_port = p->port;
+	__u32 out_len = piece + OUTER_LEN;
+
+	// A direct relay's verdict for the mapping, kept while the host's routes stand:
+	// the look-up's every input but the address is the same for each packet (the
+	// Teredo interface, the service socket's address, no ports, no mark), so its
+	// answer depends on the address and the routing alone. Read before the look-up: a
+	// change during it voids what it found.
+	__u32 routes = *(volatile __u32 *)&cfg->routes;
+	struct mapping_route *m = 0;
+	__u32 out;
+	__be32 source;
+	struct bpf_redir_neigh nh = {};
+	if (routes && cfg->mappings && cfg->direct && !cfg->client && via == cfg->tun) {
+		__u32 slot = mapping_slot(to, cfg);
+		m = bpf_map_lookup_elem(&mapping_routes, &slot);
+		if (m && m->addr == to && stamp_holds(m->stamp, routes, 0, out_len)) {
+			out = m->ifindex;
+			source = m->source;
+			nh = m->nh;
+			goto routed;
+		}
+	}
+	struct bpf_fib_lookup fib = {};
+	fib.family = AF_INET;
+	fib.ipv4_dst = to;
+	fib.ipv4_src = cfg->source;
+	// The route's MTU against the packet, or a train's largest piece, with its outer
+	// headers.
+	fib.tot_len = out_len;
+	// Looked up as if the packet arrived on the Teredo interface (which is why the
+	// loader turns IPv4 forwarding on for that interface alone): the route out, and
+	// the route's preferred source when the service socket has no address of its own.
+	fib.ifindex = via;
+	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
+	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
+	if (found != BPF_FIB_LKUP_RET_SUCCESS) {
+		if (!quiet)
+			count(ENCAP_NO_ROUTE, 1);
+		return TC_ACT_OK;
+	}
+	out = fib.ifindex;
+	source = fib.ipv4_src;
+	next_hop(&fib, &nh);
+	// Kept by the generation's first verdict for the slot only, as a destination's,
+	// with the route's MTU (which the kernel gives back in place of the length asked).
+	if (m && m->stamp >> 32 != routes) {
+		m->stamp = route_stamp(routes, 0, fib.mtu_result);
+		m->addr = to;
+		m->source = source;
+		m->ifindex = out;
+		m->nh = nh;
+	}
+
+routed:
+	// A train's pieces keep their size: the outer headers go on top, as the service
+	// socket would send each.
+	// A refusal is counted wherever it happens: it is the kernel's, and rare.
+	if (bpf_skb_adjust_room(skb, OUTER_LEN, BPF_ADJ_ROOM_MAC,
+				BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_FIXED_GSO)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_OK;
+	}
+	struct {
+		struct iphdr ip;
+		struct udphdr udp;
+		__u8 ip6[8]; // with `head6`: in one write with the outer headers
+	} h = {};
+	h.ip.version = 4;
+	h.ip.ihl = 5;
+	h.ip.tot_len = bpf_htons(len + OUTER_LEN);
+	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
+	// the identification must vary.
+	h.ip.id = (__be16)bpf_get_prandom_u32();
+	h.ip.ttl = cfg->ttl;
+	h.ip.protocol = IPPROTO_UDP;
+	h.ip.saddr = cfg->source ? cfg->source : source;
+	h.ip.daddr = to;
+	h.ip.check = ipv4_checksum(&h.ip);
+	h.udp.source = cfg->port;
+	h.udp.dest = to_port;
+	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
+	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
+	// checksum covers what it carries end to end.
+	h.udp.check = 0;
+	__u32 size = OUTER_LEN;
+	if (head6) {
+		__builtin_memcpy(h.ip6, head6, sizeof(h.ip6));
+		size = sizeof(h);
+	}
+	// Written with the receive checksum kept right: a packet that arrived on an
+	// interface may carry the sum its NIC took, which the next receiver trusts.
+	if (bpf_skb_store_bytes(skb, l2, &h, size, BPF_F_RECOMPUTE_CSUM)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT; // headers half written: nothing sensible can go on
+	}
+	// A blank Ethernet header for the Teredo interface's packet (which has none): the
+	// neighbour redirect takes it off before it resolves the next hop and puts the
+	// real one on.
+	if (!l2 && bpf_skb_change_head(skb, ETH_HLEN, 0)) {
+		count(ENCAP_FAILED, 1);
+		return TC_ACT_SHOT;
+	}
+	if (cfg->client && p->sent <= p->heard)
+		p->sent = now;
+	count(ENCAP_FORWARDED, 1);
+	count(ENCAP_BYTES, len);
+	return bpf_redirect_neigh(out, &nh, sizeof(nh), 0);
 }
 
 // A direct relay's way out for a client's IPv6 packet `ip6` of `len` bytes, arriving
@@ -638,7 +697,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// change during it voids what it found.
 	__u32 routes = *(volatile __u32 *)&cfg->routes;
 	__u32 iif = skb->ingress_ifindex;
-	int keep = routes && iif <= 0xffff;
+	int keep = routes && cfg->clients && iif <= 0xffff;
 	__u64 kept = p->route;
 	if (!keep || !stamp_holds(kept, routes, iif, piece)) {
 		struct bpf_fib_lookup fib = {};

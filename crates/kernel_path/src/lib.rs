@@ -117,7 +117,8 @@ pub enum Program {
 }
 
 /// The slots a direct relay keeps native destinations' route verdicts in, 48 bytes
-/// each, allocated at load for each CPU the kernel counts as possible (a per-CPU map
+/// each (and as many of 40 bytes for its clients' mappings' IPv4 routes),
+/// allocated at load for each CPU the kernel counts as possible (a per-CPU map
 /// has a copy for each): this many shared out among them, a power of two a CPU within
 /// [`DESTINATION_SLOTS_PER_CPU`]'s bounds (so 2,048 a CPU up to 8 CPUs, at most this
 /// many in all up to 64, 256 a CPU beyond).
@@ -163,6 +164,7 @@ impl KernelPath {
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
             .set_max_entries("destinations", slots)
+            .set_max_entries("mapping_routes", slots)
             .load(OBJECT)
             .map_err(|e| Error::Load(e.to_string()))?;
         for (name, program) in bpf.programs_mut() {
@@ -193,6 +195,9 @@ impl KernelPath {
             routes: 0,
             slot_key: slot_key()?,
             slot_mask: slots - 1,
+            clients: 0,
+            mappings: 0,
+            spare2: 0,
         };
         // A kernel that preempts the programs could let two of them share one CPU's
         // destination verdicts.

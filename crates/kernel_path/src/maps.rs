@@ -46,10 +46,13 @@ pub(crate) struct ConfigValue {
     pub routes: u32,
     pub slot_key: [u32; 2],
     pub slot_mask: u32,
+    pub clients: u8,
+    pub mappings: u8,
+    pub spare2: u16,
 }
 
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 68);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 72);
 
 /// `enum counter`: what became of each Teredo packet the programs looked at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,11 +292,19 @@ impl Switch {
     /// the host's routing.
     pub fn route_verdicts(&self, keep: RouteVerdicts) -> io::Result<()> {
         use std::sync::atomic::Ordering;
-        let keep = keep.min(self.most);
+        // Mappings' and destinations' verdicts are one CPU's each: kept only where a
+        // program cannot be preempted by another (`most`).
+        let per_cpu = self.most == RouteVerdicts::ClientsAndDestinations;
+        let keep = match keep.min(self.most) {
+            RouteVerdicts::Mappings if !per_cpu => RouteVerdicts::None,
+            k => k,
+        };
         let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         let next = if next == 0 { self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) } else { next };
         self.change(|s| {
             s.routes = if keep == RouteVerdicts::None { 0 } else { next };
+            s.mappings = u8::from(keep >= RouteVerdicts::Mappings && per_cpu);
+            s.clients = u8::from(keep >= RouteVerdicts::Clients);
             s.single_path = u8::from(keep == RouteVerdicts::ClientsAndDestinations);
         })
     }
@@ -301,11 +312,35 @@ impl Switch {
     /// The kinds of route verdicts the programs keep now (none while they are off).
     pub fn kept_route_verdicts(&self) -> RouteVerdicts {
         let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match (s.enabled, s.routes, s.single_path) {
-            (0, _, _) | (_, 0, _) => RouteVerdicts::None,
-            (_, _, 0) => RouteVerdicts::Clients,
-            _ => RouteVerdicts::ClientsAndDestinations,
+        if s.enabled == 0 || s.routes == 0 {
+            RouteVerdicts::None
+        } else if s.single_path != 0 {
+            RouteVerdicts::ClientsAndDestinations
+        } else if s.clients != 0 {
+            RouteVerdicts::Clients
+        } else if s.mappings != 0 {
+            RouteVerdicts::Mappings
+        } else {
+            RouteVerdicts::None
         }
+    }
+
+    /// Whether the programs keep the IPv4 routes to clients' mappings now (with any
+    /// kind of route verdict, unless the kernel may preempt the programs).
+    pub fn keeps_mapping_verdicts(&self) -> bool {
+        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.enabled != 0 && s.routes != 0 && s.mappings != 0
+    }
+
+    /// The slot the programs keep a mapping's IPv4 route verdict in, on each CPU (as
+    /// [`Switch::destination_slot`]).
+    #[doc(hidden)]
+    pub fn mapping_slot(&self, addr: Ipv4Addr) -> u32 {
+        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = (u64::from(s.slot_key[0]) << 32) | u64::from(s.slot_key[1]);
+        h = (h ^ u64::from(u32::from_ne_bytes(addr.octets()))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+        ((h >> 32) as u32) & s.slot_mask
     }
 
     /// The slot the programs keep destination `addr`'s route verdict in, on each CPU:
@@ -336,8 +371,12 @@ impl Switch {
 pub enum RouteVerdicts {
     /// None: each packet looks its route up.
     None,
+    /// The IPv4 route to each client's mapping only (its way out, next hop, preferred
+    /// source and MTU): that look-up's inputs are the same for every packet but the
+    /// address, so it depends on the host's routing and the address alone.
+    Mappings,
     /// Each client's, by destination and arriving interface: a native packet's route
-    /// into the Teredo interface and its MTU.
+    /// into the Teredo interface and its MTU; and the mappings'.
     Clients,
     /// Each client's, and each native destination's (its way out, next hop and MTU,
     /// for clients' packets arriving on an interface): only while no route splits
@@ -350,6 +389,7 @@ impl RouteVerdicts {
     pub fn name(self) -> &'static str {
         match self {
             RouteVerdicts::None => "none",
+            RouteVerdicts::Mappings => "mappings",
             RouteVerdicts::Clients => "clients",
             RouteVerdicts::ClientsAndDestinations => "clients and destinations",
         }

@@ -241,24 +241,29 @@ pub fn follow_routes(
             unsettled = None;
             // Which verdicts to keep, and what the log says of it (a failure warns).
             let (keep, say, warn) = match watch.verdicts_allowed(tun, stop) {
-                Ok(RouteVerdicts::ClientsAndDestinations) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
+                Ok(RouteVerdicts::Mappings) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
+                    RouteVerdicts::None,
+                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination, and this kernel may preempt a program for another on the same CPU (PREEMPT_RT) while the routes to clients' mappings are kept per CPU, so each packet looks its routes up".to_string(),
+                    false,
+                ),
+                Ok(RouteVerdicts::ClientsAndDestinations | RouteVerdicts::Clients) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
                     RouteVerdicts::Clients,
-                    "route verdicts kept, for clients only: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and native destinations' verdicts are kept per CPU, so each packet from a client looks its route up".to_string(),
+                    "route verdicts kept, for clients' native packets only: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and native destinations' and clients' mappings' verdicts are kept per CPU, so each packet from a client looks its route up, and each to a client its IPv4 route".to_string(),
                     false,
                 ),
                 Ok(RouteVerdicts::ClientsAndDestinations) => (
                     RouteVerdicts::ClientsAndDestinations,
-                    "route verdicts kept, for clients and native destinations: the host's IPv6 routing depends on a packet's destination alone".to_string(),
+                    "route verdicts kept, for clients, their mappings and native destinations: the host's IPv6 routing depends on a packet's destination alone".to_string(),
                     false,
                 ),
                 Ok(RouteVerdicts::Clients) => (
                     RouteVerdicts::Clients,
-                    "route verdicts kept, for clients only: a multipath route shares flows among next hops, so each packet from a client looks its route up".to_string(),
+                    "route verdicts kept, for clients and their mappings only: a multipath route shares flows among next hops, so each packet from a client looks its route up".to_string(),
                     false,
                 ),
-                Ok(RouteVerdicts::None) => (
-                    RouteVerdicts::None,
-                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects listed without their next hops, or multipath through the Teredo interface), so each packet looks its route up".to_string(),
+                Ok(v @ (RouteVerdicts::Mappings | RouteVerdicts::None)) => (
+                    v,
+                    "route verdicts kept, for clients' mappings only (their IPv4 routes): the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects listed without their next hops, or multipath through the Teredo interface), so each packet looks its IPv6 route up".to_string(),
                     false,
                 ),
                 Err(Listing::Changed) => {

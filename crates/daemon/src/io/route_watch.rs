@@ -1,4 +1,6 @@
-//! A direct relay's watch on the host's IPv6 routing. Its programs keep each client's
+//! A direct relay's watch on the host's routing. Its programs keep the IPv4 route to
+//! each client's mapping (whatever the routing: that look-up's inputs but the address
+//! are the same for each packet), and each client's
 //! route verdict (into the Teredo interface, with that route's MTU, for packets that
 //! arrive on a given interface), and each native destination's (its way out, next hop
 //! and MTU), until told that the routing changed: this watch tells them, on every change
@@ -23,10 +25,12 @@ use shipworm_kernel_path::RouteVerdicts;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// What decides the host's IPv6 routes, as rtnetlink groups (linux/rtnetlink.h, `enum
+/// What decides the host's routes, as rtnetlink groups (linux/rtnetlink.h, `enum
 /// rtnetlink_groups`): links (their state and MTU), IPv6 addresses, routes, per-link
-/// settings, policy rules, forwarding settings, and nexthop objects.
-const GROUPS: [u32; 7] = [1, 9, 11, 12, 19, 25, 32];
+/// settings, policy rules and forwarding settings, the same of IPv4 (addresses,
+/// routes, rules, forwarding settings: the route to a client's mapping and its
+/// preferred source), and nexthop objects.
+const GROUPS: [u32; 11] = [1, 9, 11, 12, 19, 25, 5, 7, 8, 24, 32];
 
 /// Datagrams read in one go at most: more is taken as a change (and read on the next
 /// call), so that a storm of notifications cannot hold the reader.
@@ -101,7 +105,9 @@ impl RouteWatch {
         !poll(&mut fds, ms).is_ok_and(|n| n == 0)
     }
 
-    /// Which route verdicts the host's IPv6 routing lets the programs keep: a client's
+    /// Which route verdicts the host's routing lets the programs keep: the route to a
+    /// client's mapping always (its look-up's inputs are the same for each packet but
+    /// the mapping's address, so its answer is the routing's for that address); a client's
     /// (its route into the Teredo interface, index `tun`) while the routing depends on
     /// a packet's destination and arriving interface alone — the kernel's own two
     /// policy rules and no other, no route chosen by source, no route through nexthop
@@ -131,7 +137,7 @@ impl RouteWatch {
             return Err(Listing::Changed);
         }
         Ok(match (by_destination, single_path) {
-            (false, _) => RouteVerdicts::None,
+            (false, _) => RouteVerdicts::Mappings,
             (true, false) => RouteVerdicts::Clients,
             (true, true) => RouteVerdicts::ClientsAndDestinations,
         })
@@ -331,22 +337,22 @@ mod tests {
                 }
                 answer
             };
-            use RouteVerdicts::{Clients, ClientsAndDestinations as Both};
+            use RouteVerdicts::{Clients, ClientsAndDestinations as Both, Mappings};
             let mut allowed = vec![("as the kernel made it", ask(&mut watch), Both)];
             for (change, allowed_after) in [
                 ("ip -6 route add blackhole 2001:db8:5::/48", Both),
                 ("ip -6 route add 2001::/32 dev t0", Both),
-                ("ip -6 rule add to 2001:db8:6::/48 table 7", RouteVerdicts::None),
+                ("ip -6 rule add to 2001:db8:6::/48 table 7", Mappings),
                 ("ip -6 rule del to 2001:db8:6::/48 table 7", Both),
-                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", RouteVerdicts::None),
+                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", Mappings),
                 ("ip -6 rule del from 2001:db8:bad::/48 blackhole", Both),
-                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", RouteVerdicts::None),
+                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", Mappings),
                 ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", Both),
                 // Flows shared among next hops: a destination's verdict would pin them.
                 ("ip -6 route add 2001:db8:a::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t1", Clients),
                 (
                     "ip -6 route add 2001:db8:b::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t0",
-                    RouteVerdicts::None,
+                    Mappings,
                 ),
                 ("ip -6 route del 2001:db8:b::/48", Clients),
                 ("ip -6 route del 2001:db8:a::/48", Both),
@@ -357,13 +363,21 @@ mod tests {
                      ip nexthop add id 74 group 72/73; ip -6 route add 2001:db8:d::/48 nhid 74",
                     Clients,
                 ),
-                ("ip -6 nexthop add id 75 dev t0; ip nexthop add id 76 group 72/75; ip -6 route add 2001:db8:e::/48 nhid 76", RouteVerdicts::None),
+                ("ip -6 nexthop add id 75 dev t0; ip nexthop add id 76 group 72/75; ip -6 route add 2001:db8:e::/48 nhid 76", Mappings),
                 ("ip -6 route del 2001:db8:e::/48; ip -6 route del 2001:db8:d::/48", Both),
                 // Listed without them, a nexthop object's route cannot be judged.
-                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip -6 route add 2001:db8:f::/48 nhid 71", RouteVerdicts::None),
+                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip -6 route add 2001:db8:f::/48 nhid 71", Mappings),
                 ("ip -6 route del 2001:db8:f::/48; ip -6 route del 2001:db8:c::/48; sysctl -qw net.ipv4.nexthop_compat_mode=1", Both),
                 ("ip link set t0 mtu 1400", Both),
                 ("sysctl -qw net.ipv6.conf.t0.forwarding=1", Both),
+                // The IPv4 routing, which decides the route to a client's mapping: heard,
+                // and whatever it is, that route's verdict is kept (its look-up's inputs
+                // but the address are the same for every packet).
+                ("ip addr add 192.0.2.1/24 dev t1", Both),
+                ("ip route add blackhole 198.51.100.0/24", Both),
+                ("ip rule add to 203.0.113.0/24 table 7", Both),
+                ("ip route add 203.0.113.0/24 nexthop via 192.0.2.2 dev t1 nexthop via 192.0.2.3 dev t1", Both),
+                ("sysctl -qw net.ipv4.conf.t0.forwarding=1", Both),
             ] {
                 sh(change);
                 heard.push((change, watch.changed_within(Duration::from_millis(500))));

@@ -182,11 +182,15 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 // are answered again. (A destination's verdict is kept per CPU: which
                 // CPU an answer reaches the relay on is the lab's; the programs' test
                 // shows one kept and voided on its own.)
+                // The route to the client's mapping (its NAT's public address) too: the
+                // answers to the pings are lost.
                 let text = if direct {
-                    let route = |verb: &str, to: std::net::Ipv6Addr| {
-                        shipworm_lab::netns::exec(&rly, &["ip", "-6", "route", verb, "blackhole", &format!("{to}/128")])
+                    let route = |verb: &str, to: std::net::IpAddr| {
+                        let (family, len) = if to.is_ipv6() { ("-6", 128) } else { ("-4", 32) };
+                        shipworm_lab::netns::exec(&rly, &["ip", family, "route", verb, "blackhole", &format!("{to}/{len}")])
                             .map_err(|e| Failed::at(9, format!("step 9: {e}")))
                     };
+                    let mapping = std::net::IpAddr::V4(*shipworm_wire::teredo_addr::TeredoAddr::decode_any(&o.address).mapped.ip());
                     // From the native host's first address (it has two), the one
                     // blackholed below.
                     let pings = |n: u32| {
@@ -203,10 +207,14 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?}, not for {want}: {text}")));
                     }
                     let mut text = text;
-                    let to_blackhole: &[(&str, std::net::Ipv6Addr)] = if preempts {
-                        &[("the client's address", o.address)]
+                    let to_blackhole: &[(&str, std::net::IpAddr)] = if preempts {
+                        &[("the client's address", o.address.into())]
                     } else {
-                        &[("the client's address", o.address), ("the native host's address", shipworm_lab::HOST6_V6)]
+                        &[
+                            ("the client's address", o.address.into()),
+                            ("the native host's address", shipworm_lab::HOST6_V6.into()),
+                            ("the client's mapping", mapping),
+                        ]
                     };
                     for &(what, to) in to_blackhole {
                         // One answered right before: the verdict is kept in this

@@ -378,3 +378,86 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         );
     });
 }
+
+/// The IPv4 route to a client's mapping is kept per CPU slot like a destination's: until
+/// the host's routes are said to have changed, within the route's own MTU (asked of
+/// the kernel, not taken from the first packet), with any kind of verdicts kept, and
+/// not at all when none are.
+#[test]
+fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
+    in_direct_netns(|d0, tun| {
+        let (_, w) = relay_trusting_c();
+        let mut k = load_direct(&w, tun);
+        let per_cpu = k.switch().most_route_verdicts() == RouteVerdicts::ClientsAndDestinations;
+        let moves = |k: &mut KernelPath, name: &str, payload: usize| -> bool {
+            let input = native_frame(NATIVE, C, 64, payload);
+            let out = tc_ingress(k, d0, name, &input).unwrap();
+            match out.verdict {
+                TC_ACT_OK => {
+                    assert_eq!(out.packet, input, "{name}: left to the host untouched");
+                    false
+                }
+                TC_ACT_REDIRECT => true,
+                v => panic!("{name}: verdict {v}"),
+            }
+        };
+        let mapped = C_MAPPED.ip();
+        let both = RouteVerdicts::ClientsAndDestinations;
+        // Through a route of MTU 1200: a small packet moves first, and what it kept
+        // is the route's MTU, not its own length.
+        sh(&format!("ip route add {mapped}/32 dev d0 mtu lock 1200"));
+        k.switch().route_verdicts(both).unwrap();
+        assert!(moves(&mut k, "small, the first", 12));
+        assert!(moves(&mut k, "within the route's MTU", 1200 - 68));
+        assert!(!moves(&mut k, "over the route's MTU", 1200 - 67));
+        assert_eq!(k.switch().keeps_mapping_verdicts(), per_cpu);
+        // Blackholed, not yet said: the verdict kept still sends it, large or small.
+        sh(&format!("ip route replace blackhole {mapped}/32"));
+        assert_eq!(moves(&mut k, "blackholed, not yet said", 12), per_cpu);
+        assert_eq!(moves(&mut k, "blackholed, not yet said, large", 1200 - 68), per_cpu);
+        // Said: the route is looked up.
+        k.switch().route_verdicts(both).unwrap();
+        assert!(!moves(&mut k, "blackholed", 12));
+        // Kept with clients' verdicts only, and with mappings' only (the host's IPv6
+        // routing depends on more than the destination): the IPv4 route's answer is
+        // the routing's for the address whatever the packet.
+        for keep in [RouteVerdicts::Clients, RouteVerdicts::Mappings] {
+            sh(&format!("ip route replace {mapped}/32 dev d0"));
+            k.switch().route_verdicts(keep).unwrap();
+            assert!(moves(&mut k, "routed", 12));
+            sh(&format!("ip route replace blackhole {mapped}/32"));
+            assert_eq!(moves(&mut k, &format!("blackholed, not yet said, keeping {}", keep.name()), 12), per_cpu);
+        }
+        // Keeping none, a change is seen at once.
+        sh(&format!("ip route replace {mapped}/32 dev d0"));
+        k.switch().route_verdicts(RouteVerdicts::None).unwrap();
+        assert!(moves(&mut k, "routed, keeping none", 12));
+        sh(&format!("ip route replace blackhole {mapped}/32"));
+        assert!(!moves(&mut k, "blackholed, keeping none", 12));
+        sh(&format!("ip route del {mapped}/32"));
+        // Another address on the same slot keeps nothing over the first (the
+        // generation's first verdict stays): both go out, and once both are
+        // blackholed unsaid, the first still leaves and the other is looked up.
+        if per_cpu {
+            k.switch().route_verdicts(both).unwrap();
+            let slot = k.switch().mapping_slot(*mapped);
+            let other = (1u32..1 << 20)
+                .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i))
+                .find(|x| k.switch().mapping_slot(*x) == slot)
+                .unwrap();
+            sh(&format!("ip route add {other}/32 dev d0"));
+            let second = std::net::SocketAddrV4::new(other, 40001);
+            let c2 = "2001:0:c000:201::2";
+            k.peers().trust(&a(c2), second, monotonic_ns()).unwrap();
+            let moves_to = |k: &mut KernelPath, to: &str, name: &str| -> bool {
+                let out = tc_ingress(k, d0, name, &native_frame(NATIVE, to, 64, 12)).unwrap();
+                out.verdict == TC_ACT_REDIRECT
+            };
+            assert!(moves_to(&mut k, C, "the first address"));
+            assert!(moves_to(&mut k, c2, "another on its slot"));
+            sh(&format!("ip route add blackhole {mapped}/32; ip route replace blackhole {other}/32"));
+            assert!(moves_to(&mut k, C, "the first, blackholed unsaid"));
+            assert!(!moves_to(&mut k, c2, "the other, blackholed unsaid"));
+        }
+    });
+}
