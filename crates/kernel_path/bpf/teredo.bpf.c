@@ -72,10 +72,9 @@ struct config {
 	                 // every verdict kept under an earlier one (0: keep none)
 	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
 	__u32 slot_mask;   // a CPU's destination slots less one (a power of two less one)
-	__u8 clients;      // 1: the host's IPv6 routing depends on a packet's destination
-	                   // and arriving interface alone, so a client's verdict may be kept
-	__u8 mappings;     // 1: the IPv4 route to a client's mapping may be kept
-	__u16 spare2;
+	__u32 routes4;     // the generation of the host's IPv4 routes, as `routes` is of the
+	                   // IPv6 ones: a direct relay's verdicts on the routes to clients'
+	                   // mappings (0: keep none)
 };
 
 enum counter {
@@ -447,9 +446,9 @@ int teredo_decap(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-// A direct relay's route verdict for a peer, kept in its entry so that each of its
-// packets needs one route look-up (the IPv4 one out), not two: as of generation
-// `routes` of the host's routes, a packet to the peer arriving on interface `iif`
+// A direct relay's route verdict for a peer, kept in its entry so that its packets
+// need no IPv6 route look-up (the IPv4 one out is kept per mapping, below): as of
+// generation `routes` of the host's routes, a packet to the peer arriving on interface `iif`
 // (16 bits: a larger index is never kept) is routed into the Teredo interface, whose
 // route's MTU is `mtu`. A route that changes without a notification (a path MTU the
 // host learns, an MTU set by sysctl) is seen within the second userland waits at most
@@ -504,17 +503,19 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	__be16 to_port = p->port;
 	__u32 out_len = piece + OUTER_LEN;
 
-	// A direct relay's verdict for the mapping, kept while the host's routes stand:
-	// the look-up's every input but the address is the same for each packet (the
-	// Teredo interface, the service socket's address, no ports, no mark), so its
-	// answer depends on the address and the routing alone. Read before the look-up: a
-	// change during it voids what it found.
-	__u32 routes = *(volatile __u32 *)&cfg->routes;
+	// A direct relay's verdict for the mapping, kept while the host's IPv4 routes stand
+	// (generation `routes4`): the look-up's every input but the address is the same
+	// for each packet (the Teredo interface, the service socket's address, no ports,
+	// no mark), so its answer depends on the address and the routing alone (userland
+	// keeps none while a route shares flows among next hops, whose choice also
+	// follows the neighbours' state). Read before the look-up: a change during it
+	// voids what it found.
+	__u32 routes = *(volatile __u32 *)&cfg->routes4;
 	struct mapping_route *m = 0;
 	__u32 out;
 	__be32 source;
 	struct bpf_redir_neigh nh = {};
-	if (routes && cfg->mappings && cfg->direct && !cfg->client && via == cfg->tun) {
+	if (routes && cfg->direct && !cfg->client && via == cfg->tun) {
 		__u32 slot = mapping_slot(to, cfg);
 		m = bpf_map_lookup_elem(&mapping_routes, &slot);
 		if (m && m->addr == to && stamp_holds(m->stamp, routes, 0, out_len)) {
@@ -697,7 +698,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	// change during it voids what it found.
 	__u32 routes = *(volatile __u32 *)&cfg->routes;
 	__u32 iif = skb->ingress_ifindex;
-	int keep = routes && cfg->clients && iif <= 0xffff;
+	int keep = routes && iif <= 0xffff;
 	__u64 kept = p->route;
 	if (!keep || !stamp_holds(kept, routes, iif, piece)) {
 		struct bpf_fib_lookup fib = {};

@@ -195,9 +195,7 @@ impl KernelPath {
             routes: 0,
             slot_key: slot_key()?,
             slot_mask: slots - 1,
-            clients: 0,
-            mappings: 0,
-            spare2: 0,
+            routes4: 0,
         };
         // A kernel that preempts the programs could let two of them share one CPU's
         // destination verdicts.

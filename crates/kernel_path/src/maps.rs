@@ -46,9 +46,7 @@ pub(crate) struct ConfigValue {
     pub routes: u32,
     pub slot_key: [u32; 2],
     pub slot_mask: u32,
-    pub clients: u8,
-    pub mappings: u8,
-    pub spare2: u16,
+    pub routes4: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
@@ -258,10 +256,15 @@ pub struct Switch {
 }
 
 impl Switch {
+    /// Changes the settings: what is kept here is what the programs read, so a change
+    /// the map refused is not kept.
     pub(crate) fn change(&self, how: impl FnOnce(&mut ConfigValue)) -> io::Result<()> {
         let mut s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        how(&mut s);
-        update(&self.fd, &0u32.to_ne_bytes(), &*s)
+        let mut changed = *s;
+        how(&mut changed);
+        update(&self.fd, &0u32.to_ne_bytes(), &changed)?;
+        *s = changed;
+        Ok(())
     }
 
     /// Turn the programs off for good: every packet goes to userland (what a daemon
@@ -285,51 +288,56 @@ impl Switch {
         self.change(|s| s.local = local_slots(local))
     }
 
-    /// Every route verdict a direct relay's programs keep is void from now on; they
-    /// keep new ones (under a new generation of the host's routes) of the kinds `keep`
-    /// names, within [`Switch::most_route_verdicts`]. Nothing is kept until this is
-    /// first called with more than [`RouteVerdicts::None`]: whoever says so watches
-    /// the host's routing.
+    /// Every verdict on an IPv6 route a direct relay's programs keep is void from now
+    /// on; they keep new ones (under a new generation of the host's IPv6 routes) of the
+    /// kinds `keep` names, within [`Switch::most_route_verdicts`]. Nothing is kept
+    /// until this is first called with more than [`RouteVerdicts::None`]: whoever says
+    /// so watches the host's routing.
     pub fn route_verdicts(&self, keep: RouteVerdicts) -> io::Result<()> {
-        use std::sync::atomic::Ordering;
-        // Mappings' and destinations' verdicts are one CPU's each: kept only where a
-        // program cannot be preempted by another (`most`).
-        let per_cpu = self.most == RouteVerdicts::ClientsAndDestinations;
-        let keep = match keep.min(self.most) {
-            RouteVerdicts::Mappings if !per_cpu => RouteVerdicts::None,
-            k => k,
-        };
-        let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        let next = if next == 0 { self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1) } else { next };
+        let keep = keep.min(self.most);
+        let next = self.next_generation();
         self.change(|s| {
             s.routes = if keep == RouteVerdicts::None { 0 } else { next };
-            s.mappings = u8::from(keep >= RouteVerdicts::Mappings && per_cpu);
-            s.clients = u8::from(keep >= RouteVerdicts::Clients);
             s.single_path = u8::from(keep == RouteVerdicts::ClientsAndDestinations);
         })
+    }
+
+    /// Every verdict a direct relay's programs keep on the IPv4 route to a client's
+    /// mapping is void from now on; they keep new ones if `keep` says so (under a new
+    /// generation of the host's IPv4 routes), unless the kernel may preempt them (a
+    /// mapping's verdict is one CPU's, as a destination's).
+    pub fn mapping_verdicts(&self, keep: bool) -> io::Result<()> {
+        let keep = keep && self.most == RouteVerdicts::ClientsAndDestinations;
+        let next = self.next_generation();
+        self.change(|s| s.routes4 = if keep { next } else { 0 })
+    }
+
+    /// A generation not handed out before, never 0 (which keeps nothing).
+    fn next_generation(&self) -> u32 {
+        use std::sync::atomic::Ordering;
+        let next = self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        if next == 0 {
+            self.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+        } else {
+            next
+        }
     }
 
     /// The kinds of route verdicts the programs keep now (none while they are off).
     pub fn kept_route_verdicts(&self) -> RouteVerdicts {
         let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if s.enabled == 0 || s.routes == 0 {
-            RouteVerdicts::None
-        } else if s.single_path != 0 {
-            RouteVerdicts::ClientsAndDestinations
-        } else if s.clients != 0 {
-            RouteVerdicts::Clients
-        } else if s.mappings != 0 {
-            RouteVerdicts::Mappings
-        } else {
-            RouteVerdicts::None
+        match (s.enabled, s.routes, s.single_path) {
+            (0, _, _) | (_, 0, _) => RouteVerdicts::None,
+            (_, _, 0) => RouteVerdicts::Clients,
+            _ => RouteVerdicts::ClientsAndDestinations,
         }
     }
 
-    /// Whether the programs keep the IPv4 routes to clients' mappings now (with any
-    /// kind of route verdict, unless the kernel may preempt the programs).
+    /// Whether the programs keep the IPv4 routes to clients' mappings now (false while
+    /// they are off).
     pub fn keeps_mapping_verdicts(&self) -> bool {
         let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.enabled != 0 && s.routes != 0 && s.mappings != 0
+        s.enabled != 0 && s.routes4 != 0
     }
 
     /// The slot the programs keep a mapping's IPv4 route verdict in, on each CPU (as
@@ -367,16 +375,13 @@ impl Switch {
 /// The route verdicts a direct relay's programs keep ([`Switch::route_verdicts`]): each
 /// is exact while the host's routing stays as it was when the verdict was taken, and
 /// depends on no more than what the verdict is kept by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum RouteVerdicts {
     /// None: each packet looks its route up.
+    #[default]
     None,
-    /// The IPv4 route to each client's mapping only (its way out, next hop, preferred
-    /// source and MTU): that look-up's inputs are the same for every packet but the
-    /// address, so it depends on the host's routing and the address alone.
-    Mappings,
     /// Each client's, by destination and arriving interface: a native packet's route
-    /// into the Teredo interface and its MTU; and the mappings'.
+    /// into the Teredo interface and its MTU.
     Clients,
     /// Each client's, and each native destination's (its way out, next hop and MTU,
     /// for clients' packets arriving on an interface): only while no route splits
@@ -389,7 +394,6 @@ impl RouteVerdicts {
     pub fn name(self) -> &'static str {
         match self {
             RouteVerdicts::None => "none",
-            RouteVerdicts::Mappings => "mappings",
             RouteVerdicts::Clients => "clients",
             RouteVerdicts::ClientsAndDestinations => "clients and destinations",
         }

@@ -69,8 +69,10 @@ fn data_path(d: &serde_json::Value, relay: bool) -> String {
         _ => format!("kernel: decapsulation on {interfaces}, by tc ingress on one at least"),
     };
     if relay {
+        let mappings =
+            if d["mapping_route_verdicts"] == true { ", and clients' mappings" } else { ", not clients' mappings" };
         match (s("forward"), d["route_verdicts"].as_str()) {
-            ("direct", Some(kept)) => text += &format!("; forwarding directly, route verdicts kept: {kept}"),
+            ("direct", Some(kept)) => text += &format!("; forwarding directly, route verdicts kept: {kept}{mappings}"),
             ("direct", None) => text += "; forwarding directly",
             _ => text += "; forwarding through the host's stack",
         }
@@ -123,11 +125,11 @@ mod tests {
         assert_eq!(data_path(&user, true), "user: every packet through the daemon");
         let direct = serde_json::json!({
             "kind": "kernel", "decap": "tc", "forward": "direct", "interfaces": ["eth0", "eth1"],
-            "programs": [1, 2, 3], "route_verdicts": "clients and destinations",
+            "programs": [1, 2, 3], "route_verdicts": "clients and destinations", "mapping_route_verdicts": true,
         });
         assert_eq!(
             data_path(&direct, true),
-            "kernel: decapsulation by tc ingress on eth0, eth1; forwarding directly, route verdicts kept: clients and destinations"
+            "kernel: decapsulation by tc ingress on eth0, eth1; forwarding directly, route verdicts kept: clients and destinations, and clients' mappings"
         );
         let mixed =
             serde_json::json!({ "kind": "kernel", "decap": "tc", "forward": "stack", "interfaces": ["eth0", "eth1"] });

@@ -202,9 +202,10 @@ pub const ROUTE_REFRESH: Duration = Duration::from_secs(1);
 const ROUTES_SETTLE: Duration = Duration::from_millis(200);
 
 /// Keeps a direct relay's route verdicts (`tun`: its Teredo interface) to the host's
-/// routing until `stop`: void at once when the kernel tells of a change, kept again
-/// once the routing has stayed unchanged a while, of the kinds it allows
-/// (`RouteWatch::verdicts_allowed`), and renewed every [`ROUTE_REFRESH`]. A
+/// routing until `stop`, each family's on its own: void at once when the kernel tells
+/// of a change to it, kept again once that routing has stayed unchanged a while, of
+/// the kinds it allows (`RouteWatch::verdicts_allowed`,
+/// `RouteWatch::mapping_verdicts_allowed`), and renewed every [`ROUTE_REFRESH`]. A
 /// generation that cannot be moved leaves verdicts that may be wrong: the programs are
 /// turned off then; if that fails too, the relay stops (`halt`) and this says why.
 pub fn follow_routes(
@@ -216,110 +217,170 @@ pub fn follow_routes(
 ) -> Result<(), String> {
     // How soon a stop is noticed.
     const STOP_CHECK: Duration = Duration::from_millis(100);
-    let mut keeping = RouteVerdicts::None;
-    // What the log last said of the routing, so that it says each thing once.
-    let mut said = None::<String>;
-    // A listing is due from the start: nothing is kept until it says so.
-    let mut unsettled = Some(Instant::now().checked_sub(ROUTES_SETTLE).unwrap_or_else(Instant::now));
-    let mut next_refresh = Instant::now() + ROUTE_REFRESH;
+    let start = Instant::now();
+    let (mut ipv6, mut ipv4) = (Following::<RouteVerdicts>::new(start), Following::<bool>::new(start));
+    let preempts = switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations;
     while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let wait = match unsettled {
-            Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(now),
-            None if keeping != RouteVerdicts::None => next_refresh.saturating_duration_since(now),
-            None => STOP_CHECK,
-        };
+        let wait = ipv6.wait(now).min(ipv4.wait(now));
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
-        let keep = if changed {
-            unsettled = Some(now);
-            if keeping == RouteVerdicts::None {
-                continue;
+        let keep6 = ipv6.step(changed.ipv6, now, || {
+            watch.verdicts_allowed(tun, stop).map(|allowed| ipv6_verdicts_said(allowed, preempts))
+        });
+        if let Some(keep) = keep6 {
+            if let Err(e) = switch.route_verdicts(keep) {
+                return cannot_void(switch, halt, &e);
             }
-            RouteVerdicts::None
-        } else if unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
-            unsettled = None;
-            // Which verdicts to keep, and what the log says of it (a failure warns).
-            let (keep, say, warn) = match watch.verdicts_allowed(tun, stop) {
-                Ok(RouteVerdicts::Mappings) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
-                    RouteVerdicts::None,
-                    "no route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination, and this kernel may preempt a program for another on the same CPU (PREEMPT_RT) while the routes to clients' mappings are kept per CPU, so each packet looks its routes up".to_string(),
-                    false,
-                ),
-                Ok(RouteVerdicts::ClientsAndDestinations | RouteVerdicts::Clients) if switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations => (
-                    RouteVerdicts::Clients,
-                    "route verdicts kept, for clients' native packets only: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and native destinations' and clients' mappings' verdicts are kept per CPU, so each packet from a client looks its route up, and each to a client its IPv4 route".to_string(),
-                    false,
-                ),
-                Ok(RouteVerdicts::ClientsAndDestinations) => (
-                    RouteVerdicts::ClientsAndDestinations,
-                    "route verdicts kept, for clients, their mappings and native destinations: the host's IPv6 routing depends on a packet's destination alone".to_string(),
-                    false,
-                ),
-                Ok(RouteVerdicts::Clients) => (
-                    RouteVerdicts::Clients,
-                    "route verdicts kept, for clients and their mappings only: a multipath route shares flows among next hops, so each packet from a client looks its route up".to_string(),
-                    false,
-                ),
-                Ok(v @ (RouteVerdicts::Mappings | RouteVerdicts::None)) => (
-                    v,
-                    "route verdicts kept, for clients' mappings only (their IPv4 routes): the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects listed without their next hops, or multipath through the Teredo interface), so each packet looks its IPv6 route up".to_string(),
-                    false,
-                ),
+        }
+        let keep4 = ipv4.step(changed.ipv4, now, || {
+            watch.mapping_verdicts_allowed(stop).map(|allowed| mapping_verdicts_said(allowed, preempts))
+        });
+        if let Some(keep) = keep4 {
+            if let Err(e) = switch.mapping_verdicts(keep) {
+                return cannot_void(switch, halt, &e);
+            }
+        }
+    }
+    // Nobody watches the routing from here on: nothing is kept.
+    let failed = (ipv6.keeping != RouteVerdicts::None && switch.route_verdicts(RouteVerdicts::None).is_err())
+        | (ipv4.keeping && switch.mapping_verdicts(false).is_err());
+    if failed && switch.turn_off().is_err() {
+        return Err("kernel data path: on stopping, the programs' route verdicts could not be voided, nor the programs turned off".into());
+    }
+    Ok(())
+}
+
+/// The programs' verdicts could not be voided (`e`): turned off, or if that fails too,
+/// the relay stops.
+fn cannot_void(switch: &Switch, halt: &AtomicBool, e: &std::io::Error) -> Result<(), String> {
+    match switch.turn_off() {
+        Ok(()) => {
+            tracing::error!(
+                "kernel data path: the programs' route verdicts could not be voided ({e}); turned off, every packet now goes through the daemon"
+            );
+            Ok(())
+        }
+        Err(off) => {
+            halt.store(true, Ordering::Relaxed);
+            Err(format!(
+                "kernel data path: the programs' route verdicts could not be voided ({e}), nor the programs turned off ({off}): stopping"
+            ))
+        }
+    }
+}
+
+/// Which IPv6 verdicts to keep of those the host's routing allows, and what the log
+/// says of it.
+fn ipv6_verdicts_said(allowed: RouteVerdicts, preempts: bool) -> (RouteVerdicts, String) {
+    match allowed {
+        RouteVerdicts::ClientsAndDestinations if preempts => (
+            RouteVerdicts::Clients,
+            "route verdicts kept, for clients only: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and native destinations' verdicts are kept per CPU, so each packet from a client looks its route up".into(),
+        ),
+        RouteVerdicts::ClientsAndDestinations => (
+            allowed,
+            "route verdicts kept, for clients and native destinations: the host's IPv6 routing depends on a packet's destination alone".into(),
+        ),
+        RouteVerdicts::Clients => (
+            allowed,
+            "route verdicts kept, for clients only: a multipath route shares flows among next hops, so each packet from a client looks its route up".into(),
+        ),
+        RouteVerdicts::None => (
+            allowed,
+            "no IPv6 route verdicts kept: the host's IPv6 routing may depend on more than a packet's destination (policy rules, routes by source, nexthop objects listed without their next hops, or multipath through the Teredo interface), so each packet looks its IPv6 route up".into(),
+        ),
+    }
+}
+
+/// Whether to keep the verdicts on the routes to clients' mappings, and what the log
+/// says of it.
+fn mapping_verdicts_said(allowed: bool, preempts: bool) -> (bool, String) {
+    match (allowed, preempts) {
+        (true, false) => (true, "route verdicts kept for clients' mappings: no IPv4 route shares flows among next hops".into()),
+        (true, true) => (false, "no route verdicts kept for clients' mappings: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and they are kept per CPU, so each packet to a client looks its IPv4 route up".into()),
+        (false, _) => (false, "no route verdicts kept for clients' mappings: an IPv4 route shares flows among next hops (by the neighbours' state too, which nobody announces), so each packet to a client looks its IPv4 route up".into()),
+    }
+}
+
+/// One family's route verdicts as the relay follows the host's routing of it.
+struct Following<K> {
+    /// What the programs keep now (`K::default()`: nothing).
+    keeping: K,
+    /// Since when the routing has been changing: listed once it has stood still.
+    unsettled: Option<Instant>,
+    next_refresh: Instant,
+    /// What the log last said of it, so that it says each thing once.
+    said: Option<String>,
+}
+
+impl<K: Copy + PartialEq + Default> Following<K> {
+    /// A listing is due from the start: nothing is kept until it says so.
+    fn new(now: Instant) -> Following<K> {
+        Following {
+            keeping: K::default(),
+            unsettled: Some(now.checked_sub(ROUTES_SETTLE).unwrap_or(now)),
+            next_refresh: now + ROUTE_REFRESH,
+            said: None,
+        }
+    }
+
+    /// How long until it has something to do.
+    fn wait(&self, now: Instant) -> Duration {
+        match self.unsettled {
+            Some(since) => (since + ROUTES_SETTLE).saturating_duration_since(now),
+            None if self.keeping != K::default() => self.next_refresh.saturating_duration_since(now),
+            None => Duration::MAX,
+        }
+    }
+
+    /// What the programs are to keep from now on, if they are to be told (each telling
+    /// voids what they kept): nothing at once on a change (`changed`); what `list`
+    /// allows (with what the log says of it) once the routing has stood still; the
+    /// same again when due for renewal.
+    fn step(&mut self, changed: bool, now: Instant, list: impl FnOnce() -> Result<(K, String), Listing>) -> Option<K> {
+        let nothing = K::default();
+        let keep = if changed {
+            self.unsettled = Some(now);
+            if self.keeping == nothing {
+                return None;
+            }
+            nothing
+        } else if self.unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
+            self.unsettled = None;
+            let (keep, say, warn) = match list() {
+                Ok((keep, say)) => (keep, say, false),
                 Err(Listing::Changed) => {
-                    unsettled = Some(now);
-                    (RouteVerdicts::None, String::new(), false)
+                    self.unsettled = Some(now);
+                    (nothing, String::new(), false)
                 }
                 // Listed again in a while, or on the next change.
                 Err(Listing::Failed(e)) => {
-                    unsettled = Some(now + ROUTE_REFRESH);
-                    (RouteVerdicts::None, format!("{e}; each packet looks its route up meanwhile"), true)
+                    self.unsettled = Some(now + ROUTE_REFRESH);
+                    (nothing, format!("{e}; each packet looks its route up meanwhile"), true)
                 }
             };
-            if !say.is_empty() && said.as_deref() != Some(say.as_str()) {
+            if !say.is_empty() && self.said.as_deref() != Some(say.as_str()) {
                 if warn {
                     tracing::warn!("kernel data path: {say}");
                 } else {
                     tracing::info!("kernel data path: {say}");
                 }
-                said = Some(say);
+                self.said = Some(say);
             }
-            if keep == RouteVerdicts::None && keeping == RouteVerdicts::None {
-                continue;
+            if keep == nothing && self.keeping == nothing {
+                return None;
             }
             keep
-        } else if keeping != RouteVerdicts::None && now >= next_refresh {
-            keeping
+        } else if self.keeping != nothing && now >= self.next_refresh {
+            self.keeping
         } else {
-            continue;
+            return None;
         };
-        next_refresh = now + ROUTE_REFRESH;
-        keeping = keep;
-        if let Err(e) = switch.route_verdicts(keep) {
-            return match switch.turn_off() {
-                Ok(()) => {
-                    tracing::error!(
-                        "kernel data path: the programs' route verdicts could not be voided ({e}); turned off, every packet now goes through the daemon"
-                    );
-                    Ok(())
-                }
-                Err(off) => {
-                    halt.store(true, Ordering::Relaxed);
-                    Err(format!(
-                        "kernel data path: the programs' route verdicts could not be voided ({e}), nor the programs turned off ({off}): stopping"
-                    ))
-                }
-            };
-        }
+        self.next_refresh = now + ROUTE_REFRESH;
+        self.keeping = keep;
+        Some(keep)
     }
-    // Nobody watches the routing from here on: nothing is kept.
-    if keeping != RouteVerdicts::None
-        && switch.route_verdicts(RouteVerdicts::None).is_err()
-        && switch.turn_off().is_err()
-    {
-        return Err("kernel data path: on stopping, the programs' route verdicts could not be voided, nor the programs turned off".into());
-    }
-    Ok(())
 }
 
 impl KernelDataPath {

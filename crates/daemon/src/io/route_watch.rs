@@ -1,14 +1,17 @@
-//! A direct relay's watch on the host's routing. Its programs keep the IPv4 route to
-//! each client's mapping (whatever the routing: that look-up's inputs but the address
-//! are the same for each packet), and each client's
+//! A direct relay's watch on the host's routing. Its programs keep each client's
 //! route verdict (into the Teredo interface, with that route's MTU, for packets that
-//! arrive on a given interface), and each native destination's (its way out, next hop
-//! and MTU), until told that the routing changed: this watch tells them, on every change
-//! the kernel announces. A kept verdict depends on the destination and the interface
-//! alone, so verdicts are kept only while the host's routing cannot depend on more: no
-//! policy rule but the kernel's own, no route chosen by source, no route whose next hops
-//! split flows between the Teredo interface and others; a destination's, only while no
-//! route splits flows among next hops at all.
+//! arrive on a given interface), each native destination's (its way out, next hop
+//! and MTU), and the IPv4 route's to each client's mapping, until told that the
+//! routing changed: this watch tells them, on every change the kernel announces, of
+//! the family it touched. A kept IPv6 verdict depends on the destination and the
+//! interface alone, so those are kept only while the host's IPv6 routing cannot depend
+//! on more: no policy rule but the kernel's own, no route chosen by source, no route
+//! whose next hops split flows between the Teredo interface and others; a
+//! destination's, only while no route splits flows among next hops at all. The IPv4
+//! look-up's inputs but the address are the same for every packet, so its answer is
+//! the routing's for the address whatever the rules; it is kept while no IPv4 route
+//! splits flows among next hops (which one a flow takes also follows the neighbours'
+//! state, which nobody announces).
 //!
 //! The socket is opened before confinement and read by a thread of its own. Only the
 //! kernel may send to it (it is connected to the kernel): a local process that could
@@ -48,8 +51,55 @@ pub struct RouteWatch {
     /// do not.
     port: u32,
     seq: u32,
-    /// A notification came while a listing did.
-    noticed: bool,
+    /// Notifications that came while a listing did.
+    noticed: Changed,
+}
+
+/// Which family's routing a change touched (both when it cannot be told: a link, a
+/// nexthop object, lost notifications).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub ipv6: bool,
+    pub ipv4: bool,
+}
+
+impl Changed {
+    const BOTH: Changed = Changed { ipv6: true, ipv4: true };
+
+    /// Whether it touched either.
+    pub fn any(self) -> bool {
+        self.ipv6 || self.ipv4
+    }
+
+    fn add(&mut self, other: Changed) {
+        self.ipv6 |= other.ipv6;
+        self.ipv4 |= other.ipv4;
+    }
+
+    /// What the notification `message` (one netlink message, header included) touched:
+    /// told by its type and, for addresses, routes, rules and forwarding settings, the
+    /// family its body starts with.
+    fn of(message: &[u8]) -> Changed {
+        const AF_INET: u8 = 2;
+        const AF_INET6: u8 = 10;
+        let kind = u16::from_ne_bytes([message[4], message[5]]);
+        let family = message.get(16).copied();
+        let by_family = match family {
+            Some(AF_INET) => Changed { ipv6: false, ipv4: true },
+            Some(AF_INET6) => Changed { ipv6: true, ipv4: false },
+            _ => Changed::BOTH,
+        };
+        match kind {
+            // Links: a link's own settings of one family (AF_INET6: IPv6's per-link
+            // settings), else its state and MTU, which both follow.
+            16 | 17 if family == Some(AF_INET6) => by_family,
+            // Addresses, routes, rules, forwarding settings.
+            20 | 21 | 24 | 25 | 32 | 33 | 80 | 81 => by_family,
+            // Router advertisements' prefixes.
+            52 => Changed { ipv6: true, ipv4: false },
+            _ => Changed::BOTH,
+        }
+    }
 }
 
 impl RouteWatch {
@@ -67,27 +117,51 @@ impl RouteWatch {
         socket.set_non_blocking(true).map_err(|e| e.to_string())?;
         let mut us = SocketAddr::new(0, 0);
         socket.get_address(&mut us).map_err(|e| format!("netlink socket: {e}"))?;
-        Ok(RouteWatch { socket, buf: Vec::with_capacity(65536), port: us.port_number(), seq: 0, noticed: false })
+        Ok(RouteWatch {
+            socket,
+            buf: Vec::with_capacity(65536),
+            port: us.port_number(),
+            seq: 0,
+            noticed: Changed::default(),
+        })
     }
 
-    /// Wait up to `timeout` for the kernel to tell of a change; true if it told of any
-    /// (or dropped notifications: what was lost may have been one).
-    pub fn changed_within(&mut self, timeout: Duration) -> bool {
-        let noticed = std::mem::take(&mut self.noticed);
-        if !noticed && !self.readable(timeout) {
-            return false;
+    /// Wait up to `timeout` for the kernel to tell of a change; which family's it told
+    /// of (both if it dropped notifications: what was lost may have been any).
+    pub fn changed_within(&mut self, timeout: Duration) -> Changed {
+        let mut seen = std::mem::take(&mut self.noticed);
+        if !seen.any() && !self.readable(timeout) {
+            return seen;
         }
-        let mut any = noticed;
         for _ in 0..DRAIN_CAP {
             self.buf.clear();
             match self.socket.recv_from(&mut self.buf, 0) {
                 // The rest of a listing given up on is no change.
-                Ok((n, from)) if n > 0 => any |= from.port_number() == 0 && !self.answer_to_us(),
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => any = true,
-                _ => return any,
+                Ok((n, from)) if n > 0 => {
+                    if from.port_number() == 0 && !self.answer_to_us() {
+                        seen.add(self.touched());
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => seen = Changed::BOTH,
+                _ => return seen,
             }
         }
-        true
+        Changed::BOTH
+    }
+
+    /// What the notifications in the datagram just read touched (both when one is cut).
+    fn touched(&self) -> Changed {
+        let mut seen = Changed::default();
+        let mut datagram = &self.buf[..];
+        while !datagram.is_empty() {
+            let len = datagram.get(..4).map_or(0, |w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) as usize);
+            if len < 16 || len > datagram.len() {
+                return Changed::BOTH;
+            }
+            seen.add(Changed::of(&datagram[..len]));
+            datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
+        }
+        seen
     }
 
     /// Whether the datagram just read answers one of our own requests (its first
@@ -105,9 +179,7 @@ impl RouteWatch {
         !poll(&mut fds, ms).is_ok_and(|n| n == 0)
     }
 
-    /// Which route verdicts the host's routing lets the programs keep: the route to a
-    /// client's mapping always (its look-up's inputs are the same for each packet but
-    /// the mapping's address, so its answer is the routing's for that address); a client's
+    /// Which route verdicts the host's IPv6 routing lets the programs keep: a client's
     /// (its route into the Teredo interface, index `tun`) while the routing depends on
     /// a packet's destination and arriving interface alone — the kernel's own two
     /// policy rules and no other, no route chosen by source, no route through nexthop
@@ -133,14 +205,33 @@ impl RouteWatch {
                 single_path &= !splits_flows(&r);
             }
         })?;
-        if self.noticed {
+        if self.noticed.ipv6 {
             return Err(Listing::Changed);
         }
         Ok(match (by_destination, single_path) {
-            (false, _) => RouteVerdicts::Mappings,
+            (false, _) => RouteVerdicts::None,
             (true, false) => RouteVerdicts::Clients,
             (true, true) => RouteVerdicts::ClientsAndDestinations,
         })
+    }
+
+    /// Whether the host's IPv4 routing lets the programs keep the verdicts on the routes
+    /// to clients' mappings: while no route shares flows among next hops (listed with
+    /// its next hops: one through a nexthop object listed without them may be a
+    /// group). A change the kernel told of while the listing came makes it stale.
+    pub fn mapping_verdicts_allowed(&mut self, stop: &AtomicBool) -> Result<bool, Listing> {
+        let mut route = RouteMessage::default();
+        route.header.address_family = AddressFamily::Inet;
+        let mut single_path = true;
+        self.list(RouteNetlinkMessage::GetRoute(route), stop, &mut |m| {
+            if let RouteNetlinkMessage::NewRoute(r) = m {
+                single_path &= !splits_flows(&r) && listed_with_next_hops(&r);
+            }
+        })?;
+        if self.noticed.ipv4 {
+            return Err(Listing::Changed);
+        }
+        Ok(single_path)
     }
 
     /// Hands each message of the listing asked for with `request` to `each`, as they
@@ -183,7 +274,7 @@ impl RouteWatch {
             let n = match self.socket.recv_from(&mut self.buf, libc::MSG_TRUNC) {
                 Ok((n, from)) if n > 0 && from.port_number() == 0 => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    self.noticed = true;
+                    self.noticed = Changed::BOTH;
                     continue;
                 }
                 _ => continue,
@@ -210,7 +301,7 @@ impl RouteWatch {
                     || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
                 {
                     // A notification meanwhile: a change, seen after this listing.
-                    self.noticed = true;
+                    self.noticed.add(Changed::of(message));
                     continue;
                 }
                 if flags & NLM_F_DUMP_INTR != 0 {
@@ -268,14 +359,20 @@ fn kernels_own_rule(r: &RuleMessage) -> bool {
 /// hops the kernel lists with it (`nexthop_compat_mode`, on by default: routing daemons
 /// such as FRR use nexthop objects); listed without them, it cannot be.
 fn by_destination_alone(r: &RouteMessage, tun: u32) -> bool {
-    let expanded = r.attributes.iter().any(|a| matches!(a, RouteAttribute::Oif(_) | RouteAttribute::MultiPath(_)));
     r.header.source_prefix_length == 0
+        && listed_with_next_hops(r)
         && r.attributes.iter().all(|a| match a {
             RouteAttribute::Source(_) => false,
-            RouteAttribute::NhId(_) => expanded,
             RouteAttribute::MultiPath(hops) => hops.iter().all(|h| h.interface_index != tun),
             _ => true,
         })
+}
+
+/// A route through a nexthop object whose next hops the kernel lists with it, or one
+/// through none.
+fn listed_with_next_hops(r: &RouteMessage) -> bool {
+    let expanded = r.attributes.iter().any(|a| matches!(a, RouteAttribute::Oif(_) | RouteAttribute::MultiPath(_)));
+    expanded || !r.attributes.iter().any(|a| matches!(a, RouteAttribute::NhId(_)))
 }
 
 /// A route whose next hops share its flows (by a hash of their addresses, flow label
@@ -313,94 +410,131 @@ mod tests {
                 return None; // not root: nothing to test with
             }
             let mut watch = RouteWatch::new().unwrap();
-            let quiet = watch.changed_within(Duration::from_millis(50));
+            let quiet = watch.changed_within(Duration::from_millis(50)).any();
             let mut at = SocketAddr::new(0, 0);
             watch.socket.get_address(&mut at).unwrap();
             let mut forger = Socket::new(NETLINK_ROUTE).unwrap();
             forger.bind_auto().unwrap();
             let sent = forger.send_to(&[0u8; 64], &SocketAddr::new(at.port_number(), 0), 0);
-            let forged = watch.changed_within(Duration::from_millis(50));
+            let forged = watch.changed_within(Duration::from_millis(50)).any();
             let mut heard = Vec::new();
             sh("ip link set lo up; ip link add t0 type veth peer name t1; ip link set t0 up; ip link set t1 up");
             let tun = unsafe { libc::if_nametoindex(c"t0".as_ptr()) };
-            while watch.changed_within(Duration::from_millis(50)) {}
+            while watch.changed_within(Duration::from_millis(50)).any() {}
             // Asked again if a late notification of the last change came meanwhile.
             let never = AtomicBool::new(false);
             let ask = |watch: &mut RouteWatch| {
-                let mut answer = watch.verdicts_allowed(tun, &never);
+                let mut answer = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
                 for _ in 0..5 {
-                    if answer != Err(Listing::Changed) {
+                    if answer.0 != Err(Listing::Changed) && answer.1 != Err(Listing::Changed) {
                         break;
                     }
-                    while watch.changed_within(Duration::from_millis(20)) {}
-                    answer = watch.verdicts_allowed(tun, &never);
+                    while watch.changed_within(Duration::from_millis(20)).any() {}
+                    answer = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
                 }
                 answer
             };
-            use RouteVerdicts::{Clients, ClientsAndDestinations as Both, Mappings};
-            let mut allowed = vec![("as the kernel made it", ask(&mut watch), Both)];
-            for (change, allowed_after) in [
-                ("ip -6 route add blackhole 2001:db8:5::/48", Both),
-                ("ip -6 route add 2001::/32 dev t0", Both),
-                ("ip -6 rule add to 2001:db8:6::/48 table 7", Mappings),
-                ("ip -6 rule del to 2001:db8:6::/48 table 7", Both),
-                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", Mappings),
-                ("ip -6 rule del from 2001:db8:bad::/48 blackhole", Both),
-                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", Mappings),
-                ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", Both),
+            use RouteVerdicts::{Clients, ClientsAndDestinations as Both};
+            // What each change touched: IPv6's routing, IPv4's, or both (links and
+            // nexthop objects).
+            let (v6, v4, both) =
+                (Changed { ipv6: true, ipv4: false }, Changed { ipv6: false, ipv4: true }, Changed::BOTH);
+            let mut allowed = vec![("as the kernel made it", ask(&mut watch), (Ok(Both), Ok(true)))];
+            for (change, touched, after6, after4) in [
+                ("ip -6 route add blackhole 2001:db8:5::/48", v6, Both, true),
+                ("ip -6 route add 2001::/32 dev t0", v6, Both, true),
+                ("ip -6 rule add to 2001:db8:6::/48 table 7", v6, RouteVerdicts::None, true),
+                ("ip -6 rule del to 2001:db8:6::/48 table 7", v6, Both, true),
+                ("ip -6 rule add from 2001:db8:bad::/48 blackhole", v6, RouteVerdicts::None, true),
+                ("ip -6 rule del from 2001:db8:bad::/48 blackhole", v6, Both, true),
+                ("ip -6 route add 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", v6, RouteVerdicts::None, true),
+                ("ip -6 route del 2001:db8:7::/48 from 2001:db8:8::/48 dev t1", v6, Both, true),
                 // Flows shared among next hops: a destination's verdict would pin them.
-                ("ip -6 route add 2001:db8:a::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t1", Clients),
+                ("ip -6 route add 2001:db8:a::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t1", v6, Clients, true),
                 (
                     "ip -6 route add 2001:db8:b::/48 nexthop via fe80::1 dev t1 nexthop via fe80::2 dev t0",
-                    Mappings,
+                    v6,
+                    RouteVerdicts::None,
+                    true,
                 ),
-                ("ip -6 route del 2001:db8:b::/48", Clients),
-                ("ip -6 route del 2001:db8:a::/48", Both),
+                ("ip -6 route del 2001:db8:b::/48", v6, Clients, true),
+                ("ip -6 route del 2001:db8:a::/48", v6, Both, true),
                 // Through nexthop objects, judged by the next hops listed with them.
-                ("ip -6 nexthop add id 71 dev t1; ip -6 route add 2001:db8:c::/48 nhid 71", Both),
+                ("ip -6 nexthop add id 71 dev t1; ip -6 route add 2001:db8:c::/48 nhid 71", both, Both, true),
                 (
                     "ip nexthop add id 72 via fe80::1 dev t1; ip nexthop add id 73 via fe80::2 dev t1; \
                      ip nexthop add id 74 group 72/73; ip -6 route add 2001:db8:d::/48 nhid 74",
+                    both,
                     Clients,
+                    true,
                 ),
-                ("ip -6 nexthop add id 75 dev t0; ip nexthop add id 76 group 72/75; ip -6 route add 2001:db8:e::/48 nhid 76", Mappings),
-                ("ip -6 route del 2001:db8:e::/48; ip -6 route del 2001:db8:d::/48", Both),
+                (
+                    "ip -6 nexthop add id 75 dev t0; ip nexthop add id 76 group 72/75; ip -6 route add 2001:db8:e::/48 nhid 76",
+                    both,
+                    RouteVerdicts::None,
+                    true,
+                ),
+                ("ip -6 route del 2001:db8:e::/48; ip -6 route del 2001:db8:d::/48", v6, Both, true),
                 // Listed without them, a nexthop object's route cannot be judged.
-                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip -6 route add 2001:db8:f::/48 nhid 71", Mappings),
-                ("ip -6 route del 2001:db8:f::/48; ip -6 route del 2001:db8:c::/48; sysctl -qw net.ipv4.nexthop_compat_mode=1", Both),
-                ("ip link set t0 mtu 1400", Both),
-                ("sysctl -qw net.ipv6.conf.t0.forwarding=1", Both),
-                // The IPv4 routing, which decides the route to a client's mapping: heard,
-                // and whatever it is, that route's verdict is kept (its look-up's inputs
-                // but the address are the same for every packet).
-                ("ip addr add 192.0.2.1/24 dev t1", Both),
-                ("ip route add blackhole 198.51.100.0/24", Both),
-                ("ip rule add to 203.0.113.0/24 table 7", Both),
-                ("ip route add 203.0.113.0/24 nexthop via 192.0.2.2 dev t1 nexthop via 192.0.2.3 dev t1", Both),
-                ("sysctl -qw net.ipv4.conf.t0.forwarding=1", Both),
+                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip -6 route add 2001:db8:f::/48 nhid 71", v6, RouteVerdicts::None, true),
+                ("ip -6 route del 2001:db8:f::/48; ip -6 route del 2001:db8:c::/48; sysctl -qw net.ipv4.nexthop_compat_mode=1", v6, Both, true),
+                ("ip link set t0 mtu 1400", both, Both, true),
+                ("sysctl -qw net.ipv6.conf.t0.forwarding=1", v6, Both, true),
+                // The IPv4 routing decides the routes to clients' mappings alone: their
+                // verdicts are kept whatever the rules, and while no route shares flows
+                // among next hops (which one a flow takes follows the neighbours' state
+                // too, which nobody announces).
+                ("ip addr add 192.0.2.1/24 dev t1", v4, Both, true),
+                ("ip route add blackhole 198.51.100.0/24", v4, Both, true),
+                ("ip rule add to 203.0.113.0/24 table 7", v4, Both, true),
+                ("ip route add 203.0.113.0/24 nexthop via 192.0.2.2 dev t1 nexthop via 192.0.2.3 dev t1", v4, Both, false),
+                ("ip route del 203.0.113.0/24", v4, Both, true),
+                (
+                    "ip nexthop add id 81 via 192.0.2.2 dev t1; ip nexthop add id 82 via 192.0.2.3 dev t1; \
+                     ip nexthop add id 83 group 81/82; ip route add 198.51.100.0/25 nhid 83",
+                    both,
+                    Both,
+                    false,
+                ),
+                ("ip route del 198.51.100.0/25", v4, Both, true),
+                ("sysctl -qw net.ipv4.nexthop_compat_mode=0; ip route add 198.51.100.128/25 nhid 81", v4, Both, false),
+                ("ip route del 198.51.100.128/25; sysctl -qw net.ipv4.nexthop_compat_mode=1", v4, Both, true),
+                ("sysctl -qw net.ipv4.conf.t0.forwarding=1", v4, Both, true),
             ] {
                 sh(change);
-                heard.push((change, watch.changed_within(Duration::from_millis(500))));
-                // What else the same change brought.
-                while watch.changed_within(Duration::from_millis(20)) {}
-                allowed.push((change, ask(&mut watch), allowed_after));
+                // Everything the change brought.
+                let mut told = watch.changed_within(Duration::from_millis(500));
+                loop {
+                    let more = watch.changed_within(Duration::from_millis(20));
+                    if !more.any() {
+                        break;
+                    }
+                    told.add(more);
+                }
+                heard.push((change, told, touched));
+                allowed.push((change, ask(&mut watch), (Ok(after6), Ok(after4))));
             }
-            // A change the kernel tells of while the listings come makes them stale.
+            // A change the kernel tells of while the listings come makes its family's
+            // stale, not the other's.
             sh("ip -6 route add blackhole 2001:db8:9::/48");
-            let stale = watch.verdicts_allowed(tun, &never);
-            while watch.changed_within(Duration::from_millis(20)) {}
-            allowed.push(("listed again once read", ask(&mut watch), Both));
-            Some((quiet, sent.is_err(), forged, heard, allowed, stale))
+            let stale = (watch.mapping_verdicts_allowed(&never), watch.verdicts_allowed(tun, &never));
+            while watch.changed_within(Duration::from_millis(20)).any() {}
+            sh("ip route add blackhole 198.51.100.9/32");
+            let stale4 = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
+            while watch.changed_within(Duration::from_millis(20)).any() {}
+            allowed.push(("listed again once read", ask(&mut watch), (Ok(Both), Ok(true))));
+            Some((quiet, sent.is_err(), forged, heard, allowed, stale, stale4))
         });
-        let Some((quiet, refused, forged, heard, allowed, stale)) = t.join().unwrap() else { return };
-        assert_eq!(stale, Err(Listing::Changed), "a listing during which the routing changed");
+        let Some((quiet, refused, forged, heard, allowed, stale, stale4)) = t.join().unwrap() else { return };
+        assert_eq!(stale, (Ok(true), Err(Listing::Changed)), "a listing during which the IPv6 routing changed");
+        assert_eq!(stale4, (Ok(RouteVerdicts::ClientsAndDestinations), Err(Listing::Changed)), "the same, IPv4");
         assert!(!quiet, "a change told with none made");
         assert!(refused && !forged, "another socket's datagram reached the watch");
-        for (change, told) in heard {
-            assert!(told, "{change}: not told");
+        for (change, told, right) in heard {
+            assert_eq!(told, right, "{change}: told of a change to the wrong routing");
         }
         for (change, answer, right) in allowed {
-            assert_eq!(answer, Ok(right), "after {change}: wrong verdicts allowed");
+            assert_eq!(answer, right, "after {change}: wrong verdicts allowed");
         }
     }
 }

@@ -182,8 +182,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 // are answered again. (A destination's verdict is kept per CPU: which
                 // CPU an answer reaches the relay on is the lab's; the programs' test
                 // shows one kept and voided on its own.)
-                // The route to the client's mapping (its NAT's public address) too: the
-                // answers to the pings are lost.
+                // The route to the client's mapping (its NAT's public address) too, an
+                // IPv4 route: the requests are lost.
                 let text = if direct {
                     let route = |verb: &str, to: std::net::IpAddr| {
                         let (family, len) = if to.is_ipv6() { ("-6", 128) } else { ("-4", 32) };
@@ -202,9 +202,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     // would prove nothing of the watch.
                     let preempts = shipworm_kernel_path::preempts_programs();
                     let want = if preempts { "clients" } else { "clients and destinations" };
-                    let kept = lab.relay_status().map(|s| s["data_path"]["route_verdicts"].clone());
-                    if kept.as_ref().and_then(|k| k.as_str()) != Some(want) {
-                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?}, not for {want}: {text}")));
+                    let status = lab.relay_status().map(|s| s["data_path"].clone());
+                    let kept = status.as_ref().map(|d| d["route_verdicts"].clone());
+                    let mappings = status.as_ref().map(|d| d["mapping_route_verdicts"].clone());
+                    if kept.as_ref().and_then(|k| k.as_str()) != Some(want)
+                        || mappings.as_ref().and_then(serde_json::Value::as_bool) != Some(!preempts)
+                    {
+                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?} and mappings' {mappings:?}, not for {want}: {text}")));
                     }
                     let mut text = text;
                     let to_blackhole: &[(&str, std::net::IpAddr)] = if preempts {

@@ -50,6 +50,7 @@ fn direct_settings(tun: u32) -> Settings {
 fn load_direct(w: &Recorder, tun: u32) -> KernelPath {
     let k = KernelPath::load(&direct_settings(tun)).unwrap_or_else(|e| panic!("{e}"));
     k.switch().route_verdicts(RouteVerdicts::ClientsAndDestinations).unwrap();
+    k.switch().mapping_verdicts(true).unwrap();
     for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
         k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
     }
@@ -380,9 +381,9 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
 }
 
 /// The IPv4 route to a client's mapping is kept per CPU slot like a destination's: until
-/// the host's routes are said to have changed, within the route's own MTU (asked of
-/// the kernel, not taken from the first packet), with any kind of verdicts kept, and
-/// not at all when none are.
+/// the host's IPv4 routes are said to have changed, within the route's own MTU (not the
+/// first packet's length), whatever is kept of the IPv6 routes, and not at all when
+/// told to keep none.
 #[test]
 fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
     in_direct_netns(|d0, tun| {
@@ -406,7 +407,7 @@ fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
         // Through a route of MTU 1200: a small packet moves first, and what it kept
         // is the route's MTU, not its own length.
         sh(&format!("ip route add {mapped}/32 dev d0 mtu lock 1200"));
-        k.switch().route_verdicts(both).unwrap();
+        k.switch().mapping_verdicts(true).unwrap();
         assert!(moves(&mut k, "small, the first", 12));
         assert!(moves(&mut k, "within the route's MTU", 1200 - 68));
         assert!(!moves(&mut k, "over the route's MTU", 1200 - 67));
@@ -415,22 +416,27 @@ fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
         sh(&format!("ip route replace blackhole {mapped}/32"));
         assert_eq!(moves(&mut k, "blackholed, not yet said", 12), per_cpu);
         assert_eq!(moves(&mut k, "blackholed, not yet said, large", 1200 - 68), per_cpu);
-        // Said: the route is looked up.
+        // A change of the IPv6 routes leaves it (it is the IPv4 routes'); said, the
+        // route is looked up.
         k.switch().route_verdicts(both).unwrap();
+        assert_eq!(moves(&mut k, "blackholed, the IPv6 routes' change said", 12), per_cpu);
+        k.switch().mapping_verdicts(true).unwrap();
         assert!(!moves(&mut k, "blackholed", 12));
-        // Kept with clients' verdicts only, and with mappings' only (the host's IPv6
-        // routing depends on more than the destination): the IPv4 route's answer is
-        // the routing's for the address whatever the packet.
-        for keep in [RouteVerdicts::Clients, RouteVerdicts::Mappings] {
+        // Kept whatever is kept of the IPv6 routes (none: the host's IPv6 routing
+        // depends on more than the destination): the IPv4 route's answer is the
+        // routing's for the address whatever the packet.
+        for keep in [RouteVerdicts::Clients, RouteVerdicts::None] {
             sh(&format!("ip route replace {mapped}/32 dev d0"));
             k.switch().route_verdicts(keep).unwrap();
+            k.switch().mapping_verdicts(true).unwrap();
             assert!(moves(&mut k, "routed", 12));
             sh(&format!("ip route replace blackhole {mapped}/32"));
             assert_eq!(moves(&mut k, &format!("blackholed, not yet said, keeping {}", keep.name()), 12), per_cpu);
         }
-        // Keeping none, a change is seen at once.
+        // Told to keep none, a change is seen at once.
         sh(&format!("ip route replace {mapped}/32 dev d0"));
-        k.switch().route_verdicts(RouteVerdicts::None).unwrap();
+        k.switch().route_verdicts(both).unwrap();
+        k.switch().mapping_verdicts(false).unwrap();
         assert!(moves(&mut k, "routed, keeping none", 12));
         sh(&format!("ip route replace blackhole {mapped}/32"));
         assert!(!moves(&mut k, "blackholed, keeping none", 12));
@@ -439,7 +445,7 @@ fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
         // generation's first verdict stays): both go out, and once both are
         // blackholed unsaid, the first still leaves and the other is looked up.
         if per_cpu {
-            k.switch().route_verdicts(both).unwrap();
+            k.switch().mapping_verdicts(true).unwrap();
             let slot = k.switch().mapping_slot(*mapped);
             let other = (1u32..1 << 20)
                 .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i))
