@@ -11,7 +11,7 @@
 //! encapsulation uses asks for it, and nothing arrives there as IPv4.
 
 use crate::io::netlink::Netlink;
-use crate::io::route_watch::{Listing, RouteWatch};
+use crate::io::route_watch::{Changed, Listing, RouteWatch};
 use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, RouteVerdicts, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
@@ -220,24 +220,53 @@ pub fn follow_routes(
     let start = Instant::now();
     let (mut ipv6, mut ipv4) = (Following::<RouteVerdicts>::new(start), Following::<bool>::new(start));
     let preempts = switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations;
+    // A kernel that may preempt the programs keeps none of the mappings' verdicts (per
+    // CPU): the IPv4 routing is not even listed then.
+    if preempts {
+        tracing::info!("kernel data path: {}", mapping_verdicts_said(true, true).1);
+    }
+    let tell4 = |keep: bool| switch.mapping_verdicts(keep);
+    let tell6 = |keep: RouteVerdicts| switch.route_verdicts(keep);
     while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let wait = ipv6.wait(now).min(ipv4.wait(now));
+        let wait = if preempts { ipv6.wait(now) } else { ipv6.wait(now).min(ipv4.wait(now)) };
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
+        // While one family's routing is listed (a full table takes a while), the
+        // other's verdicts are voided at once on a change to it, and renewed when due.
+        let mut failed = None;
         let keep6 = ipv6.step(changed.ipv6, now, || {
-            watch.verdicts_allowed(tun, stop).map(|allowed| ipv6_verdicts_said(allowed, preempts))
+            let mut meanwhile = |c: Changed| {
+                if let Err(e) = ipv4.meanwhile(c.ipv4 && !preempts, tell4) {
+                    failed.get_or_insert(e);
+                }
+            };
+            watch.verdicts_allowed(tun, stop, &mut meanwhile).map(|allowed| ipv6_verdicts_said(allowed, preempts))
         });
+        if let Some(e) = failed.take() {
+            return cannot_void(switch, halt, &e);
+        }
         if let Some(keep) = keep6 {
-            if let Err(e) = switch.route_verdicts(keep) {
+            if let Err(e) = tell6(keep) {
                 return cannot_void(switch, halt, &e);
             }
         }
+        if preempts {
+            continue;
+        }
         let keep4 = ipv4.step(changed.ipv4, now, || {
-            watch.mapping_verdicts_allowed(stop).map(|allowed| mapping_verdicts_said(allowed, preempts))
+            let mut meanwhile = |c: Changed| {
+                if let Err(e) = ipv6.meanwhile(c.ipv6, tell6) {
+                    failed.get_or_insert(e);
+                }
+            };
+            watch.mapping_verdicts_allowed(stop, &mut meanwhile).map(|allowed| mapping_verdicts_said(allowed, false))
         });
+        if let Some(e) = failed.take() {
+            return cannot_void(switch, halt, &e);
+        }
         if let Some(keep) = keep4 {
-            if let Err(e) = switch.mapping_verdicts(keep) {
+            if let Err(e) = tell4(keep) {
                 return cannot_void(switch, halt, &e);
             }
         }
@@ -332,6 +361,24 @@ impl<K: Copy + PartialEq + Default> Following<K> {
             None if self.keeping != K::default() => self.next_refresh.saturating_duration_since(now),
             None => Duration::MAX,
         }
+    }
+
+    /// While the other family's routing is listed: told at once what is to be voided on
+    /// a change to this one (`changed`), and renewed when due, by `tell`.
+    fn meanwhile(&mut self, changed: bool, tell: impl FnOnce(K) -> std::io::Result<()>) -> std::io::Result<()> {
+        let now = Instant::now();
+        let nothing = K::default();
+        if changed {
+            self.unsettled = Some(now);
+        }
+        if self.keeping == nothing || !(changed || now >= self.next_refresh) {
+            return Ok(());
+        }
+        if changed {
+            self.keeping = nothing;
+        }
+        self.next_refresh = now + ROUTE_REFRESH;
+        tell(self.keeping)
     }
 
     /// What the programs are to keep from now on, if they are to be told (each telling
@@ -480,5 +527,67 @@ impl KernelPeers for KernelPeerList {
         let entry = self.map.get(peer).ok()??;
         let ours = |at: u64| Duration::from_nanos(at.saturating_sub(self.base));
         Some((ours(entry.heard), entry.unanswered.map(ours)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One family's verdicts: kept once its routing has stood still and the listing
+    /// allows them, void at once on a change, renewed each second; and, while the
+    /// other family's routing is listed, voided at once on a change and renewed when
+    /// due all the same.
+    #[test]
+    fn each_familys_verdicts_are_voided_at_once_and_renewed_on_time_even_while_the_other_lists() {
+        let t0 = Instant::now();
+        let mut f = Following::<bool>::new(t0);
+        let allow = || Ok((true, "kept".to_string()));
+        assert_eq!(f.step(false, t0, allow), Some(true), "listed at the start, kept");
+        assert_eq!(f.step(false, t0 + Duration::from_millis(500), allow), None, "nothing due");
+        assert_eq!(f.step(false, t0 + ROUTE_REFRESH, allow), Some(true), "renewed");
+        let changed = t0 + ROUTE_REFRESH + Duration::from_millis(10);
+        assert_eq!(f.step(true, changed, allow), Some(false), "void at once");
+        assert_eq!(f.step(false, changed + Duration::from_millis(100), allow), None, "not settled");
+        let settled = changed + ROUTES_SETTLE;
+        assert_eq!(f.step(false, settled, allow), Some(true), "settled, listed again");
+        // While the other family lists: nothing to tell before the renewal is due...
+        let mut told = Vec::new();
+        f.meanwhile(false, |k| {
+            told.push(k);
+            Ok(())
+        })
+        .unwrap();
+        assert!(told.is_empty(), "told {told:?} before the renewal was due");
+        // ...renewed once due (the clock is the real one here: the renewal is made
+        // due by hand)...
+        f.next_refresh = Instant::now();
+        f.meanwhile(false, |k| {
+            told.push(k);
+            Ok(())
+        })
+        .unwrap();
+        // ...and voided at once on a change, then left alone until listed again.
+        f.meanwhile(true, |k| {
+            told.push(k);
+            Ok(())
+        })
+        .unwrap();
+        f.meanwhile(true, |k| {
+            told.push(k);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(told, [true, false]);
+        assert!(!f.keeping && f.unsettled.is_some());
+        // A failure to tell is the caller's.
+        let mut g = Following::<RouteVerdicts>::new(t0);
+        g.step(false, t0, || Ok((RouteVerdicts::Clients, String::new())));
+        assert!(g.meanwhile(true, |_| Err(std::io::Error::other("refused"))).is_err());
+        // A listing that fails keeps nothing and is tried again a second later.
+        let mut h = Following::<bool>::new(t0);
+        assert_eq!(h.step(false, t0, || Err(Listing::Failed("no".into()))), None);
+        assert_eq!(h.step(false, t0 + ROUTES_SETTLE + Duration::from_millis(1), allow), None, "too soon");
+        assert_eq!(h.step(false, t0 + ROUTE_REFRESH + ROUTES_SETTLE, allow), Some(true));
     }
 }

@@ -133,13 +133,16 @@ impl RouteWatch {
         if !seen.any() && !self.readable(timeout) {
             return seen;
         }
-        for _ in 0..DRAIN_CAP {
+        let mut notifications = 0;
+        while notifications < DRAIN_CAP {
             self.buf.clear();
             match self.socket.recv_from(&mut self.buf, 0) {
-                // The rest of a listing given up on is no change.
+                // The rest of a listing given up on is no change (and, however long,
+                // drained here: the next listing needs the socket's dump done).
                 Ok((n, from)) if n > 0 => {
                     if from.port_number() == 0 && !self.answer_to_us() {
                         seen.add(self.touched());
+                        notifications += 1;
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => seen = Changed::BOTH,
@@ -188,18 +191,26 @@ impl RouteWatch {
     /// a native destination's too while, besides, no route splits flows among next hops
     /// at all. A change the kernel told of while the listings came makes them stale
     /// ([`Listing::Changed`]). A stop (`stop`) ends it early.
-    pub fn verdicts_allowed(&mut self, tun: u32, stop: &AtomicBool) -> Result<RouteVerdicts, Listing> {
+    /// `meanwhile` is told of each change the kernel tells of during the listings (and
+    /// called at each datagram read, with none): the other family's verdicts are its
+    /// to void or renew while this one's are listed.
+    pub fn verdicts_allowed(
+        &mut self,
+        tun: u32,
+        stop: &AtomicBool,
+        meanwhile: &mut dyn FnMut(Changed),
+    ) -> Result<RouteVerdicts, Listing> {
         let mut rule = RuleMessage::default();
         rule.header.family = AddressFamily::Inet6;
         let (mut by_destination, mut single_path) = (true, true);
-        self.list(RouteNetlinkMessage::GetRule(rule), stop, &mut |m| {
+        self.list(RouteNetlinkMessage::GetRule(rule), stop, meanwhile, &mut |m| {
             if let RouteNetlinkMessage::NewRule(r) = m {
                 by_destination &= kernels_own_rule(&r);
             }
         })?;
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet6;
-        self.list(RouteNetlinkMessage::GetRoute(route), stop, &mut |m| {
+        self.list(RouteNetlinkMessage::GetRoute(route), stop, meanwhile, &mut |m| {
             if let RouteNetlinkMessage::NewRoute(r) = m {
                 by_destination &= by_destination_alone(&r, tun);
                 single_path &= !splits_flows(&r);
@@ -218,12 +229,17 @@ impl RouteWatch {
     /// Whether the host's IPv4 routing lets the programs keep the verdicts on the routes
     /// to clients' mappings: while no route shares flows among next hops (listed with
     /// its next hops: one through a nexthop object listed without them may be a
-    /// group). A change the kernel told of while the listing came makes it stale.
-    pub fn mapping_verdicts_allowed(&mut self, stop: &AtomicBool) -> Result<bool, Listing> {
+    /// group). A change the kernel told of while the listing came makes it stale;
+    /// `meanwhile` as for [`RouteWatch::verdicts_allowed`].
+    pub fn mapping_verdicts_allowed(
+        &mut self,
+        stop: &AtomicBool,
+        meanwhile: &mut dyn FnMut(Changed),
+    ) -> Result<bool, Listing> {
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet;
         let mut single_path = true;
-        self.list(RouteNetlinkMessage::GetRoute(route), stop, &mut |m| {
+        self.list(RouteNetlinkMessage::GetRoute(route), stop, meanwhile, &mut |m| {
             if let RouteNetlinkMessage::NewRoute(r) = m {
                 single_path &= !splits_flows(&r) && listed_with_next_hops(&r);
             }
@@ -242,6 +258,7 @@ impl RouteWatch {
         &mut self,
         request: RouteNetlinkMessage,
         stop: &AtomicBool,
+        meanwhile: &mut dyn FnMut(Changed),
         each: &mut dyn FnMut(RouteNetlinkMessage),
     ) -> Result<(), Listing> {
         use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
@@ -275,6 +292,7 @@ impl RouteWatch {
                 Ok((n, from)) if n > 0 && from.port_number() == 0 => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.noticed = Changed::BOTH;
+                    meanwhile(Changed::BOTH);
                     continue;
                 }
                 _ => continue,
@@ -282,6 +300,8 @@ impl RouteWatch {
             if n > self.buf.len() {
                 return Err(failed(format!("a netlink datagram of {n} bytes was cut to {}", self.buf.len())));
             }
+            // Time for the other family's renewal, if due.
+            meanwhile(Changed::default());
             let mut datagram = &self.buf[..];
             while !datagram.is_empty() {
                 let word = |at: usize| {
@@ -300,8 +320,11 @@ impl RouteWatch {
                     || port != self.port
                     || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
                 {
-                    // A notification meanwhile: a change, seen after this listing.
-                    self.noticed.add(Changed::of(message));
+                    // A notification meanwhile: a change, seen after this listing (and
+                    // by `meanwhile` now).
+                    let c = Changed::of(message);
+                    self.noticed.add(c);
+                    meanwhile(c);
                     continue;
                 }
                 if flags & NLM_F_DUMP_INTR != 0 {
@@ -418,19 +441,28 @@ mod tests {
             let sent = forger.send_to(&[0u8; 64], &SocketAddr::new(at.port_number(), 0), 0);
             let forged = watch.changed_within(Duration::from_millis(50)).any();
             let mut heard = Vec::new();
-            sh("ip link set lo up; ip link add t0 type veth peer name t1; ip link set t0 up; ip link set t1 up");
+            // No duplicate address detection: its end (a second or two after a link
+            // comes up) would be a late IPv6 change, in any row's window.
+            sh("sysctl -qw net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0; \
+                ip link set lo up; ip link add t0 type veth peer name t1; ip link set t0 up; ip link set t1 up");
             let tun = unsafe { libc::if_nametoindex(c"t0".as_ptr()) };
             while watch.changed_within(Duration::from_millis(50)).any() {}
             // Asked again if a late notification of the last change came meanwhile.
             let never = AtomicBool::new(false);
             let ask = |watch: &mut RouteWatch| {
-                let mut answer = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
+                let mut answer = (
+                    watch.verdicts_allowed(tun, &never, &mut |_| {}),
+                    watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+                );
                 for _ in 0..5 {
                     if answer.0 != Err(Listing::Changed) && answer.1 != Err(Listing::Changed) {
                         break;
                     }
                     while watch.changed_within(Duration::from_millis(20)).any() {}
-                    answer = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
+                    answer = (
+                        watch.verdicts_allowed(tun, &never, &mut |_| {}),
+                        watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+                    );
                 }
                 answer
             };
@@ -517,17 +549,29 @@ mod tests {
             // A change the kernel tells of while the listings come makes its family's
             // stale, not the other's.
             sh("ip -6 route add blackhole 2001:db8:9::/48");
-            let stale = (watch.mapping_verdicts_allowed(&never), watch.verdicts_allowed(tun, &never));
+            // And the listing tells its caller of it at once (the other family's to
+            // void while this one is listed).
+            let mut meanwhile = Changed::default();
+            let stale = (
+                watch.mapping_verdicts_allowed(&never, &mut |c| meanwhile.add(c)),
+                watch.verdicts_allowed(tun, &never, &mut |_| {}),
+            );
             while watch.changed_within(Duration::from_millis(20)).any() {}
             sh("ip route add blackhole 198.51.100.9/32");
-            let stale4 = (watch.verdicts_allowed(tun, &never), watch.mapping_verdicts_allowed(&never));
+            let mut meanwhile4 = Changed::default();
+            let stale4 = (
+                watch.verdicts_allowed(tun, &never, &mut |c| meanwhile4.add(c)),
+                watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+            );
             while watch.changed_within(Duration::from_millis(20)).any() {}
             allowed.push(("listed again once read", ask(&mut watch), (Ok(Both), Ok(true))));
-            Some((quiet, sent.is_err(), forged, heard, allowed, stale, stale4))
+            Some((quiet, sent.is_err(), forged, heard, allowed, (stale, meanwhile), (stale4, meanwhile4)))
         });
         let Some((quiet, refused, forged, heard, allowed, stale, stale4)) = t.join().unwrap() else { return };
-        assert_eq!(stale, (Ok(true), Err(Listing::Changed)), "a listing during which the IPv6 routing changed");
-        assert_eq!(stale4, (Ok(RouteVerdicts::ClientsAndDestinations), Err(Listing::Changed)), "the same, IPv4");
+        let v6 = Changed { ipv6: true, ipv4: false };
+        let v4 = Changed { ipv6: false, ipv4: true };
+        assert_eq!(stale, ((Ok(true), Err(Listing::Changed)), v6), "a listing during which the IPv6 routing changed");
+        assert_eq!(stale4, ((Ok(RouteVerdicts::ClientsAndDestinations), Err(Listing::Changed)), v4), "the same, IPv4");
         assert!(!quiet, "a change told with none made");
         assert!(refused && !forged, "another socket's datagram reached the watch");
         for (change, told, right) in heard {
