@@ -72,6 +72,7 @@ pub(crate) fn map_figures(sizes: &[usize], probes: u32, say: &mut dyn FnMut(&str
             prefix: [0x20, 0x01, 0, 0],
             client_tun: None,
             direct_tun: None,
+            relay_tun: None,
         };
         let mut k = KernelPath::load(&settings).map_err(|e| e.to_string())?;
         let empty = k.peer_map_bytes().map_err(|e| e.to_string())?;

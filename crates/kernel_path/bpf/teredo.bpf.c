@@ -503,7 +503,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	__be16 to_port = p->port;
 	__u32 out_len = piece + OUTER_LEN;
 
-	// A direct relay's verdict for the mapping, kept while the host's IPv4 routes stand
+	// A relay's verdict for the mapping, kept while the host's IPv4 routes stand
 	// (generation `routes4`): the look-up's every input but the address is the same
 	// for each packet (the Teredo interface, the service socket's address, no ports,
 	// no mark), so its answer depends on the address and the routing alone (userland
@@ -515,7 +515,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	__u32 out;
 	__be32 source;
 	struct bpf_redir_neigh nh = {};
-	if (routes && cfg->direct && !cfg->client && via == cfg->tun) {
+	if (routes && !cfg->client && via == cfg->tun) {
 		__u32 slot = mapping_slot(to, cfg);
 		m = bpf_map_lookup_elem(&mapping_routes, &slot);
 		if (m && m->addr == to && stamp_holds(m->stamp, routes, 0, out_len)) {

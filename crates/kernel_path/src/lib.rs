@@ -62,6 +62,10 @@ pub struct Settings {
     /// stack (`KernelForward direct`): the index of its Teredo interface, whose routes
     /// tell which native packets are for its clients.
     pub direct_tun: Option<u32>,
+    /// A relay's, whichever way it forwards: the index of its Teredo interface, whose
+    /// packets to clients are encapsulated (the route to each client's mapping may be
+    /// kept, [`Switch::mapping_verdicts`]).
+    pub relay_tun: Option<u32>,
 }
 
 /// Why the kernel data path is not there.
@@ -114,6 +118,8 @@ pub enum Program {
     TcIngressTrain(u32, u32),
     /// `teredo_encap` (tc egress), run on an Ethernet frame.
     Encap,
+    /// The same, leaving by interface `.0` (a relay's Teredo interface).
+    EncapOn(u32),
 }
 
 /// The slots a direct relay keeps native destinations' route verdicts in, 48 bytes
@@ -160,10 +166,13 @@ impl KernelPath {
         }
         let direct = settings.direct_tun.is_some() && settings.client_tun.is_none();
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
-        let slots = if direct { destination_slots(cpus) } else { 1 };
+        let relay_tun = if settings.client_tun.is_none() { settings.direct_tun.or(settings.relay_tun) } else { None };
+        // The same count of slots for mappings as for destinations (the keyed hash's
+        // mask is shared).
+        let slots = if relay_tun.is_some() { destination_slots(cpus) } else { 1 };
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
-            .set_max_entries("destinations", slots)
+            .set_max_entries("destinations", if direct { slots } else { 1 })
             .set_max_entries("mapping_routes", slots)
             .load(OBJECT)
             .map_err(|e| Error::Load(e.to_string()))?;
@@ -188,7 +197,7 @@ impl KernelPath {
             client: u8::from(settings.client_tun.is_some()),
             direct: u8::from(direct),
             single_path: 0,
-            tun: settings.client_tun.or(settings.direct_tun).unwrap_or(0),
+            tun: settings.client_tun.or(relay_tun).unwrap_or(0),
             own: [0; 16],
             // No route verdict kept until whoever watches the host's routing says so
             // (`Switch::route_verdicts`).
@@ -206,7 +215,10 @@ impl KernelPath {
         } else {
             RouteVerdicts::None
         };
-        let switch = Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most };
+        // Mappings' verdicts are per CPU too: a relay's that knows its Teredo interface.
+        let mappings = relay_tun.is_some() && !preempts_programs();
+        let switch =
+            Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most, mappings };
         switch.set_address(None).map_err(Error::Map)?;
         Ok(KernelPath { bpf, peers, counters, cpus, switch })
     }
@@ -302,13 +314,14 @@ impl KernelPath {
     /// (`BPF_PROG_TEST_RUN`), nothing attached: for tests (the encapsulation is told
     /// to expect the Ethernet header a Teredo interface does not have).
     pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
-        let encap = program == Program::Encap;
+        let encap = matches!(program, Program::Encap | Program::EncapOn(_));
         self.switch.change(|s| s.l2 = u8::from(encap))?;
         let (name, ifindex, gso_size) = match program {
             Program::DecapXdp => ("teredo_decap", 0, 0),
             Program::TcIngress(ifindex) => ("teredo_ingress", ifindex, 0),
             Program::TcIngressTrain(ifindex, gso_size) => ("teredo_ingress", ifindex, gso_size),
             Program::Encap => ("teredo_encap", 0, 0),
+            Program::EncapOn(ifindex) => ("teredo_encap", ifindex, 0),
         };
         let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
         let fd = program.fd().map_err(io::Error::other)?;

@@ -253,6 +253,8 @@ pub struct Switch {
     pub(crate) generation: Arc<std::sync::atomic::AtomicU32>,
     /// The most the programs may keep ([`Switch::most_route_verdicts`]).
     pub(crate) most: RouteVerdicts,
+    /// Whether they may keep mappings' verdicts ([`Switch::may_keep_mapping_verdicts`]).
+    pub(crate) mappings: bool,
 }
 
 impl Switch {
@@ -304,10 +306,10 @@ impl Switch {
 
     /// Every verdict a direct relay's programs keep on the IPv4 route to a client's
     /// mapping is void from now on; they keep new ones if `keep` says so (under a new
-    /// generation of the host's IPv4 routes), unless the kernel may preempt them (a
-    /// mapping's verdict is one CPU's, as a destination's).
+    /// generation of the host's IPv4 routes) and they may
+    /// ([`Switch::may_keep_mapping_verdicts`]).
     pub fn mapping_verdicts(&self, keep: bool) -> io::Result<()> {
-        let keep = keep && self.most == RouteVerdicts::ClientsAndDestinations;
+        let keep = keep && self.mappings;
         let next = self.next_generation();
         self.change(|s| s.routes4 = if keep { next } else { 0 })
     }
@@ -362,6 +364,13 @@ impl Switch {
             h ^= h >> 29;
         }
         ((h >> 32) as u32) & s.slot_mask
+    }
+
+    /// Whether the programs may keep verdicts on the routes to clients' mappings: a
+    /// relay's (either way of forwarding), unless the kernel may preempt them (a
+    /// mapping's verdict is one CPU's, as a destination's).
+    pub fn may_keep_mapping_verdicts(&self) -> bool {
+        self.mappings
     }
 
     /// The most the programs may keep, whatever the host's routing: a destination's

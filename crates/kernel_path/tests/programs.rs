@@ -41,6 +41,7 @@ fn settings() -> Settings {
         prefix: [0x20, 0x01, 0, 0],
         client_tun: None,
         direct_tun: None,
+        relay_tun: None,
     }
 }
 

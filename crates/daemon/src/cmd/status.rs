@@ -74,6 +74,9 @@ fn data_path(d: &serde_json::Value, relay: bool) -> String {
         match (s("forward"), d["route_verdicts"].as_str()) {
             ("direct", Some(kept)) => text += &format!("; forwarding directly, route verdicts kept: {kept}{mappings}"),
             ("direct", None) => text += "; forwarding directly",
+            _ if d["mapping_route_verdicts"] == true => {
+                text += "; forwarding through the host's stack, route verdicts kept: clients' mappings";
+            }
             _ => text += "; forwarding through the host's stack",
         }
     }
@@ -136,6 +139,13 @@ mod tests {
         assert_eq!(
             data_path(&mixed, true),
             "kernel: decapsulation on eth0, eth1, by tc ingress on one at least; forwarding through the host's stack"
+        );
+        let kept = serde_json::json!({
+            "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"], "mapping_route_verdicts": true,
+        });
+        assert_eq!(
+            data_path(&kept, true),
+            "kernel: decapsulation by XDP in the driver on eth0; forwarding through the host's stack, route verdicts kept: clients' mappings"
         );
         let stack = serde_json::json!({ "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"] });
         assert_eq!(

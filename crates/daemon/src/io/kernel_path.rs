@@ -59,9 +59,11 @@ pub struct KernelDataPath {
     /// The kernel's ids of the programs (read at set-up: the confined relay may not
     /// ask), for the status.
     pub programs: Vec<u32>,
-    /// A direct relay's watch on the host's routing and its Teredo interface's index,
-    /// for [`follow_routes`].
+    /// A relay's watch on the host's routing and its Teredo interface's index, for
+    /// [`follow_routes`].
     pub routes: Option<(RouteWatch, u32)>,
+    /// A relay's (not a client's).
+    pub relay: bool,
 }
 
 /// What the daemon needs to know to set the kernel path up.
@@ -146,15 +148,18 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         prefix: want.prefix.to_be_bytes(),
         client_tun: None,
         direct_tun: None,
+        relay_tun: None,
     };
-    // A direct relay's programs keep each peer's route verdict until told the host's
-    // routing changed: subscribed before they load, so that no change comes between.
-    let watch = if want.direct && !want.client { Some(RouteWatch::new()?) } else { None };
+    // A relay's programs keep the route to each client's mapping (a direct relay's,
+    // each peer's IPv6 route too) until told the host's routing changed: subscribed
+    // before they load, so that no change comes between.
+    let watch = if want.client { None } else { Some(RouteWatch::new()?) };
     let tun = nl.link_index(want.tun)?;
     let routes = watch.map(|w| (w, tun));
     let settings = Settings {
         client_tun: want.client.then_some(tun),
         direct_tun: (want.direct && !want.client).then_some(tun),
+        relay_tun: (!want.client).then_some(tun),
         ..settings
     };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
@@ -189,7 +194,16 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
     let programs = path.program_ids();
     let direct = want.direct && !want.client;
-    Ok(KernelDataPath { path, decap, interfaces, direct, refused: Arc::new(AtomicU64::new(0)), programs, routes })
+    Ok(KernelDataPath {
+        path,
+        decap,
+        interfaces,
+        direct,
+        refused: Arc::new(AtomicU64::new(0)),
+        programs,
+        routes,
+        relay: !want.client,
+    })
 }
 
 /// How long a direct relay's route verdicts are kept at most, for the changes the
@@ -219,25 +233,32 @@ pub fn follow_routes(
     const STOP_CHECK: Duration = Duration::from_millis(100);
     let start = Instant::now();
     let (mut ipv6, mut ipv4) = (Following::<RouteVerdicts>::new(start), Following::<bool>::new(start));
+    // A relay through the host's stack keeps no IPv6 verdict, and a kernel that may
+    // preempt the programs none of the mappings' (per CPU): their routing is not even
+    // listed then.
+    let follow6 = switch.most_route_verdicts() > RouteVerdicts::None;
     let preempts = switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations;
-    // A kernel that may preempt the programs keeps none of the mappings' verdicts (per
-    // CPU): the IPv4 routing is not even listed then.
-    if preempts {
+    let follow4 = switch.may_keep_mapping_verdicts();
+    if !follow4 && shipworm_kernel_path::preempts_programs() {
         tracing::info!("kernel data path: {}", mapping_verdicts_said(true, true).1);
     }
     let tell4 = |keep: bool| switch.mapping_verdicts(keep);
     let tell6 = |keep: RouteVerdicts| switch.route_verdicts(keep);
     while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let wait = if preempts { ipv6.wait(now) } else { ipv6.wait(now).min(ipv4.wait(now)) };
+        let wait = match (follow6, follow4) {
+            (true, true) => ipv6.wait(now).min(ipv4.wait(now)),
+            (true, false) => ipv6.wait(now),
+            (false, _) => ipv4.wait(now),
+        };
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
         // While one family's routing is listed (a full table takes a while), the
         // other's verdicts are voided at once on a change to it, and renewed when due.
         let mut failed = None;
-        let keep6 = ipv6.step(changed.ipv6, now, || {
+        let keep6 = ipv6.step(changed.ipv6 || !follow6, now, || {
             let mut meanwhile = |c: Changed| {
-                if let Err(e) = ipv4.meanwhile(c.ipv4 && !preempts, tell4) {
+                if let Err(e) = ipv4.meanwhile(c.ipv4 && follow4, tell4) {
                     failed.get_or_insert(e);
                 }
             };
@@ -251,10 +272,7 @@ pub fn follow_routes(
                 return cannot_void(switch, halt, &e);
             }
         }
-        if preempts {
-            continue;
-        }
-        let keep4 = ipv4.step(changed.ipv4, now, || {
+        let keep4 = ipv4.step(changed.ipv4 || !follow4, now, || {
             let mut meanwhile = |c: Changed| {
                 if let Err(e) = ipv6.meanwhile(c.ipv6, tell6) {
                     failed.get_or_insert(e);

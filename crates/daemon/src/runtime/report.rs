@@ -86,6 +86,8 @@ pub(crate) fn data_path_json(kernel: Option<&KernelDataPath>) -> serde_json::Val
             // A direct relay's: which route verdicts its programs keep now.
             if k.direct {
                 d["route_verdicts"] = k.switch().kept_route_verdicts().name().into();
+            }
+            if k.relay {
                 d["mapping_route_verdicts"] = k.switch().keeps_mapping_verdicts().into();
             }
             d

@@ -173,18 +173,18 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     return Err(Failed::at(8, format!("step 8: {text}")));
                 }
                 let rly = lab.ns("rly");
-                // Forwarding directly, the relay's programs keep each client's route
-                // verdict and each native destination's, and a change of the relay
-                // host's routes voids them at once (its watch, not the second they are
-                // kept at most): the client's address routed to a blackhole there, the
-                // pings right after are lost (their requests); the native host's
-                // address so routed, lost too (their answers); each route gone, they
-                // are answered again. (A destination's verdict is kept per CPU: which
-                // CPU an answer reaches the relay on is the lab's; the programs' test
-                // shows one kept and voided on its own.)
-                // The route to the client's mapping (its NAT's public address) too, an
-                // IPv4 route: the requests are lost.
-                let text = if direct {
+                // The relay's programs keep the route to the client's mapping (its NAT's
+                // public address, an IPv4 route), and forwarding directly, each
+                // client's route verdict and each native destination's; a change of
+                // the relay host's routes voids them at once (its watch, not the
+                // second they are kept at most): the client's address routed to a
+                // blackhole there, the pings right after are lost (their requests);
+                // the native host's address so routed, lost too (their answers); the
+                // mapping, their requests again; each route gone, they are answered
+                // again. (Destinations' and mappings' verdicts are kept per CPU: which
+                // CPU a packet reaches the relay on is the lab's; the programs' tests
+                // show each kept and voided on its own.)
+                let text = {
                     let route = |verb: &str, to: std::net::IpAddr| {
                         let (family, len) = if to.is_ipv6() { ("-6", 128) } else { ("-4", 32) };
                         shipworm_lab::netns::exec(&rly, &["ip", family, "route", verb, "blackhole", &format!("{to}/{len}")])
@@ -197,30 +197,36 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         shipworm_lab::traffic::ping_from(&lab.ns("h6"), shipworm_lab::HOST6_V6, o.address, n, 1)
                             .map_err(|e| Failed::at(9, format!("step 9: ping6: {e}")))
                     };
-                    // The relay keeps both kinds here (its status says so; clients'
-                    // only on a kernel that may preempt programs), or the losses below
-                    // would prove nothing of the watch.
+                    // The relay keeps these here (its status says so; a direct relay
+                    // clients' only, and no relay mappings', on a kernel that may
+                    // preempt programs), or the losses below would prove nothing of
+                    // the watch.
                     let preempts = shipworm_kernel_path::preempts_programs();
-                    let want = if preempts { "clients" } else { "clients and destinations" };
+                    let want = match (direct, preempts) {
+                        (false, _) => None,
+                        (true, true) => Some("clients"),
+                        (true, false) => Some("clients and destinations"),
+                    };
                     let status = lab.relay_status().map(|s| s["data_path"].clone());
                     let kept = status.as_ref().map(|d| d["route_verdicts"].clone());
                     let mappings = status.as_ref().map(|d| d["mapping_route_verdicts"].clone());
-                    if kept.as_ref().and_then(|k| k.as_str()) != Some(want)
+                    if kept.as_ref().and_then(|k| k.as_str()) != want
                         || mappings.as_ref().and_then(serde_json::Value::as_bool) != Some(!preempts)
                     {
-                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?} and mappings' {mappings:?}, not for {want}: {text}")));
+                        return Err(Failed::at(9, format!("step 9: the relay keeps route verdicts {kept:?} and mappings' {mappings:?}, not {want:?}: {text}")));
                     }
                     let mut text = text;
-                    let to_blackhole: &[(&str, std::net::IpAddr)] = if preempts {
-                        &[("the client's address", o.address.into())]
-                    } else {
-                        &[
-                            ("the client's address", o.address.into()),
-                            ("the native host's address", shipworm_lab::HOST6_V6.into()),
-                            ("the client's mapping", mapping),
-                        ]
-                    };
-                    for &(what, to) in to_blackhole {
+                    let mut to_blackhole: Vec<(&str, std::net::IpAddr)> = Vec::new();
+                    if direct {
+                        to_blackhole.push(("the client's address", o.address.into()));
+                        if !preempts {
+                            to_blackhole.push(("the native host's address", shipworm_lab::HOST6_V6.into()));
+                        }
+                    }
+                    if !preempts {
+                        to_blackhole.push(("the client's mapping", mapping));
+                    }
+                    for (what, to) in to_blackhole {
                         // One answered right before: the verdict is kept in this
                         // generation, so that only the watch can void it in time.
                         let primed = pings(1)?;
@@ -234,8 +240,6 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             return Err(Failed::at(9, format!("step 9: the relay did not follow its host's route at once: {text}")));
                         }
                     }
-                    text
-                } else {
                     text
                 };
                 // A daemon killed leaves nothing attached: its programs were held by links

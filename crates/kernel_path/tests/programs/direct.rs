@@ -467,3 +467,45 @@ fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
         }
     });
 }
+
+/// A relay that forwards through the host's stack keeps the route to each client's
+/// mapping too, at its Teredo interface's egress: until told, and only for packets
+/// leaving by that interface.
+#[test]
+fn a_relay_through_the_stack_keeps_the_route_to_each_clients_mapping_until_told() {
+    in_direct_netns(|d0, tun| {
+        let (_, w) = relay_trusting_c();
+        let mut k =
+            KernelPath::load(&Settings { relay_tun: Some(tun), ..settings() }).unwrap_or_else(|e| panic!("{e}"));
+        for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
+            k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
+        }
+        let per_cpu = k.switch().may_keep_mapping_verdicts();
+        assert_eq!(per_cpu, !shipworm_kernel_path::preempts_programs());
+        assert_eq!(k.switch().most_route_verdicts(), RouteVerdicts::None, "no IPv6 verdicts through the stack");
+        let frame = l2(&ipv6(NATIVE, C, 63, &[6u8; 12]));
+        let leaves = |k: &mut KernelPath, on: u32, name: &str| -> bool {
+            let out = k.test_run(Program::EncapOn(on), &frame).unwrap();
+            match out.verdict {
+                TC_ACT_REDIRECT => true,
+                TC_ACT_OK => false,
+                v => panic!("{name}: verdict {v}"),
+            }
+        };
+        let mapped = C_MAPPED.ip();
+        k.switch().mapping_verdicts(true).unwrap();
+        assert!(leaves(&mut k, tun, "routed"));
+        sh(&format!("ip route add blackhole {mapped}/32"));
+        assert_eq!(leaves(&mut k, tun, "blackholed, not yet said"), per_cpu);
+        // Leaving by another interface (which a relay's program never does), the
+        // verdict is not for it: looked up.
+        assert!(!leaves(&mut k, d0, "by another interface"));
+        k.switch().mapping_verdicts(true).unwrap();
+        assert!(!leaves(&mut k, tun, "blackholed"));
+        sh(&format!("ip route del blackhole {mapped}/32"));
+        k.switch().mapping_verdicts(false).unwrap();
+        assert!(leaves(&mut k, tun, "routed, keeping none"));
+        sh(&format!("ip route add blackhole {mapped}/32"));
+        assert!(!leaves(&mut k, tun, "blackholed, keeping none"));
+    });
+}
