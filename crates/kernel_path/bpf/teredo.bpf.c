@@ -65,7 +65,8 @@ struct config {
 	__u8 single_path; // 1: no route of the host splits flows among next hops, so a
 	                  // native destination's route verdict may be kept too
 	__u32 tun;       // the Teredo interface's index: where a client's packets arrive;
-	                 // a direct relay's, whose routes mark Teredo destinations
+	                 // a relay's, whose routes mark Teredo destinations (a direct
+	                 // relay's) and whose egress encapsulates
 	__u8 own[16];    // the client's Teredo address (zero while it has none)
 	__u32 routes;    // the generation of the host's IPv6 routes: userland moves it on
 	                 // every change of them (and at least every second), which voids
@@ -73,7 +74,7 @@ struct config {
 	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
 	__u32 slot_mask;   // a CPU's destination slots less one (a power of two less one)
 	__u32 routes4;     // the generation of the host's IPv4 routes, as `routes` is of the
-	                   // IPv6 ones: a direct relay's verdicts on the routes to clients'
+	                   // IPv6 ones: a relay's verdicts on the routes to clients'
 	                   // mappings (0: keep none)
 };
 
@@ -138,7 +139,7 @@ struct {
 	__type(value, struct destination);
 } destinations SEC(".maps");
 
-// A direct relay's route verdict for the IPv4 address of a client's mapping, kept as a
+// A relay's route verdict for the IPv4 address of a client's mapping, kept as a
 // destination's is (`route_stamp`, with no arriving interface: the encapsulation's
 // look-up is always made as if from the Teredo interface): the address, the route's
 // way out, next hop and preferred source.
@@ -154,7 +155,7 @@ struct mapping_route {
 // destinations' keyed hash, per CPU for the same reasons.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1); // set by the loader: a direct relay's slots (`slot_mask` + 1)
+	__uint(max_entries, 1); // set by the loader: a relay's slots (`slot_mask` + 1)
 	__type(key, __u32);
 	__type(value, struct mapping_route);
 } mapping_routes SEC(".maps");

@@ -167,9 +167,12 @@ impl KernelPath {
         let direct = settings.direct_tun.is_some() && settings.client_tun.is_none();
         let cpus = aya::util::nr_cpus().map_err(|(path, e)| Error::Load(format!("{path}: {e}")))?;
         let relay_tun = if settings.client_tun.is_none() { settings.direct_tun.or(settings.relay_tun) } else { None };
+        // Mappings' verdicts are per CPU, as destinations': a relay's that knows its
+        // Teredo interface, on a kernel that does not preempt the programs.
+        let mappings = relay_tun.is_some() && !preempts_programs();
         // The same count of slots for mappings as for destinations (the keyed hash's
         // mask is shared).
-        let slots = if relay_tun.is_some() { destination_slots(cpus) } else { 1 };
+        let slots = if direct || mappings { destination_slots(cpus) } else { 1 };
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
             .set_max_entries("destinations", if direct { slots } else { 1 })
@@ -215,8 +218,6 @@ impl KernelPath {
         } else {
             RouteVerdicts::None
         };
-        // Mappings' verdicts are per CPU too: a relay's that knows its Teredo interface.
-        let mappings = relay_tun.is_some() && !preempts_programs();
         let switch =
             Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most, mappings };
         switch.set_address(None).map_err(Error::Map)?;

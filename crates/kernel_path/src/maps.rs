@@ -304,7 +304,7 @@ impl Switch {
         })
     }
 
-    /// Every verdict a direct relay's programs keep on the IPv4 route to a client's
+    /// Every verdict a relay's programs keep on the IPv4 route to a client's
     /// mapping is void from now on; they keep new ones if `keep` says so (under a new
     /// generation of the host's IPv4 routes) and they may
     /// ([`Switch::may_keep_mapping_verdicts`]).

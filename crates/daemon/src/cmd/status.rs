@@ -77,6 +77,9 @@ fn data_path(d: &serde_json::Value, relay: bool) -> String {
             _ if d["mapping_route_verdicts"] == true => {
                 text += "; forwarding through the host's stack, route verdicts kept: clients' mappings";
             }
+            _ if d["mapping_route_verdicts"] == false => {
+                text += "; forwarding through the host's stack, no route verdicts kept";
+            }
             _ => text += "; forwarding through the host's stack",
         }
     }
@@ -146,6 +149,13 @@ mod tests {
         assert_eq!(
             data_path(&kept, true),
             "kernel: decapsulation by XDP in the driver on eth0; forwarding through the host's stack, route verdicts kept: clients' mappings"
+        );
+        let none = serde_json::json!({
+            "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"], "mapping_route_verdicts": false,
+        });
+        assert_eq!(
+            data_path(&none, true),
+            "kernel: decapsulation by XDP in the driver on eth0; forwarding through the host's stack, no route verdicts kept"
         );
         let stack = serde_json::json!({ "kind": "kernel", "decap": "xdp", "forward": "stack", "interfaces": ["eth0"] });
         assert_eq!(

@@ -152,8 +152,10 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     };
     // A relay's programs keep the route to each client's mapping (a direct relay's,
     // each peer's IPv6 route too) until told the host's routing changed: subscribed
-    // before they load, so that no change comes between.
-    let watch = if want.client { None } else { Some(RouteWatch::new()?) };
+    // before they load, so that no change comes between. (A relay through the stack
+    // on a kernel that may preempt the programs keeps nothing: no watch.)
+    let keeps = want.direct || !shipworm_kernel_path::preempts_programs();
+    let watch = if want.client || !keeps { None } else { Some(RouteWatch::new()?) };
     let tun = nl.link_index(want.tun)?;
     let routes = watch.map(|w| (w, tun));
     let settings = Settings {
@@ -206,7 +208,7 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     })
 }
 
-/// How long a direct relay's route verdicts are kept at most, for the changes the
+/// How long a relay's route verdicts are kept at most, for the changes the
 /// kernel tells of to nobody (a path MTU it learns, an MTU set by sysctl).
 pub const ROUTE_REFRESH: Duration = Duration::from_secs(1);
 
@@ -215,7 +217,7 @@ pub const ROUTE_REFRESH: Duration = Duration::from_secs(1);
 /// this often, and its packets meanwhile look their routes up.
 const ROUTES_SETTLE: Duration = Duration::from_millis(200);
 
-/// Keeps a direct relay's route verdicts (`tun`: its Teredo interface) to the host's
+/// Keeps a relay's route verdicts (`tun`: its Teredo interface) to the host's
 /// routing until `stop`, each family's on its own: void at once when the kernel tells
 /// of a change to it, kept again once that routing has stayed unchanged a while, of
 /// the kinds it allows (`RouteWatch::verdicts_allowed`,
@@ -253,13 +255,22 @@ pub fn follow_routes(
         };
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
-        // While one family's routing is listed (a full table takes a while), the
-        // other's verdicts are voided at once on a change to it, and renewed when due.
+        // A change heard is voided at once, before either family is listed; while one
+        // family's routing is listed (a full table takes a while), the other's
+        // verdicts are voided at once on a change to it, and renewed when due.
+        if let Err(e) = ipv6.meanwhile(changed.ipv6 && follow6, tell6) {
+            return cannot_void(switch, halt, &e);
+        }
+        if let Err(e) = ipv4.meanwhile(changed.ipv4 && follow4, tell4) {
+            return cannot_void(switch, halt, &e);
+        }
         let mut failed = None;
         let keep6 = ipv6.step(changed.ipv6 || !follow6, now, || {
-            let mut meanwhile = |c: Changed| {
-                if let Err(e) = ipv4.meanwhile(c.ipv4 && follow4, tell4) {
+            let mut meanwhile = |c: Changed| match ipv4.meanwhile(c.ipv4 && follow4, tell4) {
+                Ok(()) => true,
+                Err(e) => {
                     failed.get_or_insert(e);
+                    false
                 }
             };
             watch.verdicts_allowed(tun, stop, &mut meanwhile).map(|allowed| ipv6_verdicts_said(allowed, preempts))
@@ -273,9 +284,11 @@ pub fn follow_routes(
             }
         }
         let keep4 = ipv4.step(changed.ipv4 || !follow4, now, || {
-            let mut meanwhile = |c: Changed| {
-                if let Err(e) = ipv6.meanwhile(c.ipv6, tell6) {
+            let mut meanwhile = |c: Changed| match ipv6.meanwhile(c.ipv6 && follow6, tell6) {
+                Ok(()) => true,
+                Err(e) => {
                     failed.get_or_insert(e);
+                    false
                 }
             };
             watch.mapping_verdicts_allowed(stop, &mut meanwhile).map(|allowed| mapping_verdicts_said(allowed, false))

@@ -1,7 +1,7 @@
-//! A direct relay's watch on the host's routing. Its programs keep each client's
+//! A relay's watch on the host's routing. A direct relay's programs keep each client's
 //! route verdict (into the Teredo interface, with that route's MTU, for packets that
 //! arrive on a given interface), each native destination's (its way out, next hop
-//! and MTU), and the IPv4 route's to each client's mapping, until told that the
+//! and MTU), and every relay's the IPv4 route's to each client's mapping, until told that the
 //! routing changed: this watch tells them, on every change the kernel announces, of
 //! the family it touched. A kept IPv6 verdict depends on the destination and the
 //! interface alone, so those are kept only while the host's IPv6 routing cannot depend
@@ -38,6 +38,10 @@ const GROUPS: [u32; 11] = [1, 9, 11, 12, 19, 25, 5, 7, 8, 24, 32];
 /// Datagrams read in one go at most: more is taken as a change (and read on the next
 /// call), so that a storm of notifications cannot hold the reader.
 const DRAIN_CAP: usize = 1024;
+
+/// Datagrams of a listing given up on read in one go at most (a full IPv4 table lists
+/// in a few thousand).
+const ANSWER_DRAIN_CAP: usize = 65_536;
 
 /// How long a listing of the rules or the routes may take (a full routing table of a
 /// few hundred thousand routes lists in well under it).
@@ -133,15 +137,19 @@ impl RouteWatch {
         if !seen.any() && !self.readable(timeout) {
             return seen;
         }
-        let mut notifications = 0;
-        while notifications < DRAIN_CAP {
+        let (mut notifications, mut answers) = (0, 0);
+        while notifications < DRAIN_CAP && answers < ANSWER_DRAIN_CAP {
             self.buf.clear();
             match self.socket.recv_from(&mut self.buf, 0) {
-                // The rest of a listing given up on is no change (and, however long,
-                // drained here: the next listing needs the socket's dump done).
+                // The rest of a listing given up on is no change (drained here, within
+                // its own bound: the next listing needs the socket's dump done).
                 Ok((n, from)) if n > 0 => {
-                    if from.port_number() == 0 && !self.answer_to_us() {
-                        seen.add(self.touched());
+                    if from.port_number() == 0 && self.answer_to_us() {
+                        answers += 1;
+                    } else {
+                        if from.port_number() == 0 {
+                            seen.add(self.touched());
+                        }
                         notifications += 1;
                     }
                 }
@@ -192,13 +200,14 @@ impl RouteWatch {
     /// at all. A change the kernel told of while the listings came makes them stale
     /// ([`Listing::Changed`]). A stop (`stop`) ends it early.
     /// `meanwhile` is told of each change the kernel tells of during the listings (and
-    /// called at each datagram read, with none): the other family's verdicts are its
-    /// to void or renew while this one's are listed.
+    /// called at each datagram read or wait, with none): the other family's verdicts
+    /// are its to void or renew while this one's are listed; false from it ends the
+    /// listing (its voiding failed).
     pub fn verdicts_allowed(
         &mut self,
         tun: u32,
         stop: &AtomicBool,
-        meanwhile: &mut dyn FnMut(Changed),
+        meanwhile: &mut dyn FnMut(Changed) -> bool,
     ) -> Result<RouteVerdicts, Listing> {
         let mut rule = RuleMessage::default();
         rule.header.family = AddressFamily::Inet6;
@@ -234,7 +243,7 @@ impl RouteWatch {
     pub fn mapping_verdicts_allowed(
         &mut self,
         stop: &AtomicBool,
-        meanwhile: &mut dyn FnMut(Changed),
+        meanwhile: &mut dyn FnMut(Changed) -> bool,
     ) -> Result<bool, Listing> {
         let mut route = RouteMessage::default();
         route.header.address_family = AddressFamily::Inet;
@@ -258,7 +267,7 @@ impl RouteWatch {
         &mut self,
         request: RouteNetlinkMessage,
         stop: &AtomicBool,
-        meanwhile: &mut dyn FnMut(Changed),
+        meanwhile: &mut dyn FnMut(Changed) -> bool,
         each: &mut dyn FnMut(RouteNetlinkMessage),
     ) -> Result<(), Listing> {
         use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
@@ -285,6 +294,9 @@ impl RouteWatch {
                 return Err(failed("stopping".into()));
             }
             if !self.readable(left.min(Duration::from_millis(100))) {
+                if !meanwhile(Changed::default()) {
+                    return Err(failed("the other family's verdicts could not be renewed".into()));
+                }
                 continue;
             }
             self.buf.clear();
@@ -292,7 +304,9 @@ impl RouteWatch {
                 Ok((n, from)) if n > 0 && from.port_number() == 0 => n,
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.noticed = Changed::BOTH;
-                    meanwhile(Changed::BOTH);
+                    if !meanwhile(Changed::BOTH) {
+                        return Err(failed("the other family's verdicts could not be voided".into()));
+                    }
                     continue;
                 }
                 _ => continue,
@@ -301,7 +315,9 @@ impl RouteWatch {
                 return Err(failed(format!("a netlink datagram of {n} bytes was cut to {}", self.buf.len())));
             }
             // Time for the other family's renewal, if due.
-            meanwhile(Changed::default());
+            if !meanwhile(Changed::default()) {
+                return Err(failed("the other family's verdicts could not be renewed".into()));
+            }
             let mut datagram = &self.buf[..];
             while !datagram.is_empty() {
                 let word = |at: usize| {
@@ -324,7 +340,9 @@ impl RouteWatch {
                     // by `meanwhile` now).
                     let c = Changed::of(message);
                     self.noticed.add(c);
-                    meanwhile(c);
+                    if !meanwhile(c) {
+                        return Err(failed("the other family's verdicts could not be voided".into()));
+                    }
                     continue;
                 }
                 if flags & NLM_F_DUMP_INTR != 0 {
@@ -451,8 +469,8 @@ mod tests {
             let never = AtomicBool::new(false);
             let ask = |watch: &mut RouteWatch| {
                 let mut answer = (
-                    watch.verdicts_allowed(tun, &never, &mut |_| {}),
-                    watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+                    watch.verdicts_allowed(tun, &never, &mut |_| true),
+                    watch.mapping_verdicts_allowed(&never, &mut |_| true),
                 );
                 for _ in 0..5 {
                     if answer.0 != Err(Listing::Changed) && answer.1 != Err(Listing::Changed) {
@@ -460,8 +478,8 @@ mod tests {
                     }
                     while watch.changed_within(Duration::from_millis(20)).any() {}
                     answer = (
-                        watch.verdicts_allowed(tun, &never, &mut |_| {}),
-                        watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+                        watch.verdicts_allowed(tun, &never, &mut |_| true),
+                        watch.mapping_verdicts_allowed(&never, &mut |_| true),
                     );
                 }
                 answer
@@ -553,15 +571,21 @@ mod tests {
             // void while this one is listed).
             let mut meanwhile = Changed::default();
             let stale = (
-                watch.mapping_verdicts_allowed(&never, &mut |c| meanwhile.add(c)),
-                watch.verdicts_allowed(tun, &never, &mut |_| {}),
+                watch.mapping_verdicts_allowed(&never, &mut |c| {
+                    meanwhile.add(c);
+                    true
+                }),
+                watch.verdicts_allowed(tun, &never, &mut |_| true),
             );
             while watch.changed_within(Duration::from_millis(20)).any() {}
             sh("ip route add blackhole 198.51.100.9/32");
             let mut meanwhile4 = Changed::default();
             let stale4 = (
-                watch.verdicts_allowed(tun, &never, &mut |c| meanwhile4.add(c)),
-                watch.mapping_verdicts_allowed(&never, &mut |_| {}),
+                watch.verdicts_allowed(tun, &never, &mut |c| {
+                    meanwhile4.add(c);
+                    true
+                }),
+                watch.mapping_verdicts_allowed(&never, &mut |_| true),
             );
             while watch.changed_within(Duration::from_millis(20)).any() {}
             allowed.push(("listed again once read", ask(&mut watch), (Ok(Both), Ok(true))));

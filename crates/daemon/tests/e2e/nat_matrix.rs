@@ -226,6 +226,9 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     if !preempts {
                         to_blackhole.push(("the client's mapping", mapping));
                     }
+                    if to_blackhole.is_empty() {
+                        text = format!("{text}; no route verdict kept to test (a relay through the stack on a kernel that may preempt programs)");
+                    }
                     for (what, to) in to_blackhole {
                         // One answered right before: the verdict is kept in this
                         // generation, so that only the watch can void it in time.
