@@ -172,7 +172,8 @@ impl KernelPath {
         let mappings = relay_tun.is_some() && !preempts_programs();
         // The same count of slots for mappings as for destinations (the keyed hash's
         // mask is shared).
-        let slots = if direct || mappings { destination_slots(cpus) } else { 1 };
+        // (None kept, none allocated, where the kernel may preempt the programs.)
+        let slots = if mappings { destination_slots(cpus) } else { 1 };
         let mut bpf = EbpfLoader::new()
             .set_max_entries("peers", settings.peers.max(1))
             .set_max_entries("destinations", if direct { slots } else { 1 })

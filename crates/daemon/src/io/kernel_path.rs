@@ -155,6 +155,9 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     // before they load, so that no change comes between. (A relay through the stack
     // on a kernel that may preempt the programs keeps nothing: no watch.)
     let keeps = want.direct || !shipworm_kernel_path::preempts_programs();
+    if !want.client && !keeps {
+        tracing::info!("kernel data path: no route verdicts kept: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and a relay through the host's stack keeps only clients' mappings' verdicts, per CPU, so each packet to a client looks its IPv4 route up");
+    }
     let watch = if want.client || !keeps { None } else { Some(RouteWatch::new()?) };
     let tun = nl.link_index(want.tun)?;
     let routes = watch.map(|w| (w, tun));
@@ -283,6 +286,11 @@ pub fn follow_routes(
                 return cannot_void(switch, halt, &e);
             }
         }
+        // The rest of a listing given up on is the socket's until the next wait drains
+        // it: the kernel lists one at a time on a socket.
+        if ipv6.gave_up {
+            continue;
+        }
         let keep4 = ipv4.step(changed.ipv4 || !follow4, now, || {
             let mut meanwhile = |c: Changed| match ipv6.meanwhile(c.ipv6 && follow6, tell6) {
                 Ok(()) => true,
@@ -372,6 +380,8 @@ struct Following<K> {
     next_refresh: Instant,
     /// What the log last said of it, so that it says each thing once.
     said: Option<String>,
+    /// Its last `step` gave a listing up before the kernel had sent all of it.
+    gave_up: bool,
 }
 
 impl<K: Copy + PartialEq + Default> Following<K> {
@@ -382,6 +392,7 @@ impl<K: Copy + PartialEq + Default> Following<K> {
             unsettled: Some(now.checked_sub(ROUTES_SETTLE).unwrap_or(now)),
             next_refresh: now + ROUTE_REFRESH,
             said: None,
+            gave_up: false,
         }
     }
 
@@ -418,6 +429,7 @@ impl<K: Copy + PartialEq + Default> Following<K> {
     /// same again when due for renewal.
     fn step(&mut self, changed: bool, now: Instant, list: impl FnOnce() -> Result<(K, String), Listing>) -> Option<K> {
         let nothing = K::default();
+        self.gave_up = false;
         let keep = if changed {
             self.unsettled = Some(now);
             if self.keeping == nothing {
@@ -426,7 +438,9 @@ impl<K: Copy + PartialEq + Default> Following<K> {
             nothing
         } else if self.unsettled.is_some_and(|since| now >= since + ROUTES_SETTLE) {
             self.unsettled = None;
-            let (keep, say, warn) = match list() {
+            let listed = list();
+            self.gave_up = listed.is_err();
+            let (keep, say, warn) = match listed {
                 Ok((keep, say)) => (keep, say, false),
                 Err(Listing::Changed) => {
                     self.unsettled = Some(now);

@@ -295,7 +295,7 @@ impl RouteWatch {
             }
             if !self.readable(left.min(Duration::from_millis(100))) {
                 if !meanwhile(Changed::default()) {
-                    return Err(failed("the other family's verdicts could not be renewed".into()));
+                    return Err(Listing::Changed); // the caller turns the programs off
                 }
                 continue;
             }
@@ -305,7 +305,7 @@ impl RouteWatch {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     self.noticed = Changed::BOTH;
                     if !meanwhile(Changed::BOTH) {
-                        return Err(failed("the other family's verdicts could not be voided".into()));
+                        return Err(Listing::Changed); // the caller turns the programs off
                     }
                     continue;
                 }
@@ -316,7 +316,7 @@ impl RouteWatch {
             }
             // Time for the other family's renewal, if due.
             if !meanwhile(Changed::default()) {
-                return Err(failed("the other family's verdicts could not be renewed".into()));
+                return Err(Listing::Changed); // the caller turns the programs off
             }
             let mut datagram = &self.buf[..];
             while !datagram.is_empty() {
@@ -341,7 +341,7 @@ impl RouteWatch {
                     let c = Changed::of(message);
                     self.noticed.add(c);
                     if !meanwhile(c) {
-                        return Err(failed("the other family's verdicts could not be voided".into()));
+                        return Err(Listing::Changed); // the caller turns the programs off
                     }
                     continue;
                 }
