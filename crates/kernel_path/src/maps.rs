@@ -346,21 +346,28 @@ impl Switch {
     /// [`Switch::destination_slot`]).
     #[doc(hidden)]
     pub fn mapping_slot(&self, addr: Ipv4Addr) -> u32 {
-        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut h = (u64::from(s.slot_key[0]) << 32) | u64::from(s.slot_key[1]);
-        h = (h ^ u64::from(u32::from_ne_bytes(addr.octets()))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= h >> 29;
-        ((h >> 32) as u32) & s.slot_mask
+        self.slot_of(&[addr.octets()])
     }
 
     /// The slot the programs keep destination `addr`'s route verdict in, on each CPU:
     /// their keyed hash, for tests that make two destinations share a slot.
     #[doc(hidden)]
     pub fn destination_slot(&self, addr: &Ipv6Addr) -> u32 {
+        let o = addr.octets();
+        self.slot_of(&[
+            [o[0], o[1], o[2], o[3]],
+            [o[4], o[5], o[6], o[7]],
+            [o[8], o[9], o[10], o[11]],
+            [o[12], o[13], o[14], o[15]],
+        ])
+    }
+
+    /// The programs' keyed slot hash over an address's words (as they lie in memory).
+    fn slot_of(&self, words: &[[u8; 4]]) -> u32 {
         let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut h = (u64::from(s.slot_key[0]) << 32) | u64::from(s.slot_key[1]);
-        for w in addr.octets().chunks_exact(4) {
-            h = (h ^ u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]]))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for w in words {
+            h = (h ^ u64::from(u32::from_ne_bytes(*w))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
             h ^= h >> 29;
         }
         ((h >> 32) as u32) & s.slot_mask

@@ -245,17 +245,14 @@ pub fn follow_routes(
     let preempts = switch.most_route_verdicts() < RouteVerdicts::ClientsAndDestinations;
     let follow4 = switch.may_keep_mapping_verdicts();
     if !follow4 && shipworm_kernel_path::preempts_programs() {
-        tracing::info!("kernel data path: {}", mapping_verdicts_said(true, true).1);
+        tracing::info!("kernel data path: {MAPPINGS_NOT_ON_RT}");
     }
     let tell4 = |keep: bool| switch.mapping_verdicts(keep);
     let tell6 = |keep: RouteVerdicts| switch.route_verdicts(keep);
     while !stop.load(Ordering::Relaxed) && !halt.load(Ordering::Relaxed) {
         let now = Instant::now();
-        let wait = match (follow6, follow4) {
-            (true, true) => ipv6.wait(now).min(ipv4.wait(now)),
-            (true, false) => ipv6.wait(now),
-            (false, _) => ipv4.wait(now),
-        };
+        let wait_of = |follow: bool, wait: Duration| if follow { wait } else { Duration::MAX };
+        let wait = wait_of(follow6, ipv6.wait(now)).min(wait_of(follow4, ipv4.wait(now)));
         let changed = watch.changed_within(STOP_CHECK.min(wait));
         let now = Instant::now();
         // A change heard is voided at once, before either family is listed; while one
@@ -269,13 +266,7 @@ pub fn follow_routes(
         }
         let mut failed = None;
         let keep6 = ipv6.step(changed.ipv6 || !follow6, now, || {
-            let mut meanwhile = |c: Changed| match ipv4.meanwhile(c.ipv4 && follow4, tell4) {
-                Ok(()) => true,
-                Err(e) => {
-                    failed.get_or_insert(e);
-                    false
-                }
-            };
+            let mut meanwhile = |c: Changed| ipv4.meanwhile_noting(c.ipv4 && follow4, tell4, &mut failed);
             watch.verdicts_allowed(tun, stop, &mut meanwhile).map(|allowed| ipv6_verdicts_said(allowed, preempts))
         });
         if let Some(e) = failed.take() {
@@ -292,14 +283,8 @@ pub fn follow_routes(
             continue;
         }
         let keep4 = ipv4.step(changed.ipv4 || !follow4, now, || {
-            let mut meanwhile = |c: Changed| match ipv6.meanwhile(c.ipv6 && follow6, tell6) {
-                Ok(()) => true,
-                Err(e) => {
-                    failed.get_or_insert(e);
-                    false
-                }
-            };
-            watch.mapping_verdicts_allowed(stop, &mut meanwhile).map(|allowed| mapping_verdicts_said(allowed, false))
+            let mut meanwhile = |c: Changed| ipv6.meanwhile_noting(c.ipv6 && follow6, tell6, &mut failed);
+            watch.mapping_verdicts_allowed(stop, &mut meanwhile).map(mapping_verdicts_said)
         });
         if let Some(e) = failed.take() {
             return cannot_void(switch, halt, &e);
@@ -363,13 +348,16 @@ fn ipv6_verdicts_said(allowed: RouteVerdicts, preempts: bool) -> (RouteVerdicts,
 
 /// Whether to keep the verdicts on the routes to clients' mappings, and what the log
 /// says of it.
-fn mapping_verdicts_said(allowed: bool, preempts: bool) -> (bool, String) {
-    match (allowed, preempts) {
-        (true, false) => (true, "route verdicts kept for clients' mappings: no IPv4 route shares flows among next hops".into()),
-        (true, true) => (false, "no route verdicts kept for clients' mappings: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and they are kept per CPU, so each packet to a client looks its IPv4 route up".into()),
-        (false, _) => (false, "no route verdicts kept for clients' mappings: an IPv4 route shares flows among next hops (by the neighbours' state too, which nobody announces), so each packet to a client looks its IPv4 route up".into()),
+fn mapping_verdicts_said(allowed: bool) -> (bool, String) {
+    if allowed {
+        (true, "route verdicts kept for clients' mappings: no IPv4 route shares flows among next hops".into())
+    } else {
+        (false, "no route verdicts kept for clients' mappings: an IPv4 route shares flows among next hops (by the neighbours' state too, which nobody announces), so each packet to a client looks its IPv4 route up".into())
     }
 }
+
+/// Why a kernel that may preempt the programs keeps no mapping's verdict.
+const MAPPINGS_NOT_ON_RT: &str = "no route verdicts kept for clients' mappings: this kernel may preempt a program for another on the same CPU (PREEMPT_RT), and they are kept per CPU, so each packet to a client looks its IPv4 route up";
 
 /// One family's route verdicts as the relay follows the host's routing of it.
 struct Following<K> {
@@ -421,6 +409,23 @@ impl<K: Copy + PartialEq + Default> Following<K> {
         }
         self.next_refresh = now + ROUTE_REFRESH;
         tell(self.keeping)
+    }
+
+    /// [`Following::meanwhile`] as a listing's hook: false (the listing ends) once
+    /// telling failed, the failure kept in `failed` for the caller.
+    fn meanwhile_noting(
+        &mut self,
+        changed: bool,
+        tell: impl FnOnce(K) -> std::io::Result<()>,
+        failed: &mut Option<std::io::Error>,
+    ) -> bool {
+        match self.meanwhile(changed, tell) {
+            Ok(()) => true,
+            Err(e) => {
+                failed.get_or_insert(e);
+                false
+            }
+        }
     }
 
     /// What the programs are to keep from now on, if they are to be told (each telling
