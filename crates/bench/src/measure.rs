@@ -8,7 +8,7 @@ use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
     ipv6_udp, latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, sparse_latencies, v6, Build,
-    Emulated, Found, Probe, Sink,
+    Emulated, Found, Ipv6UdpTemplate, Probe, Sink,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
@@ -369,9 +369,11 @@ pub(crate) fn decap_load(
     size: usize,
     relay: SocketAddrV4,
 ) -> impl FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) {
+    let packets: Vec<Ipv6UdpTemplate> =
+        addrs.iter().map(|&a| Ipv6UdpTemplate::new(size, a, SINK_NATIVE_V6, 9000)).collect();
     move |seq, buf| {
         let i = client_of(seq);
-        (ipv6_udp(buf, size, addrs[i], SINK_NATIVE_V6, 9000, seq), SocketAddr::V4(relay), i)
+        (packets[i].fill(buf, seq), SocketAddr::V4(relay), i)
     }
 }
 

@@ -61,7 +61,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
         None
     } else {
         say(&format!("kernel peer map (at {:.0} s)", started.elapsed().as_secs_f64()));
-        crate::kernel_path::map_figures(&[1_000, 10_000_000], 20_000, &mut say)
+        crate::kernel_path::map_figures(&[1_000, 10_000_000], 20_000, rounds as u32, &mut say)
             .map_err(|e| say(&format!("  kernel peer map not measured: {e}")))
             .ok()
     };
