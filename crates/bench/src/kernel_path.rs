@@ -70,18 +70,8 @@ pub(crate) fn map_figures(
 ) -> Result<MapFigures, String> {
     let mut out = MapFigures::default();
     for &n in sizes {
-        let settings = Settings {
-            peers: n as u32,
-            local: vec![Ipv4Addr::new(192, 0, 2, 1)],
-            source: None,
-            port: 3544,
-            ttl: 64,
-            prefix: [0x20, 0x01, 0, 0],
-            client_tun: None,
-            direct_tun: None,
-            relay_tun: None,
-        };
-        let mut k = KernelPath::load(&settings).map_err(|e| e.to_string())?;
+        let mut k =
+            KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), n as u32)).map_err(|e| e.to_string())?;
         let empty = k.peer_map_bytes().map_err(|e| e.to_string())?;
         let peers = k.peers();
         let now = monotonic_ns();

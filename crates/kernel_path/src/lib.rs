@@ -68,6 +68,24 @@ pub struct Settings {
     pub relay_tun: Option<u32>,
 }
 
+impl Settings {
+    /// A relay's on `local`, port 3544, with room for `peers`, the standard prefix and
+    /// no Teredo interface named: the programs as the tests and the benchmark load them.
+    pub fn relay(local: Ipv4Addr, peers: u32) -> Settings {
+        Settings {
+            peers,
+            local: vec![local],
+            source: None,
+            port: 3544,
+            ttl: 64,
+            prefix: [0x20, 0x01, 0, 0],
+            client_tun: None,
+            direct_tun: None,
+            relay_tun: None,
+        }
+    }
+}
+
 /// Why the kernel data path is not there.
 #[derive(Debug)]
 pub enum Error {

@@ -32,17 +32,7 @@ fn a(s: &str) -> Ipv6Addr {
 }
 
 fn settings() -> Settings {
-    Settings {
-        peers: 1024,
-        local: vec![RELAY_V4],
-        source: None,
-        port: 3544,
-        ttl: 64,
-        prefix: [0x20, 0x01, 0, 0],
-        client_tun: None,
-        direct_tun: None,
-        relay_tun: None,
-    }
+    Settings::relay(RELAY_V4, 1024)
 }
 
 fn ipv6(src: &str, dst: &str, hop_limit: u8, payload: &[u8]) -> Vec<u8> {

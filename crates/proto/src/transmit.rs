@@ -63,6 +63,9 @@ pub trait Transmit {
 pub trait KernelPeers {
     /// `peer` is trusted at `mapped`, heard from at `heard` (entered or updated). A full
     /// list refuses it quietly: the peer's packets then pass through the state machine.
+    /// What the node sent before this call leaves before the kernel sends anything to
+    /// `peer` by it (a waiting peer's queue, sent just before its listing, is not
+    /// overtaken): a node that batches its sends lets the batch go first.
     fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration);
     /// `peer` is trusted no more.
     fn forget(&mut self, peer: &Ipv6Addr);
@@ -83,6 +86,11 @@ pub struct KernelModel {
     /// The first transmission since, where the kernel sent one (a client's programs
     /// write it).
     pub sent: BTreeMap<Ipv6Addr, Duration>,
+    /// How many datagrams the node had sent when each peer last entered the list or
+    /// moved in it: what a test checks a queue's leaving before the listing by.
+    pub listed_after: BTreeMap<Ipv6Addr, usize>,
+    /// Datagrams the node has sent so far ([`Recorder`] writes it before each use).
+    pub sends_seen: usize,
 }
 
 impl KernelModel {
@@ -106,6 +114,7 @@ impl KernelPeers for KernelModel {
     fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
         self.peers.insert(*peer, (mapped, heard));
         self.sent.remove(peer);
+        self.listed_after.insert(*peer, self.sends_seen);
     }
     fn forget(&mut self, peer: &Ipv6Addr) {
         self.peers.remove(peer);
@@ -180,7 +189,11 @@ impl Transmit for Recorder {
     }
 
     fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        self.kernel.as_mut().map(|k| k as &mut dyn KernelPeers)
+        let sent = self.sent.len();
+        self.kernel.as_mut().map(|k| {
+            k.sends_seen = sent;
+            k as &mut dyn KernelPeers
+        })
     }
 }
 

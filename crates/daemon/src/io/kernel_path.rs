@@ -12,6 +12,7 @@
 
 use crate::io::netlink::Netlink;
 use crate::io::route_watch::{Changed, Listing, RouteWatch};
+use crate::io::udp_batch::SendBatch;
 use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, RouteVerdicts, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
@@ -534,6 +535,33 @@ impl KernelDataPath {
     }
 }
 
+/// [`KernelPeers`] for a node's output with a `batch` ([`SendBatch`], its service
+/// socket's) and a `kernel` (`Option<KernelPeerList>`): the list's calls, a listing
+/// letting the batch go first ([`KernelPeerList::trust_after`]).
+#[macro_export]
+macro_rules! kernel_peers_after_sends {
+    ($output:ty) => {
+        impl shipworm_proto::transmit::KernelPeers for $output {
+            fn trust(&mut self, peer: &std::net::Ipv6Addr, mapped: std::net::SocketAddrV4, heard: std::time::Duration) {
+                if let Some(k) = &mut self.kernel {
+                    k.trust_after(&mut self.batch, peer, mapped, heard);
+                }
+            }
+            fn forget(&mut self, peer: &std::net::Ipv6Addr) {
+                if let Some(k) = &mut self.kernel {
+                    shipworm_proto::transmit::KernelPeers::forget(k, peer);
+                }
+            }
+            fn heard_and_sent(
+                &mut self,
+                peer: &std::net::Ipv6Addr,
+            ) -> Option<(std::time::Duration, Option<std::time::Duration>)> {
+                shipworm_proto::transmit::KernelPeers::heard_and_sent(self.kernel.as_mut()?, peer)
+            }
+        }
+    };
+}
+
 /// The state machine's view of the programs' map: its clock converted to the kernel's.
 pub struct KernelPeerList {
     map: PeerMap,
@@ -544,6 +572,16 @@ pub struct KernelPeerList {
 }
 
 impl KernelPeerList {
+    /// [`KernelPeers::trust`] for a node that batches its service socket's datagrams in
+    /// `batch`: what it holds leaves first, so that a waiting peer's queue, sent just
+    /// before its listing, is not overtaken by what the kernel sends the peer next.
+    pub fn trust_after(&mut self, batch: &mut SendBatch, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
+        if !batch.is_empty() {
+            batch.flush();
+        }
+        self.trust(peer, mapped, heard);
+    }
+
     /// The map may hold a peer we no longer trust, at a mapping we no longer know:
     /// the programs are turned off, and every packet goes through the daemon.
     fn lost(&self, why: &str) {
@@ -583,6 +621,36 @@ impl KernelPeers for KernelPeerList {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer enters the kernel's list only once what the send batch held has left: a
+    /// waiting peer's queue, pushed just before its listing, is on its way before the
+    /// kernel may send the peer anything.
+    #[test]
+    fn a_peer_is_listed_only_after_the_batched_datagrams_have_left() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: loading the programs needs root");
+            return;
+        }
+        let path = KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), 16))
+            .expect("the programs load (root, a kernel with BPF)");
+        let mut list = KernelPeerList { map: path.peers(), base: 0, refused: Arc::default(), switch: path.switch() };
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let std::net::SocketAddr::V4(to) = rx.local_addr().unwrap() else { unreachable!() };
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut batch = SendBatch::new(tx, 8, 2048);
+        batch.push(to, b"queued");
+        let peer: Ipv6Addr = "2001:0:4136:e378:8000:63bf:3fff:fdd2".parse().unwrap();
+        list.trust_after(&mut batch, &peer, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 45), 40000), Duration::ZERO);
+        assert!(batch.is_empty(), "the batch went first");
+        let mut got = [0u8; 16];
+        assert_eq!(rx.recv(&mut got).map(|n| got[..n].to_vec()).ok(), Some(b"queued".to_vec()));
+        assert!(list.heard(&peer).is_some(), "then listed");
+        // Nothing batched: listed all the same.
+        let other: Ipv6Addr = "2001:0:4136:e378:8000:63bf:3fff:fdd3".parse().unwrap();
+        list.trust_after(&mut batch, &other, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 45), 40001), Duration::ZERO);
+        assert!(list.heard(&other).is_some());
+    }
 
     /// One family's verdicts: kept once its routing has stood still and the listing
     /// allows them, void at once on a change, renewed each second; and, while the

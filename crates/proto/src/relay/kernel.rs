@@ -26,19 +26,11 @@ pub(super) fn kernel_forget_removed(peers: &mut PeerTable, tx: &mut impl Transmi
 
 impl SharedRelay {
     /// A trusted peer the kernel heard from since we did: its last reception moves up
-    /// to the kernel's, and if it was waiting for our bubbles' answer it waits no more,
-    /// its queue sent to its mapping before anything newer. True if it is valid now.
-    /// Asks the kernel only about trusted entries, so that packets to made-up
-    /// destinations cost no look-up.
-    pub(super) fn kernel_heard(
-        &self,
-        peers: &mut PeerTable,
-        key: &Key,
-        w: &mut RelayWorker,
-        now: Duration,
-        tx: &mut impl Transmit,
-    ) -> bool {
-        if !mirrors(&self.cfg) || !peers.get_keyed(key).is_some_and(|p| p.trusted) {
+    /// to the kernel's. True if it is valid now. Asks the kernel only about trusted
+    /// entries that are not waited for (those are not in its list), so that packets to
+    /// made-up destinations cost no look-up.
+    pub(super) fn kernel_heard(&self, peers: &mut PeerTable, key: &Key, now: Duration, tx: &mut impl Transmit) -> bool {
+        if !mirrors(&self.cfg) || !peers.get_keyed(key).is_some_and(|p| p.trusted && !p.waiting) {
             return false;
         }
         let Some(heard) = tx.kernel().and_then(|k| k.heard(&key.addr)) else {
@@ -50,26 +42,7 @@ impl SharedRelay {
         if heard > p.last_rx {
             p.last_rx = heard;
         }
-        if !p.is_valid(now) {
-            return false;
-        }
-        let to = p.mapped;
-        let queue = if p.waiting {
-            p.waiting = false;
-            p.tries = 0;
-            p.take_queue()
-        } else {
-            None
-        };
-        drop(p);
-        if let Some(mut q) = queue {
-            while let Some(packet) = q.next_packet() {
-                tx.send(Source::Service, to, packet, None);
-                w.stats.to_teredo += 1;
-                w.stats.to_teredo_bytes += packet.len() as u64;
-            }
-        }
-        true
+        p.is_valid(now)
     }
 
     /// `client` is trusted at `mapped`, heard from now: into the kernel's list too,

@@ -317,7 +317,7 @@ impl SharedRelay {
         let mut to = shard.peers.send_to(&key, now);
         // The kernel carries this peer's packets: it may have heard from it since we
         // did (this one came up for another reason: a loop check, a full map).
-        if to.is_none() && self.kernel_heard(&mut shard.peers, &key, w, now, tx) {
+        if to.is_none() && self.kernel_heard(&mut shard.peers, &key, now, tx) {
             to = shard.peers.send_to(&key, now);
         }
         if let Some(to) = to {
@@ -389,10 +389,19 @@ impl SharedRelay {
         // A trusted but silent peer keeps its mapping; bubbles check it again.
         let queued = p.queue_mut().push(ip.packet(), cap);
         let newly = !p.waiting;
+        let listed = newly && p.trusted;
         p.waiting = true;
         drop(p);
         if newly {
             shard.pending.push_back(dst);
+        }
+        // A trusted peer waited for leaves the kernel's list until it answers: what
+        // comes from it meanwhile reaches us (its answer sends the queue at once), and
+        // nothing newer leaves for it before what waits here.
+        if listed && mirrors(&self.cfg) {
+            if let Some(k) = tx.kernel() {
+                k.forget(&dst);
+            }
         }
         self.send_bubbles(&mut shard.peers, w, now, &dst, ip.src_addr(), tx);
         if queued {
@@ -492,7 +501,7 @@ impl SharedRelay {
             Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
             _ => None,
         };
-        let (queue, held) = {
+        let held = {
             let key = self.keys.key(&src);
             let mut shard = lock(self.shard(&key));
             // A client met through its own packets from an unproved port: only the
@@ -531,31 +540,37 @@ impl SharedRelay {
                 p.nonce_sent = None;
             }
             let was_waiting = p.waiting;
-            // The kernel's list already has it, heard from a moment ago: no update.
-            let fresh = learned && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
+            // The kernel's list already has it, heard from a moment ago: no update (a
+            // peer waited for is not in it).
+            let fresh = learned && !was_waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
             p.trusted = true;
             p.mapped = from;
             p.last_rx = now;
             p.tries = 0;
             p.waiting = false;
-            // The queue's bytes leave with the drain: sent after the lock is released.
             let queue = p.take_queue();
             drop(p);
-            // Under the shard's lock, so that no removal of the entry can overtake it.
+            // The queue first, then the kernel's list: what the kernel sends the client
+            // from then on cannot overtake it (`KernelPeers::trust` lets what was sent
+            // before it leave first). Both under the shard's lock, so that no removal of
+            // the entry can overtake the listing.
+            if let Some(mut q) = queue {
+                while let Some(packet) = q.next_packet() {
+                    tx.send(Source::Service, from, packet, None);
+                    w.stats.to_teredo += 1;
+                    w.stats.to_teredo_bytes += packet.len() as u64;
+                }
+            }
             if !fresh {
                 self.kernel_trust(tx, &src, from, now);
             }
             // What the client sent from the port it proved goes now; the rest is dropped.
-            let held = if was_waiting && held { take_held(&mut shard.held, w, &src, from) } else { Vec::new() };
-            (queue, held)
-        };
-        if let Some(mut q) = queue {
-            while let Some(packet) = q.next_packet() {
-                tx.send(Source::Service, from, packet, None);
-                w.stats.to_teredo += 1;
-                w.stats.to_teredo_bytes += packet.len() as u64;
+            if was_waiting && held {
+                take_held(&mut shard.held, w, &src, from)
+            } else {
+                Vec::new()
             }
-        }
+        };
         for packet in &held {
             // Checked when held; a host-specific relay's served addresses may have
             // changed since.
@@ -704,8 +719,9 @@ impl SharedRelay {
                 let Some(waiting) = shard.peers.get(&dst).map(|p| p.waiting) else {
                     continue;
                 };
-                // Answered since (or heard through the kernel): drop the stale list entry.
-                if !waiting || self.kernel_heard(&mut shard.peers, &self.keys.key(&dst), w, now, tx) {
+                // Answered since: drop the stale list entry. (A peer waited for is not
+                // in the kernel's list: its answer comes to us.)
+                if !waiting {
                     continue;
                 }
                 let Some(p) = shard.peers.get(&dst) else {

@@ -99,26 +99,57 @@ fn a_full_table_keeps_the_peers_the_kernel_hears_from() {
     assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), udp_packet(NATIVE, B))]);
 }
 
-/// A trusted peer the relay waits for (its bubbles out) that the kernel hears from
-/// meanwhile waits no more: its queue goes to its mapping, no more bubbles.
+/// A trusted peer the relay waits for (its bubbles out) leaves the kernel's list, so
+/// that what it sends meanwhile reaches the relay: its first packet then sends the
+/// queue at once, and the peer is listed again only after the queue has gone, so that
+/// nothing the kernel sends it overtakes what waited.
 #[test]
-fn a_waiting_peer_the_kernel_hears_from_waits_no_more() {
+fn a_waiting_peer_leaves_the_kernels_list_until_it_answers_and_nothing_overtakes_its_queue() {
+    let kernel = |w: &Recorder| w.kernel.as_ref().unwrap().peers.clone();
     use shipworm_proto::transmit::KernelModel;
     let mut r = Relay::new(RelayConfig { kernel_path: true, hash_keys: (7, 9), ..RelayConfig::default() });
     let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
     establish(&mut r, &mut w, secs(100));
-    // Silent for a minute everywhere: a packet for it waits, bubbles go out.
-    let pkt = ipv6(NATIVE, B, 17, &[9, 9, 9, 9, 0, 8, 0, 0]);
-    assert_eq!(r.on_tun(secs(200), &pkt, &mut w), Ok(Action::Queued));
-    // The kernel hears from B; at the next tick the queue goes, before anything else.
-    w.kernel.as_mut().unwrap().peers.get_mut(&a(B)).unwrap().1 = secs(201);
+    assert!(kernel(&w).contains_key(&a(B)), "trusted: listed");
+    // Silent for a minute everywhere: packets for it wait, bubbles go out, and it
+    // leaves the list (the kernel would otherwise send what comes next before these).
+    let (first, second) =
+        (ipv6(NATIVE, B, 17, &[9, 9, 9, 9, 0, 8, 0, 0]), ipv6(NATIVE, B, 17, &[8, 8, 8, 8, 0, 8, 0, 0]));
+    assert_eq!(r.on_tun(secs(200), &first, &mut w), Ok(Action::Queued));
+    assert!(!kernel(&w).contains_key(&a(B)), "waited for: out of the kernel's list");
+    assert_eq!(r.on_tun(secs(200) + Duration::from_millis(5), &second, &mut w), Ok(Action::Queued));
+    // It speaks first (its own traffic, no bubble): the queue goes at once, in order,
+    // then its packet to the native host, and it is listed again after the queue.
     w.sent.clear();
-    r.on_timer(secs(202), &mut w);
-    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt)], "the queue, and no bubble");
+    let from_b = udp_packet(B, NATIVE);
+    assert_eq!(r.on_udp(secs(201), sa(B_MAPPED), &from_b, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), first), Sent::service(sa(B_MAPPED), second)]);
+    assert_eq!(kernel(&w).get(&a(B)), Some(&(sa(B_MAPPED), secs(201))), "listed again, heard now");
+    let m = w.kernel.as_ref().unwrap();
+    assert_eq!(m.listed_after[&a(B)], 2, "listed after the queue left, not before");
+    // No more bubbles, and the kernel's times count again.
     w.sent.clear();
-    for t in 203..212 {
+    for t in 202..212 {
         r.on_timer(secs(t), &mut w);
     }
-    assert!(w.sent.is_empty(), "bubbles after B was heard: {:?}", w.sent);
+    assert!(w.sent.is_empty(), "bubbles after B answered: {:?}", w.sent);
     assert_eq!(r.peer_count(), 1);
+}
+
+/// The same when it answers our bubble: the queue, then the listing.
+#[test]
+fn a_waiting_peer_that_answers_the_bubble_is_listed_after_its_queue() {
+    let kernel = |w: &Recorder| w.kernel.as_ref().unwrap().peers.clone();
+    use shipworm_proto::transmit::KernelModel;
+    let mut r = Relay::new(RelayConfig { kernel_path: true, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    establish(&mut r, &mut w, secs(100));
+    let pkt = ipv6(NATIVE, B, 17, &[9, 9, 9, 9, 0, 8, 0, 0]);
+    assert_eq!(r.on_tun(secs(200), &pkt, &mut w), Ok(Action::Queued));
+    assert!(!kernel(&w).contains_key(&a(B)));
+    w.sent.clear();
+    assert_eq!(r.on_udp(secs(201), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(w.sent, vec![Sent::service(sa(B_MAPPED), pkt)]);
+    assert_eq!(w.kernel.as_ref().unwrap().listed_after[&a(B)], 1, "listed after the queue left");
+    assert_eq!(kernel(&w).get(&a(B)), Some(&(sa(B_MAPPED), secs(201))));
 }

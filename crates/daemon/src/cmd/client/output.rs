@@ -76,9 +76,16 @@ impl Transmit for Output<'_> {
     }
 
     fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        self.kernel.as_mut().map(|k| k as &mut dyn KernelPeers)
+        // The output itself, so that a listing lets the send batch go first.
+        if self.kernel.is_some() {
+            Some(self)
+        } else {
+            None
+        }
     }
 }
+
+shipworm::kernel_peers_after_sends!(Output<'_>);
 
 impl Ports for Output<'_> {
     fn open_port(&mut self) -> Option<NonZeroU16> {
