@@ -466,7 +466,7 @@ fn serve(
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
-    let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?;
+    let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?.keeping_kernel_maps(kernel.is_some());
     let hash_keys = OsRandom::open()?.hash_keys();
     let bird = connect_bird(conf);
     // Before any thread starts: capabilities are per thread.

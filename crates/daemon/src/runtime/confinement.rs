@@ -63,7 +63,7 @@ pub fn shrink_bounding_set(keep: &[Capability]) -> Result<(), String> {
 /// its system-call filter on every thread of the process (those started later inherit
 /// both). Call once set-up is over, before any thread starts: sockets bound, TUN open,
 /// privileges dropped.
-pub fn confine(role: Role, mode: FilterMode, removable: &[PathBuf]) -> Result<(), String> {
+pub fn confine(role: Role, kernel_maps: bool, mode: FilterMode, removable: &[PathBuf]) -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
     if mode == FilterMode::Off {
         tracing::warn!("SystemCallFilter no: the {} runs without a system-call filter or file rules", role.name());
@@ -72,14 +72,14 @@ pub fn confine(role: Role, mode: FilterMode, removable: &[PathBuf]) -> Result<()
     let files = file_access::restrict(role, removable)?;
     // The ENOSYS filter first: installing a filter makes a prctl that the allow-list,
     // once installed, would refuse. Filters stack whatever their order.
-    let programs = [missing_calls()?, compile(role, mode)?];
+    let programs = [missing_calls()?, compile(role, kernel_maps, mode)?];
     refusal::install(role);
     for program in &programs {
         seccompiler::apply_filter_all_threads(program).map_err(|e| format!("installing the seccomp filter: {e}"))?;
     }
     tracing::info!(
         "confined: no new privileges, {files}, {} system calls allowed{}",
-        syscalls::allowed(role).len(),
+        syscalls::allowed(role, kernel_maps).len(),
         if mode == FilterMode::Log { " (others logged by the kernel, not refused)" } else { "" }
     );
     Ok(())
@@ -98,11 +98,12 @@ pub fn confine_hook_runner() -> Result<(), String> {
     seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("installing the seccomp filter: {e}"))
 }
 
-/// The role's allow-list as a BPF program for this machine's architecture.
-pub fn compile(role: Role, mode: FilterMode) -> Result<BpfProgram, String> {
+/// The role's allow-list as a BPF program for this machine's architecture (with the
+/// kernel data path's map operations if `kernel_maps`).
+pub fn compile(role: Role, kernel_maps: bool, mode: FilterMode) -> Result<BpfProgram, String> {
     let arch = std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))?;
     let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
-        syscalls::allowed(role).iter().map(|&(nr, _)| (nr, syscalls::conditions(role, nr))).collect();
+        syscalls::allowed(role, kernel_maps).iter().map(|&(nr, _)| (nr, syscalls::conditions(role, nr))).collect();
     let mismatch = match mode {
         FilterMode::Log => SeccompAction::Log,
         _ => SeccompAction::Trap,
@@ -373,10 +374,15 @@ mod tests {
     /// process of its own, not a fork of this one: a fork of a multi-threaded test run
     /// can inherit a lock another thread held, and hang on it.
     fn in_confined_child_saying(role: Role, call: &str) -> (i32, String) {
+        in_confined_child_keeping(role, true, call)
+    }
+
+    /// [`in_confined_child_saying`], the kernel data path's map operations kept or not.
+    fn in_confined_child_keeping(role: Role, maps: bool, call: &str) -> (i32, String) {
         assert!(calls::ALL.iter().any(|(n, _)| *n == call), "no call {call}");
         let out = std::process::Command::new(std::env::current_exe().expect("this test binary"))
             .args(["--exact", "runtime::confinement::tests::confined_child", "--nocapture", "--test-threads=1"])
-            .env(CHILD, format!("{}:{call}", role as u8))
+            .env(CHILD, format!("{}:{call}:{}", role as u8, u8::from(maps)))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .output()
@@ -397,10 +403,13 @@ mod tests {
     #[test]
     fn confined_child() {
         let Ok(spec) = std::env::var(CHILD) else { return };
-        let (role, name) = spec.split_once(':').expect("ROLE:CALL");
+        let mut parts = spec.split(':');
+        let (Some(role), Some(name), Some(maps)) = (parts.next(), parts.next(), parts.next()) else {
+            panic!("ROLE:CALL:MAPS, not {spec}")
+        };
         let role = Role::from_u8(role.parse().expect("a role number"));
         let call = calls::ALL.iter().find(|(n, _)| *n == name).map(|(_, f)| *f).expect("a known call");
-        let program = compile(role, FilterMode::Enforce).expect("compiles");
+        let program = compile(role, maps == "1", FilterMode::Enforce).expect("compiles");
         let missing = missing_calls().expect("compiles");
         let _ = nix::sys::prctl::set_no_new_privs();
         refusal::install(role);
@@ -424,14 +433,16 @@ mod tests {
         }
     }
 
-    /// The confined relay keeps its kernel data path's map operations and no other part
-    /// of bpf(2); the other roles have none of it.
+    /// The confined relay and client keep their kernel data path's map operations while
+    /// its programs run, and no other part of bpf(2); without the programs (`DataPath
+    /// user`, or `auto` where they did not load) none of it; the other roles never.
     #[test]
     fn only_the_relay_and_the_client_keep_bpf_and_only_for_their_maps() {
         for role in [Role::Relay, Role::Client] {
             let name = role.name();
             assert_eq!(in_confined_child(role, "bpf_map_lookup"), 1, "{name}: allowed, refused by the kernel (no map)");
             assert_eq!(in_confined_child(role, "bpf_prog_load"), 70, "{name}");
+            assert_eq!(in_confined_child_keeping(role, false, "bpf_map_lookup").0, 70, "{name}, no programs");
         }
         for role in [Role::Server, Role::Helper] {
             assert_eq!(in_confined_child(role, "bpf_map_lookup"), 70, "{}", role.name());

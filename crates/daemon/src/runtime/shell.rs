@@ -63,6 +63,9 @@ pub trait Reports {
 /// what changes sits behind locks, taken once a tick.
 pub struct Shell<S> {
     role: Role,
+    /// The kernel data path's programs run: the confined process keeps their map
+    /// operations ([`Shell::keeping_kernel_maps`]).
+    kernel_maps: bool,
     status: StatusListener,
     control_path: PathBuf,
     /// Bound while opened, handed to the metrics thread on confinement.
@@ -113,6 +116,7 @@ impl Shell<Opened> {
             Signals::install().map_err(|e| Failure::runtime(format!("cannot install signal handlers: {e}")))?;
         Ok(Shell {
             role,
+            kernel_maps: false,
             status,
             control_path,
             metrics_listener,
@@ -125,6 +129,13 @@ impl Shell<Opened> {
         })
     }
 
+    /// The kernel data path's programs run (`keep`): the confined process keeps the
+    /// map operations they need, and no other part of bpf(2). Without them, none.
+    pub fn keeping_kernel_maps(mut self, keep: bool) -> Self {
+        self.kernel_maps = keep;
+        self
+    }
+
     /// Drop root (to `user`, or the default) and confine the process with `filter`; the
     /// pid file and the status socket stay removable. Then start the metrics thread.
     pub fn confine(
@@ -135,10 +146,11 @@ impl Shell<Opened> {
     ) -> Result<Shell<Confined>, Failure> {
         privileges::drop_root(user).map_err(Failure::runtime)?;
         let removable = [confinement::removable(pidfile), vec![self.control_path.clone()]].concat();
-        confinement::confine(self.role, filter, &removable).map_err(Failure::runtime)?;
+        confinement::confine(self.role, self.kernel_maps, filter, &removable).map_err(Failure::runtime)?;
         let snapshot = metrics::start(self.metrics_listener)?;
         Ok(Shell {
             role: self.role,
+            kernel_maps: self.kernel_maps,
             status: self.status,
             control_path: self.control_path,
             metrics_listener: None,

@@ -194,8 +194,10 @@ pub const HOOK_DENIED: &[(i64, &str)] = calls![
 /// starts threads with clone, whose flags the allow-list checks (threads only).
 pub const ENOSYS_CALLS: &[(i64, &str)] = calls![SYS_clone3];
 
-/// Every call `role` may make.
-pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
+/// Every call `role` may make; the kernel data path's map operations only where its
+/// programs run (`kernel_maps`: a relay or client with `DataPath kernel`, or `auto` where
+/// they loaded), so that a process on the daemon's path has no bpf(2) at all.
+pub fn allowed(role: Role, kernel_maps: bool) -> Vec<(i64, &'static str)> {
     let extra: &[&[(i64, &str)]] = match role {
         Role::Server => &[],
         Role::Relay => &[KERNEL_MAPS],
@@ -203,6 +205,9 @@ pub fn allowed(role: Role) -> Vec<(i64, &'static str)> {
         Role::Helper => &[HELPER, HELPER_LEGACY],
     };
     let mut v: Vec<(i64, &'static str)> = [BASE, LEGACY].iter().chain(extra).flat_map(|l| l.iter().copied()).collect();
+    if !kernel_maps {
+        v.retain(|call| !KERNEL_MAPS.contains(call));
+    }
     v.sort_unstable();
     v.dedup();
     v
@@ -276,16 +281,18 @@ mod tests {
 
     #[test]
     fn no_role_may_execute_trace_mount_or_load_bpf_and_only_the_client_may_open_sockets() {
-        for role in [Role::Server, Role::Relay, Role::Client, Role::Helper] {
-            let names: Vec<&str> = allowed(role).iter().map(|&(_, n)| n).collect();
+        for (role, maps) in
+            [Role::Server, Role::Relay, Role::Client, Role::Helper].into_iter().flat_map(|r| [(r, true), (r, false)])
+        {
+            let names: Vec<&str> = allowed(role, maps).iter().map(|&(_, n)| n).collect();
             for forbidden in ["SYS_ptrace", "SYS_mount", "SYS_setuid", "SYS_capset", "SYS_init_module"] {
                 assert!(!names.contains(&forbidden), "{} may call {forbidden}", role.name());
             }
-            // The relay and the client keep their kernel data path's map operations,
-            // and nothing else of bpf(2): no program load (5), no map creation (0), no
-            // attachment (8, 28).
-            let kernel_path = matches!(role, Role::Relay | Role::Client);
-            assert_eq!(names.contains(&"SYS_bpf"), kernel_path, "{}", role.name());
+            // The relay and the client keep their kernel data path's map operations
+            // while its programs run, and nothing else of bpf(2): no program load (5),
+            // no map creation (0), no attachment (8, 28).
+            let kernel_path = maps && matches!(role, Role::Relay | Role::Client);
+            assert_eq!(names.contains(&"SYS_bpf"), kernel_path, "{} (maps: {maps})", role.name());
             let commands: Vec<u32> = shipworm_kernel_path::MAP_COMMANDS.to_vec();
             assert_eq!(commands, [1, 2, 3]);
             assert_eq!(conditions(role, libc::SYS_bpf).len(), 3);
@@ -299,8 +306,8 @@ mod tests {
     fn every_list_compiles_for_this_machine() {
         for role in [Role::Server, Role::Relay, Role::Client, Role::Helper] {
             for mode in [super::super::confinement::FilterMode::Enforce, super::super::confinement::FilterMode::Log] {
-                let prog = super::super::confinement::compile(role, mode).expect("compiles");
-                assert!(prog.len() > allowed(role).len(), "{}: {} instructions", role.name(), prog.len());
+                let prog = super::super::confinement::compile(role, true, mode).expect("compiles");
+                assert!(prog.len() > allowed(role, true).len(), "{}: {} instructions", role.name(), prog.len());
             }
         }
     }

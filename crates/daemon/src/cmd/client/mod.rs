@@ -169,7 +169,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let control_path = control
         .map(Path::to_path_buf)
         .unwrap_or_else(|| crate::runtime::status_socket::default_path(opened.tun.name()));
-    let shell = Shell::open(Role::Client, control_path, conf.metrics_address)?;
+    let shell = Shell::open(Role::Client, control_path, conf.metrics_address)?.keeping_kernel_maps(kernel.is_some());
     let mut urandom = OsRandom::open()?;
     // After the drop: the resolver thread starts below and must hold neither root nor
     // the capabilities the main thread gave up (they are per thread).
