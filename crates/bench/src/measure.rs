@@ -202,14 +202,14 @@ pub(crate) struct EndToEnd {
     pub(crate) name: &'static str,
     /// Seconds from client start to an address, one per round.
     pub(crate) qualify_secs: Vec<f64>,
-    /// Median steady ping6 round trip of the first round (the one with 20 echoes), ms.
-    pub(crate) ping_ms: f64,
-    /// The same trip without the tunnel, from the first round (NaN in quick runs): the
+    /// Median steady ping6 round trip of each round (20 echoes), ms.
+    pub(crate) ping_ms: Vec<f64>,
+    /// The same trip without the tunnel, in each round's lab (none in quick runs): the
     /// client host's IPv4 round trip to the relay host, plus the relay host's IPv6
     /// round trip to the native host, less one round trip to its own loopback (the
     /// echo's turn in the pinging and the answering stacks, counted twice by the two
     /// parts and once by the chain), ms.
-    pub(crate) native_ms: f64,
+    pub(crate) native_ms: Vec<f64>,
     /// TCP Mbit/s, every transfer client → native and back.
     pub(crate) tcp: (Vec<f64>, Vec<f64>),
     /// TCP Mbit/s of [`TCP_STREAMS`] connections at once, client → native and back.
