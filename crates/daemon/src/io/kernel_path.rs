@@ -622,6 +622,32 @@ impl KernelPeers for KernelPeerList {
 mod tests {
     use super::*;
 
+    /// Where the programs cannot be set up (here: no such Teredo interface), `DataPath
+    /// kernel` refuses to start with the cause and the way out, `auto` goes on without
+    /// them, and `user` never tries; a host-specific relay has none, said only when asked.
+    #[test]
+    fn each_data_path_mode_meets_a_kernel_path_that_cannot_be_set_up_as_documented() {
+        let want = |mode, host_specific| Want {
+            mode,
+            host_specific,
+            client: false,
+            tun: "no-such-teredo",
+            local: SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 3544),
+            peers: 16,
+            prefix: 0x2001_0000,
+            decap_tc: false,
+            direct: false,
+        };
+        let refused = start(&want(DataPath::Kernel, false)).err().expect("DataPath kernel refuses");
+        assert!(refused.starts_with("DataPath kernel: ") && refused.ends_with(" (or set DataPath user)"), "{refused}");
+        assert!(refused.contains("no-such-teredo"), "the cause names the interface: {refused}");
+        assert!(start(&want(DataPath::Auto, false)).expect("auto goes on").is_none());
+        assert!(start(&want(DataPath::User, false)).expect("user").is_none());
+        let host = start(&want(DataPath::Kernel, true)).err().expect("refused");
+        assert!(host.contains("host-specific relay has no kernel data path"), "{host}");
+        assert!(start(&want(DataPath::Auto, true)).expect("quietly").is_none());
+    }
+
     /// A peer enters the kernel's list only once what the send batch held has left: a
     /// waiting peer's queue, pushed just before its listing, is on its way before the
     /// kernel may send the peer anything.
