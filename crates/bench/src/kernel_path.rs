@@ -145,7 +145,12 @@ pub(crate) fn section(
     map: Option<&MapFigures>,
 ) {
     let _ = writeln!(r, "## Kernel data path (issue #41's targets)\n");
-    let _ = writeln!(r, "shipworm's relay ran `DataPath kernel` with `KernelForward direct`: its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and send them out of their routes themselves, past the host's IPv6 stack (the kernel column is that stack's forwarding); \"shipworm user\" is the same relay with `DataPath user`, measured in the same rounds. CPU is the relay host's whole core (busy time, softirq included) per packet delivered, 1280-byte packets offered at 100 000 a second. Each figure: the mean without the highest and lowest ninth, its range in brackets; a ratio's range is the range of shipworm's trials over the other's mean. A target counts as met when the ratio is within its range of it.\n");
+    let how = if crate::measure::shipworm_extra() == crate::measure::SHIPWORM_STACK_EXTRA {
+        "`KernelForward stack` (the default): its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and hand them to the host's IPv6 stack, which forwards them (the kernel column is that stack's forwarding alone)"
+    } else {
+        "`KernelForward direct`: its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and send them out of their routes themselves, past the host's IPv6 stack (the kernel column is that stack's forwarding)"
+    };
+    let _ = writeln!(r, "shipworm's relay ran `DataPath kernel` with {how}; \"shipworm user\" is the same relay with `DataPath user`, measured in the same rounds. CPU is the relay host's whole core (busy time, softirq included) per packet delivered, 1280-byte packets offered at 100 000 a second. Each figure: the mean without the highest and lowest ninth, its range in brackets; a ratio's range is the range of shipworm's trials over the other's mean. A target counts as met when the ratio is within its range of it.\n");
     let trials = |name: &str, key: (&'static str, u64)| -> Vec<f64> {
         runs.get(name)
             .into_iter()

@@ -38,6 +38,11 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DIR", default_value = "results/latest")]
     pub out: std::path::PathBuf,
 
+    /// How shipworm's relay forwards what its programs move: `direct` (`KernelForward
+    /// direct`, past the host's IPv6 stack) or `stack` (the default of the daemon).
+    #[arg(long, value_name = "HOW", default_value = "direct", value_parser = ["direct", "stack"])]
+    pub forward: String,
+
     /// The `shipworm` binary to measure (default: the one beside this program).
     #[arg(long, value_name = "PATH")]
     pub shipworm: Option<std::path::PathBuf>,
@@ -87,6 +92,7 @@ pub enum Part {
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
+    measure::FORWARD_STACK.store(args.forward == "stack", std::sync::atomic::Ordering::Relaxed);
     if let Some(Part::PeerTable { peers }) = args.part {
         let f = measure::peer_table(peers as usize);
         println!("{f}");

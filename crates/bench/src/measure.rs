@@ -24,6 +24,22 @@ pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
 /// shipworm's relay configuration in the bench: one worker, as it picks for itself on
 /// the one core the relay host has (see `cpus`).
 pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nKernelForward direct\n";
+/// The same relay forwarding through the host's IPv6 stack, shipworm's default
+/// (`shipworm-bench --forward stack`).
+pub(crate) const SHIPWORM_STACK_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nKernelForward stack\n";
+
+/// How the measured relay forwards, set once at start (`--forward`).
+pub(crate) static FORWARD_STACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The measured relay's configuration: [`SHIPWORM_EXTRA`], or with `--forward stack`
+/// [`SHIPWORM_STACK_EXTRA`].
+pub(crate) fn shipworm_extra() -> &'static str {
+    if FORWARD_STACK.load(std::sync::atomic::Ordering::Relaxed) {
+        SHIPWORM_STACK_EXTRA
+    } else {
+        SHIPWORM_EXTRA
+    }
+}
 /// The same relay moving every packet itself.
 pub(crate) const SHIPWORM_USER_EXTRA: &str = "RelayThreads 1\nDataPath user\n";
 pub(crate) const CLIENTS: usize = 32;

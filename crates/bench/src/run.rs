@@ -34,7 +34,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
         let hints_of =
             |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
         let h = hints_of(&runs, "shipworm");
-        let s = measure_relay("shipworm", &me, SHIPWORM_EXTRA, &me, args.quick, &h, &mut say)?;
+        let s = measure_relay("shipworm", &me, shipworm_extra(), &me, args.quick, &h, &mut say)?;
         file_relay(&mut runs, "shipworm", s);
         // The same relay moving every packet itself: what the kernel path changes (the
         // quick run leaves it out).
