@@ -62,8 +62,9 @@ fn mapping(i: u32) -> SocketAddrV4 {
 /// For each size `n`, `passes` times (a pass a round of the bench: the figure's spread):
 /// a map loaded afresh and filled with `n` peers (where its memory lands moves the
 /// larger map's look-up by up to a third from one load to the next), and the time the
-/// decapsulation at tc ingress, as the benchmark's relay ran it, takes a packet over
-/// `probes` peers picked across it; and the map's bytes per peer.
+/// decapsulation at tc ingress takes a packet over `probes` peers picked across it (a
+/// relay's through the stack: the peer's look-up, which the map's size moves, is the
+/// same for a direct one); and the map's bytes per peer.
 pub(crate) fn map_figures(
     sizes: &[usize],
     probes: u32,
@@ -87,8 +88,8 @@ pub(crate) fn map_figures(
             let step = (n as u32 / probes.max(1)).max(1);
             let mut ns = Vec::with_capacity(probes as usize);
             for j in 0..probes {
-                // Spread over the map (a stride coprime with most sizes), each peer once
-                // in a pass, each pass shifted onto other peers.
+                // Spread over the map (a stride coprime with most sizes; a small map's
+                // peers come round many times), each pass shifted onto other peers.
                 let i = (j.wrapping_mul(step).wrapping_add(j * 7919).wrapping_add(pass * 104_729)) % n as u32;
                 let run =
                     k.test_run(shipworm_kernel_path::Program::TcIngress(0), &frame(i)).map_err(|e| e.to_string())?;

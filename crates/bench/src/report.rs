@@ -333,7 +333,7 @@ pub(crate) fn report(
             "| {} | {:.0} ms | {:.2} ms | {} Mbit/s | {} Mbit/s | {} Mbit/s | {} Mbit/s | {up:.0} pkt/s | {down:.0} pkt/s |",
             e.name,
             median(&e.qualify_secs) * 1000.0,
-            median(&e.ping_ms),
+            middle_mean(&e.ping_ms),
             spread(&e.tcp.0, tcp_up),
             spread(&e.tcp.1, tcp_down),
             spread(&e.tcp_streams.0, s_up),
@@ -351,7 +351,7 @@ pub(crate) fn report(
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
     let rounds = e2e_rounds(quick);
-    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: the first round's 20 echoes. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
+    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: each round's 20 echoes, the mean of the rounds' steady medians without the highest and the lowest ninth. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
     (r, compared)
 }
 

@@ -160,7 +160,12 @@ pub(crate) fn chain_lab(
         pings,
         keep_on_failure: false,
         first: Side::Client,
-        shipworm_extra: "",
+        // The relay forwards as the relays above were measured (`--forward`).
+        shipworm_extra: if FORWARD_STACK.load(std::sync::atomic::Ordering::Relaxed) {
+            "KernelForward stack\n"
+        } else {
+            ""
+        },
         narrow_wan: None,
         software_sums: shipworm_lab::SoftwareSums::None,
     };

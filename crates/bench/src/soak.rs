@@ -9,7 +9,7 @@ use crate::buffers::equalize;
 use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
 use crate::error::Failure;
 use crate::measure::{
-    decap_load, introduce, lab_err, trial_sizes, CLIENTS, FLOOD_RATE, FLOOD_SOCKETS, RELAY_PORT, SHIPWORM_EXTRA,
+    decap_load, introduce, lab_err, shipworm_extra, trial_sizes, CLIENTS, FLOOD_RATE, FLOOD_SOCKETS, RELAY_PORT,
 };
 use crate::stats::median;
 use crate::traffic::{max_rate, new_peer_flood, paced, settled, socket_in, v6, Emulated, Sink};
@@ -83,7 +83,7 @@ pub(crate) fn relay_lab(me: &Impl, what: &str, say: &mut dyn FnMut(&str)) -> Res
     }
     let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
-    lab.start_relay_with(me, SHIPWORM_EXTRA).map_err(lab_err)?;
+    lab.start_relay_with(me, shipworm_extra()).map_err(lab_err)?;
     let (gen, h6, rly) = (lab.ns("gen"), lab.ns("h6"), lab.ns("rly"));
     equalize(&rly, Some(RELAY_PORT), DAEMON_BYTES, "teredo").map_err(Failure::runtime)?;
     let threads = cpus::pin_host(&rly).map_err(Failure::runtime)?;

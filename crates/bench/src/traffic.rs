@@ -820,7 +820,6 @@ mod tests {
         assert_eq!(n, 7);
     }
 
-    /// A UDP socket on loopback, in this process's own namespace.
     #[test]
     fn a_packet_from_its_template_is_the_packet_built_whole() {
         let (src, dst) =
@@ -828,8 +827,12 @@ mod tests {
         for size in [64, 512, 1280] {
             let t = Ipv6UdpTemplate::new(size, src, dst, 9000);
             let (mut whole, mut filled) = (vec![0u8; 2048], vec![0u8; 2048]);
-            // Sequence numbers whose words carry, end at 0xffff, or make the sum wrap.
+            // Sequence numbers whose words carry, end at 0xffff, or make the sum wrap;
+            // and two that bring it to all ones, so that the sum computed is zero and
+            // goes out as 0xffff (RFC 8200: a zero UDP sum is none, which IPv6 refuses).
+            let template_sum = u64::from(u16::from_be_bytes([t.packet[46], t.packet[47]]));
             let mut seqs = vec![0, 1, 0xffff, 0xffff_ffff, u64::MAX, 0x8000_0000_0000_0001];
+            seqs.extend([template_sum, template_sum << 16]);
             seqs.extend((0..2_000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
             for seq in seqs {
                 assert_eq!(t.fill(&mut filled, seq), ipv6_udp(&mut whole, size, src, dst, 9000, seq));
@@ -838,6 +841,7 @@ mod tests {
         }
     }
 
+    /// A UDP socket on loopback, in this process's own namespace.
     fn loopback() -> Socket {
         let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).expect("socket");
         s.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).expect("bind");

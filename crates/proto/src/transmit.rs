@@ -63,9 +63,10 @@ pub trait Transmit {
 pub trait KernelPeers {
     /// `peer` is trusted at `mapped`, heard from at `heard` (entered or updated). A full
     /// list refuses it quietly: the peer's packets then pass through the state machine.
-    /// What the node sent before this call leaves before the kernel sends anything to
-    /// `peer` by it (a waiting peer's queue, sent just before its listing, is not
-    /// overtaken): a node that batches its sends lets the batch go first.
+    /// What the node sent before this call is handed to the kernel's sockets before the
+    /// list may carry anything to `peer` (a waiting peer's queue, sent just before its
+    /// listing, is not overtaken on the host): a node that batches its sends lets the
+    /// batch go first.
     fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration);
     /// `peer` is trusted no more.
     fn forget(&mut self, peer: &Ipv6Addr);

@@ -640,7 +640,8 @@ mod tests {
         };
         let refused = start(&want(DataPath::Kernel, false)).err().expect("DataPath kernel refuses");
         assert!(refused.starts_with("DataPath kernel: ") && refused.ends_with(" (or set DataPath user)"), "{refused}");
-        assert!(refused.contains("no-such-teredo"), "the cause names the interface: {refused}");
+        // The cause: the missing interface, or on a kernel before 6.6 its version.
+        assert!(refused.contains("no-such-teredo") || refused.contains("is older than"), "{refused}");
         assert!(start(&want(DataPath::Auto, false)).expect("auto goes on").is_none());
         assert!(start(&want(DataPath::User, false)).expect("user").is_none());
         let host = start(&want(DataPath::Kernel, true)).err().expect("refused");

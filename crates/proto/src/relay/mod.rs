@@ -19,7 +19,9 @@
 //! shards by a keyed hash of the peer's address, each shard behind its own lock — and
 //! each worker keeps a [`RelayWorker`] of its own (counters, scratch space). A packet
 //! takes one shard's lock, never a global one; forwarded packets are written out after
-//! it is released (bubbles and the timer's output may leave under it). [`Relay`] is the
+//! it is released (bubbles, the timer's output, and a waiting peer's queue released
+//! when it answers, which must go before the peer enters the kernel's list, may leave
+//! under it). [`Relay`] is the
 //! one-shard, one-worker form (tests, a single thread).
 
 use crate::address_rate::AddressRate;
