@@ -146,7 +146,7 @@ pub(crate) fn section(
     map: Option<&MapFigures>,
 ) {
     let _ = writeln!(r, "## Kernel data path (issue #41's targets)\n");
-    let how = if crate::measure::shipworm_extra() == crate::measure::SHIPWORM_STACK_EXTRA {
+    let how = if crate::relay_config::forwards_through_stack() {
         "`KernelForward stack` (the default): its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and hand them to the host's IPv6 stack, which forwards them (the kernel column is that stack's forwarding alone)"
     } else {
         "`KernelForward direct`: its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and send them out of their routes themselves, past the host's IPv6 stack (the kernel column is that stack's forwarding)"
@@ -358,10 +358,10 @@ mod tests {
         assert!(row.ends_with("| 0.02 (0.00–0.04) | ≤ 0.33 | met |"), "{row}");
     }
 
-    /// The peer map measured as the full run does, small: a fresh map each pass, every
-    /// probe decapsulated at tc ingress, a time for each pass.
+    /// The peer map measured as the full run does, small: every probe decapsulated at
+    /// tc ingress, a time for each pass.
     #[test]
-    fn the_peer_map_is_measured_in_a_fresh_map_each_pass() {
+    fn the_peer_map_is_measured_in_every_pass() {
         if !nix::unistd::geteuid().is_root() {
             eprintln!("skipped: loading the programs needs root");
             return;

@@ -9,7 +9,9 @@ mod cpus;
 mod error;
 mod kernel_path;
 mod measure;
+mod packets;
 mod plots;
+mod relay_config;
 mod report;
 mod run;
 mod soak;
@@ -92,7 +94,7 @@ pub enum Part {
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
-    measure::FORWARD_STACK.store(args.forward == "stack", std::sync::atomic::Ordering::Relaxed);
+    relay_config::forward_through_stack(args.forward == "stack");
     if let Some(Part::PeerTable { peers }) = args.part {
         let f = measure::peer_table(peers as usize);
         println!("{f}");

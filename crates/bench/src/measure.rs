@@ -4,11 +4,12 @@
 use crate::buffers::{equalize, TUN_QUEUE};
 use crate::cpus::{self, RELAY_CPU};
 use crate::error::Failure;
+use crate::packets::{ipv6_udp, udp_payload, Ipv6UdpTemplate};
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
-    ipv6_udp, latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, sparse_latencies, v6, Build,
-    Emulated, Found, Ipv6UdpTemplate, Probe, Sink,
+    latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, sparse_latencies, v6, Build, Emulated,
+    Found, Probe, Sink,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::traffic::tcp_transfer;
@@ -21,27 +22,6 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
-/// shipworm's relay configuration in the bench: one worker, as it picks for itself on
-/// the one core the relay host has (see `cpus`).
-pub(crate) const SHIPWORM_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nKernelForward direct\n";
-/// The same relay forwarding through the host's IPv6 stack, shipworm's default
-/// (`shipworm-bench --forward stack`).
-pub(crate) const SHIPWORM_STACK_EXTRA: &str = "RelayThreads 1\nDataPath kernel\nKernelForward stack\n";
-
-/// How the measured relay forwards, set once at start (`--forward`).
-pub(crate) static FORWARD_STACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The measured relay's configuration: [`SHIPWORM_EXTRA`], or with `--forward stack`
-/// [`SHIPWORM_STACK_EXTRA`].
-pub(crate) fn shipworm_extra() -> &'static str {
-    if FORWARD_STACK.load(std::sync::atomic::Ordering::Relaxed) {
-        SHIPWORM_STACK_EXTRA
-    } else {
-        SHIPWORM_EXTRA
-    }
-}
-/// The same relay moving every packet itself.
-pub(crate) const SHIPWORM_USER_EXTRA: &str = "RelayThreads 1\nDataPath user\n";
 pub(crate) const CLIENTS: usize = 32;
 pub(crate) const RELAY_PORT: u16 = 3545;
 /// Spoofed new-peer bubbles per second while established peers' rate is measured.
@@ -237,14 +217,6 @@ pub(crate) struct EndToEnd {
 /// A figure's two directions over the rounds ([`middle_mean`]).
 pub(crate) fn both_ways((out, back): &(Vec<f64>, Vec<f64>)) -> (f64, f64) {
     (middle_mean(out), middle_mean(back))
-}
-
-/// The UDP payload of a native packet of IPv6 size `size` (≥ 56) carrying `seq`, built
-/// in `buf`; its length (the kernel adds the 48 bytes of IPv6 and UDP headers).
-pub(crate) fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
-    buf[..8].copy_from_slice(&seq.to_be_bytes());
-    buf[8..size - 48].fill(0x5a);
-    size - 48
 }
 
 pub(crate) fn lab_err(e: impl std::fmt::Display) -> Failure {

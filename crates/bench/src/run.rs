@@ -6,6 +6,7 @@ use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
 use crate::error::Failure;
 use crate::measure::*;
 use crate::plots::write_report;
+use crate::relay_config::*;
 use crate::report::*;
 use crate::stats::*;
 use shipworm::io::socket_buffers::DAEMON_BYTES;
@@ -161,11 +162,7 @@ pub(crate) fn chain_lab(
         keep_on_failure: false,
         first: Side::Client,
         // The relay forwards as the relays above were measured (`--forward`).
-        shipworm_extra: if FORWARD_STACK.load(std::sync::atomic::Ordering::Relaxed) {
-            "KernelForward stack\n"
-        } else {
-            ""
-        },
+        shipworm_extra: if forwards_through_stack() { "KernelForward stack\n" } else { "" },
         narrow_wan: None,
         software_sums: shipworm_lab::SoftwareSums::None,
     };

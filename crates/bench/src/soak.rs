@@ -8,9 +8,8 @@
 use crate::buffers::equalize;
 use crate::cpus::{self, RELAY_CPU, TRAFFIC_CPU};
 use crate::error::Failure;
-use crate::measure::{
-    decap_load, introduce, lab_err, shipworm_extra, trial_sizes, CLIENTS, FLOOD_RATE, FLOOD_SOCKETS, RELAY_PORT,
-};
+use crate::measure::{decap_load, introduce, lab_err, trial_sizes, CLIENTS, FLOOD_RATE, FLOOD_SOCKETS, RELAY_PORT};
+use crate::relay_config::shipworm_extra;
 use crate::stats::median;
 use crate::traffic::{max_rate, new_peer_flood, paced, settled, socket_in, v6, Emulated, Sink};
 use shipworm::io::socket_buffers::DAEMON_BYTES;

@@ -5,10 +5,8 @@
 
 use shipworm::io::udp_batch::{RecvBatch, SendBatch};
 use shipworm_lab::netns;
-use shipworm_wire::ipv6::Ipv6Repr;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
 use shipworm_wire::teredo_packet::emit_bubble;
-use shipworm_wire::udp::UdpRepr;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd;
@@ -69,56 +67,6 @@ impl Emulated {
             emit_bubble(a, &to, 0, &mut b).expect("fits");
             let _ = s.send_to(&b, &relay.into());
         }
-    }
-}
-
-/// Build an IPv6/UDP packet of `size` bytes (≥ 56) carrying `seq`, with its checksum.
-pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port: u16, seq: u64) -> usize {
-    let udp_len = size - 40;
-    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 17, payload_len: udp_len, hop_limit: 64 }
-        .emit(buf)
-        .expect("fits");
-    let u = &mut buf[40..size];
-    // The payload first: the UDP checksum covers it.
-    u[8..16].copy_from_slice(&seq.to_be_bytes());
-    u[16..].fill(0x5a);
-    UdpRepr { src_port: 40000, dst_port: port, payload_len: udp_len - 8 }.emit(&src, &dst, u).expect("fits");
-    size
-}
-
-/// One client's IPv6/UDP packets of one size to one sink, built once: each packet is the
-/// template with its `seq` written in and the checksum mended for it (RFC 1624), not
-/// summed again. Summing every 1,280-byte payload cost the traffic core enough that the
-/// decapsulating rows' sender fell short of the native rows', whose sums the sending
-/// kernel leaves to the interface.
-pub struct Ipv6UdpTemplate {
-    packet: Vec<u8>,
-}
-
-impl Ipv6UdpTemplate {
-    /// The packets [`ipv6_udp`] builds with these arguments.
-    pub fn new(size: usize, src: Ipv6Addr, dst: Ipv6Addr, port: u16) -> Ipv6UdpTemplate {
-        let mut packet = vec![0u8; size];
-        ipv6_udp(&mut packet, size, src, dst, port, 0);
-        Ipv6UdpTemplate { packet }
-    }
-
-    /// Packet `seq` into `buf`, as [`ipv6_udp`] would build it; its length.
-    pub fn fill(&self, buf: &mut [u8], seq: u64) -> usize {
-        const SEQ: usize = 40 + 8;
-        const CHECKSUM: usize = 40 + 6;
-        let n = self.packet.len();
-        buf[..n].copy_from_slice(&self.packet);
-        buf[SEQ..SEQ + 8].copy_from_slice(&seq.to_be_bytes());
-        // The template's sequence words are zero: the new sum is the old one plus them.
-        let old = u16::from_be_bytes([buf[CHECKSUM], buf[CHECKSUM + 1]]);
-        let sum = shipworm_wire::checksum::fold(u64::from(!old) + shipworm_wire::checksum::sum(&seq.to_be_bytes()));
-        let check = match !sum {
-            0 => 0xffff,
-            c => c,
-        };
-        buf[CHECKSUM..CHECKSUM + 2].copy_from_slice(&check.to_be_bytes());
-        n
     }
 }
 
@@ -818,27 +766,6 @@ mod tests {
         };
         assert_eq!(search(&mut once, 5, None).rate, 2_560_000);
         assert_eq!(n, 7);
-    }
-
-    #[test]
-    fn a_packet_from_its_template_is_the_packet_built_whole() {
-        let (src, dst) =
-            (Ipv6Addr::new(0x2001, 0, 0x4136, 0xe378, 0x8000, 0x63bf, 0x3fff, 0xfdd2), Ipv6Addr::LOCALHOST);
-        for size in [64, 512, 1280] {
-            let t = Ipv6UdpTemplate::new(size, src, dst, 9000);
-            let (mut whole, mut filled) = (vec![0u8; 2048], vec![0u8; 2048]);
-            // Sequence numbers whose words carry, end at 0xffff, or make the sum wrap;
-            // and two that bring it to all ones, so that the sum computed is zero and
-            // goes out as 0xffff (RFC 8200: a zero UDP sum is none, which IPv6 refuses).
-            let template_sum = u64::from(u16::from_be_bytes([t.packet[46], t.packet[47]]));
-            let mut seqs = vec![0, 1, 0xffff, 0xffff_ffff, u64::MAX, 0x8000_0000_0000_0001];
-            seqs.extend([template_sum, template_sum << 16]);
-            seqs.extend((0..2_000u64).map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15)));
-            for seq in seqs {
-                assert_eq!(t.fill(&mut filled, seq), ipv6_udp(&mut whole, size, src, dst, 9000, seq));
-                assert_eq!(filled[..size], whole[..size], "size {size}, seq {seq:#x}");
-            }
-        }
     }
 
     /// A UDP socket on loopback, in this process's own namespace.

@@ -559,15 +559,23 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         });
     }
     // Expiry: the native host speaks first, both sides go quiet past the peers'
-    // validity, and it speaks first again. Pushed last, so these long waits start first.
-    for relay in &impls {
-        let (me, relay) = (Impl::Shipworm(me.clone()), relay.clone());
+    // validity, and it speaks first again: shipworm's relay then waits for a client it
+    // trusted (out of its kernel map until the client answers), Miredo's client too.
+    // Pushed last, so these long waits start first.
+    let shipworm = Impl::Shipworm(me.clone());
+    let pairs: Vec<(Impl, Impl)> = impls
+        .iter()
+        .map(|r| (r.clone(), shipworm.clone()))
+        .chain(std::iter::once((shipworm.clone(), Impl::Miredo)))
+        .collect();
+    for (relay, client) in pairs {
+        let me = Impl::Shipworm(me.clone());
         cases.push(Case {
-            name: format!("native first again after 35 s idle relay={relay} client=shipworm"),
+            name: format!("native first again after 35 s idle relay={relay} client={client}"),
             expect: Expect::Pass,
             run: Box::new(move || {
                 let (_lab, (a, b)) =
-                    scenario::run_native_first_after_idle(&me, &relay, &me, std::time::Duration::from_secs(35))
+                    scenario::run_native_first_after_idle(&me, &relay, &client, std::time::Duration::from_secs(35))
                         .map_err(Failed::from)?;
                 Ok(format!("answered cold in {a:.1} ms, and again after the idle time in {b:.1} ms"))
             }),
