@@ -4,14 +4,15 @@
 use crate::buffers::{equalize, TUN_QUEUE};
 use crate::cpus::{self, RELAY_CPU};
 use crate::error::Failure;
-use crate::packets::{ipv6_udp, udp_payload, Ipv6UdpTemplate};
+use crate::packets::{ipv6_frame, ipv6_udp, teredo_frame, udp_payload, Ipv6UdpTemplate};
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
-    latencies, lock_out, max_rate, new_peer_flood, paced, settled, socket_in, sparse_latencies, v6, Build, Emulated,
-    Found, Probe, Sink,
+    latencies, lock_out, max_rate, new_peer_flood, settled, socket_in, sparse_latencies, v6, Emulated, Found, Frames,
+    Load, Probe, Sink, Sockets,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
+use shipworm_lab::live_frames::{mac_of, LiveFrames};
 use shipworm_lab::traffic::tcp_transfer;
 use shipworm_lab::{Impl, Lab, LabSpec, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
@@ -138,7 +139,7 @@ pub(crate) fn cpu_trials(
             prepare(Phase::Rate).map_err(Failure::runtime)?;
             let before = settled(p.sink);
             let (t0, idle0, proc0) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
-            let sent = paced(p.tx, rate, dur, &mut *p.load);
+            let sent = p.load.paced(rate, dur);
             let got = settled(p.sink) - before;
             let (t1, idle1, proc1) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
             let per_packet = |d: Duration| d.as_secs_f64() * 1e6 / got.max(1) as f64;
@@ -252,15 +253,14 @@ pub(crate) fn searches(quick: bool) -> usize {
     }
 }
 
-/// One direction and size through the thing measured: the sockets its load leaves by,
-/// the sink that counts arrivals, what the load carries, the path its latency probes
+/// One direction and size through the thing measured: the sink that counts arrivals,
+/// its load (live frames), the path its latency probes
 /// take, and the same direction's native path through the same relay host, probed in
 /// turns with it.
 pub(crate) struct Route<'a> {
     pub(crate) key: (&'static str, usize),
-    pub(crate) tx: &'a [Socket],
     pub(crate) sink: &'a Sink,
-    pub(crate) load: Box<Build<'a>>,
+    pub(crate) load: Box<dyn Load + 'a>,
     pub(crate) probe: Probe<'a>,
     pub(crate) beside: Option<Probe<'a>>,
 }
@@ -292,7 +292,7 @@ pub(crate) fn measure_routes(
     for i in 0..blocks {
         prepare(Phase::Rate).map_err(Failure::runtime)?;
         let p = &mut routes[i % routes.len()];
-        let found = max_rate(p.tx, p.sink, dur, quick, hints.get(&p.key).copied(), &mut *p.load);
+        let found = max_rate(&mut *p.load, p.sink, dur, quick, hints.get(&p.key).copied());
         f.file_rate(p.key, found);
         prepare(Phase::Latency).map_err(Failure::runtime)?;
         for p in routes.iter_mut() {
@@ -364,6 +364,74 @@ pub(crate) fn decap_load(
         (packets[i].fill(buf, seq), SocketAddr::V4(relay), i)
     }
 }
+
+/// A lab's rate loads ([`Frames`]): frames handed to the relay host's interface by the
+/// switch's port towards it, as if the wire brought them from the generator or the
+/// native host (their source addresses are those hosts'). Sent from the hosts, every
+/// frame also crossed the switch on the traffic core, whose work per frame then held
+/// the rates near where a sender of sockets held them.
+pub(crate) struct Senders {
+    wire: LiveFrames,
+    relay: [u8; 6],
+    gen: [u8; 6],
+    h6: [u8; 6],
+}
+
+impl Senders {
+    pub(crate) fn of(lab: &Lab) -> Result<Senders, Failure> {
+        let mac = |host: &str| mac_of(&lab.ns(host), "eth0").map_err(lab_err);
+        Ok(Senders {
+            wire: LiveFrames::on(&lab.ns("core"), RELAY_PORT_ON_SWITCH).map_err(lab_err)?,
+            relay: mac("rly")?,
+            gen: mac("gen")?,
+            h6: mac("h6")?,
+        })
+    }
+
+    /// Decapsulation load of `size`-byte packets from each emulated client of `emu` at
+    /// its mapping to `relay`, for the native sink, in runs of [`RUN`] per client.
+    pub(crate) fn decap(&self, emu: &Emulated, size: usize, relay: SocketAddrV4) -> Frames<'_> {
+        let mut packet = vec![0u8; size];
+        let frames = emu
+            .addrs
+            .iter()
+            .zip(emu.mappings())
+            .map(|(&a, from)| {
+                ipv6_udp(&mut packet, size, a, SINK_NATIVE_V6, 9000, 0);
+                teredo_frame(self.relay, self.gen, from, relay, &packet)
+            })
+            .collect();
+        Frames { sender: &self.wire, frames, run: RUN }
+    }
+
+    /// Native load of `size`-byte packets from the native host to each of `to` in
+    /// runs of [`RUN`], to port `port`.
+    pub(crate) fn native_load(&self, to: &[Ipv6Addr], port: u16, size: usize) -> Frames<'_> {
+        Frames { sender: &self.wire, frames: self.native(self.h6, HOST6_V6, to, port, size), run: RUN }
+    }
+
+    /// Native load of `size`-byte packets from the generator to the native sink.
+    pub(crate) fn generator_load(&self, size: usize) -> Frames<'_> {
+        Frames {
+            sender: &self.wire,
+            frames: self.native(self.gen, GEN_NATIVE_V6, &[SINK_NATIVE_V6], 9000, size),
+            run: RUN,
+        }
+    }
+
+    fn native(&self, mac: [u8; 6], from: Ipv6Addr, to: &[Ipv6Addr], port: u16, size: usize) -> Vec<Vec<u8>> {
+        let mut packet = vec![0u8; size];
+        to.iter()
+            .map(|&dst| {
+                ipv6_udp(&mut packet, size, from, dst, port, 0);
+                ipv6_frame(self.relay, mac, &packet)
+            })
+            .collect()
+    }
+}
+
+/// The switch's port towards the relay host.
+const RELAY_PORT_ON_SWITCH: &str = "p2";
 
 /// Searches a rate `n` times with `search` (from the earlier rounds' hint) while spoofed
 /// bubbles from never-seen Teredo addresses pour from the generator to `relay`, and
@@ -472,13 +540,13 @@ pub(crate) fn measure_relay(
     let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
     let sink_gen = Sink::start(vec![rx_gen.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
     let (first, natives, gen_outs) = (addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
+    let senders = Senders::of(&lab)?;
     let mut routes = Vec::new();
     for size in SIZES {
         routes.push(Route {
             key: ("Teredo→IPv6", size),
-            tx: &emu.socks,
             sink: &sink6,
-            load: Box::new(decap_load(addrs.clone(), size, relay)),
+            load: Box::new(senders.decap(&emu, size, relay)),
             // Probes: one flow, from the first client.
             probe: Probe {
                 tx: &emu.socks,
@@ -491,14 +559,10 @@ pub(crate) fn measure_relay(
             },
             beside: Some(native_probe(gen_outs, &rx6, &sink6, v6(SINK_NATIVE_V6, 9000), size)),
         });
-        let a = addrs.clone();
         routes.push(Route {
             key: ("IPv6→Teredo", size),
-            tx: natives,
             sink: &sink_emu,
-            load: Box::new(move |seq: u64, buf: &mut [u8]| {
-                (udp_payload(buf, size, seq), v6(a[client_of(seq)], 9002), 0)
-            }),
+            load: Box::new(senders.native_load(&addrs, 9002, size)),
             // Probes all go to the first client, whose socket the prober reads.
             probe: Probe {
                 tx: natives,
@@ -523,7 +587,7 @@ pub(crate) fn measure_relay(
     // The established clients' rate, searched under each attack in turn.
     let established = |key: (&'static str, usize)| {
         let hint = hints.get(&key).copied();
-        max_rate(&emu.socks, &sink6, dur, quick, hint, &mut decap_load(addrs.clone(), key.1, relay))
+        max_rate(&mut senders.decap(&emu, key.1, relay), &sink6, dur, quick, hint)
     };
     // Spoofed new peers pour in.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
@@ -653,7 +717,13 @@ pub(crate) fn e2e_udp(
             // packet, and native→client traffic alone would not renew them).
             let _ = keep_alive.send_to(&[0u8; 8], &v6(HOST6_V6, 9011).into());
             std::thread::sleep(Duration::from_millis(50));
-            let found = max_rate(std::slice::from_ref(&tx[k]), &sinks[k], dur, quick, hints[k], &mut build);
+            let found = max_rate(
+                &mut Sockets { socks: std::slice::from_ref(&tx[k]), build: Box::new(&mut build) },
+                &sinks[k],
+                dur,
+                quick,
+                hints[k],
+            );
             rates[k].push(found.rate as f64);
         }
     }
@@ -674,20 +744,24 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(e.to_string()));
     let sink_h6 = Sink::start(vec![dup(&rx_h6)?]);
     let sink_gen = Sink::start(vec![dup(&rx_gen)?]);
+    let senders = Senders::of(&lab)?;
     let mut routes = Vec::new();
     for size in SIZES {
         for (dir, sock, sink, rx, to) in [
             ("Teredo→IPv6", &out, &sink_h6, &rx_h6, v6(SINK_NATIVE_V6, 9000)),
             ("IPv6→Teredo", &back, &sink_gen, &rx_gen, v6(GEN_NATIVE_V6, 9001)),
         ] {
-            let native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, size, seq), to, 0);
             let tx = std::slice::from_ref(sock);
+            // The load from where the relay's comes from, the probes from sockets.
+            let load = if dir == "Teredo→IPv6" {
+                senders.generator_load(size)
+            } else {
+                senders.native_load(&[GEN_NATIVE_V6], 9001, size)
+            };
             routes.push(Route {
                 key: (dir, size),
-                tx,
                 sink,
-                // Load and probes alike: native packets to the sink.
-                load: Box::new(native),
+                load: Box::new(load),
                 probe: native_probe(tx, rx, sink, to, size),
                 beside: None,
             });
@@ -707,8 +781,6 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
     let hole = socket_in(&rly, SocketAddr::V4(relay)).map_err(Failure::runtime)?;
     hole.set_recv_buffer_size(4096).map_err(|e| Failure::runtime(e.to_string()))?;
     let (dur, _) = trial_sizes(quick);
-    let to = v6(SINK_NATIVE_V6, 9000);
-    let mut native = move |seq: u64, buf: &mut [u8]| (udp_payload(buf, UNDER_FLOOD.1, seq), to, 0);
     under_flood(
         "kernel",
         &gen,
@@ -716,7 +788,7 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
         &mut f,
         say,
         &mut || {
-            max_rate(std::slice::from_ref(&out), &sink_h6, dur, quick, hints.get(&UNDER_FLOOD).copied(), &mut native)
+            max_rate(&mut senders.generator_load(UNDER_FLOOD.1), &sink_h6, dur, quick, hints.get(&UNDER_FLOOD).copied())
         },
         searches(quick),
     )?;

@@ -1,10 +1,42 @@
-//! The packets the generator sends: native payloads (the kernel adds the headers) and
+//! The packets the generator sends: native payloads (the kernel adds the headers),
 //! whole IPv6/UDP packets for the emulated Teredo clients, built once a client and
-//! mended for each sequence number.
+//! mended for each sequence number, and whole frames for the rate searches' live
+//! generator (every header on, checksums taken).
 
+use shipworm_wire::ipv4::Ipv4Repr;
 use shipworm_wire::ipv6::Ipv6Repr;
 use shipworm_wire::udp::UdpRepr;
-use std::net::Ipv6Addr;
+use std::net::{Ipv6Addr, SocketAddrV4};
+
+/// An Ethernet frame from `src` to `dst` carrying `payload` of EtherType `ethertype`.
+fn ethernet(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(14 + payload.len());
+    frame.extend_from_slice(&dst);
+    frame.extend_from_slice(&src);
+    frame.extend_from_slice(&ethertype.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The frame of IPv6 packet `packet` from hardware address `src` to `dst`.
+pub fn ipv6_frame(dst: [u8; 6], src: [u8; 6], packet: &[u8]) -> Vec<u8> {
+    ethernet(dst, src, 0x86dd, packet)
+}
+
+/// The frame of a Teredo datagram carrying IPv6 packet `packet` from `from` to `to`,
+/// from hardware address `src` to `dst`: IPv4 (TTL 64, DF clear as a Teredo client
+/// sends) and UDP with its checksum, as a client's host would send it.
+pub fn teredo_frame(dst: [u8; 6], src: [u8; 6], from: SocketAddrV4, to: SocketAddrV4, packet: &[u8]) -> Vec<u8> {
+    let mut ip = vec![0u8; 20 + 8 + packet.len()];
+    Ipv4Repr { src_addr: *from.ip(), dst_addr: *to.ip(), protocol: 17, payload_len: 8 + packet.len(), ttl: 64 }
+        .emit(&mut ip)
+        .expect("fits");
+    ip[28..].copy_from_slice(packet);
+    UdpRepr { src_port: from.port(), dst_port: to.port(), payload_len: packet.len() }
+        .emit(from.ip(), to.ip(), &mut ip[20..])
+        .expect("fits");
+    ethernet(dst, src, 0x0800, &ip)
+}
 
 /// Build an IPv6/UDP packet of `size` bytes (≥ 56) carrying `seq`, with its checksum.
 pub fn ipv6_udp(buf: &mut [u8], size: usize, src: Ipv6Addr, dst: Ipv6Addr, port: u16, seq: u64) -> usize {
@@ -67,6 +99,40 @@ pub(crate) fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shipworm_wire::ipv4::Ipv4Packet;
+    use shipworm_wire::ipv6::Ipv6Packet;
+    use shipworm_wire::udp::UdpPacket;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn a_generated_frame_is_a_datagram_every_receiver_takes() {
+        let (dst, src) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let client = Ipv6Addr::new(0x2001, 0, 0x4136, 0xe378, 0x8000, 0x63bf, 0x3fff, 0xfdd2);
+        let mut inner = vec![0u8; 1280];
+        ipv6_udp(&mut inner, 1280, client, Ipv6Addr::LOCALHOST, 9000, 7);
+        let (from, to) = (
+            SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 50), 40123),
+            SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 10), 3544),
+        );
+        let frame = teredo_frame(dst, src, from, to, &inner);
+        assert_eq!((&frame[..6], &frame[6..12], &frame[12..14]), (&dst[..], &src[..], &[0x08, 0x00][..]));
+        let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
+        let outer = Ipv4Repr::parse(&ip).unwrap();
+        assert_eq!(
+            (outer.src_addr, outer.dst_addr, outer.protocol, outer.payload_len),
+            (*from.ip(), *to.ip(), 17, 1288)
+        );
+        let udp = UdpPacket::new_checked(ip.payload()).unwrap();
+        let repr = UdpRepr::parse(&udp, from.ip(), to.ip()).unwrap();
+        assert_eq!((repr.src_port, repr.dst_port, udp.checksum() != 0), (40123, 3544, true));
+        assert_eq!(udp.payload(), &inner[..]);
+        // The native frame: the packet whole, its own sum still good.
+        let frame = ipv6_frame(dst, src, &inner);
+        assert_eq!(&frame[12..14], &[0x86, 0xdd]);
+        let v6 = Ipv6Packet::new_checked(&frame[14..]).unwrap();
+        let u = UdpPacket::new_checked(v6.payload()).unwrap();
+        assert!(UdpRepr::parse(&u, &client, &Ipv6Addr::LOCALHOST).is_ok());
+    }
 
     #[test]
     fn a_packet_from_its_template_is_the_packet_built_whole() {

@@ -11,7 +11,7 @@ use crate::error::Failure;
 use crate::measure::{decap_load, introduce, lab_err, trial_sizes, CLIENTS, FLOOD_RATE, FLOOD_SOCKETS, RELAY_PORT};
 use crate::relay_config::shipworm_extra;
 use crate::stats::median;
-use crate::traffic::{max_rate, new_peer_flood, paced, settled, socket_in, v6, Emulated, Sink};
+use crate::traffic::{max_rate, new_peer_flood, paced, settled, socket_in, v6, Emulated, Sink, Sockets};
 use shipworm::io::socket_buffers::DAEMON_BYTES;
 use shipworm_lab::{Impl, Lab, LabSpec, GEN_V4, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use std::fmt::Write as _;
@@ -106,7 +106,8 @@ pub(crate) fn soak(me: &Impl, plan: &SoakPlan, out: &Path, say: &mut dyn FnMut(&
     let searched: Vec<f64> = (0..CAPACITY_SEARCHES)
         .map(|_| {
             emu.bubble(relay, SINK_NATIVE_V6);
-            max_rate(&emu.socks, &sink, trial, plan.quick, None, &mut load).rate as f64
+            max_rate(&mut Sockets { socks: &emu.socks, build: Box::new(&mut load) }, &sink, trial, plan.quick, None)
+                .rate as f64
         })
         .collect();
     let capacity = median(&searched);

@@ -13,7 +13,7 @@ use crate::error::Failure;
 use crate::measure::{decap_load, lab_err, machine, trial_sizes, CLIENTS};
 use crate::soak::{relay_lab, RelayLab};
 use crate::stats::{median, range};
-use crate::traffic::{max_rate, paced, settled};
+use crate::traffic::{max_rate, paced, settled, Sockets};
 use shipworm_lab::{Impl, SINK_NATIVE_V6};
 use std::fmt::Write as _;
 use std::io::Read;
@@ -63,7 +63,8 @@ pub(crate) fn status_flood(
     let mut measure = |flood: bool| -> Result<(f64, f64, f64), Failure> {
         let flooder = flood.then(|| Flood::start(status.clone()));
         emu.bubble(relay, SINK_NATIVE_V6);
-        let rate = max_rate(&emu.socks, &sink, trial, quick, None, &mut load).rate;
+        let rate =
+            max_rate(&mut Sockets { socks: &emu.socks, build: Box::new(&mut load) }, &sink, trial, quick, None).rate;
         let fixed = *fixed_rate.get_or_insert(rate / 2);
         let (before, cpu0) = (settled(&sink), cpus::host_process_time(&rly).map_err(Failure::runtime)?);
         paced(&emu.socks, fixed, if quick { trial } else { CPU_RUN }, &mut load);

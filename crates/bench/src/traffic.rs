@@ -4,6 +4,7 @@
 //! the highest rate under 0.1 % loss, and one-at-a-time latency probes.
 
 use shipworm::io::udp_batch::{RecvBatch, SendBatch};
+use shipworm_lab::live_frames::LiveFrames;
 use shipworm_lab::netns;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
 use shipworm_wire::teredo_packet::emit_bubble;
@@ -57,6 +58,11 @@ impl Emulated {
             addrs.push(t.to_ipv6());
         }
         Ok(Emulated { socks, addrs })
+    }
+
+    /// Each client's mapping: its socket's address.
+    pub fn mappings(&self) -> Vec<SocketAddrV4> {
+        self.socks.iter().filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket_ipv4())).collect()
     }
 
     /// Every client sends a bubble to `relay` (which makes the relay trust it once it
@@ -177,25 +183,98 @@ impl Drop for Sink {
 /// A sender: builds datagram `seq` into a buffer and says where it goes.
 pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + 'a;
 
+/// A trial's load: sends at a rate for a time.
+pub trait Load {
+    /// Send at `rate` packets per second for `dur`; how many were sent.
+    fn paced(&mut self, rate: u64, dur: Duration) -> u64;
+}
+
+/// Datagrams from sockets, as [`paced`] sends them.
+pub struct Sockets<'a> {
+    pub socks: &'a [Socket],
+    pub build: Box<Build<'a>>,
+}
+
+impl Load for Sockets<'_> {
+    fn paced(&mut self, rate: u64, dur: Duration) -> u64 {
+        paced(self.socks, rate, dur, &mut *self.build)
+    }
+}
+
+/// Whole frames handed to a host's interface by the kernel ([`LiveFrames`]), no socket
+/// behind them: packet `seq` is `frames[(seq / run) % frames.len()]`, so each stream
+/// (an emulated client) sends runs of `run` as a host's socket would. What the rate
+/// searches send: a sender of sockets on the traffic core ran out before the relay host's
+/// core did in most searches at 1,280 bytes (its system calls, route look-ups,
+/// segmentation and the switch port's copy per packet), so the figures compared the
+/// generator's ceilings; live frames cost that core a small part of it.
+pub struct Frames<'a> {
+    pub sender: &'a LiveFrames,
+    pub frames: Vec<Vec<u8>>,
+    pub run: u64,
+}
+
+impl Load for Frames<'_> {
+    fn paced(&mut self, rate: u64, dur: Duration) -> u64 {
+        match self.sender.paced(&self.frames, self.run, rate, batch_size(rate) as u32, dur) {
+            Ok(sent) => sent,
+            Err(e) => {
+                eprintln!("    live frames: {e}");
+                0
+            }
+        }
+    }
+}
+
 /// Send at `rate` packets per second for `dur` through `socks` (picked by the builder),
-/// batched; returns how many were sent. A batch holds about 250 µs of traffic (8–64
-/// packets: bursts a relay's default socket buffer takes), and the sender sleeps
-/// between batches rather than spinning, so it leaves the cores it shares with the
-/// relay and the sink to them. A batch that is late goes at once: the sender catches
-/// up (dropping a late backlog instead made the rounds of a path spread wider). A run
+/// batched; returns how many were sent. A run
 /// to one destination leaves as one
 /// segmented send, which the sending host's interface cuts into frames (the lab
 /// turns UDP segmentation offload off), so the relay host receives a frame per packet
 /// as from separate hosts, and the generator's cost per packet falls.
 pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) -> u64 {
-    let _slack = FineTimerSlack::set();
-    let batch_n = ((rate / 4_000) as usize).clamp(8, 64);
+    let batch_n = batch_size(rate);
     // A batch per socket, each with its own descriptor of it (the caller keeps the
     // sockets for the next trial).
     let mut batches: Vec<SendBatch> = socks
         .iter()
         .map(|s| SendBatch::new(s.try_clone().expect("duplicate a generator socket"), batch_n, 2048))
         .collect();
+    pace(rate, dur, &mut |first: u64, n: usize| {
+        let mut sent = 0u64;
+        for seq in first..first + n as u64 {
+            let mut buf = [0u8; 2048];
+            let (len, to, sock) = build(seq, &mut buf);
+            let b = &mut batches[sock];
+            b.slot_mut()[..len].copy_from_slice(&buf[..len]);
+            b.commit_any(len, to);
+            if b.is_full() {
+                sent += b.flush().0 as u64;
+            }
+        }
+        for b in &mut batches {
+            if !b.is_empty() {
+                sent += b.flush().0 as u64;
+            }
+        }
+        sent
+    })
+}
+
+/// Packets a batch holds at `rate`: about 250 µs of traffic, 8–64 packets (bursts a
+/// relay's default socket buffer takes).
+fn batch_size(rate: u64) -> usize {
+    ((rate / 4_000) as usize).clamp(8, 64)
+}
+
+/// Paces `batch(first seq, count) → sent` at `rate` packets per second for `dur`; how
+/// many were sent. The sender sleeps between batches rather than spinning, so it
+/// leaves the cores it shares with the relay and the sink to them. A batch that is late
+/// goes at once: the sender catches up (dropping a late backlog instead made the rounds
+/// of a path spread wider).
+fn pace(rate: u64, dur: Duration, batch: &mut dyn FnMut(u64, usize) -> u64) -> u64 {
+    let _slack = FineTimerSlack::set();
+    let batch_n = batch_size(rate);
     let interval = Duration::from_secs_f64(batch_n as f64 / rate as f64);
     let start = Instant::now();
     let mut next = start;
@@ -207,22 +286,8 @@ pub fn paced(socks: &[Socket], rate: u64, dur: Duration, build: &mut Build<'_>) 
             std::thread::sleep(next - now);
             continue;
         }
-        for _ in 0..batch_n {
-            let mut buf = [0u8; 2048];
-            let (len, to, sock) = build(seq, &mut buf);
-            let b = &mut batches[sock];
-            b.slot_mut()[..len].copy_from_slice(&buf[..len]);
-            b.commit_any(len, to);
-            if b.is_full() {
-                sent += b.flush().0 as u64;
-            }
-            seq += 1;
-        }
-        for b in &mut batches {
-            if !b.is_empty() {
-                sent += b.flush().0 as u64;
-            }
-        }
+        sent += batch(seq, batch_n);
+        seq += batch_n as u64;
         next += interval;
     }
     sent
@@ -304,14 +369,7 @@ struct Trial {
 /// otherwise throw away half the range (rounds of the same path differed by up to a
 /// third). A trial whose sender fell short of the rate but lost nothing still shows
 /// what the path carried.
-pub fn max_rate(
-    socks: &[Socket],
-    sink: &Sink,
-    dur: Duration,
-    quick: bool,
-    hint: Option<u64>,
-    build: &mut Build<'_>,
-) -> Found {
+pub fn max_rate(load: &mut dyn Load, sink: &Sink, dur: Duration, quick: bool, hint: Option<u64>) -> Found {
     // The count a trial starts from: the previous trial's settled count (the path has
     // stood still since), or a fresh one at the first trial.
     let mut start_count: Option<u64> = None;
@@ -320,7 +378,7 @@ pub fn max_rate(
             Some(c) => c,
             None => settled(sink),
         };
-        let sent = paced(socks, rate, dur, build);
+        let sent = load.paced(rate, dur);
         std::thread::sleep(dur / IN_TIME_SHARE);
         let got = sink.count() - before;
         start_count = Some(settled(sink));

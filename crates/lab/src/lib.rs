@@ -27,6 +27,7 @@ pub mod anycast;
 pub mod bird;
 pub mod error;
 pub mod igd;
+pub mod live_frames;
 pub mod names;
 pub mod nat;
 pub mod nat_probe;
@@ -38,6 +39,7 @@ pub mod scripted_peer;
 pub mod sixtofour;
 pub mod stun;
 pub mod traffic;
+mod xdp;
 
 pub use error::{LabError, Result};
 pub use nat::NatKind;
@@ -669,5 +671,95 @@ mod tests {
         drop(link);
         let shown = netns::ip(&["-n", b, "link", "show", "dev", "eth0"]).unwrap();
         assert!(!shown.contains("xdp"), "the program stayed after its link was dropped: {shown}");
+    }
+    /// Frames sent live from one host reach sockets on the next, every one, each stream
+    /// its own turns, never faster than the pace; no socket on the sender.
+    #[test]
+    fn live_frames_reach_the_next_host_each_one_at_their_pace() {
+        use shipworm_wire::ipv4::Ipv4Repr;
+        use shipworm_wire::udp::UdpRepr;
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let p = netns::run_prefix(92);
+        let names = Namespaces(["a", "b"].iter().map(|n| format!("{p}{n}")).collect());
+        let [a, b] = [&names.0[0], &names.0[1]];
+        for ns in &names.0 {
+            netns::add(ns).unwrap();
+        }
+        netns::ip(&["link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b]).unwrap();
+        for (host, v4) in [(a, "10.9.0.1/24"), (b, "10.9.0.2/24")] {
+            netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
+            Lab::addr(host, v4, "eth0").unwrap();
+        }
+        let _napi = nic_buffers::receive_into_own_buffers(b, "eth0").unwrap();
+        let b_owned = b.clone();
+        let rx = std::thread::spawn(move || {
+            netns::enter(&b_owned).unwrap();
+            [9998, 9999].map(|port| {
+                let s = std::net::UdpSocket::bind(("10.9.0.2", port)).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+                // Each frame arrives in a page of its own: room for all of them.
+                let size: libc::c_int = 8 << 20;
+                use std::os::fd::AsRawFd;
+                // SAFETY: an int option on our own socket, read by the kernel.
+                let r = unsafe {
+                    libc::setsockopt(
+                        s.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUFFORCE,
+                        &size as *const libc::c_int as *const libc::c_void,
+                        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+                assert_eq!(r, 0);
+                s
+            })
+        })
+        .join()
+        .unwrap();
+        let frames = live_frames::LiveFrames::on(a, "eth0").unwrap();
+        let (src, dst) = (Ipv4Addr::new(10, 9, 0, 1), Ipv4Addr::new(10, 9, 0, 2));
+        let to_b = live_frames::mac_of(b, "eth0").unwrap();
+        // Two streams, to two ports; a Teredo datagram's length of headers differs.
+        let streams: Vec<Vec<u8>> = [9998u16, 9999]
+            .iter()
+            .map(|&port| {
+                let mut frame = vec![0u8; 14 + 20 + 8 + 100];
+                frame[..6].copy_from_slice(&to_b);
+                frame[6..12].copy_from_slice(&frames.mac());
+                frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+                Ipv4Repr { src_addr: src, dst_addr: dst, protocol: 17, payload_len: 108, ttl: 64 }
+                    .emit(&mut frame[14..])
+                    .unwrap();
+                frame[42..].fill(0x5a);
+                UdpRepr { src_port: 1234, dst_port: port, payload_len: 100 }
+                    .emit(&src, &dst, &mut frame[34..])
+                    .unwrap();
+                frame
+            })
+            .collect();
+        // 20,000 frames a second for 50 ms, in bursts of 40, turns of 30: at most 1,000
+        // (25 bursts), whatever the machine.
+        let dur = std::time::Duration::from_millis(50);
+        let sent = frames.paced(&streams, 30, 20_000, 40, dur).unwrap();
+        assert!(sent > 0 && sent <= 1_000, "{sent} frames sent");
+        // A second trial on the same sender (the first one's run stopped).
+        let again = frames.paced(&streams, 30, 20_000, 40, dur).unwrap();
+        let mut buf = [0u8; 256];
+        let mut got = [0u64; 2];
+        for (k, s) in rx.iter().enumerate() {
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                assert_eq!((n, from), (100, "10.9.0.1:1234".parse().unwrap()));
+                got[k] += 1;
+            }
+        }
+        assert_eq!(got[0] + got[1], sent + again, "every frame sent arrived: {got:?}");
+        // Turns of 30: neither stream is more than a turn a trial ahead of the other.
+        assert!(got[0].abs_diff(got[1]) <= 60, "{got:?}");
+        // Frames that differ past their headers are refused, not sent wrong.
+        let mut odd = streams.clone();
+        odd[1][100] ^= 1;
+        assert!(frames.paced(&odd, 30, 20_000, 40, dur).is_err());
     }
 }

@@ -17,42 +17,15 @@
 
 use crate::error::{LabError, Result};
 use crate::netns;
-use std::os::fd::{FromRawFd, OwnedFd};
+use crate::xdp::{bpf, load_xdp, Insn};
+use std::os::fd::OwnedFd;
 
-const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_XDP: u32 = 6;
 const BPF_XDP: u32 = 37;
 const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
-/// `struct bpf_insn`.
-#[repr(C)]
-struct Insn {
-    code: u8,
-    /// Destination register in the low four bits, source in the high four.
-    regs: u8,
-    off: i16,
-    imm: i32,
-}
-
 /// `r0 = XDP_PASS; exit`.
 static PASS: [Insn; 2] = [Insn { code: 0xb7, regs: 0, off: 0, imm: 2 }, Insn { code: 0x95, regs: 0, off: 0, imm: 0 }];
-
-/// The head of `union bpf_attr` for BPF_PROG_LOAD (the rest stays zero).
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-}
 
 /// The head of `union bpf_attr` for BPF_LINK_CREATE.
 #[repr(C)]
@@ -62,18 +35,6 @@ struct LinkCreate {
     target_ifindex: u32,
     attach_type: u32,
     flags: u32,
-}
-
-fn bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
-    // SAFETY: `attr` is a zero-padded prefix of `union bpf_attr` for `cmd`, whose size
-    // is passed with it; the kernel reads only that many bytes. A descriptor it returns
-    // is ours alone.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, std::mem::size_of::<T>() as libc::c_uint) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a new descriptor, owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Make interface `dev` of namespace `ns` (a veth) copy what it receives into buffers of
@@ -89,16 +50,7 @@ pub(crate) fn receive_into_own_buffers(ns: &str, dev: &str) -> Result<OwnedFd> {
         if ifindex == 0 {
             return crate::error::err(format!("{dev} in {ns}: {}", std::io::Error::last_os_error()));
         }
-        let license = c"GPL";
-        let mut load = ProgLoad {
-            prog_type: BPF_PROG_TYPE_XDP,
-            insn_cnt: PASS.len() as u32,
-            insns: PASS.as_ptr() as u64,
-            license: license.as_ptr() as u64,
-            ..ProgLoad::default()
-        };
-        load.prog_name[..8].copy_from_slice(b"nic_bufs");
-        let prog = bpf(BPF_PROG_LOAD, &mut load)
+        let prog = load_xdp(&PASS, b"nic_bufs")
             .map_err(|e| LabError::new(format!("load the lab's XDP pass program: {e} (needs root and BPF)")))?;
         use std::os::fd::AsRawFd;
         let mut link = LinkCreate {
