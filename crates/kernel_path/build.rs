@@ -2,41 +2,12 @@
 //! without a kernel data path: `DataPath auto` then says so, and `DataPath kernel`
 //! refuses to start.
 
-use std::env;
-use std::path::PathBuf;
-use std::process::Command;
-
 fn main() {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("teredo.bpf.o");
-    let source = "bpf/teredo.bpf.c";
-    println!("cargo:rerun-if-changed={source}");
-    println!("cargo:rerun-if-env-changed=SHIPWORM_BPF_CLANG");
     println!("cargo::rustc-check-cfg=cfg(kernel_path_missing)");
-    // Debian's kernel headers keep asm/ under the multiarch directory.
-    let multiarch = match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
-        Ok("x86_64") => "x86_64-linux-gnu",
-        Ok("aarch64") => "aarch64-linux-gnu",
-        _ => "",
-    };
-    let candidates = env::var("SHIPWORM_BPF_CLANG").map(|c| vec![c]).unwrap_or_else(|_| {
-        ["clang", "clang-19", "clang-18", "clang-16", "clang-15", "clang-14"].map(String::from).to_vec()
-    });
-    for clang in candidates {
-        let status = Command::new(&clang)
-            .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
-            .arg(format!("-idirafter/usr/include/{multiarch}"))
-            .args(["-c", source, "-o"])
-            .arg(&out)
-            .status();
-        match status {
-            Ok(s) if s.success() => return,
-            Ok(s) => panic!("{clang} failed to build {source} ({s}): fix the program or set SHIPWORM_BPF_CLANG"),
-            Err(_) => continue,
-        }
+    if !shipworm_bpf_build::compile("bpf/teredo.bpf.c", "teredo.bpf.o") {
+        println!(
+            "cargo:warning=clang not found: shipworm is built without its kernel data path (apt-get install clang libbpf-dev)"
+        );
+        println!("cargo:rustc-cfg=kernel_path_missing");
     }
-    println!(
-        "cargo:warning=clang not found: shipworm is built without its kernel data path (apt-get install clang libbpf-dev)"
-    );
-    std::fs::write(&out, b"").expect("write the empty object");
-    println!("cargo:rustc-cfg=kernel_path_missing");
 }

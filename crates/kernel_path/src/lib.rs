@@ -20,7 +20,7 @@ mod maps;
 mod test_run;
 
 pub use maps::{monotonic_ns, Counter, PeerEntry, PeerMap, RouteVerdicts, Switch, COUNTERS, MAP_COMMANDS};
-pub use test_run::TestRun;
+pub use test_run::{run_live, TestRun};
 
 use aya::maps::Map;
 use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpFlags};

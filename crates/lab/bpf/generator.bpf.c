@@ -17,8 +17,10 @@
 #define TEREDO_HEADERS 90
 #define NATIVE_HEADERS 62
 #define STREAMS 64
-// Lateness the pace makes up for: a few hundred frames at the rates measured, well
-// within a receive queue (netdev_max_backlog, 1,000 by default).
+// Lateness the pace makes up for: the sinks on the same core take it from the run for
+// up to a millisecond or two at times. Made up at the generator's full speed, which the
+// receiving core partly drains as it comes: at the rates the relays carry here, within
+// the receive queue it fills (netdev_max_backlog, 1,000 by default).
 #define CATCH_UP_NS (2000ULL * 1000)
 
 struct pace {

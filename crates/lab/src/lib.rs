@@ -642,6 +642,22 @@ mod tests {
         }
     }
 
+    /// Hosts a and b of test `k`, their `eth0`s a veth's two ends, with `addrs`.
+    fn two_hosts(k: usize, addrs: [&str; 2]) -> Namespaces {
+        let p = netns::run_prefix(k);
+        let names = Namespaces(["a", "b"].iter().map(|n| format!("{p}{n}")).collect());
+        for ns in &names.0 {
+            netns::add(ns).unwrap();
+        }
+        let [a, b] = [&names.0[0], &names.0[1]];
+        netns::ip(&["link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b]).unwrap();
+        for (host, addr) in [a, b].into_iter().zip(addrs) {
+            netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
+            Lab::addr(host, addr, "eth0").unwrap();
+        }
+        names
+    }
+
     /// A switch port that fills buffers of its own passes every frame on, and stops
     /// when its link is dropped (a lab torn down leaves nothing attached).
     #[test]
@@ -649,17 +665,8 @@ mod tests {
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let p = netns::run_prefix(91);
-        let names = Namespaces(["a", "b"].iter().map(|n| format!("{p}{n}")).collect());
+        let names = two_hosts(91, ["2001:db8:9::1/64", "2001:db8:9::2/64"]);
         let [a, b] = [&names.0[0], &names.0[1]];
-        for ns in &names.0 {
-            netns::add(ns).unwrap();
-        }
-        netns::ip(&["link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b]).unwrap();
-        for (host, v6) in [(a, "2001:db8:9::1/64"), (b, "2001:db8:9::2/64")] {
-            netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
-            Lab::addr(host, v6, "eth0").unwrap();
-        }
         let link = nic_buffers::receive_into_own_buffers(b, "eth0").unwrap();
         let shown = netns::ip(&["-n", b, "link", "show", "dev", "eth0"]).unwrap();
         assert!(shown.contains("xdp"), "no XDP program on the port: {shown}");
@@ -672,6 +679,7 @@ mod tests {
         let shown = netns::ip(&["-n", b, "link", "show", "dev", "eth0"]).unwrap();
         assert!(!shown.contains("xdp"), "the program stayed after its link was dropped: {shown}");
     }
+
     /// Frames sent live from one host reach sockets on the next, every one, each stream
     /// its own turns, never faster than the pace; no socket on the sender.
     #[test]
@@ -681,17 +689,8 @@ mod tests {
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let p = netns::run_prefix(92);
-        let names = Namespaces(["a", "b"].iter().map(|n| format!("{p}{n}")).collect());
+        let names = two_hosts(92, ["10.9.0.1/24", "10.9.0.2/24"]);
         let [a, b] = [&names.0[0], &names.0[1]];
-        for ns in &names.0 {
-            netns::add(ns).unwrap();
-        }
-        netns::ip(&["link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b]).unwrap();
-        for (host, v4) in [(a, "10.9.0.1/24"), (b, "10.9.0.2/24")] {
-            netns::ip(&["-n", host, "link", "set", "eth0", "up"]).unwrap();
-            Lab::addr(host, v4, "eth0").unwrap();
-        }
         let _napi = nic_buffers::receive_into_own_buffers(b, "eth0").unwrap();
         let b_owned = b.clone();
         let rx = std::thread::spawn(move || {

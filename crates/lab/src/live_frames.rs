@@ -18,16 +18,15 @@
 
 use crate::error::{LabError, Result};
 use crate::netns;
-use crate::xdp::{array_get, array_set, bpf_call};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use crate::xdp::{array_get, array_set};
+use shipworm_kernel_path::run_live;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/generator.bpf.o"));
 
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// The signal that ends a run (its handler does nothing: the kernel's test run stops on
 /// any signal pending).
 const STOP: libc::c_int = libc::SIGUSR2;
@@ -65,40 +64,6 @@ struct Pace {
 struct Headers {
     bytes: [u8; TEREDO_HEADERS],
     spare: [u8; 6],
-}
-
-/// The head of `union bpf_attr` for BPF_PROG_TEST_RUN.
-#[repr(C)]
-#[derive(Default)]
-struct TestRun {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-}
-
-/// `struct xdp_md`: where the frame is in its buffer, and the interface it is run on.
-#[repr(C)]
-#[derive(Default)]
-struct XdpMd {
-    data: u32,
-    data_end: u32,
-    data_meta: u32,
-    ingress_ifindex: u32,
-    rx_queue_index: u32,
-    egress_ifindex: u32,
 }
 
 /// Frames the kernel builds per round of a run before it hands those sent to the
@@ -248,21 +213,9 @@ impl LiveFrames {
             if !ok {
                 return;
             }
-            let mut ctx = XdpMd { data_end: frame.len() as u32, ingress_ifindex: ifindex, ..XdpMd::default() };
-            let mut attr = TestRun {
-                prog_fd: prog.as_raw_fd() as u32,
-                data_size_in: frame.len() as u32,
-                data_in: frame.as_ptr() as u64,
-                repeat,
-                ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
-                ctx_in: &mut ctx as *mut XdpMd as u64,
-                flags: BPF_F_TEST_XDP_LIVE_FRAMES,
-                batch_size: BATCH,
-                ..TestRun::default()
-            };
-            let ended = match bpf_call(BPF_PROG_TEST_RUN, &mut attr) {
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(()),
-                r => r.map(drop),
+            let ended = match run_live(prog.as_fd(), &frame, ifindex, repeat, BATCH) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+                r => r,
             };
             let _ = tx.send(ended);
         });

@@ -80,26 +80,24 @@ struct MapElem {
 
 /// Writes `value` at `key` of the array map `map`.
 pub(crate) fn array_set<V: Copy>(map: &OwnedFd, key: u32, value: &V) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let mut attr = MapElem {
-        map_fd: map.as_raw_fd() as u32,
-        _pad: 0,
-        key: &key as *const u32 as u64,
-        value: value as *const V as u64,
-        flags: 0,
-    };
-    bpf_call(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
+    map_elem(BPF_MAP_UPDATE_ELEM, map, key, (value as *const V).cast_mut().cast())
 }
 
 /// Reads the value at `key` of the array map `map` (whose values are `V`s).
 pub(crate) fn array_get<V: Copy>(map: &OwnedFd, key: u32, value: &mut V) -> std::io::Result<()> {
+    map_elem(BPF_MAP_LOOKUP_ELEM, map, key, (value as *mut V).cast())
+}
+
+/// Map element command `cmd` on `key` of `map`, its value at `value` (read by an update,
+/// written by a look-up; as big as the map's values).
+fn map_elem(cmd: libc::c_long, map: &OwnedFd, key: u32, value: *mut u8) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     let mut attr = MapElem {
         map_fd: map.as_raw_fd() as u32,
         _pad: 0,
         key: &key as *const u32 as u64,
-        value: value as *mut V as u64,
+        value: value as u64,
         flags: 0,
     };
-    bpf_call(BPF_MAP_LOOKUP_ELEM, &mut attr).map(drop)
+    bpf_call(cmd, &mut attr).map(drop)
 }
