@@ -161,10 +161,58 @@ pub fn destination_slots(cpus: usize) -> u32 {
 /// The loaded programs and their maps. Dropping it detaches the programs.
 pub struct KernelPath {
     bpf: Ebpf,
+    /// What `attach_*` attached: the program and its link, for [`KernelPath::keep_links`].
+    links: Vec<(&'static str, LinkId)>,
+    maps: Maps,
+}
+
+/// A link made by `attach_*`.
+enum LinkId {
+    Xdp(aya::programs::xdp::XdpLinkId),
+    Tc(aya::programs::tc::SchedClassifierLinkId),
+}
+
+/// The maps' descriptors and what the daemon keeps of the programs' settings: all it
+/// needs once the programs are attached.
+pub struct Maps {
     peers: PeerMap,
     counters: OwnedFd,
     cpus: usize,
     switch: Switch,
+}
+
+/// The programs once attached, as the daemon keeps them while it runs: their links and
+/// the maps' descriptors, no program descriptor (a confined process has no use for
+/// one, and seccomp lets it make no call on one).
+pub struct Attached {
+    /// Held for their closing: while a link is open its program stays attached, and it
+    /// closes with the process.
+    _links: Vec<Box<dyn std::any::Any + Send + Sync>>,
+    /// The kernel's ids of the programs attached.
+    programs: Vec<u32>,
+    maps: Maps,
+}
+
+impl Attached {
+    /// The kernel's ids of the programs attached (`bpftool prog show id N`): gone once
+    /// the process is.
+    pub fn program_ids(&self) -> &[u32] {
+        &self.programs
+    }
+}
+
+impl std::ops::Deref for KernelPath {
+    type Target = Maps;
+    fn deref(&self) -> &Maps {
+        &self.maps
+    }
+}
+
+impl std::ops::Deref for Attached {
+    type Target = Maps;
+    fn deref(&self) -> &Maps {
+        &self.maps
+    }
 }
 
 fn map_fd(bpf: &Ebpf, name: &str) -> Result<OwnedFd, Error> {
@@ -240,7 +288,7 @@ impl KernelPath {
         let switch =
             Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most, mappings };
         switch.set_address(None).map_err(Error::Map)?;
-        Ok(KernelPath { bpf, peers, counters, cpus, switch })
+        Ok(KernelPath { bpf, links: Vec::new(), maps: Maps { peers, counters, cpus, switch } })
     }
 
     /// Attach the decapsulation to the IPv4 interface `ifindex`, `name`: XDP in the
@@ -250,25 +298,52 @@ impl KernelPath {
     pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
         let tc = tc || self.client() || self.direct();
         let xdp: &mut Xdp = self.program("teredo_decap")?;
-        if !tc && xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE).is_ok() {
-            return Ok(DecapHook::Xdp);
+        if !tc {
+            if let Ok(id) = xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE) {
+                self.links.push(("teredo_decap", LinkId::Xdp(id)));
+                return Ok(DecapHook::Xdp);
+            }
         }
         let ingress: &mut SchedClassifier = self.program("teredo_ingress")?;
-        ingress.attach(name, TcAttachType::Ingress).map(|_| DecapHook::Tc).map_err(|e| Error::Attach {
+        let id = ingress.attach(name, TcAttachType::Ingress).map_err(|e| Error::Attach {
             program: "teredo_decap (XDP in the driver, or tc ingress)",
             interface: name.to_owned(),
             cause: e.to_string(),
-        })
+        })?;
+        self.links.push(("teredo_ingress", LinkId::Tc(id)));
+        Ok(DecapHook::Tc)
     }
 
     /// Attach the encapsulating program to the Teredo interface's egress (tcx).
     pub fn attach_encap(&mut self, tun: &str) -> Result<(), Error> {
         let tc: &mut SchedClassifier = self.program("teredo_encap")?;
-        tc.attach(tun, TcAttachType::Egress).map(drop).map_err(|e| Error::Attach {
+        let id = tc.attach(tun, TcAttachType::Egress).map_err(|e| Error::Attach {
             program: "teredo_encap (tc egress)",
             interface: tun.to_owned(),
             cause: e.to_string(),
-        })
+        })?;
+        self.links.push(("teredo_encap", LinkId::Tc(id)));
+        Ok(())
+    }
+
+    /// What stays once everything is attached: the links and the maps. Every program's
+    /// own descriptor is closed (an attached one stays in the kernel through its link;
+    /// one never attached is gone).
+    pub fn keep_links(mut self) -> Result<Attached, Error> {
+        let mut links = Vec::with_capacity(self.links.len());
+        let mut programs = Vec::new();
+        for (name, id) in std::mem::take(&mut self.links) {
+            let program = self.bpf.program(name).and_then(|p| p.info().ok()).map(|i| i.id());
+            programs.extend(program.filter(|id| !programs.contains(id)));
+            let taken: Result<Box<dyn std::any::Any + Send + Sync>, _> = match id {
+                LinkId::Xdp(id) => self.program::<Xdp>(name)?.take_link(id).map(|l| Box::new(l) as _),
+                LinkId::Tc(id) => self.program::<SchedClassifier>(name)?.take_link(id).map(|l| Box::new(l) as _),
+            };
+            links.push(taken.map_err(|e| Error::Load(format!("{name}'s link: {e}")))?);
+        }
+        let KernelPath { bpf, maps, .. } = self;
+        drop(bpf);
+        Ok(Attached { _links: links, programs, maps })
     }
 
     fn program<'a, T>(&'a mut self, name: &'static str) -> Result<&'a mut T, Error>
@@ -287,6 +362,26 @@ impl KernelPath {
         self.bpf.programs().filter_map(|(_, p)| p.info().ok()).map(|i| i.id()).collect()
     }
 
+    /// Run `program` once on the Ethernet frame `packet` in the kernel
+    /// (`BPF_PROG_TEST_RUN`), nothing attached: for tests (the encapsulation is told
+    /// to expect the Ethernet header a Teredo interface does not have).
+    pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
+        let encap = matches!(program, Program::Encap | Program::EncapOn(_));
+        self.maps.switch.change(|s| s.l2 = u8::from(encap))?;
+        let (name, ifindex, gso_size) = match program {
+            Program::DecapXdp => ("teredo_decap", 0, 0),
+            Program::TcIngress(ifindex) => ("teredo_ingress", ifindex, 0),
+            Program::TcIngressTrain(ifindex, gso_size) => ("teredo_ingress", ifindex, gso_size),
+            Program::Encap => ("teredo_encap", 0, 0),
+            Program::EncapOn(ifindex) => ("teredo_encap", ifindex, 0),
+        };
+        let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
+        let fd = program.fd().map_err(io::Error::other)?;
+        test_run::run(fd.as_fd(), packet, ifindex, gso_size)
+    }
+}
+
+impl Maps {
     /// The programs' settings after set-up.
     pub fn switch(&self) -> Switch {
         self.switch.clone()
@@ -328,24 +423,6 @@ impl KernelPath {
             .find_map(|l| l.strip_prefix("memlock:"))
             .and_then(|v| v.trim().parse().ok())
             .ok_or_else(|| io::Error::other("no memlock line in the map's fdinfo"))
-    }
-
-    /// Run `program` once on the Ethernet frame `packet` in the kernel
-    /// (`BPF_PROG_TEST_RUN`), nothing attached: for tests (the encapsulation is told
-    /// to expect the Ethernet header a Teredo interface does not have).
-    pub fn test_run(&mut self, program: Program, packet: &[u8]) -> io::Result<TestRun> {
-        let encap = matches!(program, Program::Encap | Program::EncapOn(_));
-        self.switch.change(|s| s.l2 = u8::from(encap))?;
-        let (name, ifindex, gso_size) = match program {
-            Program::DecapXdp => ("teredo_decap", 0, 0),
-            Program::TcIngress(ifindex) => ("teredo_ingress", ifindex, 0),
-            Program::TcIngressTrain(ifindex, gso_size) => ("teredo_ingress", ifindex, gso_size),
-            Program::Encap => ("teredo_encap", 0, 0),
-            Program::EncapOn(ifindex) => ("teredo_encap", ifindex, 0),
-        };
-        let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
-        let fd = program.fd().map_err(io::Error::other)?;
-        test_run::run(fd.as_fd(), packet, ifindex, gso_size)
     }
 }
 

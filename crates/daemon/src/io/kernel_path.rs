@@ -13,7 +13,7 @@
 use crate::io::netlink::Netlink;
 use crate::io::route_watch::{Changed, Listing, RouteWatch};
 use crate::io::udp_batch::SendBatch;
-use shipworm_kernel_path::{monotonic_ns, KernelPath, PeerMap, RouteVerdicts, Settings, COUNTERS};
+use shipworm_kernel_path::{monotonic_ns, Attached, KernelPath, PeerMap, RouteVerdicts, Settings, COUNTERS};
 pub use shipworm_kernel_path::{DecapHook, Switch};
 use shipworm_proto::transmit::KernelPeers;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
@@ -47,7 +47,8 @@ impl DataPath {
 
 /// The programs, attached, and what the status tells of them.
 pub struct KernelDataPath {
-    path: KernelPath,
+    /// The links and the maps: no program descriptor stays once attached.
+    path: Attached,
     /// Where the decapsulation runs: XDP in the driver on every interface, or tc
     /// ingress on at least one.
     pub decap: DecapHook,
@@ -198,7 +199,8 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     }
     path.attach_encap(want.tun).map_err(|e| e.to_string())?;
     let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
-    let programs = path.program_ids();
+    let path = path.keep_links().map_err(|e| e.to_string())?;
+    let programs = path.program_ids().to_vec();
     let direct = want.direct && !want.client;
     Ok(KernelDataPath {
         path,
