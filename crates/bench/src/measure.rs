@@ -140,6 +140,7 @@ pub(crate) fn cpu_trials(
             let before = settled(p.sink);
             let (t0, idle0, proc0) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
             let sent = p.load.paced(rate, dur);
+            p.load.failure().map_or(Ok(()), |e| Err(Failure::runtime(e)))?;
             let got = settled(p.sink) - before;
             let (t1, idle1, proc1) = (Instant::now(), cpus::relay_core_idle(), cpus::host_process_time(host_ns));
             let per_packet = |d: Duration| d.as_secs_f64() * 1e6 / got.max(1) as f64;
@@ -293,6 +294,7 @@ pub(crate) fn measure_routes(
         prepare(Phase::Rate).map_err(Failure::runtime)?;
         let p = &mut routes[i % routes.len()];
         let found = max_rate(&mut *p.load, p.sink, dur, quick, hints.get(&p.key).copied());
+        p.load.failure().map_or(Ok(()), |e| Err(Failure::runtime(e)))?;
         f.file_rate(p.key, found);
         prepare(Phase::Latency).map_err(Failure::runtime)?;
         for p in routes.iter_mut() {
@@ -417,6 +419,11 @@ impl Senders {
             frames: self.native(self.gen, GEN_NATIVE_V6, &[SINK_NATIVE_V6], 9000, size),
             run: RUN,
         }
+    }
+
+    /// Fails if a load of these failed to send (its trials' figures are void).
+    pub(crate) fn check(&self) -> Result<(), Failure> {
+        self.wire.failure().map_or(Ok(()), |e| Err(Failure::runtime(format!("the live-frame generator failed: {e}"))))
     }
 
     fn native(&self, mac: [u8; 6], from: Ipv6Addr, to: &[Ipv6Addr], port: u16, size: usize) -> Vec<Vec<u8>> {
@@ -596,6 +603,7 @@ pub(crate) fn measure_relay(
     prepare(Phase::Rate).map_err(Failure::runtime)?;
     let hosts = (gen.as_str(), h6.as_str(), rly.as_str());
     under_lockout(label, hosts, relay, &mut f, say, &mut || established(UNDER_LOCKOUT), searches(quick))?;
+    senders.check()?;
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();
     Ok(f)
@@ -792,6 +800,7 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
         },
         searches(quick),
     )?;
+    senders.check()?;
     drop((sink_h6, sink_gen));
     lab.teardown();
     Ok(f)

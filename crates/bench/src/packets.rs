@@ -3,7 +3,7 @@
 //! mended for each sequence number, and whole frames for the rate searches' live
 //! generator (every header on, checksums taken).
 
-use shipworm_wire::ipv4::Ipv4Repr;
+use shipworm_wire::ipv4::{Ipv4Packet, Ipv4Repr};
 use shipworm_wire::ipv6::Ipv6Repr;
 use shipworm_wire::udp::UdpRepr;
 use std::net::{Ipv6Addr, SocketAddrV4};
@@ -24,13 +24,18 @@ pub fn ipv6_frame(dst: [u8; 6], src: [u8; 6], packet: &[u8]) -> Vec<u8> {
 }
 
 /// The frame of a Teredo datagram carrying IPv6 packet `packet` from `from` to `to`,
-/// from hardware address `src` to `dst`: IPv4 (TTL 64, DF clear as a Teredo client
-/// sends) and UDP with its checksum, as a client's host would send it.
+/// from hardware address `src` to `dst`: IPv4 and UDP with its checksum, as a Linux
+/// host's unconnected UDP socket sends it (TTL 64, Don't Fragment set, identification
+/// 0, which only DF makes valid: the receiver's GRO treats such frames as it treated
+/// the sockets' the generator sent before).
 pub fn teredo_frame(dst: [u8; 6], src: [u8; 6], from: SocketAddrV4, to: SocketAddrV4, packet: &[u8]) -> Vec<u8> {
     let mut ip = vec![0u8; 20 + 8 + packet.len()];
     Ipv4Repr { src_addr: *from.ip(), dst_addr: *to.ip(), protocol: 17, payload_len: 8 + packet.len(), ttl: 64 }
         .emit(&mut ip)
         .expect("fits");
+    let mut header = Ipv4Packet::new_unchecked(&mut ip[..]);
+    header.set_dont_frag(true);
+    header.fill_checksum();
     ip[28..].copy_from_slice(packet);
     UdpRepr { src_port: from.port(), dst_port: to.port(), payload_len: packet.len() }
         .emit(from.ip(), to.ip(), &mut ip[20..])
@@ -99,7 +104,6 @@ pub(crate) fn udp_payload(buf: &mut [u8], size: usize, seq: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shipworm_wire::ipv4::Ipv4Packet;
     use shipworm_wire::ipv6::Ipv6Packet;
     use shipworm_wire::udp::UdpPacket;
     use std::net::Ipv4Addr;
@@ -118,6 +122,7 @@ mod tests {
         assert_eq!((&frame[..6], &frame[6..12], &frame[12..14]), (&dst[..], &src[..], &[0x08, 0x00][..]));
         let ip = Ipv4Packet::new_checked(&frame[14..]).unwrap();
         let outer = Ipv4Repr::parse(&ip).unwrap();
+        assert!(ip.dont_frag() && ip.ident() == 0, "as a host's UDP socket sends");
         assert_eq!(
             (outer.src_addr, outer.dst_addr, outer.protocol, outer.payload_len),
             (*from.ip(), *to.ip(), 17, 1288)

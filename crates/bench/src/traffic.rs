@@ -187,6 +187,12 @@ pub type Build<'a> = dyn FnMut(u64, &mut [u8]) -> (usize, SocketAddr, usize) + '
 pub trait Load {
     /// Send at `rate` packets per second for `dur`; how many were sent.
     fn paced(&mut self, rate: u64, dur: Duration) -> u64;
+
+    /// Why a send failed, if one did: its trial sent nothing and so lost nothing, which
+    /// the figures must not take for the path's.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Datagrams from sockets, as [`paced`] sends them.
@@ -216,13 +222,12 @@ pub struct Frames<'a> {
 
 impl Load for Frames<'_> {
     fn paced(&mut self, rate: u64, dur: Duration) -> u64 {
-        match self.sender.paced(&self.frames, self.run, rate, batch_size(rate) as u32, dur) {
-            Ok(sent) => sent,
-            Err(e) => {
-                eprintln!("    live frames: {e}");
-                0
-            }
-        }
+        // A failure is kept by the sender, for `failure`.
+        self.sender.paced(&self.frames, self.run, rate, batch_size(rate) as u32, dur).unwrap_or(0)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.sender.failure().map(|e| format!("the live-frame generator failed: {e}"))
     }
 }
 

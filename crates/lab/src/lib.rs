@@ -759,6 +759,9 @@ mod tests {
         // Frames that differ past their headers are refused, not sent wrong.
         let mut odd = streams.clone();
         odd[1][100] ^= 1;
+        assert!(frames.failure().is_none());
         assert!(frames.paced(&odd, 30, 20_000, 40, dur).is_err());
+        // And the sender keeps saying so, for the trials' figures to be thrown away.
+        assert!(frames.failure().is_some_and(|e| e.contains("past their headers")));
     }
 }

@@ -13,8 +13,10 @@
 //! busy for the trial (the scheduler still gives its other threads their turns).
 //!
 //! A veth sends such frames to its peer only while the peer receives in NAPI (an XDP
-//! program on it, or GRO): the lab's switch ports towards its senders run one
-//! (`nic_buffers`).
+//! program on it, or GRO, which every lab interface has). A frame the driver refuses
+//! (its peer's ring full) is dropped after the program counted it: it shows as the
+//! path's loss. Each frame arrives in a page of its own, which a socket's buffer is
+//! charged for.
 
 use crate::error::{LabError, Result};
 use crate::netns;
@@ -58,6 +60,8 @@ struct Pace {
     spare: u32,
 }
 
+const _: () = assert!(std::mem::size_of::<Pace>() == 88);
+
 /// `struct headers`, as the program's.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -69,6 +73,8 @@ struct Headers {
 /// Frames the kernel builds per round of a run before it hands those sent to the
 /// driver (its default, NAPI's weight): fewer than a veth's ring holds (256).
 const BATCH: u32 = 64;
+
+const _: () = assert!(std::mem::size_of::<Headers>() == 96);
 
 /// A run still tearing down (or, its stop signal missed, still spinning).
 type Runner = std::thread::JoinHandle<()>;
@@ -82,6 +88,8 @@ pub struct LiveFrames {
     pace: OwnedFd,
     streams: OwnedFd,
     running: Mutex<Option<Runner>>,
+    /// The first failure of a paced run, for [`LiveFrames::failure`].
+    failed: Mutex<Option<String>>,
 }
 
 impl LiveFrames {
@@ -118,6 +126,7 @@ impl LiveFrames {
             pace,
             streams,
             running: Mutex::new(None),
+            failed: Mutex::new(None),
         };
         let mut probe = vec![0u8; 64];
         probe[..6].copy_from_slice(&mac);
@@ -125,7 +134,7 @@ impl LiveFrames {
         probe[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
         let fail = |e: &dyn std::fmt::Display| {
             LabError::new(format!(
-                "send live frames on {dev} in {ns}: {e} (BPF_F_TEST_XDP_LIVE_FRAMES needs Linux 5.18, and the peer a receiver in NAPI)"
+                "send live frames on {dev} in {ns}: {e} (BPF_F_TEST_XDP_LIVE_FRAMES needs Linux 5.18)"
             ))
         };
         let sent = frames.send_count(&probe).map_err(|e| fail(&e))?;
@@ -146,6 +155,20 @@ impl LiveFrames {
     /// in their headers (a Teredo datagram's, or a native packet's, up to its UDP
     /// header) and be at most [`STREAMS`].
     pub fn paced(&self, frames: &[Vec<u8>], run: u64, rate: u64, burst: u32, dur: Duration) -> std::io::Result<u64> {
+        let result = self.paced_run(frames, run, rate, burst, dur);
+        if let Err(e) = &result {
+            self.failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| e.to_string());
+        }
+        result
+    }
+
+    /// The first failure of [`LiveFrames::paced`] so far: a trial that sent nothing
+    /// for it would count as one that lost everything.
+    pub fn failure(&self) -> Option<String> {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn paced_run(&self, frames: &[Vec<u8>], run: u64, rate: u64, burst: u32, dur: Duration) -> std::io::Result<u64> {
         let headers = self.load_streams(frames)?;
         let pace = Pace {
             gap_ns: (1e9 / rate.max(1) as f64) as u64,
@@ -220,14 +243,29 @@ impl LiveFrames {
             let _ = tx.send(ended);
         });
         let lost = || std::io::Error::other("the generator's thread ended unheard");
-        rx.recv().map_err(|_| lost())??;
-        if dur.is_none() {
-            rx.recv().map_err(|_| lost())??;
+        let started = rx.recv().map_err(|_| lost());
+        if dur.is_none() || !matches!(started, Ok(Ok(()))) {
+            let ended = started.and_then(|r| r).and_then(|()| rx.recv().map_err(|_| lost())?);
             runner.join().map_err(|_| lost())?;
+            ended?;
             return self.sent();
         }
-        // Wait for the run's first frame, then for its end, then stop it; a run that
-        // failed says so at once.
+        // Held where `finish_last` finds it whatever happens next.
+        let waited = self.wait_for_end(&rx);
+        if waited.is_err() {
+            // Nothing more may leave, whether the run has started or not.
+            let _ = array_set(&self.pace, 0, &Pace { end_ns: 1, ..pace });
+        }
+        stop(&runner);
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(runner);
+        waited?;
+        self.sent()
+    }
+
+    /// Waits for the run's first frame, then for its end (and a moment for its last
+    /// round to be counted), unless the run says first that it failed.
+    fn wait_for_end(&self, rx: &std::sync::mpsc::Receiver<std::io::Result<()>>) -> std::io::Result<()> {
+        const MARGIN_NS: u64 = 200_000;
         let given_up = monotonic_ns() + 2_000_000_000;
         let mut end = 0;
         loop {
@@ -237,22 +275,21 @@ impl LiveFrames {
                 array_get(&self.pace, 0, &mut seen)?;
                 end = seen.end_ns;
             }
-            if (end != 0 && now >= end + 1_000_000) || now >= given_up {
-                break;
+            if end != 0 && now >= end + MARGIN_NS {
+                return Ok(());
             }
-            let wait = if end == 0 { 200_000 } else { end + 1_000_000 - now };
+            if end == 0 && now >= given_up {
+                return Err(std::io::Error::other("the generator's run sent nothing in 2 s"));
+            }
+            let wait = if end == 0 { 200_000 } else { end + MARGIN_NS - now };
             match rx.recv_timeout(Duration::from_nanos(wait)) {
-                Ok(ended) => {
-                    ended?;
-                    break;
-                }
+                Ok(ended) => return ended,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(lost()),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(std::io::Error::other("the generator's thread ended unheard"))
+                }
             }
         }
-        stop(&runner);
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(runner);
-        self.sent()
     }
 
     fn sent(&self) -> std::io::Result<u64> {
