@@ -213,9 +213,9 @@ impl LiveFrames {
     }
 
     /// Runs the program on `frame` `repeat` times at most, paced by `pace`. For `dur`
-    /// (from when the run starts: its first burst is due a moment after), then the run
-    /// is stopped and tears down behind; without, until the run returns. How many
-    /// frames left.
+    /// (from the run's first frame, when the program starts the pace), then the run is
+    /// stopped and tears down behind; without, until the run returns. How many frames
+    /// left.
     fn run(&self, frame: &[u8], mut pace: Pace, repeat: u32, dur: Option<Duration>) -> std::io::Result<u64> {
         self.finish_last();
         let (ns, ifindex, prog, frame) = (self.ns.clone(), self.ifindex, Arc::clone(&self.prog), frame.to_vec());
