@@ -599,6 +599,7 @@ pub(crate) fn measure_relay(
     // Spoofed new peers pour in.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
     under_flood(label, &gen, relay, &mut f, say, &mut || established(UNDER_FLOOD), searches(quick))?;
+    senders.check()?;
     // One endpoint makes the relay trust ever more addresses.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
     let hosts = (gen.as_str(), h6.as_str(), rly.as_str());

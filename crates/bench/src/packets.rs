@@ -25,9 +25,10 @@ pub fn ipv6_frame(dst: [u8; 6], src: [u8; 6], packet: &[u8]) -> Vec<u8> {
 
 /// The frame of a Teredo datagram carrying IPv6 packet `packet` from `from` to `to`,
 /// from hardware address `src` to `dst`: IPv4 and UDP with its checksum, as a Linux
-/// host's unconnected UDP socket sends it (TTL 64, Don't Fragment set, identification
-/// 0, which only DF makes valid: the receiver's GRO treats such frames as it treated
-/// the sockets' the generator sent before).
+/// host's unconnected UDP socket sends it unless told otherwise (TTL 64, Don't
+/// Fragment set, identification 0, which only DF makes valid), as the generator's
+/// sockets sent before: a Teredo client clears DF (RFC 4380 §5.1.1) and numbers its
+/// datagrams, which only changes what GRO may join for a socket that asks for rows.
 pub fn teredo_frame(dst: [u8; 6], src: [u8; 6], from: SocketAddrV4, to: SocketAddrV4, packet: &[u8]) -> Vec<u8> {
     let mut ip = vec![0u8; 20 + 8 + packet.len()];
     Ipv4Repr { src_addr: *from.ip(), dst_addr: *to.ip(), protocol: 17, payload_len: 8 + packet.len(), ttl: 64 }

@@ -114,7 +114,7 @@ pub(crate) fn repeatability(previous: Option<&Compared>, now: &Compared) -> Stri
                     format!(
                         "{k}: {old:.2} → {new:.2} ({:+.0} %, ±{:.0} % allowed)",
                         (v / old - 1.0) * 100.0,
-                        allowed / old * 100.0,
+                        (allowed / old * 100.0).abs(),
                         new = v
                     ),
                 )

@@ -24,6 +24,7 @@ use crate::xdp::{array_get, array_set};
 use shipworm_kernel_path::run_live;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,6 +89,9 @@ pub struct LiveFrames {
     pace: OwnedFd,
     streams: OwnedFd,
     running: Mutex<Option<Runner>>,
+    /// Set when the run is asked to stop: an interruption then is its end, any other a
+    /// failure.
+    stopping: Arc<AtomicBool>,
     /// The first failure of a paced run, for [`LiveFrames::failure`].
     failed: Mutex<Option<String>>,
 }
@@ -126,6 +130,7 @@ impl LiveFrames {
             pace,
             streams,
             running: Mutex::new(None),
+            stopping: Arc::default(),
             failed: Mutex::new(None),
         };
         let mut probe = vec![0u8; 64];
@@ -155,6 +160,10 @@ impl LiveFrames {
     /// in their headers (a Teredo datagram's, or a native packet's, up to its UDP
     /// header) and be at most [`STREAMS`].
     pub fn paced(&self, frames: &[Vec<u8>], run: u64, rate: u64, burst: u32, dur: Duration) -> std::io::Result<u64> {
+        // After a failure every trial is void: none runs.
+        if let Some(e) = self.failure() {
+            return Err(std::io::Error::other(e));
+        }
         let result = self.paced_run(frames, run, rate, burst, dur);
         if let Err(e) = &result {
             self.failed.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(|| e.to_string());
@@ -220,6 +229,8 @@ impl LiveFrames {
         self.finish_last();
         let (ns, ifindex, prog, frame) = (self.ns.clone(), self.ifindex, Arc::clone(&self.prog), frame.to_vec());
         let pace_map = self.pace.try_clone()?;
+        self.stopping.store(false, Ordering::SeqCst);
+        let stopping = Arc::clone(&self.stopping);
         // What the run says: when it ends (its pace written), then how it ended.
         let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<()>>();
         let runner = std::thread::spawn(move || {
@@ -237,7 +248,7 @@ impl LiveFrames {
                 return;
             }
             let ended = match run_live(prog.as_fd(), &frame, ifindex, repeat, BATCH) {
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted && stopping.load(Ordering::SeqCst) => Ok(()),
                 r => r,
             };
             let _ = tx.send(ended);
@@ -256,7 +267,7 @@ impl LiveFrames {
             // Nothing more may leave, whether the run has started or not.
             let _ = array_set(&self.pace, 0, &Pace { end_ns: 1, ..pace });
         }
-        stop(&runner);
+        self.stop(&runner);
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(runner);
         waited?;
         self.sent()
@@ -311,7 +322,7 @@ impl LiveFrames {
     fn finish_last(&self) {
         let Some(runner) = self.running.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
         while !runner.is_finished() {
-            stop(&runner);
+            self.stop(&runner);
             std::thread::sleep(Duration::from_millis(1));
         }
         let _ = runner.join();
@@ -321,6 +332,13 @@ impl LiveFrames {
 impl Drop for LiveFrames {
     fn drop(&mut self) {
         self.finish_last();
+    }
+}
+
+impl LiveFrames {
+    fn stop(&self, runner: &Runner) {
+        self.stopping.store(true, Ordering::SeqCst);
+        stop(runner);
     }
 }
 

@@ -266,7 +266,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     }
                     // Once attached, the daemon keeps maps and links, no program.
                     let kinds = lab.peer_pid(daemon).map(bpf_descriptors).unwrap_or_default();
-                    if kinds.iter().any(|k| k == "bpf-prog") || !kinds.iter().any(|k| k == "bpf-map") {
+                    let links = kinds.iter().filter(|k| *k == "bpf_link").count();
+                    if kinds.iter().any(|k| k == "bpf-prog") || !kinds.iter().any(|k| k == "bpf-map") || links < ids.len() {
                         return Err(Failed::at(10, format!("step 10: the {daemon} holds BPF descriptors {kinds:?}: maps and links only, no program")));
                     }
                     lab.signal_peer(daemon, nix::sys::signal::Signal::SIGKILL).map_err(|e| Failed::at(10, format!("step 10: {e}")))?;
