@@ -7,10 +7,12 @@
 mod buffers;
 mod cpus;
 mod error;
+mod frame_loads;
 mod kernel_path;
 mod measure;
 mod packets;
 mod plots;
+mod rate_search;
 mod relay_config;
 mod report;
 mod run;

@@ -4,15 +4,15 @@
 use crate::buffers::{equalize, TUN_QUEUE};
 use crate::cpus::{self, RELAY_CPU};
 use crate::error::Failure;
-use crate::packets::{ipv6_frame, ipv6_udp, teredo_frame, udp_payload, Ipv6UdpTemplate};
+use crate::frame_loads::Senders;
+use crate::packets::{ipv6_udp, udp_payload, Ipv6UdpTemplate};
+use crate::rate_search::{max_rate, Found};
 use crate::report::*;
 use crate::stats::*;
 use crate::traffic::{
-    latencies, lock_out, max_rate, new_peer_flood, settled, socket_in, sparse_latencies, v6, Emulated, Found, Frames,
-    Load, Probe, Sink, Sockets,
+    latencies, lock_out, new_peer_flood, settled, socket_in, sparse_latencies, v6, Emulated, Load, Probe, Sink, Sockets,
 };
 use shipworm::io::socket_buffers::DAEMON_BYTES;
-use shipworm_lab::live_frames::{mac_of, LiveFrames};
 use shipworm_lab::traffic::tcp_transfer;
 use shipworm_lab::{Impl, Lab, LabSpec, GEN_NATIVE_V6, GEN_V4, HOST6_V6, RELAY_V4, SERVER_V4, SINK_NATIVE_V6};
 use shipworm_proto::peer_table::{KeyedHash, Peer, PeerTable};
@@ -366,79 +366,6 @@ pub(crate) fn decap_load(
         (packets[i].fill(buf, seq), SocketAddr::V4(relay), i)
     }
 }
-
-/// A lab's rate loads ([`Frames`]): frames handed to the relay host's interface by the
-/// switch's port towards it, as if the wire brought them from the generator or the
-/// native host (their source addresses are those hosts'). Sent from the hosts, every
-/// frame also crossed the switch on the traffic core, whose work per frame then held
-/// the rates near where a sender of sockets held them.
-pub(crate) struct Senders {
-    wire: LiveFrames,
-    relay: [u8; 6],
-    gen: [u8; 6],
-    h6: [u8; 6],
-}
-
-impl Senders {
-    pub(crate) fn of(lab: &Lab) -> Result<Senders, Failure> {
-        let mac = |host: &str| mac_of(&lab.ns(host), "eth0").map_err(lab_err);
-        Ok(Senders {
-            wire: LiveFrames::on(&lab.ns("core"), RELAY_PORT_ON_SWITCH).map_err(lab_err)?,
-            relay: mac("rly")?,
-            gen: mac("gen")?,
-            h6: mac("h6")?,
-        })
-    }
-
-    /// Decapsulation load of `size`-byte packets from each emulated client of `emu` at
-    /// its mapping to `relay`, for the native sink, in runs of [`RUN`] per client.
-    pub(crate) fn decap(&self, emu: &Emulated, size: usize, relay: SocketAddrV4) -> Frames<'_> {
-        let mut packet = vec![0u8; size];
-        let frames = emu
-            .addrs
-            .iter()
-            .zip(emu.mappings())
-            .map(|(&a, from)| {
-                ipv6_udp(&mut packet, size, a, SINK_NATIVE_V6, 9000, 0);
-                teredo_frame(self.relay, self.gen, from, relay, &packet)
-            })
-            .collect();
-        Frames { sender: &self.wire, frames, run: RUN }
-    }
-
-    /// Native load of `size`-byte packets from the native host to each of `to` in
-    /// runs of [`RUN`], to port `port`.
-    pub(crate) fn native_load(&self, to: &[Ipv6Addr], port: u16, size: usize) -> Frames<'_> {
-        Frames { sender: &self.wire, frames: self.native(self.h6, HOST6_V6, to, port, size), run: RUN }
-    }
-
-    /// Native load of `size`-byte packets from the generator to the native sink.
-    pub(crate) fn generator_load(&self, size: usize) -> Frames<'_> {
-        Frames {
-            sender: &self.wire,
-            frames: self.native(self.gen, GEN_NATIVE_V6, &[SINK_NATIVE_V6], 9000, size),
-            run: RUN,
-        }
-    }
-
-    /// Fails if a load of these failed to send (its trials' figures are void).
-    pub(crate) fn check(&self) -> Result<(), Failure> {
-        self.wire.failure().map_or(Ok(()), |e| Err(Failure::runtime(format!("the live-frame generator failed: {e}"))))
-    }
-
-    fn native(&self, mac: [u8; 6], from: Ipv6Addr, to: &[Ipv6Addr], port: u16, size: usize) -> Vec<Vec<u8>> {
-        let mut packet = vec![0u8; size];
-        to.iter()
-            .map(|&dst| {
-                ipv6_udp(&mut packet, size, from, dst, port, 0);
-                ipv6_frame(self.relay, mac, &packet)
-            })
-            .collect()
-    }
-}
-
-/// The switch's port towards the relay host.
-const RELAY_PORT_ON_SWITCH: &str = "p2";
 
 /// Searches a rate `n` times with `search` (from the earlier rounds' hint) while spoofed
 /// bubbles from never-seen Teredo addresses pour from the generator to `relay`, and

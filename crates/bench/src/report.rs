@@ -403,7 +403,7 @@ fn cpu_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, rati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::traffic::Found;
+    use crate::rate_search::Found;
 
     /// The ratios `report` gives, by name.
     fn ratios_of(runs: &BTreeMap<&'static str, Vec<Figures>>) -> BTreeMap<String, f64> {

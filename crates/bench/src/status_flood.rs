@@ -11,9 +11,10 @@
 use crate::cpus;
 use crate::error::Failure;
 use crate::measure::{decap_load, lab_err, machine, trial_sizes, CLIENTS};
+use crate::rate_search::max_rate;
 use crate::soak::{relay_lab, RelayLab};
 use crate::stats::{median, range};
-use crate::traffic::{max_rate, paced, settled, Sockets};
+use crate::traffic::{paced, settled, Sockets};
 use shipworm_lab::{Impl, SINK_NATIVE_V6};
 use std::fmt::Write as _;
 use std::io::Read;

@@ -77,11 +77,7 @@ impl Transmit for Output<'_> {
 
     fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
         // The output itself, so that a listing lets the send batch go first.
-        if self.kernel.is_some() {
-            Some(self)
-        } else {
-            None
-        }
+        self.kernel.is_some().then_some(self as &mut dyn KernelPeers)
     }
 }
 
