@@ -3,8 +3,10 @@
 # /var/tmp between runs) booted in a container (systemd-nspawn, its own network), the
 # package installed, a server and a client started by their units. Checks: both report
 # READY with their status line (the client's says it qualified), a SIGKILLed client is
-# restarted and qualifies again, a stalled client is restarted by the watchdog, the
-# records reach the journal with their fields, systemd-analyze security rates each unit.
+# restarted and qualifies again, a stalled client is restarted by the watchdog, a reload
+# keeps an unchanged file's client, refuses a broken file and restarts on a changed one,
+# the records reach the journal with their fields, systemd-analyze security rates each
+# unit.
 # Usage: scripts/systemd-check.sh PACKAGE.deb   (root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,6 +131,45 @@ if [ -z "$seen" ]; then
     die "the stalled client was not stopped by the watchdog"
 fi
 printf '  client stalled (SIGSTOP): watchdog restart, qualified again in %s ms\n' "$((($(date +%s%N) - start) / 1000000))"
+
+# Reload (SIGHUP, as Miredo's users send it): an unchanged file keeps the daemon and
+# its address; a broken one is refused by `systemctl reload` (check-config) and, sent
+# as a bare SIGHUP, by the daemon, which runs on; a changed one restarts it with it.
+address() { inside ip -6 -o addr show dev teredo scope global | awk '{print $4}'; }
+journal_has() {
+    for _ in $(seq 1 50); do
+        inside journalctl -u shipworm-client -o cat --no-pager | grep -q "$1" && return 0
+        sleep 0.1
+    done
+    inside journalctl -u shipworm-client -o cat --no-pager | tail -n 10 >&2
+    die "the client's journal never said: $1"
+}
+pid=$(show shipworm-client.service MainPID)
+addr=$(address)
+printf '# reloaded unchanged\n' >>"$root/etc/miredo/miredo.conf"
+reload_failed() {
+    inside journalctl -u shipworm-client -o cat --no-pager | tail -n 15 >&2
+    die "$1"
+}
+inside systemctl reload shipworm-client || reload_failed "systemctl reload of an unchanged file failed"
+journal_has 'settings unchanged'
+[ "$(show shipworm-client.service MainPID)" = "$pid" ] || die "an unchanged file restarted the client"
+[ "$(address)" = "$addr" ] || die "an unchanged file changed the client's address ($addr -> $(address))"
+printf '  reload, unchanged file: same process (%s), same address %s\n' "$pid" "$addr"
+cp "$root/etc/miredo/miredo.conf" "$root/etc/miredo/miredo.conf.good"
+printf 'Bogus yes\n' >>"$root/etc/miredo/miredo.conf"
+if inside systemctl reload shipworm-client 2>/dev/null; then die "systemctl reload took a broken file"; fi
+kill -HUP "$(host_pid "$pid")"
+journal_has 'reload refused, running on with the previous settings: .*miredo.conf:[0-9]*: unknown directive Bogus'
+[ "$(show shipworm-client.service MainPID)" = "$pid" ] || die "a broken file stopped the client"
+printf '  reload, broken file: refused by systemctl reload and by the daemon, which runs on\n'
+cp "$root/etc/miredo/miredo.conf.good" "$root/etc/miredo/miredo.conf"
+printf 'RefreshInterval 20\n' >>"$root/etc/miredo/miredo.conf"
+start=$(date +%s%N)
+inside systemctl reload shipworm-client || reload_failed "systemctl reload of a changed file failed"
+st=$(wait_status shipworm-client.service qualified: "$pid")
+journal_has 'RefreshInterval changed: stopping with status 75'
+printf '  reload, changed file: started again with it, qualified in %s ms: %s\n' "$((($(date +%s%N) - start) / 1000000))" "$st"
 
 fields=$(inside journalctl -u shipworm-client -o verbose --no-pager | grep -c 'CODE_FILE=crates/daemon' || true)
 [ "$fields" -gt 0 ] || die "the client's records reached the journal without their fields"

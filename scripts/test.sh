@@ -24,6 +24,16 @@ cargo fmt --all -- --check
 say "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+say "a build without clang is refused, unless asked to go without the kernel data path"
+# A build has the eBPF programs or was asked not to: never a relay that silently moves
+# every packet itself. (The check profile's dependencies are clippy's, already built.)
+if out=$(SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm-kernel-path --locked 2>&1); then
+    die "a build without clang passed: it would have no kernel data path"
+fi
+grep -q 'apt-get install clang' <<<"$out" || die "a build without clang failed without saying what to install: $out"
+SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm-kernel-path --no-default-features --locked \
+    || die "a build asked to go without the kernel data path failed"
+
 say "fuzz smoke run (every target, bounded)"
 # Two targets at a time, 1 s each: a smoke run that every target builds and runs
 # (every seed also runs in cargo test); long runs are by hand (fuzz/README.md).

@@ -6,10 +6,20 @@ use std::env;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// `OUT_DIR/object`.
+fn out_path(object: &str) -> PathBuf {
+    PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join(object)
+}
+
+/// An empty `OUT_DIR/object`: a build asked to go without the program.
+pub fn without(object: &str) {
+    std::fs::write(out_path(object), b"").expect("write the empty object");
+}
+
 /// Builds `source` (relative to the crate) into `OUT_DIR/object`; false when no clang
 /// was found (the object is then empty). A program clang refuses fails the build.
 pub fn compile(source: &str, object: &str) -> bool {
-    let out = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join(object);
+    let out = out_path(object);
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-env-changed=SHIPWORM_BPF_CLANG");
     // Debian's kernel headers keep asm/ under the multiarch directory.
@@ -34,6 +44,6 @@ pub fn compile(source: &str, object: &str) -> bool {
             Err(_) => continue,
         }
     }
-    std::fs::write(&out, b"").expect("write the empty object");
+    without(object);
     false
 }

@@ -2,10 +2,20 @@
 
 use clap::{Args, Parser, Subcommand};
 
+/// `shipworm --version`: the version, and whether the kernel data path is built in.
+#[cfg(feature = "kernel-path")]
+const LONG_VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), "\nkernel data path: built in (eBPF programs; DataPath auto uses them)");
+#[cfg(not(feature = "kernel-path"))]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nkernel data path: not built in (built with --no-default-features: every packet goes through the daemon)"
+);
+
 /// shipworm — IPv6 for hosts behind IPv4 NATs, tunnelled over UDP (Teredo, RFC 4380,
 /// 5991, 6081). One binary for every role.
 #[derive(Debug, Parser)]
-#[command(name = "shipworm", version, about, propagate_version = true)]
+#[command(name = "shipworm", version, long_version = LONG_VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

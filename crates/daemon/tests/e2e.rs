@@ -20,6 +20,8 @@ mod nat_matrix;
 mod operations;
 #[path = "e2e/peers.rs"]
 mod peers;
+#[path = "e2e/reload.rs"]
+mod reload;
 #[path = "e2e/security.rs"]
 mod security;
 #[path = "e2e/windows_like.rs"]
@@ -201,6 +203,7 @@ fn main() {
         security::cases,
         operations::cases,
         peers::cases,
+        reload::cases,
         windows_like::cases,
     ];
     for topic in topics {

@@ -34,7 +34,8 @@ use std::sync::{Arc, Mutex};
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
 
-/// Whether this build has the programs (clang was found when it was built).
+/// Whether this build has the programs (built with the `programs` feature, the
+/// default, which needs clang).
 pub fn built() -> bool {
     !OBJECT.is_empty()
 }
@@ -102,7 +103,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NotBuilt => write!(f, "this shipworm was built without its kernel data path (clang was missing)"),
+            Error::NotBuilt => {
+                write!(f, "this shipworm was built without its kernel data path (--no-default-features)")
+            }
             Error::Load(cause) => write!(f, "the kernel refused the eBPF programs: {cause}"),
             Error::Attach { program, interface, cause } => {
                 write!(f, "cannot attach {program} to {interface}: {cause}")

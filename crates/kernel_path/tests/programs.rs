@@ -1,7 +1,9 @@
 //! The programs run by the kernel (`BPF_PROG_TEST_RUN`) on crafted and mutated
 //! packets, against the relay's and the client's state machines given the same packet:
 //! whatever the kernel moves, the state machine would have moved byte for byte the same
-//! way, and whatever else it leaves untouched for userland. Needs root (CI runs as root).
+//! way, and whatever else it leaves untouched for userland. Needs root (CI runs as root):
+//! run by a user, each test says it skipped and passes, as the end-to-end suite does;
+//! with `SHIPWORM_E2E=required` (the test command's) it fails instead.
 
 use shipworm_kernel_path::{monotonic_ns, Counter, KernelPath, Program, RouteVerdicts, Settings};
 use shipworm_proto::client::{Client, ClientConfig, ClientEvent, ServerAddrs, Via};
@@ -26,6 +28,21 @@ const RELAY_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const C: &str = "2001:0:4136:e378:8000:63bf:3fff:fdd2";
 const C_MAPPED: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 45), 40000);
 const NATIVE: &str = "2001:db8::5";
+
+/// Whether the programs can be loaded here (root); otherwise the test is skipped, said
+/// on stderr, unless the test command asked for every test (`SHIPWORM_E2E=required`).
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        std::env::var("SHIPWORM_E2E").map_or(true, |v| v != "required"),
+        "the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN); SHIPWORM_E2E=required"
+    );
+    eprintln!("skipped: the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN)");
+    false
+}
 
 fn a(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
@@ -83,7 +100,6 @@ fn relay_trusting_c() -> (Relay, Recorder) {
 }
 
 fn load_with(w: &Recorder) -> KernelPath {
-    assert_eq!(unsafe { libc::geteuid() }, 0, "the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN)");
     let k = KernelPath::load(&settings()).unwrap_or_else(|e| panic!("{e}"));
     let peers = k.peers();
     let model = w.kernel.as_ref().unwrap();
@@ -233,6 +249,9 @@ fn repr_total_len(ip: &[u8]) -> u16 {
 
 #[test]
 fn decapsulation_moves_only_what_the_relay_forwards_and_exactly_so() {
+    if !root() {
+        return;
+    }
     let (mut r, mut w) = relay_trusting_c();
     let mut k = load_with(&w);
     let before = k.counters().unwrap();
@@ -350,6 +369,9 @@ fn l2(packet: &[u8]) -> Vec<u8> {
 
 #[test]
 fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
+    if !root() {
+        return;
+    }
     in_own_netns(|| {
         let (mut r, mut w) = relay_trusting_c();
         let mut k = load_with(&w);
@@ -401,6 +423,9 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
 
 #[test]
 fn the_peer_map_holds_its_cap_and_no_more() {
+    if !root() {
+        return;
+    }
     let mut s = settings();
     s.peers = 100;
     let k = KernelPath::load(&s).unwrap_or_else(|e| panic!("{e}"));
@@ -488,7 +513,6 @@ fn client_settings() -> Settings {
 }
 
 fn load_client_with(w: &Recorder, me: Ipv6Addr) -> KernelPath {
-    assert_eq!(unsafe { libc::geteuid() }, 0, "the kernel data path's tests need root (CAP_BPF, CAP_NET_ADMIN)");
     let k = KernelPath::load(&client_settings()).unwrap_or_else(|e| panic!("{e}"));
     for (addr, (mapped, _)) in &w.kernel.as_ref().unwrap().peers {
         k.peers().trust(addr, *mapped, monotonic_ns()).unwrap();
@@ -528,6 +552,9 @@ fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder,
 
 #[test]
 fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() {
+    if !root() {
+        return;
+    }
     let (mut c, me, mut w) = client_trusting_c();
     let mut k = load_client_with(&w, me);
     let me_s = me.to_string();
@@ -577,6 +604,9 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
 
 #[test]
 fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_peers() {
+    if !root() {
+        return;
+    }
     in_own_netns(|| {
         let (mut c, me, mut w) = client_trusting_c();
         let mut k = load_client_with(&w, me);

@@ -34,7 +34,7 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             } else {
                 println!("  secure qualification required ({} clients)", p.clients.len());
             }
-            println!("  runs as    {}", privileges::user_name(s.user.as_deref()));
+            println!("  runs as    {}", known_user(&args.file, s.user.as_deref())?);
         }
         cli::Role::Miredo => {
             let c = miredo::load(&args.file, None).map_err(|e| Failure::usage(e.to_string()))?;
@@ -58,7 +58,7 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             for s in &c.fallback_servers {
                 println!("  fallback   {s}{}", name_note(s));
             }
-            println!("  runs as    {}", privileges::user_name(c.user.as_deref()));
+            println!("  runs as    {}", known_user(&args.file, c.user.as_deref())?);
         }
     }
     Ok(())
@@ -67,6 +67,21 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
 /// The role a file is for, from the directives only one of the two formats has; a file
 /// with neither (comments, Prefix, InterfaceMTU) by its name, as Miredo's daemons would
 /// read it: miredo-server.conf is a server's, anything else a client's. Why, for the user.
+/// The user the daemon would become, which must exist on this host: a daemon told to
+/// become a user that does not exist stops at start-up, after the file was "valid".
+fn known_user(path: &std::path::Path, configured: Option<&str>) -> Result<String, Failure> {
+    let user = privileges::user_name(configured);
+    if nix::unistd::User::from_name(user).ok().flatten().is_some() {
+        return Ok(user.to_string());
+    }
+    // Where the file names it, its line; otherwise the default the daemon would take.
+    let line = directives::ConfigFile::read(path)
+        .ok()
+        .and_then(|f| f.directives().iter().find(|d| d.name.eq_ignore_ascii_case("User")).map(|d| d.line));
+    let at = line.map_or_else(|| format!("{}", path.display()), |l| format!("{}:{l}", path.display()));
+    Err(Failure::usage(format!("{at}: User {user}: no such user on this host (create it, or name another)")))
+}
+
 fn infer_role(
     file: &directives::ConfigFile,
     path: &std::path::Path,

@@ -145,7 +145,7 @@ fn helper_main(sock: Socket, setup: HelperSetup) -> Result<(), String> {
     let nl = Netlink::new()?;
     let index = nl.link_index(&setup.interface)?;
     privileges::drop_root_keep_net_admin(setup.user.as_deref())?;
-    confinement::confine(Role::Helper, false, setup.filter, &[])?;
+    confinement::confine(Role::Helper, false, setup.filter, &[], &[])?;
     let mut state = Configured { nl, index, address: None, mtu: 1280, setup, runner };
     // The client stopped (or died): so does the helper.
     while let Some(bytes) = next_datagram(&sock, REQUEST_LEN + 1, "the client's requests")? {

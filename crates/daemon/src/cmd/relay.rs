@@ -17,6 +17,7 @@ use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
+use crate::runtime::config_reader::{self, ConfigReader};
 use crate::runtime::counters::Counters;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
@@ -320,7 +321,9 @@ pub fn run(args: &cli::RelayArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref())
+    let same = crate::config::miredo::same_settings(&conf, None, args.daemon.user.clone());
+    let reader = config_reader::start(&args.config, conf.user.as_deref(), conf.system_call_filter, same)?;
+    serve(&conf, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref(), reader)
 }
 
 /// The interface as the relay set it up: its queues, one per worker, and the host's
@@ -434,6 +437,7 @@ fn serve(
     conf: &MiredoConf,
     pidfile: Option<&std::path::Path>,
     control: Option<&std::path::Path>,
+    reader: ConfigReader,
 ) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
@@ -462,7 +466,9 @@ fn serve(
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
-    let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?.keeping_kernel_maps(kernel.is_some());
+    let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?
+        .keeping_kernel_maps(kernel.is_some())
+        .reloading(reader);
     let hash_keys = OsRandom::open()?.hash_keys();
     let bird = connect_bird(conf);
     // Before any thread starts: capabilities are per thread.
@@ -521,7 +527,7 @@ fn serve(
     }
     let result = run_workers(&shared, ios, routes);
     shell.stopping(&shared);
-    result
+    result.and_then(|()| shell.outcome())
 }
 
 /// Worker 0 on this thread, the others on threads of their own; a worker that cannot

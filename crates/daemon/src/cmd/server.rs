@@ -13,6 +13,7 @@ use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
+use crate::runtime::config_reader::{self, ConfigReader};
 use crate::runtime::counters::Counters;
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
@@ -45,7 +46,9 @@ pub fn run(args: &cli::ServerArgs) -> Result<(), Failure> {
     let over = ServerOverrides { bind: args.bind.clone(), bind2: args.bind2.clone(), user: args.daemon.user.clone() };
     let settings = crate::config::server::load(Some(&args.config), &over).map_err(|e| Failure::usage(e.to_string()))?;
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&settings, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref())
+    let same = crate::config::server::same_settings(&settings, over);
+    let reader = config_reader::start(&args.config, settings.user.as_deref(), settings.system_call_filter, same)?;
+    serve(&settings, args.daemon.pidfile.as_deref(), args.daemon.control.as_deref(), reader)
 }
 
 /// Serve until SIGTERM/SIGINT.
@@ -53,6 +56,7 @@ fn serve(
     settings: &ServerSettings,
     pidfile: Option<&std::path::Path>,
     control: Option<&std::path::Path>,
+    reader: ConfigReader,
 ) -> Result<(), Failure> {
     let mut cfg = settings.proto.clone();
     let (primary, secondary) = bind_addresses(&cfg)?;
@@ -75,7 +79,7 @@ fn serve(
     let relay_keys = random.hash_keys();
     let relay = settings.relay_interface.as_deref().map(|name| open_relay(name, &cfg, relay_keys)).transpose()?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path("server"));
-    let shell = Shell::open(Role::Server, control_path, settings.metrics_address)?;
+    let shell = Shell::open(Role::Server, control_path, settings.metrics_address)?.reloading(reader);
     let shell = shell.confine(settings.user.as_deref(), settings.system_call_filter, pidfile)?;
     tracing::info!(
         "Teredo server on {}:{p} and {}:{p}, advertising {}/64, MTU {}",
@@ -193,7 +197,7 @@ fn serve(
         }
     }
     shell.stopping(&daemon);
-    Ok(())
+    shell.outcome()
 }
 
 /// Tell BIRD to withdraw (when the server announces through it); the drain's end.

@@ -49,12 +49,28 @@ pub struct ConfigFile {
 impl ConfigFile {
     /// Read and split a file.
     pub fn read(path: &Path) -> Result<ConfigFile, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        let bytes = std::fs::read(path).map_err(|e| ConfigError {
             path: path.to_path_buf(),
             line: None,
             reason: format!("cannot read: {e}"),
         })?;
-        ConfigFile::parse(path, &text)
+        ConfigFile::from_bytes(path, &bytes)
+    }
+
+    /// Split a file's bytes; bytes that are not UTF-8 are refused with their line.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<ConfigFile, ConfigError> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => ConfigFile::parse(path, text),
+            Err(e) => {
+                let at = e.valid_up_to();
+                let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+                Err(ConfigError {
+                    path: path.to_path_buf(),
+                    line: Some(line),
+                    reason: format!("byte {:#04x} is not UTF-8 text (save the file as UTF-8)", bytes[at]),
+                })
+            }
+        }
     }
 
     /// Split `text` into directives.
@@ -118,6 +134,26 @@ impl ConfigFile {
         found
     }
 
+    /// Refuse the first directive that is not among `known`, before any other line is
+    /// judged: a misspelt name is the error to report, not the setting it failed to set
+    /// ("ServerAddress is required"). Names the nearest known directive when one is
+    /// near.
+    pub fn refuse_unknown(&self, known: &[&str]) -> Result<(), ConfigError> {
+        let Some(d) = self.directives.iter().find(|d| !known.iter().any(|k| k.eq_ignore_ascii_case(&d.name))) else {
+            return Ok(());
+        };
+        let lower = d.name.to_ascii_lowercase();
+        let nearest = known
+            .iter()
+            .map(|k| (edit_distance(&lower, &k.to_ascii_lowercase()), *k))
+            .min()
+            .filter(|&(distance, _)| distance <= 2);
+        Err(match nearest {
+            Some((_, k)) => self.error(d, format!("unknown directive {} (did you mean {k}?)", d.name)),
+            None => self.error(d, format!("unknown directive {} (known here: {})", d.name, known.join(", "))),
+        })
+    }
+
     /// Refuse whatever the role did not take.
     pub fn finish(self, known: &[&str]) -> Result<(), ConfigError> {
         match self.directives.first() {
@@ -140,6 +176,22 @@ impl ConfigFile {
             self.error(d, format!("{} {shown} (secret not shown): {why}", d.name))
         })
     }
+}
+
+/// Levenshtein's distance between two names (insertions, deletions, substitutions).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// An IPv4 address, or a host name resolved once to its first IPv4 address.

@@ -6,6 +6,7 @@ use crate::config::directives::{self as config, ConfigError, ConfigFile, Directi
 use crate::io::kernel_path::DataPath;
 use crate::io::port_mapping::Protocols;
 use crate::runtime::confinement::FilterMode;
+use crate::runtime::reload::SameSettings;
 use shipworm_wire::teredo_addr;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -154,7 +155,12 @@ pub struct MiredoConf {
 
 /// Read `path`; `server_arg` is Miredo's optional `SERVER_NAME` argument.
 pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigError> {
-    let mut f = ConfigFile::read(path)?;
+    from_file(ConfigFile::read(path)?, server_arg)
+}
+
+/// The settings of a file already split into directives.
+pub fn from_file(mut f: ConfigFile, server_arg: Option<&str>) -> Result<MiredoConf, ConfigError> {
+    f.refuse_unknown(DIRECTIVES)?;
     let mut c = MiredoConf::defaults(read_role(&mut f)?);
     for rule in RULES {
         read_rule(rule, &mut f, &mut c)?;
@@ -162,6 +168,22 @@ pub fn load(path: &Path, server_arg: Option<&str>) -> Result<MiredoConf, ConfigE
     settle_server(&f, &mut c, server_arg)?;
     f.finish(DIRECTIVES)?;
     Ok(c)
+}
+
+/// Whether a file loads to the settings `running` (the daemon's, with the command
+/// line's `SERVER_NAME` and `-u USER` applied as at start-up): SIGHUP's judge.
+pub fn same_settings(running: &MiredoConf, server_arg: Option<String>, user: Option<String>) -> SameSettings {
+    let mut running = running.clone();
+    running.warnings.clear();
+    Box::new(move |f: &ConfigFile| {
+        let mut c = from_file(f.clone(), server_arg.as_deref())?;
+        if user.is_some() {
+            c.user.clone_from(&user);
+        }
+        // Warnings name lines, which move with any comment added above them.
+        c.warnings.clear();
+        Ok(c == running)
+    })
 }
 
 impl MiredoConf {

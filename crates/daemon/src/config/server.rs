@@ -2,6 +2,7 @@
 //! ones in the same style, with command-line overrides.
 
 use crate::config::directives::{self as config, ConfigError, ConfigFile};
+use crate::runtime::reload::SameSettings;
 use shipworm_proto::server::{ServerConfig, DEFAULT_MAX_FORWARDED_ICMPV6};
 use shipworm_wire::ipv4_scope::non_global_reason;
 use std::net::Ipv4Addr;
@@ -66,12 +67,25 @@ pub struct ServerOverrides {
     pub user: Option<String>,
 }
 
+/// Whether a file loads to the settings `running` (with the command line's overrides
+/// `over` applied as at start-up): SIGHUP's judge.
+pub fn same_settings(running: &ServerSettings, over: ServerOverrides) -> SameSettings {
+    let running = running.clone();
+    Box::new(move |f: &ConfigFile| Ok(from_file(f.clone(), &over)? == running))
+}
+
 /// Read `path` (if given) and apply the overrides.
 pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSettings, ConfigError> {
-    let mut f = match path {
+    let f = match path {
         Some(p) => ConfigFile::read(p)?,
         None => ConfigFile::parse(Path::new("<command line>"), "")?,
     };
+    from_file(f, over)
+}
+
+/// The settings of a file already split into directives, with the overrides.
+pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSettings, ConfigError> {
+    f.refuse_unknown(DIRECTIVES)?;
     let bind = f.take("ServerBindAddress")?;
     let bind2 = f.take("ServerBindAddress2")?;
     let prefix = f.take("Prefix")?;

@@ -63,13 +63,19 @@ pub fn shrink_bounding_set(keep: &[Capability]) -> Result<(), String> {
 /// its system-call filter on every thread of the process (those started later inherit
 /// both). Call once set-up is over, before any thread starts: sockets bound, TUN open,
 /// privileges dropped.
-pub fn confine(role: Role, kernel_maps: bool, mode: FilterMode, removable: &[PathBuf]) -> Result<(), String> {
+pub fn confine(
+    role: Role,
+    kernel_maps: bool,
+    mode: FilterMode,
+    removable: &[PathBuf],
+    readable: &[PathBuf],
+) -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
     if mode == FilterMode::Off {
         tracing::warn!("SystemCallFilter no: the {} runs without a system-call filter or file rules", role.name());
         return Ok(());
     }
-    let files = file_access::restrict(role, removable)?;
+    let files = file_access::restrict(role, removable, readable)?;
     // The ENOSYS filter first: installing a filter makes a prctl that the allow-list,
     // once installed, would refuse. Filters stack whatever their order.
     let programs = [missing_calls()?, compile(role, kernel_maps, mode)?];
@@ -444,7 +450,7 @@ mod tests {
             assert_eq!(in_confined_child(role, "bpf_prog_load"), 70, "{name}");
             assert_eq!(in_confined_child_keeping(role, false, "bpf_map_lookup").0, 70, "{name}, no programs");
         }
-        for role in [Role::Server, Role::Helper] {
+        for role in [Role::Server, Role::Helper, Role::Reader] {
             assert_eq!(in_confined_child(role, "bpf_map_lookup"), 70, "{}", role.name());
         }
     }
@@ -488,5 +494,10 @@ mod tests {
         }
         assert_eq!(in_confined_child(Role::Client, "udp"), 0, "the client opens UDP sockets (DNS, PCP, random ports)");
         assert_eq!(in_confined_child(Role::Client, "exec"), 70, "the client runs no program");
+        // The configuration reader opens its file (Landlock keeps it to the file's
+        // directory and the resolver's) and may resolve a name, as the client; it runs
+        // nothing either.
+        assert_ne!(in_confined_child(Role::Reader, "open"), 70, "the reader opens its file");
+        assert_eq!(in_confined_child(Role::Reader, "exec"), 70, "the reader runs no program");
     }
 }

@@ -50,9 +50,10 @@ impl std::fmt::Display for Outcome {
 }
 
 /// Restrict this process as `role`, letting it remove the files at `removable` (its pid
-/// file, its status socket). Must run before any thread starts: on kernels before
+/// file, its status socket) and read the files beneath the directories `readable` (the
+/// configuration reader's). Must run before any thread starts: on kernels before
 /// Landlock ABI 8 only the calling thread and its later threads are restricted.
-pub fn restrict(role: Role, removable: &[PathBuf]) -> Result<Outcome, String> {
+pub fn restrict(role: Role, removable: &[PathBuf], readable: &[PathBuf]) -> Result<Outcome, String> {
     let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -61,14 +62,16 @@ pub fn restrict(role: Role, removable: &[PathBuf]) -> Result<Outcome, String> {
         .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(fail)?;
     if role != Role::Client {
+        // The reader resolves names too, but over UDP only: no TCP for it either.
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(fail)?;
     }
     let mut created = ruleset.create().map_err(fail)?;
     let mut rules: Vec<(PathBuf, landlock::BitFlags<AccessFs>)> = Vec::new();
-    if role == Role::Client {
+    if matches!(role, Role::Client | Role::Reader) {
         let read = AccessFs::ReadFile | AccessFs::ReadDir;
         rules.extend(CLIENT_READS.iter().map(|p| (PathBuf::from(p), read)));
     }
+    rules.extend(readable.iter().map(|p| (p.clone(), AccessFs::ReadFile.into())));
     for file in removable {
         if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
             rules.push((dir.to_path_buf(), AccessFs::RemoveFile.into()));
@@ -141,7 +144,7 @@ mod tests {
         let role = Role::from_u8(role.parse().expect("a role number"));
         let dir = Path::new(dir);
         let _ = nix::sys::prctl::set_no_new_privs();
-        let code = match restrict(role, &[dir.join("x.pid")]) {
+        let code = match restrict(role, &[dir.join("x.pid")], &[]) {
             Ok(Outcome::Enforced { abi, .. }) => attempts(abi, dir),
             _ => 255,
         };

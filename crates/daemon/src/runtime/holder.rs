@@ -19,5 +19,5 @@ pub fn enter(name: &CStr, keep: &[i32], user: Option<&str>, filter: FilterMode) 
     let _ = nix::sys::prctl::set_name(name);
     crate::runtime::inherited::close_all_but(keep);
     crate::runtime::privileges::drop_root(user)?;
-    confinement::confine(Role::Helper, false, filter, &[])
+    confinement::confine(Role::Helper, false, filter, &[], &[])
 }

@@ -53,6 +53,11 @@ impl ServiceManager {
         ServiceManager { sock, feed_every, last_feed: None, status: String::new() }
     }
 
+    /// A service manager listens (it will start the daemon again when told to).
+    pub fn present(&self) -> bool {
+        self.sock.is_some()
+    }
+
     /// The daemon serves: ready, and what it is doing.
     pub fn ready(&mut self, status: &str) {
         self.status = status.to_string();

@@ -12,16 +12,20 @@
 //!    `Shell<Confined>`.
 //! 3. Only a confined shell says `READY=1` ([`Shell::ready`]), runs the per-tick chore
 //!    ([`Shell::tick`]: the watchdog, the status line, the metrics snapshot, SIGUSR1's
-//!    counters in the log), answers `shipworm status` ([`Shell::serve_status`]) and says
-//!    goodbye ([`Shell::stopping`]).
+//!    counters in the log, SIGHUP's reload), answers `shipworm status`
+//!    ([`Shell::serve_status`]) and says goodbye ([`Shell::stopping`], then
+//!    [`Shell::outcome`]: a stop to be started again with a changed file exits with
+//!    [`reload::RESTART_STATUS`]).
 //!
 //! Every role reports the same way, through [`Reports`]: its table of counters, the few
 //! samples of state beside them, its status document and its status line.
 
+use crate::runtime::config_reader::ConfigReader;
 use crate::runtime::confinement::{self, FilterMode};
 use crate::runtime::counters::Counters;
 use crate::runtime::metrics::{self, Sample, Snapshot};
 use crate::runtime::privileges;
+use crate::runtime::reload::{self, Verdict};
 use crate::runtime::service_manager::ServiceManager;
 use crate::runtime::signals::Signals;
 use crate::runtime::status_socket::StatusListener;
@@ -31,6 +35,7 @@ use std::marker::PhantomData;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -79,6 +84,13 @@ pub struct Shell<S> {
     next_chores: Mutex<Instant>,
     /// The status document as last rendered: what callers of the status socket get.
     rendered: RenderedStatus,
+    /// SIGHUP's reload of the daemon's file (none: the role reloads nothing).
+    reload: Option<Mutex<ConfigReader>>,
+    /// A reload found new settings and a service manager will start the daemon again:
+    /// the loop stops as for SIGTERM, and the daemon exits with
+    /// [`reload::RESTART_STATUS`], the changed directives said.
+    restart: AtomicBool,
+    restart_why: Mutex<String>,
     _state: PhantomData<S>,
 }
 
@@ -125,8 +137,17 @@ impl Shell<Opened> {
             signals,
             next_chores: Mutex::new(Instant::now()),
             rendered: RenderedStatus::default(),
+            reload: None,
+            restart: AtomicBool::new(false),
+            restart_why: Mutex::new(String::new()),
             _state: PhantomData,
         })
+    }
+
+    /// SIGHUP reads the daemon's file again through `reader`.
+    pub fn reloading(mut self, reader: ConfigReader) -> Self {
+        self.reload = Some(Mutex::new(reader));
+        self
     }
 
     /// The kernel data path's programs run (`keep`): the confined process keeps the
@@ -146,7 +167,7 @@ impl Shell<Opened> {
     ) -> Result<Shell<Confined>, Failure> {
         privileges::drop_root(user).map_err(Failure::runtime)?;
         let removable = [confinement::removable(pidfile), vec![self.control_path.clone()]].concat();
-        confinement::confine(self.role, self.kernel_maps, filter, &removable).map_err(Failure::runtime)?;
+        confinement::confine(self.role, self.kernel_maps, filter, &removable, &[]).map_err(Failure::runtime)?;
         let snapshot = metrics::start(self.metrics_listener)?;
         Ok(Shell {
             role: self.role,
@@ -159,6 +180,9 @@ impl Shell<Opened> {
             signals: self.signals,
             next_chores: self.next_chores,
             rendered: self.rendered,
+            reload: self.reload,
+            restart: self.restart,
+            restart_why: self.restart_why,
             _state: PhantomData,
         })
     }
@@ -170,9 +194,10 @@ impl<S> Shell<S> {
         &self.control_path
     }
 
-    /// A stop (SIGTERM, SIGINT) was asked for.
+    /// A stop (SIGTERM, SIGINT, or a reload that needs the daemon started again) was
+    /// asked for.
     pub fn stop_requested(&self) -> bool {
-        self.signals.stop_requested()
+        self.signals.stop_requested() || self.restart.load(Ordering::Relaxed)
     }
 }
 
@@ -189,6 +214,9 @@ impl Shell<Confined> {
     pub fn tick(&self, role: &impl Reports) {
         if self.signals.take_report_request() {
             tracing::info!("counters: {}", role.counters().log_line());
+        }
+        if self.signals.take_reload_request() {
+            self.reload_now();
         }
         let now = Instant::now();
         let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
@@ -229,6 +257,50 @@ impl Shell<Confined> {
     /// A clean stop that forwards for `drain` first (the relay's BIRD withdrawal).
     pub fn stopping_after(&self, drain: Duration) {
         self.manager().stopping_after(drain);
+    }
+
+    /// SIGHUP: read the file again, and keep the settings, refuse the file, or stop to
+    /// be started again with it (see [`reload`]).
+    fn reload_now(&self) {
+        let Some(reload) = &self.reload else {
+            tracing::info!("SIGHUP: this daemon has no file to read again");
+            return;
+        };
+        let mut reload = reload.lock().unwrap_or_else(PoisonError::into_inner);
+        let verdict = reload.judge();
+        let file = reload.path().display().to_string();
+        match verdict {
+            Verdict::Unchanged => tracing::info!("reload: {file}: settings unchanged; nothing to do"),
+            Verdict::Refused(why) => {
+                tracing::error!("reload refused, running on with the previous settings: {why}")
+            }
+            Verdict::Changed(names) => {
+                let names = if names.is_empty() { "settings".to_string() } else { names.join(", ") };
+                if self.manager().present() {
+                    let why = format!(
+                        "reload: {file}: {names} changed: stopping with status {} for the service manager to start it again with them",
+                        reload::RESTART_STATUS
+                    );
+                    tracing::warn!("{why}");
+                    *self.restart_why.lock().unwrap_or_else(PoisonError::into_inner) = why;
+                    self.restart.store(true, Ordering::Relaxed);
+                } else {
+                    tracing::warn!(
+                        "reload: {file}: {names} changed; they take effect when the daemon is started again (running on with the previous settings)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// How the daemon ends once its loop stopped: cleanly, or with
+    /// [`reload::RESTART_STATUS`] when a reload asked to be started again.
+    pub fn outcome(&self) -> Result<(), Failure> {
+        if !self.restart.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let why = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        Err(Failure { message: why, status: reload::RESTART_STATUS })
     }
 
     /// Everything `/metrics` shows of the role.

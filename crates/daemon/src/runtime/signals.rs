@@ -1,5 +1,6 @@
-//! Signals a daemon obeys: SIGTERM/SIGINT stop it cleanly, SIGUSR1 logs its counters.
-//! Handlers only set flags; the event loop looks at them between batches.
+//! Signals a daemon obeys: SIGTERM/SIGINT stop it cleanly, SIGUSR1 logs its counters,
+//! SIGHUP reads its file again ([`crate::runtime::reload`]). Handlers only set flags;
+//! the event loop looks at them between batches.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,16 +10,19 @@ use std::sync::Arc;
 pub struct Signals {
     stop: Arc<AtomicBool>,
     report: Arc<AtomicBool>,
+    reload: Arc<AtomicBool>,
 }
 
 impl Signals {
     /// Install the handlers.
     pub fn install() -> std::io::Result<Signals> {
-        let s = Signals { stop: Arc::new(AtomicBool::new(false)), report: Arc::new(AtomicBool::new(false)) };
+        let flag = || Arc::new(AtomicBool::new(false));
+        let s = Signals { stop: flag(), report: flag(), reload: flag() };
         for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
             signal_hook::flag::register(sig, Arc::clone(&s.stop))?;
         }
         signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&s.report))?;
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&s.reload))?;
         Ok(s)
     }
 
@@ -30,5 +34,10 @@ impl Signals {
     /// A report was asked for since the last call.
     pub fn take_report_request(&self) -> bool {
         self.report.swap(false, Ordering::Relaxed)
+    }
+
+    /// A reload was asked for since the last call (several SIGHUPs before it: one).
+    pub fn take_reload_request(&self) -> bool {
+        self.reload.swap(false, Ordering::Relaxed)
     }
 }

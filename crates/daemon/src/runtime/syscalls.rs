@@ -19,6 +19,9 @@ pub enum Role {
     Client = 2,
     /// The client's interface helper: netlink only.
     Helper = 3,
+    /// The configuration reader (`shipworm-conf`): opens the daemon's own file, on
+    /// SIGHUP, beneath its directory only.
+    Reader = 4,
 }
 
 impl Role {
@@ -29,6 +32,7 @@ impl Role {
             Role::Relay => "relay",
             Role::Client => "client",
             Role::Helper => "client's interface helper",
+            Role::Reader => "configuration reader",
         }
     }
 
@@ -38,6 +42,7 @@ impl Role {
             0 => Role::Server,
             1 => Role::Relay,
             2 => Role::Client,
+            4 => Role::Reader,
             _ => Role::Helper,
         }
     }
@@ -152,6 +157,11 @@ const HELPER_LEGACY: &[(i64, &str)] = calls![SYS_epoll_wait];
 #[cfg(not(target_arch = "x86_64"))]
 const HELPER_LEGACY: &[(i64, &str)] = &[];
 
+/// The configuration reader, beyond [`BASE`] and the client's name resolution (loading
+/// a file may resolve a name): reading its file (Landlock keeps it beneath the file's
+/// directory and where resolution reads).
+const READER: &[(i64, &str)] = calls![SYS_openat, SYS_statx, SYS_fstat, SYS_newfstatat, SYS_lseek];
+
 /// What no hook script needs and an intruder would: the hook runner refuses these
 /// (EPERM) and lets the rest through, since it starts programs the operator wrote.
 pub const HOOK_DENIED: &[(i64, &str)] = calls![
@@ -203,6 +213,7 @@ pub fn allowed(role: Role, kernel_maps: bool) -> Vec<(i64, &'static str)> {
         Role::Relay => &[KERNEL_MAPS],
         Role::Client => &[CLIENT, CLIENT_LEGACY, KERNEL_MAPS],
         Role::Helper => &[HELPER, HELPER_LEGACY],
+        Role::Reader => &[CLIENT, CLIENT_LEGACY, READER],
     };
     let mut v: Vec<(i64, &'static str)> = [BASE, LEGACY].iter().chain(extra).flat_map(|l| l.iter().copied()).collect();
     if !kernel_maps {
@@ -215,7 +226,7 @@ pub fn allowed(role: Role, kernel_maps: bool) -> Vec<(i64, &'static str)> {
 
 /// The name of a call on any list (for the refusal message), or "not on any list".
 pub fn name_of(nr: i64) -> &'static str {
-    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, KERNEL_MAPS, HELPER, HELPER_LEGACY]
+    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, KERNEL_MAPS, HELPER, HELPER_LEGACY, READER]
         .iter()
         .flat_map(|l| l.iter())
         .find(|(n, _)| *n == nr)
@@ -280,9 +291,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn no_role_may_execute_trace_mount_or_load_bpf_and_only_the_client_may_open_sockets() {
-        for (role, maps) in
-            [Role::Server, Role::Relay, Role::Client, Role::Helper].into_iter().flat_map(|r| [(r, true), (r, false)])
+    fn no_role_may_execute_trace_mount_or_load_bpf_and_only_the_client_and_reader_may_open_sockets() {
+        for (role, maps) in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader]
+            .into_iter()
+            .flat_map(|r| [(r, true), (r, false)])
         {
             let names: Vec<&str> = allowed(role, maps).iter().map(|&(_, n)| n).collect();
             for forbidden in ["SYS_ptrace", "SYS_mount", "SYS_setuid", "SYS_capset", "SYS_init_module"] {
@@ -297,14 +309,15 @@ mod tests {
             assert_eq!(commands, [1, 2, 3]);
             assert_eq!(conditions(role, libc::SYS_bpf).len(), 3);
             assert!(!names.contains(&"SYS_execve"), "{} may run a program", role.name());
-            assert_eq!(names.contains(&"SYS_socket"), role == Role::Client, "{}", role.name());
-            assert_eq!(names.contains(&"SYS_openat"), role == Role::Client, "{}", role.name());
+            assert_eq!(names.contains(&"SYS_socket"), matches!(role, Role::Client | Role::Reader), "{}", role.name());
+            // Files: the client's resolver, and the reader's one file on SIGHUP.
+            assert_eq!(names.contains(&"SYS_openat"), matches!(role, Role::Client | Role::Reader), "{}", role.name());
         }
     }
 
     #[test]
     fn every_list_compiles_for_this_machine() {
-        for role in [Role::Server, Role::Relay, Role::Client, Role::Helper] {
+        for role in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader] {
             for mode in [super::super::confinement::FilterMode::Enforce, super::super::confinement::FilterMode::Log] {
                 let prog = super::super::confinement::compile(role, true, mode).expect("compiles");
                 assert!(prog.len() > allowed(role, true).len(), "{}: {} instructions", role.name(), prog.len());

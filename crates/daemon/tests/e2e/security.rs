@@ -48,7 +48,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string()).unwrap_or_default()
                     };
                     let comm = field("Name:");
-                    let role = if ["shipworm-iface", "shipworm-hook", "shipworm-echo"].contains(&comm.as_str()) {
+                    let role = if ["shipworm-iface", "shipworm-hook", "shipworm-echo", "shipworm-conf"].contains(&comm.as_str()) {
                         comm.clone()
                     } else {
                         cmdline.split_whitespace().nth(1).unwrap_or("?").to_string()
@@ -95,7 +95,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     seen.push(what);
                 }
                 seen.sort();
-                for role in ["server", "relay", "client", "shipworm-iface", "shipworm-hook", "shipworm-echo"] {
+                for role in ["server", "relay", "client", "shipworm-iface", "shipworm-hook", "shipworm-echo", "shipworm-conf"] {
                     if !seen.iter().any(|s| s.starts_with(&format!("{role} "))) {
                         return Err(Failed::at(6, format!("step 6: no {role} process found among {seen:?}")));
                     }

@@ -106,6 +106,9 @@ fn to_d0(mut frame: Vec<u8>) -> Vec<u8> {
 
 #[test]
 fn a_direct_relay_sends_out_what_the_host_would_forward_and_leaves_the_rest_to_it() {
+    if !root() {
+        return;
+    }
     in_direct_netns(|d0, tun| {
         let (mut r, mut w) = relay_trusting_c();
         let mut k = load_direct(&w, tun);
@@ -244,6 +247,9 @@ fn native_frame(from: &str, to: &str, hop_limit: u8, payload: usize) -> Vec<u8> 
 
 #[test]
 fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients() {
+    if !root() {
+        return;
+    }
     in_direct_netns(|d0, tun| {
         let (mut r, w) = relay_trusting_c();
         let mut k = load_direct(&w, tun);
@@ -386,6 +392,9 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
 /// told to keep none.
 #[test]
 fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
+    if !root() {
+        return;
+    }
     in_direct_netns(|d0, tun| {
         let (_, w) = relay_trusting_c();
         let mut k = load_direct(&w, tun);
@@ -473,6 +482,9 @@ fn a_direct_relay_keeps_the_route_to_each_clients_mapping_until_told() {
 /// leaving by that interface.
 #[test]
 fn a_relay_through_the_stack_keeps_the_route_to_each_clients_mapping_until_told() {
+    if !root() {
+        return;
+    }
     in_direct_netns(|d0, tun| {
         let (_, w) = relay_trusting_c();
         let mut k =

@@ -25,6 +25,7 @@ use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
+use crate::runtime::config_reader::{self, ConfigReader};
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
@@ -72,7 +73,9 @@ pub fn run(args: &cli::ClientArgs) -> Result<(), Failure> {
         conf.user = args.daemon.user.clone();
     }
     let _pid = PidFile::create(args.daemon.pidfile.as_deref())?;
-    serve(&conf, args.daemon.control.as_deref(), args.daemon.pidfile.as_deref())
+    let same = crate::config::miredo::same_settings(&conf, args.server.clone(), args.daemon.user.clone());
+    let reader = config_reader::start(&args.config, conf.user.as_deref(), conf.system_call_filter, same)?;
+    serve(&conf, args.daemon.control.as_deref(), args.daemon.pidfile.as_deref(), reader)
 }
 
 /// What the client opens while it is root: its interface and the helper that keeps
@@ -145,7 +148,12 @@ fn client_config(
 }
 
 /// Run the client until SIGTERM/SIGINT.
-fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> Result<(), Failure> {
+fn serve(
+    conf: &MiredoConf,
+    control: Option<&Path>,
+    pidfile: Option<&Path>,
+    reader: ConfigReader,
+) -> Result<(), Failure> {
     for w in &conf.warnings {
         tracing::warn!("{w}");
     }
@@ -169,7 +177,9 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let control_path = control
         .map(Path::to_path_buf)
         .unwrap_or_else(|| crate::runtime::status_socket::default_path(opened.tun.name()));
-    let shell = Shell::open(Role::Client, control_path, conf.metrics_address)?.keeping_kernel_maps(kernel.is_some());
+    let shell = Shell::open(Role::Client, control_path, conf.metrics_address)?
+        .keeping_kernel_maps(kernel.is_some())
+        .reloading(reader);
     let mut urandom = OsRandom::open()?;
     // After the drop: the resolver thread starts below and must hold neither root nor
     // the capabilities the main thread gave up (they are per thread).
@@ -236,7 +246,7 @@ fn serve(conf: &MiredoConf, control: Option<&Path>, pidfile: Option<&Path>) -> R
     let result = d.run(&shell);
     shell.stopping(&d);
     d.mapping.release_all();
-    result
+    result.and_then(|()| shell.outcome())
 }
 
 /// The client at work: its state machine and everything around it.
