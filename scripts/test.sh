@@ -76,7 +76,9 @@ scripts/systemd-check.sh "$deb"
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-SHIPWORM_E2E=required cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
+# The end-to-end suite runs the release build the package ships, as users run it.
+SHIPWORM_E2E=required SHIPWORM_E2E_BIN="$PWD/target/release/shipworm" \
+    cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
 phase_done
 # One closing line over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 }

@@ -37,7 +37,9 @@ pub(crate) fn write_report(
         for (name, color) in colors {
             let Some(v) = runs.get(name) else { continue };
             for (dir, style) in [("Teredo→IPv6", color.stroke_width(2)), ("IPv6→Teredo", color.stroke_width(1))] {
-                let pts: Vec<(f64, f64)> = SIZES.iter().map(|&s| (s as f64, rate_of(v, (dir, s)))).collect();
+                let pts = SIZES.iter().map(|&s| (s as f64, rate_of(v, (dir, s))));
+                // A quick run measures one size: the others are not points.
+                let pts: Vec<(f64, f64)> = pts.filter(|(_, r)| r.is_finite()).collect();
                 c.draw_series(LineSeries::new(pts, style))
                     .map_err(|e| Failure::runtime(e.to_string()))?
                     .label(format!("{name} {dir}"))

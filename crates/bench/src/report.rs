@@ -162,7 +162,7 @@ pub(crate) fn report(
         trial_sizes(quick).0.as_millis(),
         times(searches(quick)),
         (2 * DAEMON_BYTES) >> 20,
-        2 * SIZES.len() * searches(quick)
+        2 * sizes(quick).len() * searches(quick)
     );
     let _ = writeln!(r, "## Relay packet rate (packets/s delivered with < 0.1 % loss)\n");
     let _ =
@@ -170,7 +170,7 @@ pub(crate) fn report(
     let _ = writeln!(r, "|---|---|---|---|---|---|---|");
     let get = |name: &str, key| runs.get(name).map(|v| rate_of(v, key)).unwrap_or(f64::NAN);
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
-        for size in SIZES {
+        for &size in sizes(quick) {
             let (s, m, k) = (get("shipworm", (dir, size)), get("miredo", (dir, size)), get("kernel", (dir, size)));
             // Quotients of the figures shown: rounds are not paired, because a round's
             // implementations were measured minutes apart and their noise is their own
@@ -185,7 +185,7 @@ pub(crate) fn report(
     let mut held: Vec<String> = Vec::new();
     for (name, v) in runs {
         for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
-            for size in SIZES {
+            for &size in sizes(quick) {
                 if let (n @ 1.., all) = held_searches(v, (dir, size)) {
                     held.push(format!("{name} {dir} {size} B in {n} of {all} searches"));
                 }
@@ -255,7 +255,7 @@ pub(crate) fn report(
     let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo ± 90 % |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
-        for size in SIZES {
+        for &size in sizes(quick) {
             let l = |name: &str| runs.get(name).map(|v| all_lat(v, (dir, size))).unwrap_or_default();
             let (s, m, k) = (l("shipworm"), l("miredo"), l("kernel"));
             let mid = |name: &str| runs.get(name).map_or(f64::NAN, |v| lat_mid(v, (dir, size)));

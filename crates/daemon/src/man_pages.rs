@@ -11,18 +11,22 @@ use std::path::{Path, PathBuf};
 /// Each page's file name and text.
 fn pages() -> Vec<(String, Vec<u8>)> {
     let top = crate::cli::Cli::command();
-    let render = |cmd: clap::Command, daemon: bool| {
+    let render = |cmd: clap::Command, extra: &str| {
         let mut text = Vec::new();
         clap_mangen::Man::new(cmd).section("8").render(&mut text).expect("rendering to memory");
-        text.extend_from_slice(if daemon { DAEMON_SECTIONS } else { COMMAND_SECTIONS }.as_bytes());
+        text.extend_from_slice(extra.as_bytes());
         text
     };
-    let mut pages = vec![("shipworm.8".to_string(), render(top.clone(), false))];
+    let mut pages = vec![("shipworm.8".to_string(), render(top.clone(), COMMAND_SECTIONS))];
     for sub in top.get_subcommands().filter(|s| !s.is_hide_set()) {
         // clap takes a page's name as a static string (its `string` feature is off).
         let name: &'static str = Box::leak(format!("shipworm-{}", sub.get_name()).into_boxed_str());
-        let daemon = ["client", "relay", "server"].contains(&sub.get_name());
-        pages.push((format!("{name}.8"), render(sub.clone().name(name), daemon)));
+        let extra = match sub.get_name() {
+            "client" | "relay" | "server" => DAEMON_SECTIONS,
+            "status" => STATUS_SECTIONS,
+            _ => COMMAND_SECTIONS,
+        };
+        pages.push((format!("{name}.8"), render(sub.clone().name(name), extra)));
     }
     pages
 }
@@ -78,6 +82,27 @@ A reload found changed settings: start the daemon again (systemd does, by
 \fBRestartForceExitStatus=75\fR).
 .SH "SEE ALSO"
 \fBshipworm\fR(8), \fBshipworm.conf\fR(5), \fBshipworm\-status\fR(8), \fBshipworm\-check\-config\fR(8)
+"#;
+
+/// What `shipworm status` says beyond its options: its exit status is a monitoring
+/// check's.
+const STATUS_SECTIONS: &str = r#".SH "EXIT STATUS"
+.TP
+\fB0\fR
+The daemon serves: a client holds its Teredo address, a relay or server serves.
+.TP
+\fB1\fR
+No daemon answers (none runs, or only sockets left by daemons that were killed), or its
+answer could not be read.
+.TP
+\fB2\fR
+Bad input: several daemons run and none was named with \fB\-\-socket\fR.
+.TP
+\fB3\fR
+The daemon answers but does not serve: a client not qualified (resolving, offline,
+qualifying, probing). What it said is printed all the same.
+.SH "SEE ALSO"
+\fBshipworm\fR(8), \fBshipworm\-client\fR(8), \fBshipworm\-relay\fR(8), \fBshipworm\-server\fR(8)
 "#;
 
 /// What the other pages say beyond their options.

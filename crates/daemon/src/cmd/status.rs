@@ -3,19 +3,38 @@
 use crate::cli;
 use crate::runtime::{counters, status_socket, Failure};
 
-/// Ask the daemon and print its answer.
+/// The exit status of a daemon that answers but is not doing its job (a client without
+/// an address), for monitoring checks: as `systemctl is-active`'s "not running".
+pub const NOT_SERVING: u8 = 3;
+
+/// Ask the daemon and print its answer; exit [`NOT_SERVING`] when it does not serve.
 pub fn run(args: &cli::StatusArgs) -> Result<(), Failure> {
     let v = status_socket::fetch(args.socket.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v).expect("serializes"));
-        return Ok(());
+    } else {
+        match v.get("role").and_then(|r| r.as_str()) {
+            Some("relay") => relay(&v),
+            Some("server") => server(&v),
+            _ => client(&v),
+        }
     }
-    match v.get("role").and_then(|r| r.as_str()) {
-        Some("relay") => relay(&v),
-        Some("server") => server(&v),
-        _ => client(&v),
+    match not_serving(&v) {
+        None => Ok(()),
+        Some(why) => Err(Failure { message: why, status: NOT_SERVING }),
     }
-    Ok(())
+}
+
+/// Why the daemon that sent `v` is not doing its job, if it is not: a client serves
+/// once qualified, a relay or server while it says `serving`.
+fn not_serving(v: &serde_json::Value) -> Option<String> {
+    let state = v["state"].as_str().unwrap_or("unknown");
+    let (role, serving) = match v["role"].as_str() {
+        Some("client") => ("client", state == "qualified"),
+        Some(role @ ("relay" | "server")) => (role, state == "serving"),
+        other => return Some(format!("the daemon's role is {other:?}: not one shipworm has")),
+    };
+    (!serving).then(|| format!("the {role} does not serve: it is {state}"))
 }
 
 /// A field as text: strings as they are, other values in JSON, "-" when absent.
@@ -124,6 +143,20 @@ fn client(v: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_without_an_address_is_not_serving_and_a_relay_or_server_serving_is() {
+        let v = |j: serde_json::Value| not_serving(&j);
+        assert_eq!(v(serde_json::json!({"role": "client", "state": "qualified"})), None);
+        for state in ["resolving", "offline", "qualifying", "probing"] {
+            let why = v(serde_json::json!({"role": "client", "state": state})).expect("not serving");
+            assert_eq!(why, format!("the client does not serve: it is {state}"));
+        }
+        assert_eq!(v(serde_json::json!({"role": "relay", "state": "serving"})), None);
+        assert_eq!(v(serde_json::json!({"role": "server", "state": "serving"})), None);
+        assert!(v(serde_json::json!({"role": "server", "state": "draining"})).is_some());
+        assert!(v(serde_json::json!({"role": "printer"})).is_some());
+    }
 
     #[test]
     fn the_data_path_is_told_in_words() {

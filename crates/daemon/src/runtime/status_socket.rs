@@ -88,30 +88,7 @@ impl Drop for StatusListener {
 pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
     let path = match path {
         Some(p) => p.to_path_buf(),
-        None => {
-            let found: Vec<PathBuf> = std::fs::read_dir(DIR)
-                .map(|d| {
-                    d.filter_map(|e| e.ok())
-                        .map(|e| e.path())
-                        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-                        .collect()
-                })
-                .unwrap_or_default();
-            match found.len() {
-                1 => found.into_iter().next().expect("one"),
-                0 => {
-                    return Err(Failure::runtime(format!(
-                        "no shipworm daemon is running (no socket in {DIR}); start `shipworm client`, or pass --socket"
-                    )))
-                }
-                _ => {
-                    return Err(Failure::usage(format!(
-                        "several daemons run ({}); pick one with --socket",
-                        found.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-                    )))
-                }
-            }
-        }
+        None => the_live_socket(Path::new(DIR))?,
     };
     let mut s = UnixStream::connect(&path).map_err(|e| {
         Failure::runtime(format!("cannot reach the daemon at {}: {e} (is it running?)", path.display()))
@@ -121,6 +98,30 @@ pub fn fetch(path: Option<&Path>) -> Result<serde_json::Value, Failure> {
     s.read_to_string(&mut text).map_err(|e| Failure::runtime(format!("reading {}: {e}", path.display())))?;
     serde_json::from_str(&text)
         .map_err(|e| Failure::runtime(format!("the daemon sent something that is not JSON: {e}")))
+}
+
+/// The one socket in `dir` a daemon answers on. Sockets nobody listens on (left by a
+/// daemon that was killed) are passed over: they are not daemons.
+fn the_live_socket(dir: &Path) -> Result<PathBuf, Failure> {
+    let found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect()
+        })
+        .unwrap_or_default();
+    let (live, stale): (Vec<PathBuf>, Vec<PathBuf>) = found.into_iter().partition(|p| UnixStream::connect(p).is_ok());
+    let list = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    match live.len() {
+        1 => Ok(live.into_iter().next().expect("one")),
+        0 if stale.is_empty() => Err(Failure::runtime(format!(
+            "no shipworm daemon is running (no socket in {}); start `shipworm client`, or pass --socket",
+            dir.display()
+        ))),
+        0 => Err(Failure::runtime(format!(
+            "no shipworm daemon is running (nothing answers on {}: left by daemons that did not stop cleanly)",
+            list(&stale)
+        ))),
+        _ => Err(Failure::usage(format!("several daemons run ({}); pick one with --socket", list(&live)))),
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +168,25 @@ mod tests {
         l.serve(|| "{\"ok\":true}".into());
         drop(l);
         assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn status_tells_live_daemons_from_the_sockets_dead_ones_left() {
+        let d = scratch("live");
+        // Two daemons killed: their sockets stay, nobody listens (a listener closed
+        // without its file removed, as a SIGKILL leaves it).
+        for name in ["a.sock", "b.sock"] {
+            drop(std::os::unix::net::UnixListener::bind(d.join(name)).unwrap());
+        }
+        let e = the_live_socket(&d).unwrap_err();
+        assert!(e.message.starts_with("no shipworm daemon is running (nothing answers on"), "{}", e.message);
+        let live = StatusListener::bind(&d.join("c.sock")).unwrap();
+        assert_eq!(the_live_socket(&d).unwrap(), d.join("c.sock"), "the one live daemon among the stale sockets");
+        let other = StatusListener::bind(&d.join("e.sock")).unwrap();
+        let e = the_live_socket(&d).unwrap_err();
+        assert!(e.message.starts_with("several daemons run") && !e.message.contains("a.sock"), "{}", e.message);
+        drop((live, other));
         let _ = std::fs::remove_dir_all(&d);
     }
 
