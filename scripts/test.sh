@@ -27,11 +27,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 say "a build without clang is refused, unless asked to go without the kernel data path"
 # A build has the eBPF programs or was asked not to: never a relay that silently moves
 # every packet itself. (The check profile's dependencies are clippy's, already built.)
-if out=$(SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm-kernel-path --locked 2>&1); then
+if out=$(SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm --locked 2>&1); then
     die "a build without clang passed: it would have no kernel data path"
 fi
 grep -q 'apt-get install clang' <<<"$out" || die "a build without clang failed without saying what to install: $out"
-SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm-kernel-path --no-default-features --locked \
+SHIPWORM_BPF_CLANG=/nonexistent/clang cargo check -q -p shipworm --no-default-features --locked \
     || die "a build asked to go without the kernel data path failed"
 
 say "fuzz smoke run (every target, bounded)"

@@ -12,6 +12,8 @@ mod anycast_servers;
 mod calling_first;
 #[path = "e2e/client_to_client.rs"]
 mod client_to_client;
+#[path = "e2e/conformance.rs"]
+mod conformance;
 #[path = "e2e/links.rs"]
 mod links;
 #[path = "e2e/nat_matrix.rs"]
@@ -218,7 +220,8 @@ fn main() {
     }
     cases.extend(anycast::cases(&me));
     cases.extend(anycast_servers::cases(&me));
-    // Longest last: the queue is taken from its end, so it starts first.
+    // Longest last: the queue is taken from its end, so they start first.
+    cases.extend(conformance::cases(&me));
     cases.push(links::lossy_uplink(&me));
     let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     cases.retain(|c| filter.is_empty() || filter.iter().any(|f| c.name.contains(f.as_str())));

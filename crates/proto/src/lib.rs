@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod address_rate;
+pub mod bubble_budget;
 pub mod client;
 pub mod drop_reason;
 #[cfg(feature = "fuzzing")]

@@ -390,6 +390,38 @@ fn case46_unresponsive_peer_queue_is_capped_and_the_entry_dropped() {
     }
 }
 
+/// RFC 4380 §5.2.6 across entries: a native host sending to a silent client once a
+/// second for a minute gets 4 bubbles sent (and in `restricted` mode 4 direct ones),
+/// none more within 300 s of the first, though the entry is given up and made anew by
+/// its next packets; an answer starts the count over. With the budget taken out (every
+/// `spend` allowed) this case sees 27 of each kind in the minute (seen).
+#[test]
+fn a_silent_client_gets_four_bubbles_of_each_kind_in_300_s_however_often_it_is_sent_to() {
+    let mut r = Relay::new(RelayConfig { direct_bubbles: true, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    let count = |w: &Recorder, to: &str| w.sent.iter().filter(|s| s.to == sa(to)).count();
+    let run = |r: &mut Relay, w: &mut Recorder, from_ms: u64, to_ms: u64| {
+        for t in (from_ms..to_ms).step_by(250) {
+            if t % 1000 == 0 {
+                let _ = r.on_tun(Duration::from_millis(t), &udp_packet(NATIVE, B), w);
+            }
+            r.on_timer(Duration::from_millis(t), w);
+        }
+    };
+    run(&mut r, &mut w, 100_000, 160_000);
+    assert_eq!((count(&w, B_SERVER), count(&w, B_MAPPED)), (4, 4), "indirect and direct in the first minute");
+    assert!(r.stats().unreachable_peers > 1, "the entry was given up and made again");
+    assert!(r.stats().bubbles_withheld > 0);
+    run(&mut r, &mut w, 160_000, 399_000);
+    assert_eq!((count(&w, B_SERVER), count(&w, B_MAPPED)), (4, 4), "none more within 300 s of the first");
+    run(&mut r, &mut w, 400_000, 410_000);
+    let (i, d) = (count(&w, B_SERVER), count(&w, B_MAPPED));
+    assert!(i > 4 && d > 4 && i <= 8 && d <= 8, "after the first bubbles' window: ({i}, {d})");
+    // The client answers: counted from nothing again, bubbled at once when needed.
+    let _ = r.on_udp(Duration::from_millis(410_000), sa(B_MAPPED), &bubble(B, NATIVE), &mut w);
+    assert_eq!(r.pending_len(), 0);
+}
+
 #[test]
 fn case47_no_error_about_an_error() {
     let mut r = relay();

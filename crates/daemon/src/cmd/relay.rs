@@ -297,6 +297,11 @@ pub(crate) fn relay_counters(
         crate::runtime::report::kernel_rows(&mut t, k, *refused);
     }
     t.counter("bubbles", "Bubbles sent to new peers.", s.bubbles);
+    t.counter(
+        "bubbles_withheld",
+        "Bubbles withheld: the peer had its 4 of the kind in 300 s without answering (RFC 4380 §5.2.6).",
+        s.bubbles_withheld,
+    );
     t.counter("unreachable_peers", "Peers given up, their bubbles unanswered.", s.unreachable_peers);
     t.counter("icmpv6_errors", "ICMPv6 errors sent.", s.icmp_errors);
     t.gauge("peers", "Peers in the table.", peers as u64);

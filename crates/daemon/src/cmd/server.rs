@@ -440,6 +440,11 @@ pub(crate) fn counters(s: &ServerStats, relay: Option<(&RelayStats, usize, usize
         t.counter("relayed_bytes", RELAYED_BYTES, r.to_teredo_bytes).label("direction", "to_teredo");
         t.counter("relayed_bytes", RELAYED_BYTES, r.to_ipv6_bytes).label("direction", "to_ipv6");
         t.counter("relay_bubbles", "Bubbles the relay part sent to new peers.", r.bubbles);
+        t.counter(
+            "relay_bubbles_withheld",
+            "Bubbles the relay part withheld: 4 of the kind in 300 s unanswered (RFC 4380 §5.2.6).",
+            r.bubbles_withheld,
+        );
         t.counter("relay_icmpv6_errors", "ICMPv6 errors the relay part sent.", r.icmp_errors);
         t.gauge("relay_peers", "Peers in the relay part's table.", peers as u64);
         t.gauge("relay_waiting_peers", "Peers waiting for the relay part's bubble's answer.", waiting as u64);

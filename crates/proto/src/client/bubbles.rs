@@ -85,6 +85,14 @@ impl<R: Random> Client<R> {
         self.stats.bubbles += 1;
     }
 
+    /// Whether a bubble of `kind` to `dst` may go now (RFC 4380 §5.2.6); counted as
+    /// withheld if not.
+    pub(super) fn spend_bubble(&mut self, now: Duration, dst: Ipv6Addr, kind: bubble_budget::Kind) -> bool {
+        let spent = self.bubbles_spent.spend(now, dst, kind);
+        self.stats.bubbles_withheld += u64::from(!spent);
+        spent
+    }
+
     /// A bubble nonce for a Nonce trailer (RFC 6081 §5.2.4.1): random, never 0, which
     /// means "none".
     pub(super) fn bubble_nonce(&mut self) -> NonZeroU32 {
@@ -124,11 +132,18 @@ impl<R: Random> Client<R> {
         let Some(mut p) = self.peers.get_mut(&dst) else {
             return;
         };
+        // The try counts whether or not the budget lets its bubble go: a peer past
+        // its budget is given up after its tries, as one that never answers.
+        let spent = self.bubbles_spent.spend(now, dst, bubble_budget::Kind::Indirect);
+        self.stats.bubbles_withheld += u64::from(!spent);
         p.nonce_sent = nonce;
         p.last_tx = now;
         p.tries += 1;
         let reached = p.trusted;
         drop(p);
+        if !spent {
+            return;
+        }
         let mut trailers = Trailers::nonce(nonce);
         // Port prediction (§5.4.4.2 b, §5.5.4.2): the port the peer should try.
         let predicted = self.ports.get(&dst).and_then(|e| e.predicted);

@@ -48,6 +48,7 @@
 //! peer's mapping, and the held packets are delivered if they came from it. That costs
 //! the first packet one round trip through the server and the relay.
 
+use crate::bubble_budget::{self, BubbleBudget};
 use crate::drop_reason::{DropCounters, DropReason};
 use crate::first_contact::{FirstContactLimits, FirstContacts};
 use crate::icmp_error::{self, RateLimit};
@@ -143,6 +144,9 @@ pub struct Client<R: Random> {
     /// Qualification: the phase, the NAT, the server in use (`qualifier`).
     q: Qualification,
     peers: PeerTable,
+    /// The bubbles each peer was sent lately, kept apart from its entry (RFC 4380
+    /// §5.2.6: 4 of a kind per 300 s without a direct answer).
+    bubbles_spent: BubbleBudget,
     pending: VecDeque<Ipv6Addr>,
     /// Native peers under a test of ours (they fell silent while we sent): each is on
     /// the waiting list too, and leaves this set when it leaves the list.
@@ -210,6 +214,7 @@ impl<R: Random> Client<R> {
         Client {
             q: Qualification::new(&cfg.servers),
             peers: peer_table(&cfg),
+            bubbles_spent: BubbleBudget::new(cfg.peer_capacity, keys(&cfg)),
             first_contacts: FirstContacts::new(cfg.first_contact, keys(&cfg)),
             ports: PortTable::new(cfg.random_ports, keys(&cfg)),
             local_peers: LocalPeers::new(256, keys(&cfg)),

@@ -199,6 +199,7 @@ impl<R: Random> Client<R> {
         // A peer on our link (RFC 4380 §5.2.4 case 3), or behind our NAT.
         self.reach_on_link(now, me, dst, tx);
         let echo_running = self.open_random_port(now, me, dst, t, tx);
+        let direct = direct && self.spend_bubble(now, dst, bubble_budget::Kind::Direct);
         if direct {
             let ttl = opening.then_some(self.cfg.opening_bubble_ttl);
             let echo = Trailers::nonce(self.primary_echo(&dst, echo));
@@ -237,9 +238,12 @@ impl<R: Random> Client<R> {
         p.last_tx = now;
         let (to, last) = (p.mapped, p.solicitations >= SOLICITATIONS);
         drop(p);
-        let ask = Trailers::discovery(DiscoveryType::Solicitation);
-        self.send_bubble(me, &dst, ask, Path::new(self.ports.via(&dst), to), tx);
-        self.stats.peer_solicitations += 1;
+        // A solicitation is a direct bubble: it counts as one (§5.2.6).
+        if self.spend_bubble(now, dst, bubble_budget::Kind::Direct) {
+            let ask = Trailers::discovery(DiscoveryType::Solicitation);
+            self.send_bubble(me, &dst, ask, Path::new(self.ports.via(&dst), to), tx);
+            self.stats.peer_solicitations += 1;
+        }
         if !last {
             return true;
         }

@@ -129,6 +129,9 @@ pub struct ClientStats {
     pub delivered_bytes: u64,
     /// Bubbles sent.
     pub bubbles: u64,
+    /// Bubbles a try would have sent, withheld: the peer had its 4 of the kind in the
+    /// last 300 s without answering (RFC 4380 §5.2.6).
+    pub bubbles_withheld: u64,
     /// Server Load Reduction: direct bubbles soliciting a silent peer (RFC 6081 §5.7).
     pub peer_solicitations: u64,
     /// Server Load Reduction: peers' solicitations answered with an advertisement.

@@ -98,6 +98,9 @@ pub struct RelayStats {
     pub to_ipv6_bytes: u64,
     /// Bubbles sent.
     pub bubbles: u64,
+    /// Bubbles withheld: the peer had its 4 of the kind in the last 300 s without
+    /// answering (RFC 4380 §5.2.6), however often its entry was made anew.
+    pub bubbles_withheld: u64,
     /// Peers given up after their bubbles went unanswered.
     pub unreachable_peers: u64,
     /// ICMPv6 errors sent.
@@ -114,6 +117,7 @@ impl RelayStats {
         self.to_teredo_bytes += other.to_teredo_bytes;
         self.to_ipv6_bytes += other.to_ipv6_bytes;
         self.bubbles += other.bubbles;
+        self.bubbles_withheld += other.bubbles_withheld;
         self.unreachable_peers += other.unreachable_peers;
         self.icmp_errors += other.icmp_errors;
         self.drops.add(&other.drops);

@@ -50,6 +50,7 @@ mod kernel;
 
 pub use config::{RelayConfig, RelayStats, Served};
 
+use crate::bubble_budget::{self, BubbleBudget};
 pub use held::HELD_PER_SHARD;
 use held::{hold, take_held, Held, HELD_FOR};
 use kernel::{kernel_forget_removed, mirrors, KERNEL_HEARD_GRAIN};
@@ -81,6 +82,10 @@ struct Shard {
     /// their address embeds (a symmetric NAT's), held until a bubble exchange proves
     /// that port: at most [`HELD_PER_SHARD`], the oldest giving way.
     held: VecDeque<Held>,
+    /// The bubbles each peer was sent lately, apart from its entry, which is made anew
+    /// by the next native packet once given up (RFC 4380 §5.2.6: 4 of a kind per 300 s
+    /// without a direct answer).
+    spent: BubbleBudget,
 }
 
 /// What one worker keeps to itself: counters and scratch space, never shared, so
@@ -172,6 +177,9 @@ impl SharedRelay {
                     pending: VecDeque::new(),
                     pending_capacity: part(cfg.pending_capacity.max(1), i),
                     held: VecDeque::new(),
+                    // A peer is bubbled for 8 s of a 300 s window: room for the waiting
+                    // list's turnover over the window, the first counted giving way.
+                    spent: BubbleBudget::new(part(cfg.pending_capacity.max(1), i) * 8, keys),
                 })
             })
             .collect();
@@ -405,7 +413,7 @@ impl SharedRelay {
                 k.forget(&dst);
             }
         }
-        self.send_bubbles(&mut shard.peers, w, now, &dst, ip.src_addr(), tx);
+        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, ip.src_addr(), tx);
         if queued {
             Ok(Action::Queued)
         } else {
@@ -414,10 +422,11 @@ impl SharedRelay {
     }
 
     /// Bubbles to `dst` within the RFC 4380 §5.2.6 limits: none sooner than 2 s after
-    /// the last, none once 4 went unanswered in 300 s.
+    /// the last, none once 4 of a kind went unanswered in 300 s (`spent`, whatever
+    /// became of the entries they went for).
     fn send_bubbles(
         &self,
-        peers: &mut PeerTable,
+        (peers, spent): (&mut PeerTable, &mut BubbleBudget),
         w: &mut RelayWorker,
         now: Duration,
         dst: &Ipv6Addr,
@@ -461,13 +470,21 @@ impl SharedRelay {
             p.nonce_sent = Some(NonZeroU32::new(h as u32).unwrap_or(NonZeroU32::MIN));
         }
         let nonce = p.nonce_sent.expect("just set");
+        // The try counts whether or not the budget lets its bubbles go: the entry is
+        // given up after its tries, as one whose bubbles all went unanswered.
         p.last_tx = now;
         p.tries += 1;
         drop(p);
+        let direct = direct.filter(|_| spent.spend(now, *dst, bubble_budget::Kind::Direct));
+        let indirect = spent.spend(now, *dst, bubble_budget::Kind::Indirect);
+        w.stats.bubbles_withheld += u64::from(!indirect) + u64::from(self.cfg.direct_bubbles && direct.is_none());
         let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         if let Some(mapped) = direct {
             tx.send(Source::Service, mapped, &w.scratch[..n], None);
             w.stats.bubbles += 1;
+        }
+        if !indirect {
+            return true;
         }
         w.scratch[n..n + 2].copy_from_slice(&[trailer_type::NONCE, 4]);
         w.scratch[n + 2..n + 6].copy_from_slice(&nonce.get().to_be_bytes());
@@ -552,6 +569,10 @@ impl SharedRelay {
             p.waiting = false;
             let queue = p.take_queue();
             drop(p);
+            // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
+            if was_waiting {
+                shard.spent.answered(&src);
+            }
             // The queue first, then the kernel's list: what the kernel sends the client
             // from then on cannot overtake it (`KernelPeers::trust` lets what was sent
             // before it leave first). Both under the shard's lock, so that no removal of
@@ -698,7 +719,7 @@ impl SharedRelay {
         shard.pending.push_back(src);
         hold(&mut shard.held, w, (src, from), now, ip.packet());
         // The bubbles' source: the native host the client speaks to.
-        self.send_bubbles(&mut shard.peers, w, now, &src, dst, tx);
+        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, dst, tx);
         Ok(Action::Queued)
     }
 
@@ -742,7 +763,7 @@ impl SharedRelay {
                 });
                 match src {
                     Some(src) if p.tries < MAX_BUBBLES => {
-                        self.send_bubbles(&mut shard.peers, w, now, &dst, src, tx);
+                        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, src, tx);
                         shard.pending.push_back(dst);
                     }
                     _ => self.give_up(&mut shard.peers, w, now, dst, tx),

@@ -33,6 +33,11 @@ pub(crate) fn counters(
     t.counter("bytes", BYTES, st.sent_bytes + k(Counter::EncapBytes)).label("direction", "to_peers");
     t.counter("bytes", BYTES, st.delivered_bytes + k(Counter::DecapBytes)).label("direction", "to_host");
     t.counter("bubbles", "Bubbles sent.", st.bubbles);
+    t.counter(
+        "bubbles_withheld",
+        "Bubbles withheld: the peer had its 4 of the kind in 300 s without answering (RFC 4380 §5.2.6).",
+        st.bubbles_withheld,
+    );
     t.counter("echoes", "Connectivity-test echoes sent.", st.echoes);
     t.counter("first_contacts", "Native hosts that spoke first, tested.", st.first_contacts);
     t.counter(
@@ -159,7 +164,7 @@ mod counters_tests {
         };
         (st.sent_bytes, st.delivered_bytes, st.bubbles, st.echoes, st.first_contacts) = (6, 7, 8, 9, 10);
         (st.first_contact_delivered, st.silent_retests, st.peer_solicitations) = (11, 12, 13);
-        (st.peer_advertisements, st.echo_tests) = (14, 15);
+        (st.peer_advertisements, st.echo_tests, st.bubbles_withheld) = (14, 15, 26);
         st.drops.count(DropReason::QueueFull);
         let io = IoErrors { udp_send: 16, tun_write: 17, tun_read: 18, ..IoErrors::default() };
         let tun = TunOffloadCounts { super_packets_read: 19, joined_writes: 20 };
