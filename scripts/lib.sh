@@ -47,6 +47,18 @@ ensure_apt() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
     [ -n "$guard" ] && rm -f /usr/sbin/policy-rc.d
     [ $rc -eq 0 ] || die "apt-get install ${missing[*]} failed"
+    # The lab runs these daemons itself, in its namespaces: the services the packages
+    # just installed are not enabled for the host's next boot (Debian's miredo would
+    # contact a public Teredo server). Packages that were here before are left alone.
+    local units
+    units=$(dpkg -L "${missing[@]}" 2>/dev/null | grep -E '^/(usr/)?lib/systemd/system/[^/]+\.service$' | xargs -r -n1 basename | sort -u)
+    for u in $units; do
+        systemctl disable "$u" >/dev/null 2>&1 || true
+    done
+    for s in $(dpkg -L "${missing[@]}" 2>/dev/null | grep -E '^/etc/init\.d/[^/]+$' | xargs -r -n1 basename); do
+        update-rc.d "$s" disable >/dev/null 2>&1 || true
+    done
+    return 0
 }
 
 # The system user shipworm's daemons run as (as the Debian package makes it), so the lab

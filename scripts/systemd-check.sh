@@ -35,6 +35,11 @@ cp -a "$base/." "$root/"
 nspawn=(systemd-nspawn -q -D "$root" --register=no --keep-unit)
 cp "$deb" "$root/root/shipworm.deb"
 "${nspawn[@]}" --pipe dpkg -i /root/shipworm.deb >/dev/null 2>&1 || die "dpkg -i in the container failed"
+# What the package installed: its units verify, its user exists, an example checks.
+"${nspawn[@]}" --pipe systemd-analyze verify --man=no /lib/systemd/system/shipworm-{client,relay,server}.service \
+    || die "the installed units do not verify"
+"${nspawn[@]}" --pipe getent passwd shipworm >/dev/null || die "the package did not create the user shipworm"
+"${nspawn[@]}" --pipe /usr/bin/shipworm check-config /usr/share/doc/shipworm/examples/miredo-server.conf | tail -n 1
 
 # The lab inside: the server's two addresses and the client's on one veth pair.
 mkdir -p "$root/etc/miredo"

@@ -428,10 +428,11 @@ pub(crate) fn counters(s: &ServerStats, relay: Option<(&RelayStats, usize, usize
     const RELAYED_BYTES: &str = "IPv6 bytes the relay part forwarded, by direction (a server that relays).";
     let mut t = Counters::new("server");
     t.counter("router_advertisements", "Router advertisements sent.", s.advertisements);
-    t.counter("forwarded", FORWARDED, s.forwarded_udp).label("to", "teredo");
-    t.counter("forwarded", FORWARDED, s.forwarded_native).label("to", "ipv6");
-    t.counter("bytes", BYTES, s.forwarded_udp_bytes).label("to", "teredo");
-    t.counter("bytes", BYTES, s.forwarded_native_bytes).label("to", "ipv6");
+    // One label name for a direction in every role's metrics: `direction`.
+    t.counter("forwarded", FORWARDED, s.forwarded_udp).label("direction", "to_teredo");
+    t.counter("forwarded", FORWARDED, s.forwarded_native).label("direction", "to_ipv6");
+    t.counter("bytes", BYTES, s.forwarded_udp_bytes).label("direction", "to_teredo");
+    t.counter("bytes", BYTES, s.forwarded_native_bytes).label("direction", "to_ipv6");
     let mut drops = s.drops.clone();
     if let Some((r, peers, waiting)) = relay {
         t = t.with_tun();
@@ -479,7 +480,7 @@ mod counters_tests {
         let j = t.json();
         assert_eq!(j["io_errors"]["raw_send"], 7, "raw-socket failures are raw_send, not tun_write: {j}");
         assert!(j["io_errors"].get("tun_write").is_none());
-        assert_eq!(j["forwarded"]["ipv6"], 3);
+        assert_eq!(j["forwarded"]["to_ipv6"], 3);
         assert!(j.get("relayed").is_none(), "a pure server has no relay rows: {j}");
     }
 

@@ -28,6 +28,9 @@ pub struct Row {
     pub labels: Vec<(&'static str, String)>,
     /// The value.
     pub value: u64,
+    /// Published as a metric from the start, at 0, but shown in the status and the log
+    /// only once it counted (a drop reason: 34 of them, most never seen).
+    pub sparse: bool,
 }
 
 /// A role's counters, in the order the role lists them.
@@ -62,16 +65,17 @@ impl Counters {
     }
 
     fn push(&mut self, name: &'static str, help: &'static str, kind: Kind, value: u64) -> &mut Row {
-        self.rows.push(Row { name, help, kind, shared: false, labels: Vec::new(), value });
+        self.rows.push(Row { name, help, kind, shared: false, labels: Vec::new(), value, sparse: false });
         self.rows.last_mut().expect("just pushed")
     }
 
-    /// Drops by reason (`dropped{reason=…}`), the reasons that counted.
+    /// Drops by reason (`dropped{reason=…}`): every reason as a metric from the start
+    /// (no series appears mid-life), the reasons that counted in the status and the log.
     pub fn drops(&mut self, d: &DropCounters) {
-        for (reason, n) in d.nonzero() {
-            self.counter("dropped", "Packets and datagrams dropped, by reason.", n)
-                .shared()
-                .label("reason", reason.as_str());
+        for reason in shipworm_proto::DropReason::ALL {
+            let row = self.counter("dropped", "Packets and datagrams dropped, by reason.", d.get(reason));
+            row.sparse = true;
+            row.shared().label("reason", reason.as_str());
         }
     }
 
@@ -139,7 +143,7 @@ impl Counters {
     /// keyed by each label's value in turn (`packets: {to_teredo: {"0": n}}`).
     pub fn json(&self) -> serde_json::Value {
         let mut top = serde_json::Map::new();
-        for r in &self.rows {
+        for r in self.rows.iter().filter(|r| !(r.sparse && r.value == 0)) {
             let mut at = top.entry(r.name.to_string()).or_insert(serde_json::Value::Null);
             for (_, value) in &r.labels {
                 if !at.is_object() {
@@ -159,7 +163,7 @@ impl Counters {
     /// The log line: `name=value` or `name{label=value,…}=value` for every row.
     pub fn log_line(&self) -> String {
         let mut words = Vec::with_capacity(self.rows.len());
-        for r in &self.rows {
+        for r in self.rows.iter().filter(|r| !(r.sparse && r.value == 0)) {
             if r.labels.is_empty() {
                 words.push(format!("{}={}", r.name, r.value));
             } else {
@@ -282,12 +286,24 @@ pub(crate) mod tests {
     }
 
     /// The three views of `t` list the same counters under the same names, with the
-    /// same values; every row is in them.
+    /// same values; every row is in them — the metrics also every drop reason at 0,
+    /// which the status and the log leave out.
     pub(crate) fn assert_views_agree(t: &Counters) {
         let (metrics, json, log) = (from_metrics(t), from_json(&t.json()), from_log(&t.log_line()));
-        assert_eq!(metrics, log, "/metrics and the log line differ");
+        let zero_drops = t.rows().iter().filter(|r| r.sparse && r.value == 0).count();
+        assert_eq!(metrics.len(), log.len() + zero_drops, "/metrics lacks a row, or a drop reason at 0");
+        let counted: Flat = metrics.into_iter().filter(|(k, v)| *v > 0 || !k.starts_with("dropped")).collect();
+        assert_eq!(counted, log, "/metrics and the log line differ");
         assert_eq!(json, log, "the status JSON and the log line differ");
-        assert_eq!(log.len(), t.rows().len(), "a row is missing from a view (two rows with one name and labels?)");
+        assert_eq!(
+            log.len() + zero_drops,
+            t.rows().len(),
+            "a row is missing from a view (two rows with one name and labels?)"
+        );
+        let counted_drops = t.rows().iter().filter(|r| r.sparse && r.value > 0).count();
+        if zero_drops + counted_drops > 0 {
+            assert_eq!(zero_drops + counted_drops, shipworm_proto::DropReason::ALL.len(), "every drop reason, once");
+        }
     }
 
     #[test]

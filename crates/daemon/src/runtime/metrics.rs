@@ -347,7 +347,9 @@ mod tests {
     /// The `shipworm_…` names in `text`, a counter's `_total` taken off.
     fn names(text: &str) -> std::collections::BTreeSet<String> {
         let mut found = std::collections::BTreeSet::new();
-        for (i, _) in text.match_indices("shipworm_") {
+        // Ours, and the one process metric Prometheus names for every exporter.
+        let starts = text.match_indices("shipworm_").chain(text.match_indices("process_start_time_seconds"));
+        for (i, _) in starts {
             let name: String =
                 text[i..].chars().take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_').collect();
             // `shipworm_<role>_<name>` names a pattern, not a metric.
@@ -386,7 +388,14 @@ mod tests {
             crate::cmd::server::counters(&server, None, &io),
             crate::cmd::server::counters(&server, Some((&relay, 0, 0)), &io),
         ];
-        let state = ["shipworm_info", "shipworm_client_qualified", "shipworm_client_nat"].map(String::from);
+        let state = [
+            "shipworm_info",
+            "shipworm_build_info",
+            "process_start_time_seconds",
+            "shipworm_client_qualified",
+            "shipworm_client_nat",
+        ]
+        .map(String::from);
         tables.iter().flat_map(|t| t.samples().into_iter().map(|s| s.name)).chain(state).collect()
     }
 

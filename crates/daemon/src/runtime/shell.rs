@@ -39,6 +39,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// How long after a reload that found new settings the daemon stops to be started
+/// again with them.
+pub const RESTART_AFTER: Duration = Duration::from_secs(1);
+
 /// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
@@ -90,7 +94,10 @@ pub struct Shell<S> {
     /// the loop stops as for SIGTERM, and the daemon exits with
     /// [`reload::RESTART_STATUS`], the changed directives said.
     restart: AtomicBool,
-    restart_why: Mutex<String>,
+    /// What the restart says, and when the loop stops for it.
+    restart_why: Mutex<(String, Option<Instant>)>,
+    /// When the daemon started, in seconds since the Unix epoch (`/metrics`).
+    started_unix: u64,
     _state: PhantomData<S>,
 }
 
@@ -139,7 +146,8 @@ impl Shell<Opened> {
             rendered: RenderedStatus::default(),
             reload: None,
             restart: AtomicBool::new(false),
-            restart_why: Mutex::new(String::new()),
+            restart_why: Mutex::new((String::new(), None)),
+            started_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             _state: PhantomData,
         })
     }
@@ -183,6 +191,7 @@ impl Shell<Opened> {
             reload: self.reload,
             restart: self.restart,
             restart_why: self.restart_why,
+            started_unix: self.started_unix,
             _state: PhantomData,
         })
     }
@@ -197,7 +206,15 @@ impl<S> Shell<S> {
     /// A stop (SIGTERM, SIGINT, or a reload that needs the daemon started again) was
     /// asked for.
     pub fn stop_requested(&self) -> bool {
-        self.signals.stop_requested() || self.restart.load(Ordering::Relaxed)
+        self.signals.stop_requested() || (self.restart.load(Ordering::Relaxed) && self.restart_due())
+    }
+
+    /// The restart a reload asked for is due: [`RESTART_AFTER`] after the reload, so
+    /// that the service manager has seen its reload command end first (a main process
+    /// that exits while `systemctl reload` runs fails the reload job).
+    fn restart_due(&self) -> bool {
+        let why = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner);
+        why.1.is_some_and(|at| Instant::now() >= at)
     }
 }
 
@@ -282,7 +299,8 @@ impl Shell<Confined> {
                         reload::RESTART_STATUS
                     );
                     tracing::warn!("{why}");
-                    *self.restart_why.lock().unwrap_or_else(PoisonError::into_inner) = why;
+                    *self.restart_why.lock().unwrap_or_else(PoisonError::into_inner) =
+                        (why, Some(Instant::now() + RESTART_AFTER));
                     self.restart.store(true, Ordering::Relaxed);
                 } else {
                     tracing::warn!(
@@ -299,15 +317,29 @@ impl Shell<Confined> {
         if !self.restart.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let why = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let why = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).0.clone();
         Err(Failure { message: why, status: reload::RESTART_STATUS })
     }
 
     /// Everything `/metrics` shows of the role.
     fn samples(&self, role: &impl Reports) -> Vec<Sample> {
-        let mut v = vec![Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
-            .with("role", self.role.name())
-            .with("version", env!("CARGO_PKG_VERSION"))];
+        let mut v = vec![
+            Sample::gauge("shipworm_info", "The daemon's role and version (always 1).", 1)
+                .with("role", self.role.name())
+                .with("version", env!("CARGO_PKG_VERSION")),
+            Sample::gauge(
+                "shipworm_build_info",
+                "What this build has (always 1): its version, its kernel data path.",
+                1,
+            )
+            .with("version", env!("CARGO_PKG_VERSION"))
+            .with("kernel_path", if shipworm_kernel_path::built() { "built_in" } else { "not_built" }),
+            Sample::gauge(
+                "process_start_time_seconds",
+                "When the daemon started, in seconds since the Unix epoch.",
+                self.started_unix,
+            ),
+        ];
         v.extend(role.state_samples());
         v.extend(role.counters().samples());
         v

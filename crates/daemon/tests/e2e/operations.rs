@@ -151,7 +151,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     moved("to_teredo"),
                     moved("to_ipv6"),
                     n(&server, &["counters", "router_advertisements"]),
-                    n(&server, &["counters", "forwarded", "teredo"]),
+                    n(&server, &["counters", "forwarded", "to_teredo"]),
                     client["state"]
                 ))
             }),
@@ -215,6 +215,13 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     }
                     if !text.contains(&format!("shipworm_info{{role=\"{who}\"")) {
                         return Err(Failed::at(3, format!("step 3: {who} has no shipworm_info")));
+                    }
+                    // What a monitoring system keys on: the build, the start, and every
+                    // drop reason from the start (a reason never seen, at 0).
+                    for series in ["shipworm_build_info{", "process_start_time_seconds ", "shipworm_dropped_total{reason=\"peer_table_full\"} 0"] {
+                        if !text.contains(series) {
+                            return Err(Failed::at(3, format!("step 3: {who}'s /metrics has no {series}")));
+                        }
                     }
                 }
                 let to_teredo = "shipworm_relay_packets_total{direction=\"to_teredo\",";
