@@ -77,7 +77,8 @@ pub fn steer(ns: &str, on: bool) -> Result<(), String> {
     // `ip netns exec` mounts the namespace's own /sys, where its interfaces' queues are.
     let mask = if on { format!("{:x}", 1u64 << RELAY_CPU) } else { "0".into() };
     let script = format!("for q in /sys/class/net/*/queues/rx-*/rps_cpus; do echo {mask} > \"$q\" || exit 1; done");
-    netns::exec(ns, &["sh", "-c", &script]).map_err(|e| format!("RPS in {ns} (a kernel without CONFIG_RPS?): {e}"))?;
+    netns::exec_mounted(ns, &["sh", "-c", &script])
+        .map_err(|e| format!("RPS in {ns} (a kernel without CONFIG_RPS?): {e}"))?;
     Ok(())
 }
 
@@ -199,9 +200,9 @@ mod tests {
             .unwrap()
         });
         let theirs = sched_getaffinity(pid).unwrap();
-        let rps = netns::exec(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]);
+        let rps = netns::exec_mounted(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]);
         let off = steer(&ns, false).and_then(|()| {
-            netns::exec(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]).map_err(|e| e.to_string())
+            netns::exec_mounted(&ns, &["cat", "/sys/class/net/lo/queues/rx-0/rps_cpus"]).map_err(|e| e.to_string())
         });
         drop(lab);
         assert_eq!(moved.unwrap(), 1);

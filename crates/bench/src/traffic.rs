@@ -661,7 +661,7 @@ mod tests {
         let rx = socket_in(&rly, SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 9100))).unwrap();
         let tx = socket_in(&gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))).unwrap();
         let frames = || -> u64 {
-            let n = netns::exec(&rly, &["cat", "/sys/class/net/eth0/statistics/rx_packets"]).unwrap();
+            let n = netns::exec_mounted(&rly, &["cat", "/sys/class/net/eth0/statistics/rx_packets"]).unwrap();
             n.trim().parse().unwrap()
         };
         let to = SocketAddr::V4(SocketAddrV4::new(RELAY_V4, 9100));

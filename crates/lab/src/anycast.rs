@@ -253,10 +253,10 @@ impl Lab {
         let rlyb = self.host(Place::B.short(), 6)?;
         Self::addr(&rlyb, &format!("{RELAY_B_V4}/24"), "eth0")?;
         Self::addr(&rlyb, &format!("{RELAY_B_V6}/64"), "eth0")?;
-        netns::exec(&rlyb, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::sysctl(&rlyb, &["net.ipv6.conf.all.forwarding=1"])?;
         let rtr = self.host("rtr", 7)?;
         Self::addr(&rtr, &format!("{ROUTER_V6}/64"), "eth0")?;
-        netns::exec(&rtr, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::sysctl(&rtr, &["net.ipv6.conf.all.forwarding=1"])?;
         if shared_v4 || anycast_servers {
             Self::router_v4(&rtr)?;
         }
@@ -311,7 +311,7 @@ impl Lab {
     fn anycast_addresses(&self, hosts: &[&str], addresses: &[Ipv4Addr], via_router: &[&str]) -> Result<()> {
         for host in hosts {
             let ns = self.ns(host);
-            netns::exec(&ns, &["sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2"])?;
+            netns::sysctl(&ns, &["net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2"])?;
             for a in addresses {
                 Self::addr(&ns, &format!("{a}/32"), "lo")?;
             }

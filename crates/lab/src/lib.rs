@@ -359,7 +359,7 @@ impl Lab {
         let rly = self.host("rly", 2)?;
         Self::addr(&rly, &format!("{RELAY_V4}/24"), "eth0")?;
         Self::addr(&rly, &format!("{RELAY_V6}/64"), "eth0")?;
-        netns::exec(&rly, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::sysctl(&rly, &["net.ipv6.conf.all.forwarding=1"])?;
 
         let h6 = self.host("h6", 3)?;
         Self::addr(&h6, &format!("{HOST6_V6}/64"), "eth0")?;
@@ -387,7 +387,7 @@ impl Lab {
     pub fn route_teredo_through_server(&self) -> Result<()> {
         let (srv, h6) = (self.ns("srv"), self.ns("h6"));
         netns::ip(&["-n", &srv, "-6", "route", "del", "2001::/32"])?;
-        netns::exec(&srv, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::sysctl(&srv, &["net.ipv6.conf.all.forwarding=1"])?;
         netns::ip(&["-n", &h6, "-6", "route", "replace", "2001::/32", "via", &SERVER_V6.to_string()])?;
         Ok(())
     }
@@ -397,14 +397,14 @@ impl Lab {
     /// rule in the client's namespace (`numgen random`: no netem needed).
     pub fn lose_uplink(&self, c: usize, percent: u32) -> Result<()> {
         let ns = &self.clients[c].ns;
-        let _ = netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some("delete table inet lab_loss\n"));
+        let _ = netns::exec_input(ns, &["nft", "-f", "-"], Some("delete table inet lab_loss\n"));
         if percent == 0 {
             return Ok(());
         }
         let rules = format!(
             "table inet lab_loss {{\n  chain outbound {{ type filter hook output priority 0; meta l4proto udp numgen random mod 100 < {percent} drop; }}\n}}\n"
         );
-        netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(&rules)).map(drop)
+        netns::exec_input(ns, &["nft", "-f", "-"], Some(&rules)).map(drop)
     }
 
     /// NAT box `i`'s link to the core narrowed to `mtu`, "fragmentation needed" dropped
@@ -426,7 +426,7 @@ impl Lab {
 }
 ";
         for ns in [&nat, &core] {
-            netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(filter))?;
+            netns::exec_input(ns, &["nft", "-f", "-"], Some(filter))?;
         }
         Ok(())
     }
@@ -469,9 +469,9 @@ impl Lab {
         Self::bridge_like_a_switch(&nat)?;
         netns::ip(&["-n", &nat, "link", "set", "lan", "up"])?;
         Self::addr(&nat, &format!("10.{i}.0.1/24"), "lan")?;
-        netns::exec(&nat, &["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
+        netns::sysctl(&nat, &["net.ipv4.ip_forward=1"])?;
         let first = Ipv4Addr::new(10, i as u8, 0, 2);
-        netns::run_stdin("ip", &["netns", "exec", &nat, "nft", "-f", "-"], Some(&kind.ruleset(wan, first)))?;
+        netns::exec_input(&nat, &["nft", "-f", "-"], Some(&kind.ruleset(wan, first)))?;
         if let Some(pcp) = kind.igd() {
             self.start_igd(i, pcp)?;
         }
@@ -517,7 +517,7 @@ impl Lab {
                 &["sysctl", "-qw", "net.ipv6.conf.all.accept_redirects=0", "net.ipv6.conf.default.accept_redirects=0"],
             )?;
         }
-        netns::exec(&rly, &["sysctl", "-qw", "net.ipv6.conf.all.send_redirects=0"]).ok();
+        netns::sysctl(&rly, &["net.ipv6.conf.all.send_redirects=0"]).ok();
         // The relay host gets what the generator and the native host send in buffers such
         // as a NIC's receive fills (room in front, headers linear), not theirs.
         let core = self.ns("core");
@@ -635,7 +635,7 @@ mod tests {
         // The switch's host drops everything it would forward or take in.
         let wall = "table inet wall {\n  chain forwarded { type filter hook forward priority 0; policy drop; }\n  \
                     chain arriving { type filter hook prerouting priority 0; policy drop; }\n}\n";
-        netns::run_stdin("ip", &["netns", "exec", sw, "nft", "-f", "-"], Some(wall)).unwrap();
+        netns::exec_input(sw, &["nft", "-f", "-"], Some(wall)).unwrap();
         for to in ["10.9.0.2", "2001:db8:9::2"] {
             let ping = netns::exec(a, &["ping", "-c", "1", "-W", "2", to]);
             assert!(ping.is_ok(), "a frame to {to} across the lab's bridge met the bridge host's firewall: {ping:?}");

@@ -23,9 +23,16 @@ pub fn run(program: &str, args: &[&str]) -> Result<String> {
 
 /// Run a command with `input` on its standard input.
 pub fn run_stdin(program: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    run_command(cmd, program, args, input)
+}
+
+/// Run `cmd` (`program` with `args`, for the messages), with `input` on its standard
+/// input; its stdout on success, or an error quoting its stderr.
+fn run_command(mut cmd: Command, program: &str, args: &[&str], input: Option<&str>) -> Result<String> {
     use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
+    let mut child = cmd
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -51,8 +58,68 @@ pub fn ip(args: &[&str]) -> Result<String> {
     run("ip", args)
 }
 
-/// A command inside namespace `ns`.
+/// A command inside namespace `ns`'s network: the child enters it before the program
+/// runs. Not `ip netns exec`, a process more with a private mount namespace each time
+/// (most of a lab's set-up cost was those): what needs that namespace's own `/sys` or
+/// `/etc/netns` files runs through [`exec_mounted`].
 pub fn exec(ns: &str, args: &[&str]) -> Result<String> {
+    exec_input(ns, args, None)
+}
+
+/// [`exec`] with `input` on the command's standard input.
+pub fn exec_input(ns: &str, args: &[&str], input: Option<&str>) -> Result<String> {
+    let Some((program, rest)) = args.split_first() else { return err("exec: no program".to_string()) };
+    let mut cmd = Command::new(program);
+    cmd.args(rest);
+    let entered = enter_on_spawn(ns, &mut cmd)?;
+    let out = run_command(cmd, program, rest, input).map_err(|e| LabError::new(format!("in {ns}: {e}")));
+    drop(entered);
+    out
+}
+
+/// Make `cmd` start inside namespace `ns`'s network (its child enters it before the
+/// program runs). The file returned must stay open until the child is spawned.
+pub fn enter_on_spawn(ns: &str, cmd: &mut Command) -> Result<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let f = File::open(format!("/var/run/netns/{ns}")).map_err(|e| LabError::new(format!("namespace {ns}: {e}")))?;
+    let fd = f.as_raw_fd();
+    // SAFETY: between fork and exec the child only makes the setns system call, which
+    // allocates nothing and takes no lock; the caller keeps `f` open until the spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    Ok(f)
+}
+
+/// `sysctl -w` inside namespace `ns`, each setting `key=value` (dotted, as sysctl names
+/// it), written by a thread of ours that enters the namespace: no process at all.
+pub fn sysctl(ns: &str, settings: &[&str]) -> Result<()> {
+    let ns = ns.to_string();
+    let settings: Vec<String> = settings.iter().map(|s| s.to_string()).collect();
+    std::thread::spawn(move || -> Result<()> {
+        enter(&ns)?;
+        for setting in &settings {
+            let (key, value) =
+                setting.split_once('=').ok_or_else(|| LabError::new(format!("sysctl {setting}: not key=value")))?;
+            let path = format!("/proc/sys/{}", key.replace('.', "/"));
+            std::fs::write(&path, value).map_err(|e| LabError::new(format!("sysctl {setting} in {ns}: {e}")))?;
+        }
+        Ok(())
+    })
+    .join()
+    .map_err(|_| LabError::new("the sysctl thread panicked".into()))?
+}
+
+/// A command inside namespace `ns` as `ip netns exec` runs it: also with the
+/// namespace's own `/sys` (its interfaces' files) and `/etc/netns/NS` files.
+pub fn exec_mounted(ns: &str, args: &[&str]) -> Result<String> {
     let mut full = vec!["netns", "exec", ns];
     full.extend_from_slice(args);
     ip(&full)
@@ -66,7 +133,7 @@ pub fn add(name: &str) -> Result<()> {
     // No duplicate address detection in the lab: fresh links would otherwise hold
     // their link-local addresses tentative for a second or two, and the first packets
     // measured would wait for it.
-    exec(name, &["sysctl", "-qw", "net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"])?;
+    sysctl(name, &["net.ipv6.conf.default.accept_dad=0", "net.ipv6.conf.all.accept_dad=0"])?;
     Ok(())
 }
 
@@ -182,8 +249,14 @@ pub fn enter(ns: &str) -> Result<()> {
     nix::sched::setns(f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| LabError::new(format!("setns {ns}: {e}")))
 }
 
-/// Refuse clearly when the lab cannot work here.
+/// Refuse clearly when the lab cannot work here (checked once a process: every lab of a
+/// run would find the same).
 pub fn preflight() -> Result<()> {
+    static CHECKED: std::sync::OnceLock<std::result::Result<(), String>> = std::sync::OnceLock::new();
+    CHECKED.get_or_init(|| preflight_once().map_err(|e| e.to_string())).clone().map_err(LabError::new)
+}
+
+fn preflight_once() -> Result<()> {
     if !nix::unistd::Uid::effective().is_root() {
         return err("the lab needs root (network namespaces, veth, nftables): run it with sudo");
     }

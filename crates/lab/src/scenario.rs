@@ -776,7 +776,7 @@ pub mod windows_like {
         let rly = lab.ns("rly");
         let filter = "table inet lab_echo_filter {\n  chain input { type filter hook input priority 0; icmpv6 type echo-request drop; }\n}\n";
         if filtered {
-            crate::netns::run_stdin("ip", &["netns", "exec", &rly, "nft", "-f", "-"], Some(filter))
+            crate::netns::exec_input(&rly, &["nft", "-f", "-"], Some(filter))
                 .map_err(|e| step(3, "filter echo requests", e))?;
         }
         lab.start_client(0, client).map_err(|e| step(4, "start the client", e))?;

@@ -186,7 +186,7 @@ impl Lab {
         Lab::addr(&r64, &format!("{RELAY_NATIVE_V6}/64"), "eth0")?;
         let router_end = Sit::start(&r64, RELAY_V4, Ipv6Addr::new(0x2002, 0xc000, 0x0246, 0, 0, 0, 0, 1), None)?;
         self.tunnels.push(router_end);
-        netns::exec(&r64, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
+        netns::sysctl(&r64, &["net.ipv6.conf.all.forwarding=1"])?;
         netns::ip(&["-n", &r64, "-6", "route", "add", "2001::/32", "via", &RELAY_V6.to_string()])?;
 
         let h64 = self.host("h64", 9)?;

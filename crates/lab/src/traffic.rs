@@ -65,13 +65,11 @@ fn ping_args(ns: &str, extra: &[String], dst: IpAddr, count: u32, wait_secs: u32
     let w = wait_secs.to_string();
     let d = dst.to_string();
     let family = if dst.is_ipv4() { "-4" } else { "-6" };
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ping", family, "-n", "-c", &c, "-i", "0.2", "-W", &w])
-        .args(extra)
-        .arg(&d)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| LabError::new(format!("ping: {e}")))?;
+    let mut cmd = Command::new("ping");
+    cmd.args([family, "-n", "-c", &c, "-i", "0.2", "-W", &w]).args(extra).arg(&d).stdin(Stdio::null());
+    let entered = netns::enter_on_spawn(ns, &mut cmd)?;
+    let out = cmd.output().map_err(|e| LabError::new(format!("ping: {e}")))?;
+    drop(entered);
     let text = String::from_utf8_lossy(&out.stdout);
     let rtts_ms: Vec<f64> = text
         .lines()

@@ -40,7 +40,7 @@ fn bubble_budget(me: &Impl) -> Result<String, Failed> {
     // (version 6 in its first 4 bits); the client's refreshes to the server do not.
     let count = |ns: &str, rules: &str| -> Result<(), Failed> {
         let table = format!("table inet lab_bubbles {{\n  counter direct {{ }}\n  counter indirect {{ }}\n{rules}}}\n");
-        netns::run_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(&table)).map(drop).map_err(Failed::from)
+        netns::exec_input(ns, &["nft", "-f", "-"], Some(&table)).map(drop).map_err(Failed::from)
     };
     count(
         &nat,
