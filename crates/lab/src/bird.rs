@@ -20,6 +20,11 @@ impl Lab {
         while Instant::now() < deadline {
             self.check_alive(&name)?;
             if birdc(&ctl, &["show", "status"]).is_ok_and(|s| s.contains("Daemon is up")) {
+                // As Debian's BIRD makes it (group `bird`, 0660), for a group a relay's
+                // BIRD link can be a member of: the lab's user's, shipworm.
+                let group = nix::unistd::Group::from_name("shipworm").ok().flatten().map(|g| g.gid);
+                let _ = nix::unistd::chown(&ctl, None, group);
+                let _ = std::fs::set_permissions(&ctl, std::os::unix::fs::PermissionsExt::from_mode(0o660));
                 return Ok(ctl);
             }
             std::thread::sleep(Duration::from_millis(50));

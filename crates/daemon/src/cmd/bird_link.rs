@@ -12,9 +12,11 @@
 
 use crate::io::bird::BirdControl;
 use crate::runtime::confinement::FilterMode;
+use crate::runtime::syscalls::Role;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::unistd::{fork, ForkResult};
 use socket2::{Domain, Socket, Type};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 use std::time::Duration;
 
@@ -117,13 +119,87 @@ fn decode_answer(b: &[u8]) -> Result<String, String> {
     }
 }
 
-fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter: FilterMode) -> Result<(), String> {
-    crate::runtime::holder::enter(c"shipworm-bird", &[sock.as_raw_fd(), bird.as_raw_fd()], user, filter)?;
+/// The first wait before trying BIRD again once its connection closed (BIRD restarted),
+/// doubled after each failed try up to [`RECONNECT_MAX`].
+const RECONNECT_FIRST: Duration = Duration::from_millis(500);
+const RECONNECT_MAX: Duration = Duration::from_secs(30);
+
+/// The holder's connection to BIRD, made again when BIRD restarts, and what the daemon
+/// last asked for: said again to the new BIRD, whose protocols start as its file says.
+struct Link {
+    bird: Option<BirdControl>,
+    /// Where BIRD listens and the protocols told, to connect again.
+    target: (std::path::PathBuf, Vec<String>),
+    wanted: Option<u8>,
+    next_try: Option<std::time::Instant>,
+    backoff: Duration,
+}
+
+impl Link {
+    /// `verb` on BIRD (connected again first if it went); a failure drops the connection
+    /// (an answer that came late would be read as the next command's otherwise).
+    fn ask(&mut self, verb: u8) -> Result<String, String> {
+        self.wanted = Some(verb);
+        if self.bird.is_none() {
+            self.bird = Some(self.connect()?);
+        }
+        let bird = self.bird.as_mut().expect("connected");
+        let answer = if verb == ENABLE { bird.enable() } else { bird.disable() };
+        if answer.is_err() {
+            self.lost();
+        }
+        answer
+    }
+
+    fn connect(&self) -> Result<BirdControl, String> {
+        BirdControl::connect(&self.target.0, &self.target.1)
+    }
+
+    /// The connection is gone: try again after the back-off.
+    fn lost(&mut self) {
+        self.bird = None;
+        self.next_try = Some(std::time::Instant::now() + self.backoff);
+    }
+
+    /// A try at BIRD again, when due: connected, it is told what the daemon last asked.
+    fn retry(&mut self) {
+        if self.next_try.is_none_or(|t| std::time::Instant::now() < t) {
+            return;
+        }
+        match self.connect() {
+            Ok(bird) => {
+                self.bird = Some(bird);
+                self.next_try = None;
+                self.backoff = RECONNECT_FIRST;
+                let Some(verb) = self.wanted else { return };
+                match self.ask(verb) {
+                    Ok(said) => tracing::info!("BIRD link: BIRD is back; told it again: \"{said}\""),
+                    Err(e) => tracing::warn!("BIRD link: BIRD is back but did not take it: {e}"),
+                }
+            }
+            Err(e) => {
+                self.backoff = (self.backoff * 2).min(RECONNECT_MAX);
+                self.next_try = Some(std::time::Instant::now() + self.backoff);
+                tracing::debug!("BIRD link: {e}; next try in {:?}", self.backoff);
+            }
+        }
+    }
+}
+
+fn holder_main(sock: &Socket, bird: BirdControl, user: Option<&str>, filter: FilterMode) -> Result<(), String> {
+    let keep = [sock.as_raw_fd(), bird.as_raw_fd()];
+    let target = bird.target();
+    // To connect again once it runs as its user: the group of BIRD's socket (Debian's:
+    // `bird`, mode 0660), never root's.
+    let group = std::fs::metadata(&target.0).ok().map(|m| std::os::unix::fs::MetadataExt::gid(&m));
+    let groups: Vec<nix::unistd::Gid> = group.filter(|&g| g != 0).map(nix::unistd::Gid::from_raw).into_iter().collect();
+    crate::runtime::holder::enter_as(Role::BirdLink, c"shipworm-bird", &keep, (user, &groups), filter)?;
+    let mut link = Link { bird: Some(bird), target, wanted: None, next_try: None, backoff: RECONNECT_FIRST };
     // The daemon's end closed (or took no answer): it stopped, or died (killed,
     // crashed) with no word to BIRD. Withdraw on its behalf (after a clean stop BIRD
     // answers "already disabled"): a dead server would otherwise stay announced.
-    let gone = |bird: &mut BirdControl| {
-        match bird.disable() {
+    let gone = |link: &mut Link| {
+        match link.ask(DISABLE) {
             Ok(said) => tracing::info!("BIRD link: the daemon is gone; BIRD says \"{said}\""),
             Err(e) => tracing::warn!("BIRD link: the daemon is gone, and withdrawing failed: {e}"),
         }
@@ -131,16 +207,41 @@ fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter:
     };
     let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 16];
     loop {
+        // BIRD restarting closes its end: seen while waiting for the daemon, and BIRD
+        // tried again on the back-off's schedule.
+        let wait = link.next_try.map(|t| t.saturating_duration_since(std::time::Instant::now()));
+        let mut fds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        let bird_fd = link.bird.as_ref().map(|b| b.as_raw_fd());
+        // SAFETY: the descriptor belongs to `link.bird`, alive across the poll.
+        let bird_fd = bird_fd.map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) });
+        if let Some(fd) = bird_fd {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+        let timeout = wait.map_or(PollTimeout::NONE, |w| PollTimeout::try_from(w).unwrap_or(PollTimeout::MAX));
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(format!("BIRD link: poll: {e}")),
+        }
+        let daemon_said = fds[0].revents().is_some_and(|r| !r.is_empty());
+        let bird_said = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        drop(fds);
+        if bird_said && link.bird.as_ref().is_some_and(BirdControl::closed_or_unasked) {
+            tracing::warn!("BIRD link: BIRD closed its control socket (restarted?); connecting again");
+            link.lost();
+        }
+        link.retry();
+        if !daemon_said {
+            continue;
+        }
         let n = match sock.recv(&mut buf) {
             Ok(n) if n > 0 => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            _ => return gone(&mut bird),
+            _ => return gone(&mut link),
         };
         // SAFETY: recv initialised the first n bytes.
         let request: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
         let (seq, answer) = match request.as_slice() {
-            [seq, ENABLE] => (*seq, bird.enable()),
-            [seq, DISABLE] => (*seq, bird.disable()),
+            [seq, verb @ (ENABLE | DISABLE)] => (*seq, link.ask(*verb)),
             _ => (
                 request.first().copied().unwrap_or(0),
                 Err("refused: the BIRD link takes enable and disable only".into()),
@@ -149,7 +250,7 @@ fn holder_main(sock: &Socket, mut bird: BirdControl, user: Option<&str>, filter:
         let mut reply = vec![seq];
         reply.extend(encode_answer(&answer));
         if sock.send(&reply).is_err() {
-            return gone(&mut bird);
+            return gone(&mut link);
         }
     }
 }

@@ -11,6 +11,7 @@
 
 use shipworm_side_wire::bird_reply;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -66,6 +67,22 @@ impl BirdControl {
             return Err(format!("{} does not greet like BIRD: {greeting:?}", path.display()));
         }
         Ok(bird)
+    }
+
+    /// Where BIRD listens, and the protocols told: what a new connection needs (after
+    /// BIRD restarted).
+    pub fn target(&self) -> (PathBuf, Vec<String>) {
+        (self.path.clone(), self.protocols.clone())
+    }
+
+    /// Whether BIRD closed its end or said something nobody asked (the socket is
+    /// readable between commands): either way this connection is done with.
+    pub fn closed_or_unasked(&self) -> bool {
+        let mut byte = [0u8; 1];
+        // SAFETY: a non-blocking peek into a one-byte buffer we own.
+        let n =
+            unsafe { libc::recv(self.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
     }
 
     /// Announce: enable the protocols that carry the Teredo prefix (and the shared

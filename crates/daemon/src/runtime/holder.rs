@@ -12,12 +12,23 @@ use std::ffi::CStr;
 
 /// Become the holder `name`, keeping only the descriptors `keep` (and the log's).
 pub fn enter(name: &CStr, keep: &[i32], user: Option<&str>, filter: FilterMode) -> Result<(), String> {
+    enter_as(Role::Helper, name, keep, (user, &[]), filter)
+}
+
+/// [`enter`], confined as `role`, the user a member of the groups `extra` too.
+pub fn enter_as(
+    role: Role,
+    name: &CStr,
+    keep: &[i32],
+    (user, extra): (Option<&str>, &[nix::unistd::Gid]),
+    filter: FilterMode,
+) -> Result<(), String> {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
         // SAFETY: setting a disposition to SIG_IGN.
         unsafe { libc::signal(sig, libc::SIG_IGN) };
     }
     let _ = nix::sys::prctl::set_name(name);
     crate::runtime::inherited::close_all_but(keep);
-    crate::runtime::privileges::drop_root(user)?;
-    confinement::confine(Role::Helper, false, filter, &[], &[])
+    crate::runtime::privileges::drop_root_into_groups(user, extra)?;
+    confinement::confine(role, false, filter, &[], &[])
 }

@@ -3,7 +3,7 @@
 //! holding file capabilities.
 
 use caps::{CapSet, Capability, CapsHashSet};
-use nix::unistd::{setgid, setgroups, setuid, Uid, User};
+use nix::unistd::{setgid, setgroups, setuid, Gid, Uid, User};
 
 /// The user daemons run as unless told otherwise: one of their own (the Debian package
 /// and the lab create it), so a compromised daemon shares no files or processes with
@@ -24,9 +24,15 @@ pub fn user_name(configured: Option<&str>) -> &str {
 /// Become the configured user (see [`user_name`]) for good, if running as root, and in
 /// any case keep no capability at all.
 pub fn drop_root(configured: Option<&str>) -> Result<(), String> {
+    drop_root_into_groups(configured, &[])
+}
+
+/// [`drop_root`], member of the groups `extra` too (besides the user's own): the BIRD
+/// link keeps the group of BIRD's control socket, to connect again when BIRD restarts.
+pub fn drop_root_into_groups(configured: Option<&str>, extra: &[Gid]) -> Result<(), String> {
     let user = user_name(configured);
     super::confinement::shrink_bounding_set(&[])?;
-    if let Some(u) = become_user(user, configured.is_none(), false)? {
+    if let Some(u) = become_user(user, configured.is_none(), false, extra)? {
         tracing::info!("running as {user} (uid {}, gid {})", u.uid, u.gid);
     }
     keep_only(&CapsHashSet::new())
@@ -39,7 +45,7 @@ pub fn drop_root_keep_net_admin(configured: Option<&str>) -> Result<(), String> 
     // The bounding set limits only what a program executed later could gain: none
     // needs anything (the hook runs without capabilities).
     super::confinement::shrink_bounding_set(&[])?;
-    let become_ = become_user(user, configured.is_none(), true)?;
+    let become_ = become_user(user, configured.is_none(), true, &[])?;
     let keep: CapsHashSet = [Capability::CAP_NET_ADMIN].into_iter().collect();
     keep_only(&keep)?;
     if let Some(u) = become_ {
@@ -66,7 +72,7 @@ fn keep_only(keep: &CapsHashSet) -> Result<(), String> {
 /// switch if asked, for the caller to trim). Not root: `None`, nothing changed. A
 /// missing default user falls back to [`FALLBACK_USER`] with a warning; running as root
 /// is allowed when asked for, with a warning.
-fn become_user(user: &str, defaulted: bool, keep_caps: bool) -> Result<Option<User>, String> {
+fn become_user(user: &str, defaulted: bool, keep_caps: bool, extra: &[Gid]) -> Result<Option<User>, String> {
     if !Uid::effective().is_root() {
         return Ok(None);
     }
@@ -89,7 +95,8 @@ fn become_user(user: &str, defaulted: bool, keep_caps: bool) -> Result<Option<Us
     if keep_caps {
         nix::sys::prctl::set_keepcaps(true).map_err(|e| format!("PR_SET_KEEPCAPS: {e}"))?;
     }
-    setgroups(&[u.gid]).map_err(|e| format!("setgroups: {e}"))?;
+    let groups: Vec<Gid> = std::iter::once(u.gid).chain(extra.iter().copied().filter(|g| *g != u.gid)).collect();
+    setgroups(&groups).map_err(|e| format!("setgroups: {e}"))?;
     setgid(u.gid).map_err(|e| format!("setgid({}): {e}", u.gid))?;
     setuid(u.uid).map_err(|e| format!("setuid({}): {e}", u.uid))?;
     if !keep_caps {

@@ -22,6 +22,9 @@ pub enum Role {
     /// The configuration reader (`shipworm-conf`): opens the daemon's own file, on
     /// SIGHUP, beneath its directory only.
     Reader = 4,
+    /// The BIRD link (`shipworm-bird`): connects again to BIRD's control socket when
+    /// BIRD restarts (a Unix socket, nothing else).
+    BirdLink = 5,
 }
 
 impl Role {
@@ -33,6 +36,7 @@ impl Role {
             Role::Client => "client",
             Role::Helper => "client's interface helper",
             Role::Reader => "configuration reader",
+            Role::BirdLink => "BIRD link",
         }
     }
 
@@ -43,6 +47,7 @@ impl Role {
             1 => Role::Relay,
             2 => Role::Client,
             4 => Role::Reader,
+            5 => Role::BirdLink,
             _ => Role::Helper,
         }
     }
@@ -162,6 +167,10 @@ const HELPER_LEGACY: &[(i64, &str)] = &[];
 /// directory and where resolution reads).
 const READER: &[(i64, &str)] = calls![SYS_openat, SYS_statx, SYS_fstat, SYS_newfstatat, SYS_lseek];
 
+/// The BIRD link, beyond the helper's: a Unix socket, connected to BIRD's control
+/// socket again after BIRD restarted ([`conditions`]: `AF_UNIX` only).
+const BIRD_LINK: &[(i64, &str)] = calls![SYS_socket, SYS_connect];
+
 /// What no hook script needs and an intruder would: the hook runner refuses these
 /// (EPERM) and lets the rest through, since it starts programs the operator wrote.
 pub const HOOK_DENIED: &[(i64, &str)] = calls![
@@ -214,6 +223,7 @@ pub fn allowed(role: Role, kernel_maps: bool) -> Vec<(i64, &'static str)> {
         Role::Client => &[CLIENT, CLIENT_LEGACY, KERNEL_MAPS],
         Role::Helper => &[HELPER, HELPER_LEGACY],
         Role::Reader => &[CLIENT, CLIENT_LEGACY, READER],
+        Role::BirdLink => &[HELPER, HELPER_LEGACY, BIRD_LINK],
     };
     let mut v: Vec<(i64, &'static str)> = [BASE, LEGACY].iter().chain(extra).flat_map(|l| l.iter().copied()).collect();
     if !kernel_maps {
@@ -226,7 +236,7 @@ pub fn allowed(role: Role, kernel_maps: bool) -> Vec<(i64, &'static str)> {
 
 /// The name of a call on any list (for the refusal message), or "not on any list".
 pub fn name_of(nr: i64) -> &'static str {
-    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, KERNEL_MAPS, HELPER, HELPER_LEGACY, READER]
+    [BASE, LEGACY, CLIENT, CLIENT_LEGACY, KERNEL_MAPS, HELPER, HELPER_LEGACY, READER, BIRD_LINK]
         .iter()
         .flat_map(|l| l.iter())
         .find(|(n, _)| *n == nr)
@@ -251,7 +261,9 @@ pub fn conditions(role: Role, nr: i64) -> Vec<SeccompRule> {
         // No new executable memory in server, relay and helper; the client's resolver
         // may load the NSS modules nsswitch.conf names. (Hooks run in a process of their
         // own, the hook runner, forked before the helper confines itself.)
-        libc::SYS_mmap | libc::SYS_mprotect if matches!(role, Role::Server | Role::Relay | Role::Helper) => {
+        libc::SYS_mmap | libc::SYS_mprotect
+            if matches!(role, Role::Server | Role::Relay | Role::Helper | Role::BirdLink) =>
+        {
             vec![no_exec(2)]
         }
         // Threads, not processes. clone3's flags are in memory, out of the filter's
@@ -276,6 +288,8 @@ pub fn conditions(role: Role, nr: i64) -> Vec<SeccompRule> {
             rule(vec![cond(1, Len::Dword, Op::Eq, libc::FIONREAD)]),
             rule(vec![cond(1, Len::Dword, Op::Eq, libc::TCGETS)]),
         ],
+        // The BIRD link: its Unix socket to BIRD's control socket, no other family.
+        libc::SYS_socket if role == Role::BirdLink => vec![rule(vec![eq(0, libc::AF_UNIX as i64)])],
         // The families the client's libraries open: IPv4 (DNS, PCP, UPnP, random ports),
         // IPv6 (a resolver on IPv6), Unix (nscd), netlink (address configuration look-ups).
         libc::SYS_socket => [libc::AF_INET, libc::AF_INET6, libc::AF_UNIX, libc::AF_NETLINK]
@@ -292,7 +306,7 @@ mod tests {
 
     #[test]
     fn no_role_may_execute_trace_mount_or_load_bpf_and_only_the_client_and_reader_may_open_sockets() {
-        for (role, maps) in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader]
+        for (role, maps) in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader, Role::BirdLink]
             .into_iter()
             .flat_map(|r| [(r, true), (r, false)])
         {
@@ -309,7 +323,11 @@ mod tests {
             assert_eq!(commands, [1, 2, 3]);
             assert_eq!(conditions(role, libc::SYS_bpf).len(), 3);
             assert!(!names.contains(&"SYS_execve"), "{} may run a program", role.name());
-            assert_eq!(names.contains(&"SYS_socket"), matches!(role, Role::Client | Role::Reader), "{}", role.name());
+            let sockets = matches!(role, Role::Client | Role::Reader | Role::BirdLink);
+            assert_eq!(names.contains(&"SYS_socket"), sockets, "{}", role.name());
+            if role == Role::BirdLink {
+                assert_eq!(conditions(role, libc::SYS_socket).len(), 1, "the BIRD link: Unix sockets only");
+            }
             // Files: the client's resolver, and the reader's one file on SIGHUP.
             assert_eq!(names.contains(&"SYS_openat"), matches!(role, Role::Client | Role::Reader), "{}", role.name());
         }
@@ -317,7 +335,7 @@ mod tests {
 
     #[test]
     fn every_list_compiles_for_this_machine() {
-        for role in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader] {
+        for role in [Role::Server, Role::Relay, Role::Client, Role::Helper, Role::Reader, Role::BirdLink] {
             for mode in [super::super::confinement::FilterMode::Enforce, super::super::confinement::FilterMode::Log] {
                 let prog = super::super::confinement::compile(role, true, mode).expect("compiles");
                 assert!(prog.len() > allowed(role, true).len(), "{}: {} instructions", role.name(), prog.len());

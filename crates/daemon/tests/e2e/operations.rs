@@ -277,7 +277,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
-            name: "relay and BIRD: announced once serving, withdrawn before a clean stop, drained".to_string(),
+            name: "relay and BIRD: announced once serving and again after BIRD restarts, withdrawn before a clean stop, drained".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
                 use nix::sys::signal::Signal;
@@ -312,6 +312,23 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         "step 2: connected to BIRD: {holders:?}; the relay (pid {relay_pid}) must not be, its BIRD link must"
                     )));
                 }
+                // BIRD restarts (`systemctl restart bird`): its protocol starts disabled,
+                // as its file says, and the relay's BIRD link connects again and enables
+                // it. (Without the reconnection it stays withdrawn: the relay's link held
+                // the old connection only.)
+                lab.stop_peer("bird-rly");
+                let restarted = Instant::now();
+                let ctl = lab.start_bird("rly", bird_conf).map_err(|e| Failed::at(2, format!("step 2 (BIRD again): {e}")))?;
+                while !announced(&ctl) {
+                    if restarted.elapsed() > Duration::from_secs(8) {
+                        return Err(Failed::at(2, format!(
+                            "step 2: BIRD restarted and does not announce 2001::/32 again:\n{}",
+                            lab.log_tail("relay", 10)
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let again = restarted.elapsed();
                 // The native host pings the client every 20 ms through the relay while it stops.
                 let h6 = lab.ns("h6");
                 let t0 = Instant::now();
@@ -365,7 +382,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     )));
                 }
                 Ok(format!(
-                    "announced once serving; withdrawn {} ms after SIGTERM, exited {:.1} s after it; {answered} of {} echoes answered during the drain",
+                    "announced once serving, and again {} ms after BIRD restarted; withdrawn {} ms after SIGTERM, exited {:.1} s after it; {answered} of {} echoes answered during the drain",
+                    again.as_millis(),
                     (withdrawn - term).as_millis(),
                     (exited - term).as_secs_f64(),
                     drained.len()
