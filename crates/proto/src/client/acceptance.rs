@@ -57,8 +57,11 @@ impl<R: Random> Client<R> {
             Acceptance::Proven { by_nonce, learned_port } => (learned_port, by_nonce, false),
             Acceptance::Embedded => (false, false, false),
         };
-        // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
-        self.bubbles_spent.answered(&src);
+        // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again (no
+        // look-up a packet while no peer has a count).
+        if !self.bubbles_spent.is_empty() {
+            self.bubbles_spent.answered(&src);
+        }
         let new_route = self.route_through(now, &src, port, proven, tx);
         // The peer now sees us where our address does not say (its proven port
         // changed, or our packets leave from a random port): it takes them only once we
