@@ -24,15 +24,11 @@ use std::time::{Duration, Instant};
 
 pub(crate) const SIZES: [usize; 3] = [64, 512, 1280];
 
-/// The IPv6 sizes measured: every one of [`SIZES`], or in a quick run (the test
-/// command's, which keeps the benchmark working and judges nothing) the largest alone.
+/// The IPv6 sizes measured: [`SIZES`], or the largest alone in a quick run (judges nothing).
 pub(crate) fn sizes(quick: bool) -> &'static [usize] {
-    if quick {
-        &SIZES[SIZES.len() - 1..]
-    } else {
-        &SIZES
-    }
+    &SIZES[if quick { SIZES.len() - 1 } else { 0 }..]
 }
+
 pub(crate) const CLIENTS: usize = 32;
 pub(crate) const RELAY_PORT: u16 = 3545;
 /// Spoofed new-peer bubbles per second while established peers' rate is measured.
