@@ -48,7 +48,7 @@ Log the counters (\fBcounters: name=value ...\fR).
 .TP
 \fBSIGTERM\fR, \fBSIGINT\fR
 Stop cleanly: a relay or server announcing through BIRD withdraws first and forwards for
-\fBDrainTime\fR; the counters are logged.
+\fBDrainTime\fR (a second one ends that drain at once); the counters are logged.
 .SH FILES
 .TP
 \fI/etc/miredo/miredo.conf\fR, \fI/etc/miredo/miredo-relay.conf\fR, \fI/etc/miredo/miredo-server.conf\fR

@@ -186,7 +186,8 @@ impl WorkerShared<'_> {
             return true;
         }
         let Some(bird) = &self.bird else { return false };
-        Instant::now() < *self.drain_until.get_or_init(|| self.withdraw(bird))
+        let until = *self.drain_until.get_or_init(|| self.withdraw(bird));
+        Instant::now() < until && !self.shell.stop_insisted()
     }
 
     /// Tell BIRD to withdraw; the drain's end.

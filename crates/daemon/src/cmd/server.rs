@@ -132,7 +132,7 @@ fn serve(
         if shell.stop_requested() {
             // With BIRD: withdraw first, then answer what routing still sends here.
             let until = *drain_until.get_or_insert_with(|| withdraw(bird.as_mut(), &shell, settings.drain_time));
-            if std::time::Instant::now() >= until {
+            if std::time::Instant::now() >= until || shell.stop_insisted() {
                 break;
             }
         }

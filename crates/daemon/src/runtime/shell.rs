@@ -209,6 +209,11 @@ impl<S> Shell<S> {
         self.signals.stop_requested() || (self.restart.load(Ordering::Relaxed) && self.restart_due())
     }
 
+    /// A second SIGTERM or SIGINT came: a drain under way ends now.
+    pub fn stop_insisted(&self) -> bool {
+        self.signals.stop_insisted()
+    }
+
     /// The restart a reload asked for is due: [`RESTART_AFTER`] after the reload, so
     /// that the service manager has seen its reload command end first (a main process
     /// that exits while `systemctl reload` runs fails the reload job).

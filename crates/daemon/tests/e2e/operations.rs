@@ -270,6 +270,55 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }),
         });
     }
+    // A second SIGTERM during a long drain stops the relay now, as an operator who
+    // insists expects (with the second one ignored it drains on: step 3 fails, seen).
+    {
+        let me = Impl::Shipworm(me.clone());
+        cases.push(Case {
+            name: "relay and BIRD: a second SIGTERM cuts a 30 s drain short".to_string(),
+            expect: Expect::Pass,
+            run: Box::new(move || {
+                use nix::sys::signal::Signal;
+                use std::time::Duration;
+                let mut lab = shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![])).map_err(Failed::from)?;
+                let bird_conf = "router id 192.0.2.10;\nprotocol device { scan time 10; }\n\
+                                 protocol static teredo { disabled; ipv6; route 2001::/32 via \"teredo\"; }\n";
+                let ctl = lab.start_bird("rly", bird_conf).map_err(Failed::from)?;
+                lab.start_relay_with(&me, &format!("BirdSocket {}\nDrainTime 30\n", ctl.display()))
+                    .map_err(Failed::from)?;
+                // Serving (announced): its signal handlers are in place.
+                let serving = Instant::now();
+                while !shipworm_lab::bird::birdc(&ctl, &["show", "route", "2001::/32", "protocol", "teredo"])
+                    .is_ok_and(|r| r.contains("2001::/32"))
+                {
+                    if serving.elapsed() > Duration::from_secs(5) {
+                        return Err(Failed::at(1, format!("step 1: never announced:\n{}", lab.log_tail("relay", 8))));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                lab.signal_peer("relay", Signal::SIGTERM).map_err(Failed::from)?;
+                std::thread::sleep(Duration::from_millis(500));
+                if lab.exited("relay").is_some() {
+                    return Err(Failed::at(
+                        2,
+                        format!("step 2: the relay did not drain:\n{}", lab.log_tail("relay", 8)),
+                    ));
+                }
+                let again = Instant::now();
+                lab.signal_peer("relay", Signal::SIGTERM).map_err(Failed::from)?;
+                while lab.exited("relay").is_none() {
+                    if again.elapsed() > Duration::from_secs(5) {
+                        return Err(Failed::at(
+                            3,
+                            format!("step 3: still draining 5 s after a second SIGTERM:\n{}", lab.log_tail("relay", 8)),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(format!("stopped {} ms after the second SIGTERM (DrainTime 30)", again.elapsed().as_millis()))
+            }),
+        });
+    }
     // BIRD announces the Teredo prefix for the relay (RFC 4380 §5.4): the relay enables
     // BIRD's protocol once it serves, and on SIGTERM disables it first and forwards for
     // DrainTime while routing moves the traffic elsewhere. The protocol starts disabled in
