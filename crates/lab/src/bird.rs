@@ -22,8 +22,8 @@ impl Lab {
             if birdc(&ctl, &["show", "status"]).is_ok_and(|s| s.contains("Daemon is up")) {
                 // As Debian's BIRD makes it (group `bird`, 0660), for a group a relay's
                 // BIRD link can be a member of: the lab's user's, shipworm.
-                let group = nix::unistd::Group::from_name("shipworm").ok().flatten().map(|g| g.gid);
-                let _ = nix::unistd::chown(&ctl, None, group);
+                let group = nix::unistd::Group::from_name("shipworm").ok().flatten().map(|g| g.gid.as_raw());
+                let _ = std::os::unix::fs::chown(&ctl, None, group);
                 let _ = std::fs::set_permissions(&ctl, std::os::unix::fs::PermissionsExt::from_mode(0o660));
                 return Ok(ctl);
             }
