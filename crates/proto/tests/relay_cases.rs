@@ -422,6 +422,37 @@ fn a_silent_client_gets_four_bubbles_of_each_kind_in_300_s_however_often_it_is_s
     assert_eq!(r.pending_len(), 0);
 }
 
+/// A client's direct answer starts its count over at the relay: answered after its
+/// four bubbles, then silent, it is bubbled again within 300 s of them when a native
+/// packet comes for it. (With the answer not counted no bubble goes: seen.)
+#[test]
+fn a_clients_answer_gives_it_four_bubbles_again() {
+    let mut r = relay();
+    let mut w = Recorder::default();
+    let to_server = |w: &Recorder| w.sent.iter().filter(|s| s.to == sa(B_SERVER)).count();
+    for t in (100_000..110_000u64).step_by(250) {
+        if t % 1000 == 0 {
+            let _ = r.on_tun(Duration::from_millis(t), &udp_packet(NATIVE, B), &mut w);
+        }
+        r.on_timer(Duration::from_millis(t), &mut w);
+    }
+    assert_eq!(to_server(&w), 4, "its four");
+    let _ = r.on_tun(Duration::from_millis(120_000), &udp_packet(NATIVE, B), &mut w);
+    assert_eq!(
+        r.on_udp(Duration::from_millis(120_100), sa(B_MAPPED), &bubble(B, NATIVE), &mut w),
+        Ok(Action::Consumed)
+    );
+    let before = to_server(&w);
+    // Silent for more than 30 s, then needed again: bubbled (through its server).
+    for t in (120_250..200_000u64).step_by(250) {
+        if t >= 170_000 && t % 1000 == 0 {
+            let _ = r.on_tun(Duration::from_millis(t), &udp_packet(NATIVE, B), &mut w);
+        }
+        r.on_timer(Duration::from_millis(t), &mut w);
+    }
+    assert!(to_server(&w) > before, "the client that answered is bubbled again");
+}
+
 #[test]
 fn case47_no_error_about_an_error() {
     let mut r = relay();
