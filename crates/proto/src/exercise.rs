@@ -284,13 +284,28 @@ impl World {
         }
     }
 
+    /// Both timers at `now`, whatever their deadlines said. Their promises: a timer
+    /// run before its deadline sends nothing (the deadline was not late), and a run
+    /// leaves nothing due at once (a daemon sleeping until the next would not spin).
     fn timers(&mut self) {
         let now = self.now;
+        let early = |due: Option<Duration>| due.is_none_or(|t| now < t);
         let mut out = self.out();
+        let client_early = early(self.client.poll_timeout());
         self.client.on_timer(now, &mut out);
+        assert!(!client_early || out.sent.is_empty(), "the client sent before its deadline: {:?}", out.sent);
+        let next = self.client.poll_timeout();
+        assert!(next.is_none_or(|t| t > now), "the client's timer at {now:?} left itself due at {next:?}");
         self.route(Party::Client, out);
         let mut out = self.out();
+        let relay_early = early(self.relay.poll_timeout());
         self.relay.on_timer(now, &mut out);
+        assert!(
+            !relay_early || (out.sent.is_empty() && out.delivered.is_empty()),
+            "the relay sent before its deadline"
+        );
+        let next = self.relay.poll_timeout();
+        assert!(next.is_none_or(|t| t > now), "the relay's timer at {now:?} left itself due at {next:?}");
         self.route(Party::Relay, out);
         while self.client.poll_event().is_some() {}
     }

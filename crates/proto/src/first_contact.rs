@@ -196,6 +196,11 @@ impl FirstContacts {
         dropped
     }
 
+    /// When the oldest waiting packet came (`None`: none waits).
+    pub fn oldest(&self) -> Option<Duration> {
+        self.waiting.values().flatten().map(|w| w.since).min()
+    }
+
     /// Forget everything (the address changed): returns the packets dropped.
     pub fn clear(&mut self) -> usize {
         let n = self.waiting.values().flatten().map(|w| w.queue.len()).sum();

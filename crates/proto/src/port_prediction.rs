@@ -94,6 +94,11 @@ impl PortTable {
         self.map.len()
     }
 
+    /// Every entry.
+    pub fn iter(&self) -> impl Iterator<Item = (&Ipv6Addr, &PeerPorts)> {
+        self.map.iter()
+    }
+
     /// The entry of `peer`.
     pub fn get(&self, peer: &Ipv6Addr) -> Option<&PeerPorts> {
         self.map.get(peer)

@@ -236,6 +236,13 @@ impl Server {
         self.stats.drops.count(reason);
     }
 
+    /// When the server next has something to do without a packet: never. It keeps
+    /// nothing that ages (its rate buckets refill as packets come), so a server alone
+    /// sleeps until I/O.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        None
+    }
+
     /// A datagram arrived on `local`:3544 from `from`: its answer or forward, if any,
     /// goes out through `tx` (from the secondary address as `Source::Secondary`); anything
     /// else is dropped and counted.

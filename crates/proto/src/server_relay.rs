@@ -79,6 +79,12 @@ impl ServerRelay {
         self.relay.on_timer(now, &mut out);
     }
 
+    /// When [`ServerRelay::on_timer`] next has something to do: the relay part's (the
+    /// server part keeps no timer).
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.relay.poll_timeout()
+    }
+
     /// What a pure server would refuse and a relay handles: well formed, for a native
     /// destination, and not the echo request of a connectivity test (the server's to
     /// forward, RFC 4380 §5.3.1). An echo request past the server's forwarding cap is

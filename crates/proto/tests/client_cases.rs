@@ -709,6 +709,8 @@ fn unqualified_client_answers_the_host_with_unreachable() {
 
 #[path = "client_cases/bubble_budget.rs"]
 mod bubble_budget;
+#[path = "client_cases/deadlines.rs"]
+mod deadlines;
 #[path = "client_cases/fuzz.rs"]
 mod fuzz;
 

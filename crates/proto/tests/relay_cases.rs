@@ -571,6 +571,37 @@ fn first_bubble_goes_at_once_even_right_after_start() {
 }
 
 /// The relay cut into shards, used by several threads at once (the daemon's workers).
+/// The relay's next deadline (`poll_timeout`), what the daemon sleeps until: none
+/// without peers, a waiting peer's next bubble 2 s after its last, and none again once
+/// it is given up. With `poll_timeout` answering "a tick from now" (250 ms, the old
+/// fixed period), this case fails at its first assertion.
+#[test]
+fn a_relay_sleeps_until_something_is_due() {
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.poll_timeout(), None, "no peers: nothing is due until a packet comes");
+    assert_eq!(r.on_tun(secs(10), &udp_packet(NATIVE, B), &mut w), Ok(Action::Queued));
+    let sent = w.sent.len();
+    assert!(sent > 0, "the first bubble goes at once");
+    // Deadline to deadline (the sweep's among them): nothing leaves before 12 s.
+    while let Some(t) = r.poll_timeout().filter(|&t| t < secs(12)) {
+        r.on_timer(t, &mut w);
+        assert_eq!(w.sent.len(), sent, "nothing due at {t:?}");
+    }
+    assert_eq!(r.poll_timeout(), Some(secs(12)), "the next bubble, 2 s after the first");
+    r.on_timer(secs(12), &mut w);
+    assert!(w.sent.len() > sent, "bubbled again at its deadline");
+    // Unanswered, the peer is given up after its tries; then nothing is due.
+    let mut wakes = 0;
+    while let Some(t) = r.poll_timeout() {
+        assert!(t < secs(60), "still due at {t:?}");
+        r.on_timer(t, &mut w);
+        wakes += 1;
+    }
+    assert_eq!(r.peer_count(), 0);
+    assert!(wakes < 20, "{wakes} wake-ups to give one peer up");
+}
+
 #[path = "relay_cases/sharded.rs"]
 mod sharded;
 

@@ -85,12 +85,13 @@ fn an_announcement_on_coming_up_is_repeated_twice_then_kept_to_its_interval() {
             .map(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap())
             .collect::<Vec<f64>>()
     };
-    // Both come up in the same tick, A first. A: its own at once, its answer to B's
+    // Both come up at the same instant (time zero: the world runs from deadline to
+    // deadline), A first. A: its own at once, its answer to B's
     // (new to it) when the 200 ms since its own are up, its repeats 2 and 4 s after
     // its own — the answer neither used one up nor moved them. B: its answer to A's at
     // once (none of its own had gone out), its own when the 200 ms are up, its repeats
     // 2 and 4 s after that. Then nothing until 200 s.
-    let expected = [("A", [0.2, 0.4, 2.2, 4.2]), ("B", [0.2, 0.4, 2.4, 4.4])];
+    let expected = [("A", [0.0, 0.2, 2.0, 4.0]), ("B", [0.0, 0.2, 2.2, 4.2])];
     for (who, want) in expected {
         let at = announced(&net, who);
         let same = at.len() == want.len() && at.iter().zip(want).all(|(a, w)| (a - w).abs() < 0.05);

@@ -19,10 +19,10 @@ use super::*;
 /// so a peer whose answers all come through the daemon would otherwise be tested again
 /// every second or so.
 const REWRITE_HEARD: Duration = Duration::from_millis(250);
-/// Listed peers whose times are read back each tick: with the list's cap of 4,096 and
-/// ten ticks a second, each within 7 s, so a peer the kernel carries stays valid in the
-/// table's eyes too, and a full table never pushes it out first.
-const REFRESH_PER_TICK: usize = 64;
+/// Listed peers whose times are read back each sweep (`timer::SWEEP_EVERY`): the
+/// list's cap of 4,096, so each at every sweep, and a peer the kernel carries stays
+/// valid in the table's eyes too, and a full table never pushes it out first.
+const REFRESH_PER_SWEEP: usize = 4096;
 
 impl<R: Random> Client<R> {
     /// The address the daemon gave the programs (`None`: none yet, or none now): peers
@@ -123,7 +123,7 @@ impl<R: Random> Client<R> {
         }
     }
 
-    /// A tick: the next few listed peers' times read back.
+    /// A sweep: the next few listed peers' times read back.
     pub(super) fn kernel_refresh(&mut self, tx: &mut impl Transmit) {
         if self.kernel.is_empty() {
             return;
@@ -131,7 +131,8 @@ impl<R: Random> Client<R> {
         if self.kernel_cursor >= self.kernel.len() {
             self.kernel_cursor = 0;
         }
-        let next: Vec<Ipv6Addr> = self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_TICK).copied().collect();
+        let next: Vec<Ipv6Addr> =
+            self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_SWEEP).copied().collect();
         self.kernel_cursor += next.len();
         for peer in &next {
             self.kernel_pull(peer, tx);

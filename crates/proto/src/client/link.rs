@@ -87,6 +87,15 @@ impl<R: Random> Client<R> {
         }
     }
 
+    /// When [`Client::announce_when_due`] next sends: the schedule's or a deferred
+    /// announcement, while there is an address to announce and discovery is on.
+    pub(super) fn announce_due(&self) -> Option<Duration> {
+        if !self.cfg.local_discovery || self.address().is_none() {
+            return None;
+        }
+        Some(self.deferred_announce.map_or(self.next_announce, |d| d.min(self.next_announce)))
+    }
+
     /// One announcement to the link, if we have an address and local discovery is on.
     fn send_announcement(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) -> bool {
         let Some(me) = self.address() else { return false };

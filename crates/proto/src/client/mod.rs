@@ -81,6 +81,7 @@ mod qualifier;
 mod random_ports;
 mod reaching;
 mod status;
+mod timer;
 
 use bubbles::{Path, Trailers};
 pub use config::{ClientConfig, ServerAddrs};
@@ -148,6 +149,10 @@ pub struct Client<R: Random> {
     /// §5.2.6: 4 of a kind per 300 s without a direct answer).
     bubbles_spent: BubbleBudget,
     pending: VecDeque<Ipv6Addr>,
+    /// When the waiting list's next retry is due, or earlier (see `timer`).
+    pending_due: Option<Duration>,
+    /// When the table is next swept of idle peers (and listed peers' times read back).
+    next_sweep: Duration,
     /// Native peers under a test of ours (they fell silent while we sent): each is on
     /// the waiting list too, and leaves this set when it leaves the list.
     retests: HashSet<Ipv6Addr>,
@@ -221,6 +226,8 @@ impl<R: Random> Client<R> {
             cfg,
             rng,
             pending: VecDeque::new(),
+            pending_due: None,
+            next_sweep: Duration::ZERO,
             retests: HashSet::new(),
             local: None,
             closing: Vec::new(),
@@ -579,19 +586,7 @@ impl<R: Random> Client<R> {
         }
         let outcome = if queued { Ok(Action::Queued) } else { self.dropped(DropReason::QueueFull) };
         self.try_to_reach(now, dst, tx);
+        self.waits(&dst, now);
         outcome
-    }
-
-    /// Time passes: RS retries, failover, maintenance, peers' bubbles and echoes.
-    pub fn on_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        self.on_qualifier_timer(now, tx);
-        self.retry_waiting(now, tx);
-        self.kernel_refresh(tx);
-        self.peers.sweep(now, 256, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
-        self.kernel_settle(tx);
-        self.tend_random_ports(now, tx);
-        // A test ends within PEER_TRIES retries; anything older lost its peer entry.
-        let stale = self.first_contacts.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
-        self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);
     }
 }

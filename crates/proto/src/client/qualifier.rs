@@ -570,6 +570,28 @@ impl<R: Random> Client<R> {
 
     /// Time for qualification: RS retries, failover, back-off, and once qualified the
     /// refresh and our announcement on the link.
+    /// When [`Client::on_qualifier_timer`] next has something to do: an RS's time-out,
+    /// the retry after a failure, the refresh or its retry, the look at the first
+    /// server from a fallback one. `None`: nothing until the servers are known.
+    pub(super) fn qualifier_due(&self) -> Option<Duration> {
+        match self.q.phase {
+            Phase::Resolving => None,
+            Phase::Offline { retry_at, .. } => Some(retry_at),
+            Phase::Primary { sent_at, .. } | Phase::Secondary { sent_at, .. } => Some(sent_at + RS_TIMEOUT),
+            Phase::Up { server, .. } => {
+                let refresh = match self.q.maint {
+                    None => self.q.last_server_rx + self.q.refresh_after,
+                    Some((_, sent, tries)) => sent + refresh_retry_after(tries),
+                };
+                // Never asked yet: at once.
+                let home =
+                    (server != 0).then(|| self.q.home.map_or(Duration::ZERO, |(_, sent)| sent + self.cfg.home_check));
+                let announce = self.announce_due();
+                Some([Some(refresh), home, announce].into_iter().flatten().min().unwrap_or(refresh))
+            }
+        }
+    }
+
     pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         match self.q.phase {
             Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),
@@ -593,11 +615,12 @@ impl<R: Random> Client<R> {
                     self.come_up(now, server, first);
                 }
             }
-            Phase::Up { server, .. } => {
-                self.maintain(now, server, tx);
-                self.announce_when_due(now, tx);
-            }
+            Phase::Up { server, .. } => self.maintain(now, server, tx),
             _ => {}
+        }
+        // Up, or just come up (the secondary's silence): the link hears of it now.
+        if matches!(self.q.phase, Phase::Up { .. }) {
+            self.announce_when_due(now, tx);
         }
     }
 }

@@ -217,6 +217,28 @@ impl<R: Random> Client<R> {
     /// after 1 s, then the indirect bubble without a prediction after 2 s), keep-alive
     /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
     /// data, 20 at most), and ports whose peer is gone are closed.
+    /// When [`Client::tend_random_ports`] next has something to do: a port to close,
+    /// a forgotten peer's, a stale one's, an echo test's end, a port's refresh.
+    pub(super) fn random_ports_due(&self) -> Option<Duration> {
+        if !self.closing.is_empty() {
+            return Some(Duration::ZERO);
+        }
+        let mut next: Option<Duration> = None;
+        for (peer, e) in self.ports.iter() {
+            let due = if self.peers.get(peer).is_none() {
+                Duration::ZERO
+            } else if let Some(test) = &e.echo {
+                test.due
+            } else if e.via_local {
+                e.refreshed_at + REFRESH
+            } else {
+                e.touched + STALE_PORT
+            };
+            next = Some(next.map_or(due, |n| n.min(due)));
+        }
+        next
+    }
+
     pub(super) fn tend_random_ports(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         for port in self.closing.drain(..) {
             tx.close_port(port);

@@ -228,6 +228,11 @@ impl PeerTable {
         self
     }
 
+    /// Trusted entries were removed since the last take.
+    pub fn has_removed_trusted(&self) -> bool {
+        self.removed_trusted.as_ref().is_some_and(|r| !r.is_empty())
+    }
+
     /// The trusted entries removed since the last call (always empty for a table that
     /// is not [`mirrored`](Self::mirrored)).
     pub fn take_removed_trusted(&mut self) -> Vec<Ipv6Addr> {

@@ -47,6 +47,7 @@ use std::time::Duration;
 mod config;
 mod held;
 mod kernel;
+mod timer;
 
 pub use config::{RelayConfig, RelayStats, Served};
 
@@ -54,6 +55,7 @@ use crate::bubble_budget::{self, BubbleBudget};
 pub use held::HELD_PER_SHARD;
 use held::{hold, take_held, Held, HELD_FOR};
 use kernel::{kernel_forget_removed, mirrors, KERNEL_HEARD_GRAIN};
+pub use timer::SWEEP_EVERY;
 
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
 pub const BUBBLE_SPACING: Duration = Duration::from_secs(2);
@@ -113,6 +115,8 @@ impl RelayWorker {
 pub struct SharedRelay {
     cfg: RelayConfig,
     shards: Box<[Mutex<Shard>]>,
+    /// Each shard's timer: when it next has something due (see `timer`).
+    timers: Box<[timer::ShardTimer]>,
     /// The tables' keys: a peer's hash is computed once, its high half picks the shard
     /// and its low half the slot, so the entries of one shard do not share slot bits.
     keys: KeyedHash,
@@ -195,6 +199,7 @@ impl SharedRelay {
                 })
                 .collect(),
             large: AtomicBool::new(false),
+            timers: (0..n).map(|_| timer::ShardTimer::new()).collect(),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
             client_first: Mutex::new((
                 RateLimit::new(cfg.client_first_per_s),
@@ -393,6 +398,7 @@ impl SharedRelay {
             }
             // The insertion may have grown the table: fetching ahead follows it.
             self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
+            self.entered(self.shard_index(key), shard.peers.len(), now);
         }
         let cap = self.cfg.queue_bytes;
         let mut p = shard.peers.get_mut_keyed(key).expect("present");
@@ -414,6 +420,9 @@ impl SharedRelay {
             }
         }
         self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, ip.src_addr(), tx);
+        if newly {
+            self.waits(self.shard_index(key), &shard.peers, &dst, now);
+        }
         if queued {
             Ok(Action::Queued)
         } else {
@@ -706,6 +715,7 @@ impl SharedRelay {
             Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
         }
         self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
+        self.entered(self.shard_index(key), shard.peers.len(), now);
         if embedded {
             self.kernel_trust(tx, &src, from, now);
             tx.deliver(ip.packet());
@@ -720,85 +730,9 @@ impl SharedRelay {
         hold(&mut shard.held, w, (src, from), now, ip.packet());
         // The bubbles' source: the native host the client speaks to.
         self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, dst, tx);
+        self.waits(self.shard_index(key), &shard.peers, &src, now);
+        self.due_at(self.shard_index(key), now + HELD_FOR);
         Ok(Action::Queued)
-    }
-
-    /// Time passes: bubbles are repeated every 2 s for waiting peers; a peer whose
-    /// bubbles all went unanswered is given up, and its queued packets get an ICMPv6
-    /// address-unreachable each (rate limited). Idle peers are swept a little at a time.
-    /// One worker calls it for all (it visits every shard in turn).
-    pub fn on_timer(&self, w: &mut RelayWorker, now: Duration, tx: &mut impl Transmit) {
-        // The sweep's budget is shared out, so a tick costs the same however cut.
-        let sweep = 1024usize.div_ceil(self.shards.len());
-        let mut peers = 0;
-        for shard in self.shards.iter() {
-            let mut guard = lock(shard);
-            let shard = &mut *guard;
-            peers += shard.peers.len();
-            for _ in 0..shard.pending.len() {
-                let Some(dst) = shard.pending.pop_front() else {
-                    break;
-                };
-                let Some(waiting) = shard.peers.get(&dst).map(|p| p.waiting) else {
-                    continue;
-                };
-                // Answered since: drop the stale list entry. (A peer waited for is not
-                // in the kernel's list: its answer comes to us.)
-                if !waiting {
-                    continue;
-                }
-                let Some(p) = shard.peers.get(&dst) else {
-                    continue;
-                };
-                if p.tries > 0 && now.saturating_sub(p.last_tx) < BUBBLE_SPACING {
-                    shard.pending.push_back(dst);
-                    continue;
-                }
-                // The bubbles' source: the native host of a queued packet, or the one a
-                // held packet of the client's goes to.
-                let src = p.queue().first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
-                let src = src.or_else(|| {
-                    let h = shard.held.iter().find(|h| h.client == dst)?;
-                    Ipv6Packet::new_checked(&h.packet[..]).ok().map(|ip| ip.dst_addr())
-                });
-                match src {
-                    Some(src) if p.tries < MAX_BUBBLES => {
-                        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, src, tx);
-                        shard.pending.push_back(dst);
-                    }
-                    _ => self.give_up(&mut shard.peers, w, now, dst, tx),
-                }
-            }
-            // Held packets whose client never proved its port are let go.
-            while shard.held.front().is_some_and(|h| now.saturating_sub(h.at) >= HELD_FOR) {
-                shard.held.pop_front();
-                w.stats.drops.count(DropReason::QueueFull);
-            }
-            shard.peers.sweep(now, sweep, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
-            kernel_forget_removed(&mut shard.peers, tx);
-        }
-        self.large.store(peers >= FETCH_AHEAD_FROM, Ordering::Relaxed);
-    }
-
-    fn give_up(
-        &self,
-        peers: &mut PeerTable,
-        w: &mut RelayWorker,
-        now: Duration,
-        dst: Ipv6Addr,
-        tx: &mut impl Transmit,
-    ) {
-        let Some(mut gone) = peers.remove(&dst) else {
-            return;
-        };
-        kernel_forget_removed(peers, tx);
-        w.stats.unreachable_peers += 1;
-        let mut q = gone.queue.drain();
-        while let Some(packet) = q.next_packet() {
-            if let Ok(ip) = Ipv6Packet::new_checked(packet) {
-                self.icmp_error(w, now, &ip, unreachable::ADDRESS, tx);
-            }
-        }
     }
 
     fn icmp_error(
@@ -880,5 +814,10 @@ impl Relay {
     /// See [`SharedRelay::on_timer`].
     pub fn on_timer(&mut self, now: Duration, tx: &mut impl Transmit) {
         self.shared.on_timer(&mut self.worker, now, tx)
+    }
+
+    /// See [`SharedRelay::poll_timeout`].
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.shared.poll_timeout()
     }
 }

@@ -414,14 +414,32 @@ impl Net {
         }
     }
 
-    /// Let `d` of virtual time pass, in 100 ms ticks.
+    /// Let `d` of virtual time pass, from one client's deadline to the next, as a
+    /// daemon sleeps until its state machine's `poll_timeout`: each client's timer runs
+    /// only when it said it has something due. A deadline reported late (or not at
+    /// all) stalls what it was for, and the cases built on this world fail: this is
+    /// where every NAT pair's qualification, bubbles and refreshes prove the deadlines.
     pub fn pass(&mut self, d: Duration) {
         let end = self.now + d;
-        while self.now < end {
-            self.now += Duration::from_millis(100);
+        loop {
+            let due = (0..2).filter_map(|i| self.clients[i].poll_timeout()).min();
+            let at = due.map_or(end, |t| t.max(self.now)).min(end);
+            if at >= end && self.now >= end {
+                break;
+            }
+            self.now = at;
             for i in 0..2 {
+                if self.clients[i].poll_timeout().is_none_or(|t| t > self.now) {
+                    continue;
+                }
                 let mut out = self.out(i);
                 self.clients[i].on_timer(self.now, &mut out);
+                let next = self.clients[i].poll_timeout();
+                assert!(
+                    next.is_none_or(|t| t > self.now),
+                    "client {i}'s timer at {:?} left itself due: {next:?}",
+                    self.now
+                );
                 let mut q = VecDeque::new();
                 self.collect(i, out, &mut q);
                 self.run(q);
