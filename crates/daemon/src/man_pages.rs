@@ -44,7 +44,8 @@ restarts at once with the new file; started otherwise, it says which directives 
 a restart and runs on.
 .TP
 \fBSIGUSR1\fR
-Log the counters (\fBcounters: name=value ...\fR).
+Log the counters (\fBcounters: name=value ...\fR), 0.3 s after the signal: every
+worker thread has published what it counted before it.
 .TP
 \fBSIGTERM\fR, \fBSIGINT\fR
 Stop cleanly: a relay or server announcing through BIRD withdraws first and forwards for

@@ -14,6 +14,8 @@ mod calling_first;
 mod client_to_client;
 #[path = "e2e/conformance.rs"]
 mod conformance;
+#[path = "e2e/idle.rs"]
+mod idle;
 #[path = "e2e/links.rs"]
 mod links;
 #[path = "e2e/nat_matrix.rs"]
@@ -213,6 +215,7 @@ fn main() {
         operations::cases,
         peers::cases,
         reload::cases,
+        idle::cases,
         windows_like::cases,
     ];
     for topic in topics {

@@ -23,7 +23,7 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
-use crate::runtime::shell::{Confined, Reports, Shell};
+use crate::runtime::shell::{Confined, Reports, Shell, PUBLISH_EVERY};
 use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
@@ -35,7 +35,8 @@ use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -44,8 +45,6 @@ const BATCH: usize = 64;
 /// UDP batches per round at most, so that a flood on one socket cannot hold a worker
 /// away from its TUN queue, its timers and the stop flag.
 const UDP_BATCHES_PER_ROUND: usize = 8;
-/// Timer period.
-const TICK: Duration = Duration::from_millis(250);
 /// Peer-table shards per worker: two workers meet on one shard's lock rarely.
 const SHARDS_PER_WORKER: usize = 64;
 
@@ -108,7 +107,19 @@ struct WorkerShared<'a> {
     /// Set by a worker that failed: the others stop too.
     halt: &'a AtomicBool,
     started: Instant,
-    /// Each worker's counters, published every tick and on exit.
+    /// Each worker's wake-up (read end, write end): worker 0's when another brought
+    /// the relay's next deadline before the one it sleeps until (a new waiting peer's
+    /// bubble); everyone's when a stop or a failure begins ([`WorkerShared::wake_all`]).
+    wakes: Vec<(UnixStream, UnixStream)>,
+    /// The route watch's wake-up (its read end is the watch's), written with the
+    /// workers'.
+    wake_routes: UnixStream,
+    /// A stop was seen, and everyone woken for it.
+    stop_seen: AtomicBool,
+    /// What worker 0 sleeps until, in nanoseconds since `started` (0: awake).
+    asleep_until: AtomicU64,
+    /// Each worker's counters, published within a `PUBLISH_EVERY` of a change and on
+    /// exit.
     published: &'a [Mutex<(RelayStats, IoErrors, TunOffloadCounts)>],
     /// How long a worker keeps polling without sleeping after its last packet.
     busy_poll: Duration,
@@ -185,9 +196,34 @@ impl WorkerShared<'_> {
         if !self.shell.stop_requested() {
             return true;
         }
-        let Some(bird) = &self.bird else { return false };
+        let Some(bird) = &self.bird else {
+            self.wake_all();
+            return false;
+        };
         let until = *self.drain_until.get_or_init(|| self.withdraw(bird));
-        Instant::now() < until && !self.shell.stop_insisted()
+        // Everyone wakes to the drain's end (in their deadlines from now on), and again
+        // when it is cut short.
+        if !self.stop_seen.swap(true, Ordering::Relaxed) {
+            self.wake_all();
+        }
+        let on = Instant::now() < until && !self.shell.stop_insisted();
+        if !on {
+            self.wake_all();
+        }
+        on
+    }
+
+    /// Wake worker `i` (its poll returns; it looks at the flags and deadlines).
+    fn wake(&self, i: usize) {
+        let _ = std::io::Write::write(&mut &self.wakes[i].1, &[1]);
+    }
+
+    /// Wake every worker and the route watch: a stop or a failure began.
+    fn wake_all(&self) {
+        for i in 0..self.wakes.len() {
+            self.wake(i);
+        }
+        let _ = std::io::Write::write(&mut &self.wake_routes, &[1]);
     }
 
     /// Tell BIRD to withdraw; the drain's end.
@@ -472,6 +508,19 @@ fn serve(
     })
     .map_err(Failure::runtime)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
+    // Made before the confinement, which makes no more sockets: worker 0's wake-up
+    // by the others, and the route watch's by the workers' end.
+    let pair = || {
+        UnixStream::pair()
+            .and_then(|(a, b)| {
+                a.set_nonblocking(true)?;
+                b.set_nonblocking(true)?;
+                Ok((a, b))
+            })
+            .map_err(|e| Failure::runtime(format!("cannot make a wake-up socket: {e}")))
+    };
+    let wakes = (0..workers).map(|_| pair()).collect::<Result<Vec<_>, _>>()?;
+    let (wake_routes, routes_woken) = pair()?;
     let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?
         .keeping_kernel_maps(kernel.is_some())
         .reloading(reader);
@@ -503,6 +552,10 @@ fn serve(
         tracing::warn!("no global IPv6 address on this host: no ICMPv6 errors will be sent (set RelayAddress)");
     }
     let routes = kernel.as_mut().and_then(|k| k.routes.take().map(|(w, tun)| (w, tun, k.switch())));
+    let routes = routes.map(|(mut w, tun, s)| {
+        w.stopped_by(routes_woken);
+        (w, tun, s)
+    });
     let halt = AtomicBool::new(false);
     let published: Vec<Mutex<(RelayStats, IoErrors, TunOffloadCounts)>> =
         (0..workers).map(|_| Mutex::default()).collect();
@@ -512,6 +565,10 @@ fn serve(
         interface: &iface.name,
         workers,
         halt: &halt,
+        wakes,
+        wake_routes,
+        stop_seen: AtomicBool::new(false),
+        asleep_until: AtomicU64::new(0),
         started: Instant::now(),
         published: &published,
         busy_poll: Duration::from_micros(conf.busy_poll_us),
@@ -554,6 +611,7 @@ fn run_workers(
                 Ok(h) => watching = Some(h),
                 Err(e) => {
                     shared.halt.store(true, Ordering::Relaxed);
+                    shared.wake_all();
                     return vec![Err(Failure::runtime(format!("cannot start the route watch's thread: {e}")))];
                 }
             }
@@ -568,6 +626,7 @@ fn run_workers(
                 Ok(h) => others.push(h),
                 Err(e) => {
                     shared.halt.store(true, Ordering::Relaxed);
+                    shared.wake_all();
                     results.push(Err(Failure::runtime(format!("cannot start worker thread {i}: {e}"))));
                     break;
                 }
@@ -577,6 +636,7 @@ fn run_workers(
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         workers_done.store(true, Ordering::Relaxed);
+        shared.wake_all();
         if let Some(h) = watching {
             let watched = h.join().unwrap_or_else(|_| Err("the route watch's thread panicked".into()));
             results.push(watched.map_err(Failure::runtime));
@@ -590,15 +650,16 @@ fn run_workers(
 /// and answers SIGUSR1.
 fn worker(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<(), Failure> {
     /// Stops the other workers when this one ends early, by error or by panic.
-    struct HaltOnExit<'a>(&'a AtomicBool, bool);
+    struct HaltOnExit<'a>(&'a WorkerShared<'a>, bool);
     impl Drop for HaltOnExit<'_> {
         fn drop(&mut self) {
             if !self.1 || std::thread::panicking() {
-                self.0.store(true, Ordering::Relaxed);
+                self.0.halt.store(true, Ordering::Relaxed);
+                self.0.wake_all();
             }
         }
     }
-    let mut guard = HaltOnExit(shared.halt, false);
+    let mut guard = HaltOnExit(shared, false);
     let r = worker_loop(shared, id, io);
     guard.1 = r.is_ok();
     r
@@ -613,7 +674,11 @@ struct Worker<'a> {
     rx: RecvBatch,
     out: Output<'a>,
     tun_in: TunReader,
-    next_tick: Instant,
+    /// When this worker's counters changed since it last published them: they are
+    /// published within a `PUBLISH_EVERY` of that.
+    changed_since: Option<Instant>,
+    /// Worker 0 saw the host's addresses change (a host-specific relay).
+    addresses_changed: bool,
     busy: BusyPoll,
 }
 
@@ -639,7 +704,8 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
             kernel: shared.kernel.map(|k| k.peers(shared.started.elapsed())),
         },
         tun_in: TunReader::default(),
-        next_tick: shared.started + TICK,
+        changed_since: None,
+        addresses_changed: true,
         // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when
         // the next packet is due within the window, look again at once, yielding the
         // core between looks, rather than sleep.
@@ -659,26 +725,97 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
 }
 
 impl Worker<'_> {
-    /// Sleep until a socket is readable or the tick is due, unless busy polling says
-    /// look again at once (yielding the core to whoever needs it).
+    /// When this worker must wake at the latest: its counters' publication; for worker
+    /// 0 also the relay's next deadline, the shell's and a drain's end; for the others
+    /// a look at the stop flags.
+    fn wake_at(&self, now: Instant) -> Instant {
+        let shared = self.shared;
+        let publish = self.changed_since.map(|t| t + PUBLISH_EVERY);
+        let drain = shared.drain_until.get().copied();
+        if self.id != 0 {
+            // Stops and failures wake them ([`WorkerShared::wake_all`]).
+            return [publish, drain].into_iter().flatten().fold(now + Duration::from_secs(86_400), Instant::min);
+        }
+        let timer = shared.relay.poll_timeout().map(|t| shared.started + t);
+        [publish, timer, drain].into_iter().flatten().fold(shared.shell.next_wake(), Instant::min)
+    }
+
+    /// Sleep until a socket is readable or something is due, unless busy polling says
+    /// look again at once (yielding the core to whoever needs it). Worker 0 also wakes
+    /// for a status request, a signal, a deadline another worker brought forward, and a
+    /// change of the host's addresses (a host-specific relay).
     fn wait_for_work(&mut self) -> Result<(), Failure> {
         if self.busy.spin(Instant::now()) {
             std::thread::yield_now();
             return Ok(());
         }
-        let wait = self.next_tick.saturating_duration_since(Instant::now());
-        // Worker 0 also wakes for a status request; the others poll the TUN twice.
-        let third = if self.id == 0 { self.shared.shell.status_fd() } else { self.tun.as_fd() };
-        let mut fds = [
+        let shared = self.shared;
+        let (wake, _) = &shared.wakes[self.id];
+        let take_wake = || {
+            let mut buf = [0u8; 64];
+            while matches!(std::io::Read::read(&mut &*wake, &mut buf), Ok(n) if n > 0) {}
+        };
+        if self.id != 0 {
+            let wait = self.wake_at(Instant::now()).saturating_duration_since(Instant::now());
+            let mut fds = [
+                PollFd::new(self.rx.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.tun.as_fd(), PollFlags::POLLIN),
+                PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+            ];
+            wait::readable(&mut fds, wait)?;
+            if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
+                take_wake();
+            }
+            return Ok(());
+        }
+        // Said before the last look at the deadline: a worker that brings it forward
+        // after that look sees this and wakes us (both sides sequentially consistent).
+        let asleep =
+            |t: Instant| u64::try_from(t.saturating_duration_since(shared.started).as_nanos()).unwrap_or(u64::MAX);
+        shared.asleep_until.store(asleep(self.wake_at(Instant::now())), Ordering::SeqCst);
+        let until = self.wake_at(Instant::now());
+        let wait = until.saturating_duration_since(Instant::now());
+        let addresses =
+            shared.addresses.as_ref().map(|(w, _)| w.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        let mut fds = vec![
             PollFd::new(self.rx.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.tun.as_fd(), PollFlags::POLLIN),
-            PollFd::new(third, PollFlags::POLLIN),
+            PollFd::new(shared.shell.status_fd(), PollFlags::POLLIN),
+            PollFd::new(shared.shell.signal_fd(), PollFlags::POLLIN),
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
         ];
+        if let Some(w) = &addresses {
+            fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
+        }
         wait::readable(&mut fds, wait)?;
-        if self.id == 0 && fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            self.shared.shell.serve_status(self.shared);
+        shared.asleep_until.store(0, Ordering::SeqCst);
+        let readable = |f: Option<&PollFd>| f.and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN));
+        let status = readable(fds.get(2));
+        let woken = readable(fds.get(4));
+        self.addresses_changed |= readable(fds.get(5));
+        drop(fds);
+        drop(addresses);
+        if woken {
+            take_wake();
+        }
+        if status {
+            shared.shell.serve_status(shared);
         }
         Ok(())
+    }
+
+    /// Another worker's round may have brought the relay's next deadline before the one
+    /// worker 0 sleeps until: wake it.
+    fn wake_the_timer(&self) {
+        let shared = self.shared;
+        let asleep = shared.asleep_until.load(Ordering::SeqCst);
+        if asleep == 0 {
+            return;
+        }
+        let due = shared.relay.poll_timeout().map(|t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
+        if due.is_some_and(|d| d < asleep) {
+            shared.wake(0);
+        }
     }
 
     /// UDP side a bounded number of batches, then the TUN side up to a batch of
@@ -704,9 +841,14 @@ impl Worker<'_> {
         handled += drain::tun(self.tun, &mut self.tun_in, BATCH, |packet| {
             logging::outcome(shared.relay.on_tun(state, now, packet, out), "packet", "the IPv6 side");
         })?;
-        if Instant::now() >= self.next_tick {
-            self.tick();
+        if handled > 0 {
+            self.changed_since.get_or_insert(round_start);
+            shared.shell.busy();
+            if self.id != 0 {
+                self.wake_the_timer();
+            }
         }
+        self.chores();
         // Timers and a bubble's answer may have queued for either side.
         self.out.tun_out.flush(self.tun);
         if !self.out.batch.is_empty() {
@@ -716,25 +858,35 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Every tick: this worker's counters published; worker 0 also runs the relay's
-    /// timers and the shell's chores (watchdog, status, metrics, SIGUSR1, requests
-    /// that came while it was busy polling).
-    fn tick(&mut self) {
+    /// What is due after a round: worker 0 runs the relay's timers when due, follows
+    /// the host's addresses, and the shell's chores (watchdog, status, metrics,
+    /// SIGUSR1, SIGHUP, requests that came while it was busy polling); every worker
+    /// publishes its counters a while after they changed.
+    fn chores(&mut self) {
+        let shared = self.shared;
         if self.id == 0 {
-            self.shared.relay.on_timer(&mut self.state, self.shared.started.elapsed(), &mut self.out);
-            self.shared.follow_addresses();
+            let now = shared.started.elapsed();
+            if shared.relay.poll_timeout().is_some_and(|t| now >= t) {
+                shared.relay.on_timer(&mut self.state, now, &mut self.out);
+                self.changed_since.get_or_insert_with(Instant::now);
+                shared.shell.busy();
+            }
+            if std::mem::take(&mut self.addresses_changed) {
+                shared.follow_addresses();
+            }
+            if shared.shell.tick(shared) {
+                // Requests that came while the worker was busy polling.
+                shared.shell.serve_status(shared);
+            }
         }
-        self.publish();
-        if self.id == 0 {
-            self.shared.shell.tick(self.shared);
-            // Requests that came while the worker was busy polling.
-            self.shared.shell.serve_status(self.shared);
+        if self.changed_since.is_some_and(|t| Instant::now() >= t + PUBLISH_EVERY) {
+            self.publish();
         }
-        self.next_tick += TICK;
     }
 
     /// This worker's counters, where the reports read them.
-    fn publish(&self) {
+    fn publish(&mut self) {
+        self.changed_since = None;
         *self.shared.published[self.id].lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             (self.state.stats().clone(), self.out.io_errors(&self.tun_in), self.out.offloads(&self.tun_in));
     }

@@ -126,7 +126,6 @@ fn serve(
         }
     }
     let mut packet = vec![0u8; 65536];
-    let mut last_timer = std::time::Duration::ZERO;
     let mut drain_until: Option<std::time::Instant> = None;
     loop {
         if shell.stop_requested() {
@@ -138,16 +137,17 @@ fn serve(
         }
         shell.tick(&daemon);
         let now = daemon.start.elapsed();
-        // The relay's bubbles are repeated and its peers expire on its timer.
-        if now >= last_timer + TIMER {
+        // The relay's bubbles are repeated and its peers expire on its timer, when due.
+        if daemon.machine.poll_timeout().is_some_and(|t| now >= t) {
             daemon.machine.on_timer(now, &mut daemon.out);
             daemon.out.flush();
-            last_timer = now;
+            shell.busy();
         }
         let mut fds = vec![
             PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
             PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
             PollFd::new(shell.status_fd(), PollFlags::POLLIN),
+            PollFd::new(shell.signal_fd(), PollFlags::POLLIN),
         ];
         if let Some(t) = &tun {
             fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
@@ -158,10 +158,15 @@ fn serve(
         if let Some(fd) = link_answers.as_ref().filter(|_| !daemon.out.echo_link.as_ref().is_some_and(|l| l.gone)) {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
-        let wake = if tun.is_some() { TIMER } else { std::time::Duration::from_millis(500) };
+        // Asleep until something is readable (a signal too), the relay part's next
+        // deadline, the shell's, or the drain's end.
+        let deadline = daemon.machine.poll_timeout().map(|t| daemon.start + t);
+        let until = [deadline, Some(shell.next_wake()), drain_until].into_iter().flatten().min();
+        let wake = until.map_or(std::time::Duration::ZERO, |u| u.saturating_duration_since(std::time::Instant::now()));
         if !wait::readable(&mut fds, wake)? {
             continue;
         }
+        shell.busy();
         if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
             shell.serve_status(&daemon);
         }
@@ -219,9 +224,6 @@ fn withdraw(bird: Option<&mut BirdLink>, shell: &Shell<Confined>, drain: std::ti
         }
     }
 }
-
-/// How often the relay's timer runs, and the longest a relaying server sleeps.
-const TIMER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The relay part's TUN interface, up with a link-local address and the route to the
 /// Teredo prefix, and its settings from what the host has: its IPv4 addresses (never a
@@ -286,6 +288,14 @@ impl Machine {
     fn on_timer(&mut self, now: std::time::Duration, tx: &mut Output) {
         if let Machine::Both(b) = self {
             b.on_timer(now, tx);
+        }
+    }
+
+    /// The next deadline: the relay part's (a server alone has none).
+    fn poll_timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            Machine::Server(s) => s.poll_timeout(),
+            Machine::Both(b) => b.poll_timeout(),
         }
     }
 }

@@ -237,8 +237,9 @@ pub fn follow_routes(
     stop: &AtomicBool,
     halt: &AtomicBool,
 ) -> Result<(), String> {
-    // How soon a stop is noticed.
-    const STOP_CHECK: Duration = Duration::from_millis(100);
+    // How soon a stop is noticed at the latest: the owner wakes the watch when it stops
+    // it or fails (`RouteWatch::stopped_by`), so this is only a backstop.
+    const STOP_CHECK: Duration = Duration::from_secs(30);
     let start = Instant::now();
     let (mut ipv6, mut ipv4) = (Following::<RouteVerdicts>::new(start), Following::<bool>::new(start));
     // A relay through the host's stack keeps no IPv6 verdict, and a kernel that may

@@ -271,6 +271,14 @@ impl std::os::fd::AsFd for NetworkWatch {
     }
 }
 
+impl std::os::fd::AsFd for AddressWatch {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the socket outlives the borrow, which is tied to `self`.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket.as_raw_fd()) }
+    }
+}
+
 /// rtnetlink multicast group RTMGRP_IPV6_IFADDR (linux/rtnetlink.h).
 const IPV6_ADDRESS_CHANGES: u32 = 0x100;
 

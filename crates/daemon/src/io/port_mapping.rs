@@ -166,7 +166,12 @@ impl PortMapping {
 
     /// Time to renew (half the lifetime gone; never for a permanent one).
     pub fn renew_due(&self) -> bool {
-        self.lifetime != 0 && self.granted.elapsed() >= Duration::from_secs(u64::from(self.lifetime / 2))
+        self.renew_at().is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// When the mapping is renewed: half its lifetime on (`None`: it lasts).
+    pub fn renew_at(&self) -> Option<Instant> {
+        (self.lifetime != 0).then(|| self.granted + Duration::from_secs(u64::from(self.lifetime / 2)))
     }
 
     /// Renew; false if the gateway no longer grants the same mapping.
@@ -227,17 +232,21 @@ pub struct Mapper {
     /// The last endpoint no gateway granted, and when: not asked again for a while
     /// (every refresh would otherwise search the LAN anew).
     refused: Option<(SocketAddrV4, Instant)>,
+    /// When [`Mapper::poll`] last looked for an answer.
+    looked_at: Instant,
 }
 
 /// How long an endpoint no gateway granted is not asked for again.
 const REFUSED_FOR: Duration = Duration::from_secs(600);
+/// How often the loop looks for a background request's answer.
+const BACKGROUND_LOOK: Duration = Duration::from_millis(100);
 /// How long the exit waits for a mapping's release.
 const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 impl Mapper {
     /// Mappings of the service port `port`, with `protocols`.
     pub fn new(protocols: Protocols, port: u16) -> Mapper {
-        Mapper { protocols, port, held: None, asking: None, told: None, refused: None }
+        Mapper { protocols, port, held: None, asking: None, told: None, refused: None, looked_at: Instant::now() }
     }
 
     /// The mapping held.
@@ -284,6 +293,7 @@ impl Mapper {
     /// Each tick: take in a finished request or renewal, start a due renewal. Returns
     /// the mapping to tell the state machine when it changed (`Some(None)`: lost).
     pub fn poll(&mut self) -> Option<Option<SocketAddrV4>> {
+        self.looked_at = Instant::now();
         if let Some((wanted, rx)) = &self.asking {
             match rx.try_recv() {
                 Ok(got) => {
@@ -320,6 +330,15 @@ impl Mapper {
             // Held again when the renewal answers; until then the mapping still stands.
         }
         None
+    }
+
+    /// When [`Mapper::poll`] next has something to do: soon while a request runs (its
+    /// answer comes on a channel the loop cannot poll), the renewal otherwise.
+    pub fn next_due(&self) -> Option<Instant> {
+        if self.asking.is_some() {
+            return Some(self.looked_at + BACKGROUND_LOOK);
+        }
+        self.held.as_ref().and_then(PortMapping::renew_at)
     }
 
     /// On exit: give back what is held (and what is being asked), waiting a little.

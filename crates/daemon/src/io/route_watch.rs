@@ -57,6 +57,8 @@ pub struct RouteWatch {
     seq: u32,
     /// Notifications that came while a listing did.
     noticed: Changed,
+    /// Readable when the watch's owner stops it (see [`RouteWatch::stopped_by`]).
+    stop: Option<std::os::unix::net::UnixStream>,
 }
 
 /// Which family's routing a change touched (both when it cannot be told: a link, a
@@ -127,6 +129,7 @@ impl RouteWatch {
             port: us.port_number(),
             seq: 0,
             noticed: Changed::default(),
+            stop: None,
         })
     }
 
@@ -184,10 +187,25 @@ impl RouteWatch {
 
     fn readable(&self, timeout: Duration) -> bool {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(self), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(std::os::fd::AsFd::as_fd(self), PollFlags::POLLIN)];
+        if let Some(s) = &self.stop {
+            fds.push(PollFd::new(std::os::fd::AsFd::as_fd(s), PollFlags::POLLIN));
+        }
         let ms = PollTimeout::try_from(timeout.as_millis().saturating_add(1)).unwrap_or(PollTimeout::MAX);
-        // An interrupted wait reads the socket, which costs nothing.
-        !poll(&mut fds, ms).is_ok_and(|n| n == 0)
+        // An interrupted wait reads the socket, which costs nothing; so does a wake-up
+        // (the socket, non-blocking, has nothing), whose bytes are taken.
+        let ready = !poll(&mut fds, ms).is_ok_and(|n| n == 0);
+        if let Some(s) = fds.get(1).filter(|f| f.revents().is_some_and(|r| !r.is_empty())).and(self.stop.as_ref()) {
+            let mut buf = [0u8; 64];
+            while matches!(std::io::Read::read(&mut &*s, &mut buf), Ok(n) if n > 0) {}
+        }
+        ready
+    }
+
+    /// A wait for changes ends when `stop` becomes readable (the owner's signal to
+    /// look at its stop flag), not only at its time-out.
+    pub fn stopped_by(&mut self, stop: std::os::unix::net::UnixStream) {
+        self.stop = Some(stop);
     }
 
     /// Which route verdicts the host's IPv6 routing lets the programs keep: a client's

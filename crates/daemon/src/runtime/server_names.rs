@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// Longest wait between retries.
 pub const MAX_RETRY: Duration = Duration::from_secs(60);
+/// How often the loop looks for a running lookup's answers.
+const LOOKUP_LOOK: Duration = Duration::from_millis(100);
 
 /// How long to wait before retry number `attempt` (0 for the first retry): doubling
 /// from [`FIRST_RETRY`] up to [`MAX_RETRY`].
@@ -142,6 +144,8 @@ pub struct ServerNames {
     /// Retries done since the last round that resolved everything.
     attempt: u32,
     retry_at: Option<Instant>,
+    /// When [`ServerNames::tick`] last looked for answers.
+    looked_at: Instant,
 }
 
 impl ServerNames {
@@ -169,6 +173,7 @@ impl ServerNames {
             again: false,
             attempt: 0,
             retry_at: None,
+            looked_at: now,
         };
         s.resolve_all(now);
         s
@@ -278,8 +283,18 @@ impl ServerNames {
         self.attempt = self.attempt.saturating_add(1);
     }
 
-    /// Called at every tick: take in finished lookups, start due retries.
+    /// When [`ServerNames::tick`] next has something to do: soon while a lookup runs
+    /// (its answer comes on a channel the loop cannot poll), the retry otherwise.
+    pub fn next_due(&self) -> Option<Instant> {
+        if self.in_flight {
+            return Some(self.looked_at + LOOKUP_LOOK);
+        }
+        self.retry_at
+    }
+
+    /// Called when due (or whenever): take in finished lookups, start due retries.
     pub fn tick(&mut self, now: Instant) {
+        self.looked_at = now;
         if self.in_flight {
             let got = match &self.worker {
                 Some(w) => w.answers.try_recv(),

@@ -72,6 +72,11 @@ impl ServiceManager {
         }
     }
 
+    /// How often the watchdog wants feeding, if it runs.
+    pub fn feed_every(&self) -> Option<Duration> {
+        self.feed_every
+    }
+
     /// From the event loop, as often as it turns: feeds the watchdog when due.
     pub fn tick(&mut self, now: Instant) {
         let Some(every) = self.feed_every else { return };

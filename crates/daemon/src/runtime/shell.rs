@@ -43,8 +43,16 @@ use std::time::{Duration, Instant};
 /// again with them.
 pub const RESTART_AFTER: Duration = Duration::from_secs(1);
 
-/// How often the loop publishes its counters for Prometheus (`MetricsAddress`).
+/// How often the loop publishes its counters for Prometheus (`MetricsAddress`) while
+/// it has traffic.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+/// How long after SIGUSR1 the counters are logged: every worker has published what it
+/// counted before the signal by then.
+const REPORT_AFTER: Duration = Duration::from_millis(PUBLISH_EVERY.as_millis() as u64 + 50);
+/// How often the chores run when nothing happened since the last (nothing to publish
+/// anew): an idle daemon sleeps, and wakes for them this often at most, or as often as
+/// the service manager's watchdog needs.
+pub const IDLE_CHORES: Duration = Duration::from_secs(10);
 
 /// Set-up done, still privileged: [`Shell::confine`] comes next.
 #[derive(Debug)]
@@ -86,6 +94,10 @@ pub struct Shell<S> {
     /// schedule, so that a loop ticking at the period does them on every tick, and one
     /// that turns per batch does not do them per batch.
     next_chores: Mutex<Instant>,
+    /// The loop did something since the last chores ([`Shell::busy`]).
+    busy: AtomicBool,
+    /// When SIGUSR1's counters are logged.
+    report_at: Mutex<Option<Instant>>,
     /// The status document as last rendered: what callers of the status socket get.
     rendered: RenderedStatus,
     /// SIGHUP's reload of the daemon's file (none: the role reloads nothing).
@@ -143,6 +155,8 @@ impl Shell<Opened> {
             manager: Mutex::new(manager),
             signals,
             next_chores: Mutex::new(Instant::now()),
+            busy: AtomicBool::new(false),
+            report_at: Mutex::new(None),
             rendered: RenderedStatus::default(),
             reload: None,
             restart: AtomicBool::new(false),
@@ -187,6 +201,8 @@ impl Shell<Opened> {
             manager: self.manager,
             signals: self.signals,
             next_chores: self.next_chores,
+            busy: self.busy,
+            report_at: self.report_at,
             rendered: self.rendered,
             reload: self.reload,
             restart: self.restart,
@@ -230,33 +246,76 @@ impl Shell<Confined> {
     }
 
     /// The chores, called from the loop as often as it turns: the counters in the log if
-    /// SIGUSR1 came; and every [`PUBLISH_EVERY`], the watchdog fed, the status line and the
-    /// metrics snapshot brought up to date. Status requests are the loop's to answer when
-    /// the status socket is readable ([`Shell::serve_status`]).
-    pub fn tick(&self, role: &impl Reports) {
-        if self.signals.take_report_request() {
-            tracing::info!("counters: {}", role.counters().log_line());
+    /// SIGUSR1 came, the file read again if SIGHUP did; and when due (every
+    /// [`PUBLISH_EVERY`] while the loop is [`busy`](Shell::busy), every [`IDLE_CHORES`]
+    /// or the watchdog's half period otherwise), the watchdog fed, the status line and
+    /// the metrics snapshot brought up to date: true then. Status requests are the
+    /// loop's to answer when the status socket is readable ([`Shell::serve_status`]).
+    pub fn tick(&self, role: &impl Reports) -> bool {
+        self.signals.drain_wake();
+        let now = Instant::now();
+        {
+            // SIGUSR1's counters a publication period on, so that a relay's every
+            // worker has published what it counted before the signal.
+            let mut report = self.report_at.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.signals.take_report_request() {
+                report.get_or_insert(now + REPORT_AFTER);
+            }
+            if report.is_some_and(|at| now >= at) {
+                *report = None;
+                tracing::info!("counters: {}", role.counters().log_line());
+            }
         }
         if self.signals.take_reload_request() {
             self.reload_now();
         }
-        let now = Instant::now();
         let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
         if now < *due {
-            return;
+            return false;
         }
-        // The next ones a period after these were due, or after now when the loop fell
-        // behind (no burst to catch up).
-        *due = (*due + PUBLISH_EVERY).max(now + PUBLISH_EVERY / 2);
+        // With traffic, the next ones a period after these were due, or after now when
+        // the loop fell behind (no burst to catch up); idle, the next in a while, which
+        // the loop's next traffic brings forward ([`Shell::busy`]).
+        let mut m = self.manager();
+        *due = if self.busy.swap(false, Ordering::Relaxed) {
+            (*due + PUBLISH_EVERY).max(now + PUBLISH_EVERY / 2)
+        } else {
+            now + m.feed_every().map_or(IDLE_CHORES, |f| (f / 2).min(IDLE_CHORES))
+        };
         drop(due);
         {
-            let mut m = self.manager();
             m.tick(now);
             m.status(&role.service_status());
+            drop(m);
         }
         if let Some(snapshot) = &self.snapshot {
             snapshot.publish(self.samples(role));
         }
+        true
+    }
+
+    /// The loop handled traffic or ran its timers: the counters it changed are published
+    /// within [`PUBLISH_EVERY`], however long the idle chores' schedule slept.
+    pub fn busy(&self) {
+        if !self.busy.load(Ordering::Relaxed) {
+            self.busy.store(true, Ordering::Relaxed);
+            let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
+            *due = (*due).min(Instant::now() + PUBLISH_EVERY);
+        }
+    }
+
+    /// When the loop must wake for the shell, at the latest: the next chores, or the
+    /// restart a reload asked for. (A signal wakes it through [`Shell::signal_fd`].)
+    pub fn next_wake(&self) -> Instant {
+        let chores = *self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
+        let restart = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).1;
+        let report = *self.report_at.lock().unwrap_or_else(PoisonError::into_inner);
+        [restart, report].into_iter().flatten().fold(chores, Instant::min)
+    }
+
+    /// Readable once a signal came: for the loop's poll (the chores take it).
+    pub fn signal_fd(&self) -> BorrowedFd<'_> {
+        self.signals.wake_fd()
     }
 
     /// Answer the status requests that wait (when the loop saw [`Shell::status_fd`]

@@ -52,7 +52,6 @@ use std::time::{Duration, Instant};
 const BATCH: usize = 32;
 /// UDP batches read from one socket per round at most (see `runtime::drain`).
 const UDP_BATCHES_PER_ROUND: usize = 8;
-const TICK: Duration = Duration::from_millis(100);
 /// Peers the kernel data path holds at most (a client's few; the rest go through the
 /// daemon).
 const KERNEL_PEERS: usize = 4096;
@@ -237,7 +236,7 @@ fn serve(
         tun_in: TunReader::default(),
         buf: vec![0u8; SLOT],
         started,
-        next_tick: started,
+        run_timers: true,
         last_state: ClientState::Offline,
         bind_address: conf.bind_address,
         service_port,
@@ -265,8 +264,10 @@ struct ClientDaemon<'a> {
     tun_in: TunReader,
     buf: Vec<u8>,
     started: Instant,
-    next_tick: Instant,
-    /// The state at the last tick.
+    /// Run the timers at the next round whatever their deadlines (the servers changed:
+    /// qualify at once).
+    run_timers: bool,
+    /// The state at the last run of the timers.
     last_state: ClientState,
     bind_address: Ipv4Addr,
     service_port: u16,
@@ -279,14 +280,16 @@ struct ClientDaemon<'a> {
 /// What a wait found readable beside the service and probe sockets and the TUN, which
 /// are always read.
 struct Readable {
+    /// Anything at all (a signal too).
+    any: bool,
     status: bool,
     discovery: bool,
     ports: Vec<NonZeroU16>,
 }
 
 impl ClientDaemon<'_> {
-    /// The loop: wait, take what came, the tick when due, send, follow the events, and
-    /// the shell's chores.
+    /// The loop: wait (until something is readable or the next deadline), take what
+    /// came, the timers when due, send, follow the events, and the shell's chores.
     fn run(&mut self, shell: &Shell<Confined>) -> Result<(), Failure> {
         while !shell.stop_requested() {
             let readable = self.wait(shell)?;
@@ -295,8 +298,12 @@ impl ClientDaemon<'_> {
                 self.on_network_change();
             }
             self.read(&readable)?;
-            if Instant::now() >= self.next_tick {
-                self.tick();
+            let timers = self.run_timers || self.timers_due().is_some_and(|t| Instant::now() >= t);
+            if timers {
+                self.timers();
+            }
+            if timers || readable.any {
+                shell.busy();
             }
             self.out.flush();
             self.follow_events()?;
@@ -308,11 +315,19 @@ impl ClientDaemon<'_> {
         Ok(())
     }
 
-    /// Sleep until something is readable or the tick is due. Random ports (rare: peers
-    /// behind symmetric NATs) join the poll only when open, so the common round
-    /// allocates nothing.
+    /// When the timers next have something to do: the state machine's deadline, the
+    /// names' lookups, the port mapping's renewal (`None`: nothing until I/O).
+    fn timers_due(&self) -> Option<Instant> {
+        let proto = self.client.poll_timeout().map(|d| self.started + d);
+        [proto, self.names.next_due(), self.mapping.next_due()].into_iter().flatten().min()
+    }
+
+    /// Sleep until something is readable (a signal too) or the next deadline, the
+    /// timers' or the shell's. Random ports (rare: peers behind symmetric NATs) join the
+    /// poll only when open, so the common round allocates nothing.
     fn wait(&self, shell: &Shell<Confined>) -> Result<Readable, Failure> {
-        let wait = self.next_tick.saturating_duration_since(Instant::now());
+        let until = self.timers_due().map_or(shell.next_wake(), |t| t.min(shell.next_wake()));
+        let wait = if self.run_timers { Duration::ZERO } else { until.saturating_duration_since(Instant::now()) };
         let status = shell.status_fd();
         let fds = [
             PollFd::new(self.rx_service.as_fd(), PollFlags::POLLIN),
@@ -322,21 +337,22 @@ impl ClientDaemon<'_> {
             PollFd::new(status, PollFlags::POLLIN),
             PollFd::new(self.discovery.as_ref().map_or(status, |d| d.as_fd()), PollFlags::POLLIN),
             PollFd::new(self.iface.helper.as_fd(), PollFlags::POLLIN),
+            PollFd::new(shell.signal_fd(), PollFlags::POLLIN),
         ];
         let readable = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
         if self.out.ports.is_empty() {
             let mut fds = fds;
-            wait::readable(&mut fds, wait)?;
-            return Ok(Readable { status: readable(&fds[4]), discovery: readable(&fds[5]), ports: Vec::new() });
+            let any = wait::readable(&mut fds, wait)?;
+            return Ok(Readable { any, status: readable(&fds[4]), discovery: readable(&fds[5]), ports: Vec::new() });
         }
         let ports: Vec<u16> = self.out.ports.fds().map(|(p, _)| p).collect();
         let fixed = fds.len();
         let mut all: Vec<PollFd> = fds.into_iter().collect();
         all.extend(self.out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
-        wait::readable(&mut all, wait)?;
+        let any = wait::readable(&mut all, wait)?;
         let ready =
             ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).filter_map(|(&p, _)| NonZeroU16::new(p));
-        Ok(Readable { status: readable(&all[4]), discovery: readable(&all[5]), ports: ready.collect() })
+        Ok(Readable { any, status: readable(&all[4]), discovery: readable(&all[5]), ports: ready.collect() })
     }
 
     /// The network changed: the old gateway's mapping means nothing on the new network
@@ -390,9 +406,10 @@ impl ClientDaemon<'_> {
         Ok(())
     }
 
-    /// Every tick: the state machine's timers, the names' lookups, the port mapping, and
+    /// When due: the state machine's timers, the names' lookups, the port mapping, and
     /// a new server list when the names' answers changed.
-    fn tick(&mut self) {
+    fn timers(&mut self) {
+        self.run_timers = false;
         self.client.on_timer(self.started.elapsed(), &mut self.out);
         self.names.tick(Instant::now());
         if let Some(changed) = self.mapping.poll() {
@@ -407,14 +424,13 @@ impl ClientDaemon<'_> {
         self.last_state = st.state;
         let want = self.names.servers();
         let qualified_with = st.server.filter(|_| st.state == ClientState::Qualified);
-        self.next_tick = Instant::now() + TICK;
         if replace_now(self.client.servers(), &want, qualified_with) {
             tracing::info!("Teredo servers: {}", list(&want));
             // The mapping pointed at the old first server.
             self.mapping.forget();
             self.client.set_servers(want);
-            // Qualify at once, not a tick later.
-            self.next_tick = Instant::now();
+            // Qualify at once: the timers again at the next round.
+            self.run_timers = true;
         }
     }
 
