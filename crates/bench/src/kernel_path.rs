@@ -19,6 +19,11 @@ pub(crate) struct MapFigures {
     pub(crate) sizes: Vec<(usize, f64, Vec<f64>)>,
 }
 
+/// The state machines' figures, as the daemon hands them to the programs.
+fn contract() -> shipworm_kernel_path::Contract {
+    shipworm_proto::kernel_figures::KERNEL_FIGURES.into()
+}
+
 fn peer(i: u32) -> Ipv6Addr {
     // Client addresses as a relay sees them: the standard prefix, a server, the rest
     // varying (flags, port and address fields).
@@ -76,8 +81,8 @@ pub(crate) fn map_figures(
         let mut each = Vec::with_capacity(passes as usize);
         let (mut full, mut empty) = (0, 0);
         for pass in 0..passes.max(1) {
-            let mut k =
-                KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), n as u32)).map_err(|e| e.to_string())?;
+            let mut k = KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), n as u32, contract()))
+                .map_err(|e| e.to_string())?;
             empty = k.peer_map_bytes().map_err(|e| e.to_string())?;
             let peers = k.peers();
             let now = monotonic_ns();

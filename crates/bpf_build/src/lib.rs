@@ -17,10 +17,15 @@ pub fn without(object: &str) {
 }
 
 /// Builds `source` (relative to the crate) into `OUT_DIR/object`; false when no clang
-/// was found (the object is then empty). A program clang refuses fails the build.
+/// was found (the object is then empty). A program clang refuses fails the build. The
+/// headers it includes are looked for beside it, then in `OUT_DIR` (what the build
+/// script wrote), and any change in its directory builds it again.
 pub fn compile(source: &str, object: &str) -> bool {
     let out = out_path(object);
     println!("cargo:rerun-if-changed={source}");
+    if let Some(dir) = std::path::Path::new(source).parent().filter(|d| !d.as_os_str().is_empty()) {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
     println!("cargo:rerun-if-env-changed=SHIPWORM_BPF_CLANG");
     // Debian's kernel headers keep asm/ under the multiarch directory.
     let multiarch = match env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
@@ -35,6 +40,7 @@ pub fn compile(source: &str, object: &str) -> bool {
         let status = Command::new(&clang)
             .args(["-O2", "-g", "-target", "bpf", "-Wall", "-Werror"])
             .arg(format!("-idirafter/usr/include/{multiarch}"))
+            .arg(format!("-I{}", out_path("").display()))
             .args(["-c", source, "-o"])
             .arg(&out)
             .status();

@@ -7,7 +7,7 @@
 //!   and goes to IPv6 forwarding (relay), straight out of its IPv6 route (a direct
 //!   relay), or into the Teredo interface's receive path (client).
 //! * `teredo_encap` (tc egress at the Teredo interface): a packet for a trusted peer
-//!   heard from within 30 s gets them and leaves by the IPv4 route. A direct relay's
+//!   heard from within its validity (30 s, [`Contract`]) gets them and leaves by the IPv4 route. A direct relay's
 //!   `teredo_ingress` does the same for a native packet as it arrives, when the host
 //!   would route it into the Teredo interface.
 //!
@@ -16,6 +16,8 @@
 //! read it (and write a peer's last-heard time). The programs are attached as BPF links
 //! owned by this process: when it exits, crashes included, they go.
 
+#[cfg(test)]
+mod layout_check;
 mod maps;
 mod test_run;
 
@@ -31,6 +33,12 @@ use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// `d` in nanoseconds, as the programs' clock counts.
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/teredo.bpf.o"));
 
@@ -38,6 +46,29 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/te
 /// default, which needs clang).
 pub fn built() -> bool {
     !OBJECT.is_empty()
+}
+
+/// The state machines' figures the programs judge by, handed to them in their
+/// configuration at load, so that none is written again in C: whoever loads the
+/// programs fills it from `shipworm_proto` (the daemon, the benchmark, the tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contract {
+    /// A peer is valid while heard from within it (RFC 4380 §5.2.4; `VALIDITY`).
+    pub validity: Duration,
+    /// A peer's last-heard time is written at most this often (`KERNEL_HEARD_GRAIN`).
+    pub heard_grain: Duration,
+    /// A client's native peer sent to this long without a word back is tested again by
+    /// userland: its packets go up (`RELAY_SILENCE`).
+    pub silence: Duration,
+    /// The Teredo prefixes' first 32 bits: RFC 4380's and the experimental one.
+    pub teredo_prefixes: [[u8; 4]; 2],
+}
+
+impl From<(Duration, Duration, Duration, [[u8; 4]; 2])> for Contract {
+    /// From `shipworm_proto::kernel_figures::KERNEL_FIGURES`, in its order.
+    fn from((validity, heard_grain, silence, teredo_prefixes): (Duration, Duration, Duration, [[u8; 4]; 2])) -> Self {
+        Contract { validity, heard_grain, silence, teredo_prefixes }
+    }
 }
 
 /// What the programs need to know of the relay.
@@ -67,12 +98,14 @@ pub struct Settings {
     /// packets to clients are encapsulated (the route to each client's mapping may be
     /// kept, [`Switch::mapping_verdicts`]).
     pub relay_tun: Option<u32>,
+    /// The state machines' figures.
+    pub contract: Contract,
 }
 
 impl Settings {
     /// A relay's on `local`, port 3544, with room for `peers`, the standard prefix and
     /// no Teredo interface named: the programs as the tests and the benchmark load them.
-    pub fn relay(local: Ipv4Addr, peers: u32) -> Settings {
+    pub fn relay(local: Ipv4Addr, peers: u32, contract: Contract) -> Settings {
         Settings {
             peers,
             local: vec![local],
@@ -83,6 +116,7 @@ impl Settings {
             client_tun: None,
             direct_tun: None,
             relay_tun: None,
+            contract,
         }
     }
 }
@@ -278,6 +312,10 @@ impl KernelPath {
             slot_key: slot_key()?,
             slot_mask: slots - 1,
             routes4: 0,
+            validity_ns: nanos(settings.contract.validity),
+            heard_grain_ns: nanos(settings.contract.heard_grain),
+            silence_ns: nanos(settings.contract.silence),
+            teredo: settings.contract.teredo_prefixes,
         };
         // A kernel that preempts the programs could let two of them share one CPU's
         // destination verdicts.

@@ -1,4 +1,4 @@
-//! The maps the programs share with userland, laid out as `bpf/teredo.bpf.c` declares
+//! The maps the programs share with userland, laid out as `bpf/shared.h` declares
 //! them, and the three map operations userland performs on them after set-up (look up,
 //! update, delete): plain `bpf(2)` calls on a descriptor, safe from any thread, and the
 //! only ones the confined daemon keeps.
@@ -47,114 +47,52 @@ pub(crate) struct ConfigValue {
     pub slot_key: [u32; 2],
     pub slot_mask: u32,
     pub routes4: u32,
+    pub validity_ns: u64,
+    pub heard_grain_ns: u64,
+    pub silence_ns: u64,
+    pub teredo: [[u8; 4]; 2],
 }
 
+// The programs' own build checks each field's offset against these (the test
+// `the_shared_layouts_match_the_programs_btf`); the sizes here only keep a quick eye.
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 72);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 104);
 
-/// `enum counter`: what became of each Teredo packet the programs looked at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum Counter {
-    /// Decapsulated and handed to IPv6 forwarding (a relay's) or to the Teredo
-    /// interface's receive path (a client's).
-    DecapForwarded,
-    /// Their IPv6 bytes.
-    DecapBytes,
-    /// Up to the socket: the source is no trusted peer.
-    DecapUnknownPeer,
-    /// Up: a trusted peer's address from another mapping.
-    DecapOtherMapping,
-    /// Up: not a whole plain IPv6 packet (bubble, trailer, origin indication, fragment,
-    /// malformed).
-    DecapNotPlain,
-    /// Up: a destination the relay's own rules must judge (a client's: not its
-    /// address).
-    DecapDestination,
-    /// Up: hop limit ≤ 1 (userland answers).
-    DecapHopLimit,
-    /// Encapsulated and sent to the peer's mapping.
-    EncapForwarded,
-    /// Their IPv6 bytes.
-    EncapBytes,
-    /// On to the TUN: no trusted peer.
-    EncapUnknownPeer,
-    /// On: the peer was not heard from within 30 s (userland bubbles).
-    EncapStale,
-    /// On: its length is not its IPv6 header's (a train counts once, whole, in
-    /// the forwarded ones).
-    EncapNotPlain,
-    /// On: a source a routing-loop check must judge (a client's: not its address).
-    EncapSource,
-    /// On: no IPv4 route (or the path's MTU is too small).
-    EncapNoRoute,
-    /// The kernel refused the encapsulation.
-    EncapFailed,
-    /// On: a client's native peer sent to for a second without a word back (userland
-    /// tests its relay again).
-    EncapSilent,
-    /// Of the decapsulated, those a direct relay sent out of their IPv6 route itself.
-    DecapDirect,
-    /// Of the encapsulated, those a direct relay took as they arrived.
-    EncapDirect,
-    /// Up: its UDP checksum is still to be taken (a process on this host sent it
-    /// through a veth, a tap or a bridge); decapsulated, that checksum would be written
-    /// over the frame's type on the way out.
-    DecapChecksumPending,
-}
-
-/// How many counters there are.
-pub const COUNTERS: usize = 19;
-
-impl Counter {
-    /// Every counter, in the programs' order.
-    pub const ALL: [Counter; COUNTERS] = [
-        Counter::DecapForwarded,
-        Counter::DecapBytes,
-        Counter::DecapUnknownPeer,
-        Counter::DecapOtherMapping,
-        Counter::DecapNotPlain,
-        Counter::DecapDestination,
-        Counter::DecapHopLimit,
-        Counter::EncapForwarded,
-        Counter::EncapBytes,
-        Counter::EncapUnknownPeer,
-        Counter::EncapStale,
-        Counter::EncapNotPlain,
-        Counter::EncapSource,
-        Counter::EncapNoRoute,
-        Counter::EncapFailed,
-        Counter::EncapSilent,
-        Counter::DecapDirect,
-        Counter::EncapDirect,
-        Counter::DecapChecksumPending,
-    ];
-
-    /// (direction, outcome) as metrics and status name them.
-    pub fn labels(self) -> (&'static str, &'static str) {
-        match self {
-            Counter::DecapForwarded => ("decap", "forwarded"),
-            Counter::DecapBytes => ("decap", "bytes"),
-            Counter::DecapUnknownPeer => ("decap", "unknown_peer"),
-            Counter::DecapOtherMapping => ("decap", "other_mapping"),
-            Counter::DecapNotPlain => ("decap", "not_plain"),
-            Counter::DecapDestination => ("decap", "destination"),
-            Counter::DecapHopLimit => ("decap", "hop_limit"),
-            Counter::EncapForwarded => ("encap", "forwarded"),
-            Counter::EncapBytes => ("encap", "bytes"),
-            Counter::EncapUnknownPeer => ("encap", "unknown_peer"),
-            Counter::EncapStale => ("encap", "stale"),
-            Counter::EncapNotPlain => ("encap", "not_plain"),
-            Counter::EncapSource => ("encap", "source"),
-            Counter::EncapNoRoute => ("encap", "no_route"),
-            Counter::EncapFailed => ("encap", "failed"),
-            Counter::EncapSilent => ("encap", "silent"),
-            Counter::DecapDirect => ("decap", "direct"),
-            Counter::EncapDirect => ("encap", "direct"),
-            Counter::DecapChecksumPending => ("decap", "checksum_pending"),
+/// Makes `Counter` from the list in `counter_list.rs` (build.rs makes the C enum from
+/// the same list).
+macro_rules! counters {
+    ($($(#[$doc:meta])* $variant:ident = ($c:literal, $direction:literal, $outcome:literal),)*) => {
+        /// `enum counter`: what became of each Teredo packet the programs looked at.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u32)]
+        pub enum Counter {
+            $($(#[$doc])* $variant,)*
         }
-    }
+
+        /// How many counters there are.
+        pub const COUNTERS: usize = [$($c),*].len();
+
+        impl Counter {
+            /// Every counter, in the programs' order.
+            pub const ALL: [Counter; COUNTERS] = [$(Counter::$variant),*];
+
+            /// (direction, outcome) as metrics and status name them.
+            pub fn labels(self) -> (&'static str, &'static str) {
+                match self {
+                    $(Counter::$variant => ($direction, $outcome),)*
+                }
+            }
+
+            /// Its name in the programs (`enum counter`).
+            pub fn c_name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $c,)*
+                }
+            }
+        }
+    };
 }
+include!("counter_list.rs");
 
 #[repr(C)]
 struct ElemAttr {

@@ -48,8 +48,13 @@ fn a(s: &str) -> Ipv6Addr {
     s.parse().unwrap()
 }
 
+/// The state machines' figures, as the daemon hands them to the programs.
+fn contract() -> shipworm_kernel_path::Contract {
+    shipworm_proto::kernel_figures::KERNEL_FIGURES.into()
+}
+
 fn settings() -> Settings {
-    Settings::relay(RELAY_V4, 1024)
+    Settings::relay(RELAY_V4, 1024, contract())
 }
 
 fn ipv6(src: &str, dst: &str, hop_limit: u8, payload: &[u8]) -> Vec<u8> {

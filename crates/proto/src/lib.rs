@@ -29,6 +29,7 @@ pub mod drop_reason;
 pub mod exercise;
 pub mod first_contact;
 pub mod icmp_error;
+pub mod kernel_figures;
 pub mod local_discovery;
 pub mod outcome;
 pub mod peer_table;

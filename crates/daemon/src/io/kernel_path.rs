@@ -133,6 +133,11 @@ fn kernel_at_least(need: (u32, u32)) -> Result<(), String> {
     }
 }
 
+/// The state machines' figures the programs judge by.
+fn contract() -> shipworm_kernel_path::Contract {
+    shipworm_proto::kernel_figures::KERNEL_FIGURES.into()
+}
+
 fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     kernel_at_least(if want.local.ip().is_unspecified() { (6, 7) } else { (6, 6) })?;
     let nl = Netlink::new()?;
@@ -151,6 +156,7 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         client_tun: None,
         direct_tun: None,
         relay_tun: None,
+        contract: contract(),
     };
     // A relay's programs keep the route to each client's mapping (a direct relay's,
     // each peer's IPv6 route too) until told the host's routing changed: subscribed
@@ -661,7 +667,7 @@ mod tests {
             eprintln!("skipped: loading the programs needs root");
             return;
         }
-        let path = KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), 16))
+        let path = KernelPath::load(&Settings::relay(Ipv4Addr::new(192, 0, 2, 1), 16, contract()))
             .expect("the programs load (root, a kernel with BPF)");
         let mut list = KernelPeerList { map: path.peers(), base: 0, refused: Arc::default(), switch: path.switch() };
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -359,8 +359,6 @@ impl<R: Random> Client<R> {
 
     /// Time for the waiting peers: the next try for each one due, or giving up.
     pub(super) fn retry_waiting(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        // Worked out again from every entry that stays.
-        self.pending_due = None;
         for _ in 0..self.pending.len() {
             let Some(dst) = self.pending.pop_front() else {
                 break;
@@ -390,11 +388,9 @@ impl<R: Random> Client<R> {
             }
             if p.tries > 0 && now.saturating_sub(p.last_tx) < RETRY {
                 self.pending.push_back(dst);
-                self.waits(&dst, now);
             } else if p.tries < PEER_TRIES {
                 self.try_to_reach(now, dst, tx);
                 self.pending.push_back(dst);
-                self.waits(&dst, now);
             } else {
                 self.give_up(now, dst, tx);
             }

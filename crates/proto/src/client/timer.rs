@@ -51,16 +51,26 @@ impl<R: Random> Client<R> {
         self.tend_random_ports(now, tx);
         let stale = self.first_contacts.expire(now, RETRY * (u32::from(PEER_TRIES) + 1));
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, stale);
+        // Worked out again, after every step that may have changed the list: the
+        // waiting peers' next tries (entries whose peer answered or went are dropped
+        // at the next run, whenever it comes).
+        self.pending_due = self.pending.iter().filter_map(|a| self.retry_at(a, now)).min();
     }
 
-    /// `peer` is on the waiting list (or just stayed on it): its next try is due two
-    /// seconds after its last, soon if none went yet, at once if it is gone.
+    /// When waiting peer `peer`'s next try is due: two seconds after its last, or soon
+    /// if none went yet or the last one due could not go (nothing to send it from, a
+    /// budget spent: looked at again as the fixed tick did). `None`: it waits no more,
+    /// or is gone.
+    fn retry_at(&self, peer: &Ipv6Addr, now: Duration) -> Option<Duration> {
+        let p = self.peers.get(peer).filter(|p| p.waiting)?;
+        let next = p.last_tx + RETRY;
+        Some(if p.tries > 0 && next > now { next } else { now + TRY_AGAIN })
+    }
+
+    /// `peer` is on the waiting list (or just stayed on it): the timer is due by its
+    /// next try.
     pub(super) fn waits(&mut self, peer: &Ipv6Addr, now: Duration) {
-        let at = match self.peers.get(peer) {
-            Some(p) if p.tries > 0 => p.last_tx + RETRY,
-            Some(_) => now + TRY_AGAIN,
-            None => now,
-        };
+        let at = self.retry_at(peer, now).unwrap_or(now);
         self.pending_due = Some(self.pending_due.map_or(at, |d| d.min(at)));
     }
 }

@@ -6,8 +6,9 @@
 use super::*;
 
 /// How stale the kernel's last-heard time of a peer may be before a packet through
-/// userland writes it again (the kernel's own writes have the same grain).
-pub(super) const KERNEL_HEARD_GRAIN: Duration = Duration::from_millis(100);
+/// userland writes it again; the programs write theirs at this grain too (the daemon
+/// hands it to them at load).
+pub const KERNEL_HEARD_GRAIN: Duration = Duration::from_millis(100);
 
 /// The relay keeps a kernel data path's peer list.
 pub(super) fn mirrors(cfg: &RelayConfig) -> bool {

@@ -54,7 +54,8 @@ pub use config::{RelayConfig, RelayStats, Served};
 use crate::bubble_budget::{self, BubbleBudget};
 pub use held::HELD_PER_SHARD;
 use held::{hold, take_held, Held, HELD_FOR};
-use kernel::{kernel_forget_removed, mirrors, KERNEL_HEARD_GRAIN};
+pub use kernel::KERNEL_HEARD_GRAIN;
+use kernel::{kernel_forget_removed, mirrors};
 pub use timer::SWEEP_EVERY;
 
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.

@@ -43,10 +43,12 @@ fn millis_up(t: Duration) -> u64 {
 }
 
 /// When a waiting peer is next bubbled: two seconds after its last try, or soon when
-/// the rate held its bubbles back before any went.
+/// the rate held its bubbles back (before any went, or when the next was due): never at
+/// or before `now`, so that a timer run leaves nothing due at once.
 fn retry_at((tries, last_tx): (u8, Duration), now: Duration) -> Duration {
-    if tries > 0 {
-        last_tx + BUBBLE_SPACING
+    let next = last_tx + BUBBLE_SPACING;
+    if tries > 0 && next > now {
+        next
     } else {
         now + RATE_RETRY
     }

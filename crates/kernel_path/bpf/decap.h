@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: MIT OR Apache-2.0
+//
+// The decapsulation: what a frame from the IPv4 side is (`classify`), and the XDP
+// program that takes a trusted client's plain packet out of its tunnel.
+
+#ifndef SHIPWORM_DECAP_H
+#define SHIPWORM_DECAP_H
+
+// What a frame from the IPv4 side is to the decapsulation: not ours (not counted),
+// ours but for userland (a counter says why), or a trusted client's plain packet to
+// move (its peer's last-heard time is then updated).
+#define MOVE COUNTERS
+
+// Whether the UDP checksum of `ip4`'s datagram `udp` is still to be taken
+// (CHECKSUM_PARTIAL): a datagram a process on this host sent through a veth, a tap or a
+// bridge, which pass it on so. Decapsulated, its checksum's start would point into the
+// new Ethernet header, and whatever finishes the sum on the way out (the kernel in
+// software, or a NIC) would write it over the frame's type. BPF can neither see nor
+// clear that state; the checksum field tells it: a sum still to be taken holds the
+// pseudo-header's sum alone (address translation on the way keeps it so). A finished
+// checksum equals it by chance for about one flow and datagram size in 65,535 (the
+// inner packet's own checksum makes them sum alike): those go to the socket too,
+// slower, never wrong. A checksum of zero is none.
+static __always_inline int checksum_pending(const struct iphdr *ip4, const struct udphdr *udp)
+{
+	__u32 sum = (bpf_ntohl(ip4->saddr) >> 16) + (bpf_ntohl(ip4->saddr) & 0xffff) +
+		    (bpf_ntohl(ip4->daddr) >> 16) + (bpf_ntohl(ip4->daddr) & 0xffff) + IPPROTO_UDP +
+		    bpf_ntohs(udp->len);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return udp->check && bpf_ntohs(udp->check) == sum;
+}
+
+// Makes the first `headers` bytes of the frame directly readable, or the whole frame
+// if it is shorter (the payload may stay in the buffer's fragments).
+static __always_inline void pull_headers(struct __sk_buff *skb, __u32 headers)
+{
+	if ((void *)(long)skb->data + headers > (void *)(long)skb->data_end)
+		bpf_skb_pull_data(skb, skb->len < headers ? skb->len : headers);
+}
+
+// `data` points at the Ethernet header, `end` at the end of what can be read directly,
+// and the frame is `frame_len` bytes long (a socket buffer's may lie partly beyond
+// `end`). Returns MOVE, a counter (left to userland) or -1 (not a Teredo datagram for
+// us); `inner` gets the IPv6 packet's length.
+static __always_inline int classify(void *data, void *end, __u32 frame_len, __u32 *inner, struct config **config_out)
+{
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return -1;
+	struct iphdr *ip4 = (void *)(eth + 1);
+	if ((void *)(ip4 + 1) > end || ip4->ihl != 5 || ip4->version != 4 || ip4->protocol != IPPROTO_UDP)
+		return -1;
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg || !cfg->enabled || !is_local(cfg, ip4->daddr))
+		return -1;
+	*config_out = cfg;
+	struct udphdr *udp = (void *)(ip4 + 1);
+	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
+		return -1;
+
+	// A Teredo datagram for us: from here on every outcome is counted. Its IPv4
+	// header as the kernel's own receive would check it (the sum over it, its
+	// checksum included, is all ones).
+	struct ipv6hdr *ip6 = (void *)(udp + 1);
+	if ((void *)(ip6 + 1) > end || ipv4_checksum(ip4) != 0)
+		return DECAP_NOT_PLAIN;
+	__u32 udp_len = bpf_ntohs(udp->len);
+	*inner = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
+	// Whole and alone: no fragment, no origin indication or trailer, no bubble.
+	if ((ip4->frag_off & bpf_htons(0x3fff)) || bpf_ntohs(ip4->tot_len) != sizeof(struct iphdr) + udp_len ||
+	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + *inner || ip6->payload_len == 0 ||
+	    ETH_HLEN + OUTER_LEN + *inner > frame_len)
+		return DECAP_NOT_PLAIN;
+	if (cfg->client) {
+		// The client takes only what is addressed to it; the host stack judges the
+		// hop limit.
+		if (!same_address(&ip6->daddr, cfg->own))
+			return DECAP_DESTINATION;
+	} else {
+		if (ip6->hop_limit <= 1)
+			return DECAP_HOP_LIMIT;
+		if (!plain_destination(&ip6->daddr, cfg))
+			return DECAP_DESTINATION;
+	}
+	struct peer *p = bpf_map_lookup_elem(&peers, &ip6->saddr);
+	if (!p)
+		return DECAP_UNKNOWN_PEER;
+	if (p->ip != ip4->saddr || p->port != udp->source)
+		return DECAP_OTHER_MAPPING;
+	if (checksum_pending(ip4, udp))
+		return DECAP_CHECKSUM_PENDING;
+	heard(p, cfg);
+	return MOVE;
+}
+
+// From a trusted client to the native IPv6 network, in the driver (XDP): the outer
+// IPv4 and UDP headers go, the Ethernet header stays (its type becomes IPv6), and the
+// kernel forwards the IPv6 packet as if it had arrived so.
+SEC("xdp")
+int teredo_decap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	__u32 inner = 0;
+	struct config *cfg = 0;
+	int what = classify(data, end, (__u32)(end - data), &inner, &cfg);
+	// A client's packets go into its Teredo interface, which only tc can reach.
+	if (what < 0 || !cfg || cfg->client)
+		return XDP_PASS;
+	if (what != MOVE) {
+		count(what, 1);
+		return XDP_PASS;
+	}
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDP_PASS;
+	unsigned char dst[ETH_ALEN], src[ETH_ALEN];
+	__builtin_memcpy(dst, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(src, eth->h_source, ETH_ALEN);
+	if (bpf_xdp_adjust_head(ctx, (int)OUTER_LEN)) {
+		count(DECAP_NOT_PLAIN, 1);
+		return XDP_PASS;
+	}
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > end)
+		return XDP_DROP; // cannot happen: the packet only got shorter at its head
+	__builtin_memcpy(eth->h_dest, dst, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, src, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IPV6);
+	count(DECAP_FORWARDED, 1);
+	count(DECAP_BYTES, inner);
+	return XDP_PASS;
+}
+
+#endif // SHIPWORM_DECAP_H
