@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 clang libbpf-dev bpftool
+ensure_apt $(grep -v '^#' packaging/debian/build-depends) iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 bpftool
 ensure_shipworm_user
 ensure_rust
 say "building shipworm and the lab (release)"

@@ -6,14 +6,15 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 say "checking tools"
-# build-essential: libFuzzer's C++; the rest: the namespace lab, its Miredo peers and
-# the SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the
-# UPnP/PCP gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), bird2 (the
-# routing daemon announcing a relay's prefix), clang and libbpf-dev (they build the
-# kernel data path's eBPF programs; bpftool shows a test what is attached), systemd
+# The build's own needs (build-essential, which libFuzzer's C++ needs too, clang and
+# libbpf-dev for the kernel data path's eBPF programs) are the package's declared list,
+# packaging/debian/build-depends. The rest: the namespace lab, its Miredo peers and the
+# SIP user agent (sip-tester: SIPp) that calls a client first, miniupnpd (the UPnP/PCP
+# gateway of the lab's symmetric-upnp and symmetric-pcp NAT boxes), bird2 (the routing
+# daemon announcing a relay's prefix), bpftool (shows a test what is attached), systemd
 # (systemd-analyze checks the units; systemd-nspawn boots the package in a Debian root
-# debootstrap makes).
-ensure_apt build-essential iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 clang libbpf-dev bpftool systemd \
+# debootstrap makes), lintian (Debian's checker of the package).
+ensure_apt $(grep -v '^#' packaging/debian/build-depends) lintian iproute2 nftables iputils-ping miredo miredo-server librsvg2-bin ethtool sip-tester miniupnpd-nftables bird2 bpftool systemd \
     systemd-container debootstrap
 ensure_shipworm_user
 ensure_rust
@@ -69,6 +70,8 @@ say "Debian package: cargo deb, then installed, checked and booted under systemd
 ensure_cargo_deb
 cargo deb -p shipworm --profile ci --locked | tail -n 1
 deb=$(ls target/debian/shipworm_*.deb | tail -n 1)
+# Debian's own checker: no error, no warning (each override in the package says why).
+lintian --fail-on error,warning --display-level '>=warning' "$deb" || die "lintian found errors or warnings in $deb"
 scripts/systemd-check.sh "$deb"
 
 say "cargo test (unit, vectors, property runs, CLI, end-to-end lab suite)"
