@@ -79,7 +79,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # The end-to-end suite runs the build the package holds (the ci profile's).
 SHIPWORM_E2E=required SHIPWORM_E2E_BIN="$PWD/target/ci/shipworm" \
-    cargo test --profile ci --workspace --all-targets --locked 2>&1 | tee "$log"
+    cargo test --workspace --all-targets --locked 2>&1 | tee "$log"
 phase_done
 # One closing line over every test binary.
 awk '/^test result:/ { p += $4; f += $6; i += $8 }

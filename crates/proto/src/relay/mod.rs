@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
+mod admission;
 mod config;
 mod held;
 mod kernel;
@@ -52,6 +53,7 @@ mod timer;
 pub use config::{RelayConfig, RelayStats, Served};
 
 use crate::bubble_budget::{self, BubbleBudget};
+use admission::{admit, Admission, Datagram};
 pub use held::HELD_PER_SHARD;
 use held::{hold, take_held, Held, HELD_FOR};
 pub use kernel::KERNEL_HEARD_GRAIN;
@@ -155,6 +157,18 @@ pub const FETCH_AHEAD_FROM: usize = 1 << 17;
 pub const MIN_SHARD_PEERS: usize = 256;
 /// Smallest share of the waiting-peer cap a shard gets.
 pub const MIN_SHARD_PENDING: usize = 32;
+
+/// One more peer is about to wait: the shard's list is capped, and with it the bytes
+/// queues hold. The oldest waiting peers give way, their packets lost; a trusted one
+/// keeps its entry.
+fn make_room_to_wait(shard: &mut Shard, w: &mut RelayWorker) {
+    while shard.pending.len() >= shard.pending_capacity {
+        let Some(old) = shard.pending.pop_front() else { break };
+        if let Some(lost) = shard.peers.give_way(&old) {
+            w.stats.drops.count_n(DropReason::QueueFull, lost);
+        }
+    }
+}
 
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     // A worker that panicked mid-update leaves a consistent table (every step is a
@@ -377,15 +391,8 @@ impl SharedRelay {
         let known = shard.peers.get_keyed(key).map(|p| p.waiting);
         if known != Some(true) {
             // One more peer waits, whatever made it wait (a newcomer, or a trusted peer
-            // gone silent): the list is capped, and with it the bytes queues hold. The
-            // oldest waiting peer gives way, its packets lost; a trusted one keeps its
-            // entry.
-            while shard.pending.len() >= shard.pending_capacity {
-                let old = shard.pending.pop_front().expect("non-empty");
-                if let Some(lost) = shard.peers.give_way(&old) {
-                    w.stats.drops.count_n(DropReason::QueueFull, lost);
-                }
-            }
+            // gone silent).
+            make_room_to_wait(shard, w);
         }
         // Making room removed only waiting entries, so `known` still tells.
         if known.is_none() {
@@ -525,100 +532,101 @@ impl SharedRelay {
         let Some(t) = TeredoAddr::decode_with_prefix(&src, self.cfg.prefix) else {
             return w.dropped(DropReason::SourceMismatch);
         };
-        let embedded = t.mapped == from;
-        let bubble_nonce = match pkt.trailers.get(trailer_type::NONCE) {
-            Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
+        let echo = match pkt.trailers.get(trailer_type::NONCE) {
+            Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)).filter(|_| pkt.is_bubble()),
             _ => None,
         };
+        let key = self.keys.key(&src);
         let held = {
-            let key = self.keys.key(&src);
             let mut shard = lock(self.shard(&key));
-            // A client met through its own packets from an unproved port: only the
-            // nonce proves it (a host behind the same address cannot see it).
             let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
-            let Some(mut p) = shard.peers.get_mut_keyed(&key) else {
+            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, held };
+            let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d, now)) else {
                 return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
-            let learned = p.trusted && p.mapped == from;
-            // Our bubbles' nonce echoed: the client itself, from any port of the address
-            // it embeds (a symmetric NAT's). It moves a mapping an answer without it set
-            // (someone behind the same address).
-            let echo = bubble_nonce.filter(|_| pkt.is_bubble());
-            let by_nonce = echo.is_some() && echo == p.nonce_sent && t.mapped.ip() == from.ip();
-            // Without a nonce (Miredo's clients), another port of the embedded address
-            // is taken while we wait for an answer: a symmetric NAT's.
-            let answer = p.waiting && !held && pkt.is_bubble() && echo.is_none() && t.mapped.ip() == from.ip();
-            if !(embedded || learned || answer || by_nonce) {
-                let waiting = p.waiting;
-                drop(p);
-                // More from a client whose first packets are held while its port is
-                // proved: held too, if they may leave at all.
-                if waiting && held && !pkt.is_bubble() && t.mapped.ip() == from.ip() {
+            match admission {
+                Admission::Refused(r) => return w.dropped(r),
+                Admission::Hold => {
                     if let Err(r) = self.may_leave(&ip.dst_addr()) {
                         return w.dropped(r);
                     }
                     hold(&mut shard.held, w, (src, from), now, ip.packet());
                     return Ok(Action::Queued);
                 }
-                return w.dropped(DropReason::SourceMismatch);
-            }
-            // Spent once it proved the client, or once the client spoke from the mapping
-            // its address embeds; kept after an answer without it (which of two hosts
-            // behind one address answered is not known yet), until the next round.
-            if by_nonce || embedded {
-                p.nonce_sent = None;
-            }
-            let was_waiting = p.waiting;
-            // The kernel's list already has it, heard from a moment ago: no update (a
-            // peer waited for is not in it).
-            let fresh = learned && !was_waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
-            p.trusted = true;
-            p.mapped = from;
-            p.last_rx = now;
-            p.tries = 0;
-            p.waiting = false;
-            let queue = p.take_queue();
-            drop(p);
-            // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
-            if was_waiting {
-                shard.spent.answered(&src);
-            }
-            // The queue first, then the kernel's list: what the kernel sends the client
-            // from then on cannot overtake it (`KernelPeers::trust` lets what was sent
-            // before it leave first). Both under the shard's lock, so that no removal of
-            // the entry can overtake the listing.
-            if let Some(mut q) = queue {
-                while let Some(packet) = q.next_packet() {
-                    tx.send(Source::Service, from, packet, None);
-                    w.stats.to_teredo += 1;
-                    w.stats.to_teredo_bytes += packet.len() as u64;
+                Admission::Client { proved, fresh } => {
+                    self.accept(&mut shard, w, now, (&key, from), (proved, fresh, held), tx)
                 }
             }
-            if !fresh {
-                self.kernel_trust(tx, &src, from, now);
-            }
-            // What the client sent from the port it proved goes now; the rest is dropped.
-            if was_waiting && held {
-                take_held(&mut shard.held, w, &src, from)
-            } else {
-                Vec::new()
-            }
         };
+        // What the client sent from the port it proved goes now, then this packet.
         for packet in &held {
             // Checked when held; a host-specific relay's served addresses may have
             // changed since.
             let Ok(held_ip) = Ipv6Packet::new_checked(&packet[..]) else { continue };
-            if let Err(r) = self.may_leave(&held_ip.dst_addr()) {
-                w.stats.drops.count(r);
-                continue;
-            }
-            tx.deliver(packet);
-            w.stats.to_ipv6 += 1;
-            w.stats.to_ipv6_bytes += packet.len() as u64;
+            self.forward(w, &held_ip, tx).ok();
         }
         if pkt.is_bubble() {
             return Ok(Action::Consumed);
         }
+        self.forward(w, &ip, tx)
+    }
+
+    /// A client's datagram admitted (`proved`, `fresh`: see [`Admission::Client`];
+    /// `held`: some of its packets are held): its entry trusted at `from`, its queue
+    /// sent, the kernel's list told, and its held packets from that port returned to
+    /// go on (the rest dropped).
+    fn accept(
+        &self,
+        shard: &mut Shard,
+        w: &mut RelayWorker,
+        now: Duration,
+        (key, from): (&Key, SocketAddrV4),
+        (proved, fresh, held): (bool, bool, bool),
+        tx: &mut impl Transmit,
+    ) -> Vec<Box<[u8]>> {
+        let Some(mut p) = shard.peers.get_mut_keyed(key) else { return Vec::new() };
+        let src = p.addr;
+        // Spent once it proved the client, or once the client spoke from the mapping
+        // its address embeds; kept after an answer without it (which of two hosts
+        // behind one address answered is not known yet), until the next round.
+        if proved {
+            p.nonce_sent = None;
+        }
+        let was_waiting = p.waiting;
+        p.trusted = true;
+        p.mapped = from;
+        p.last_rx = now;
+        p.tries = 0;
+        p.waiting = false;
+        let queue = p.take_queue();
+        drop(p);
+        // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
+        if was_waiting {
+            shard.spent.answered(&src);
+        }
+        // The queue first, then the kernel's list: what the kernel sends the client from
+        // then on cannot overtake it (`KernelPeers::trust` lets what was sent before it
+        // leave first). Both under the shard's lock, so that no removal of the entry can
+        // overtake the listing.
+        if let Some(mut q) = queue {
+            while let Some(packet) = q.next_packet() {
+                tx.send(Source::Service, from, packet, None);
+                w.stats.to_teredo += 1;
+                w.stats.to_teredo_bytes += packet.len() as u64;
+            }
+        }
+        if !fresh {
+            self.kernel_trust(tx, &src, from, now);
+        }
+        if was_waiting && held {
+            take_held(&mut shard.held, w, &src, from)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// A client's packet out to the native side, if it may leave for its destination.
+    fn forward(&self, w: &mut RelayWorker, ip: &Ipv6Packet<&[u8]>, tx: &mut impl Transmit) -> Outcome {
         if let Err(r) = self.may_leave(&ip.dst_addr()) {
             return w.dropped(r);
         }
@@ -676,11 +684,9 @@ impl SharedRelay {
         if t.mapped.ip() != from.ip() {
             return w.dropped(DropReason::SourceMismatch);
         }
-        if !is_global_unicast(*from.ip()) || !is_global_unicast(t.server) || self.cfg.own_ipv4.contains(from.ip()) {
-            return w.dropped(DropReason::DestinationMappingNotGlobal);
-        }
-        if [*from.ip(), t.server].iter().any(|a| self.cfg.local_broadcasts.contains(a)) {
-            return w.dropped(DropReason::AttachedSubnet);
+        // (Its mapping is where it came from: the same checks as a destination's.)
+        if let Err(r) = self.tunnel_destination(t) {
+            return w.dropped(r);
         }
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
@@ -695,12 +701,7 @@ impl SharedRelay {
             }
         }
         if !embedded {
-            while shard.pending.len() >= shard.pending_capacity {
-                let old = shard.pending.pop_front().expect("non-empty");
-                if let Some(lost) = shard.peers.give_way(&old) {
-                    w.stats.drops.count_n(DropReason::QueueFull, lost);
-                }
-            }
+            make_room_to_wait(shard, w);
         }
         let mut peer = Peer::new(src, t.mapped, now);
         if embedded {

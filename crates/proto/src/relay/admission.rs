@@ -1,0 +1,148 @@
+//! Whether a datagram from a client the relay has an entry for comes from that client
+//! (RFC 4380 §5.4.2; RFC 6081 §5.2.4's nonce): judged from the datagram and the entry
+//! alone, with no lock, table or output in sight, so that every rule is one line here
+//! and a case of its own.
+
+use super::*;
+
+/// What the admission looks at in a datagram.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Datagram {
+    /// Where it came from.
+    pub(super) from: SocketAddrV4,
+    /// The mapping its source address embeds.
+    pub(super) embeds: SocketAddrV4,
+    /// A bubble (no payload).
+    pub(super) bubble: bool,
+    /// The Nonce trailer it carries, if a bubble (RFC 6081 §5.2.4: a client's direct
+    /// bubble echoes ours).
+    pub(super) echo: Option<NonZeroU32>,
+    /// Packets of this client are held while it proves its port.
+    pub(super) held: bool,
+}
+
+/// What becomes of a datagram from a client with an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Admission {
+    /// From the client: its entry is updated and the packet goes on. `proved`: by our
+    /// nonce or from the mapping its address embeds (the round's nonce is spent);
+    /// `fresh`: from the mapping the kernel's list already has, heard a moment ago (no
+    /// update of the list).
+    Client { proved: bool, fresh: bool },
+    /// More from a client whose first packets are held while its port is proved: held
+    /// too (if they may leave at all).
+    Hold,
+    /// Not from the client.
+    Refused(DropReason),
+}
+
+/// How `d` is admitted against the client's entry `p` at `now`.
+pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
+    let embedded = d.embeds == d.from;
+    let same_address = d.embeds.ip() == d.from.ip();
+    // From the mapping a bubble exchange proved.
+    let learned = p.trusted && p.mapped == d.from;
+    // Our bubbles' nonce echoed: the client itself, from any port of the address it
+    // embeds (a symmetric NAT's). It moves a mapping an answer without it set (someone
+    // behind the same address).
+    let by_nonce = d.echo.is_some() && d.echo == p.nonce_sent && same_address;
+    // Without a nonce (Miredo's clients), another port of the embedded address is taken
+    // while we wait for an answer: a symmetric NAT's. Not for a client whose packets are
+    // held: only the nonce proves it (a host behind the same address cannot see it).
+    let answer = p.waiting && !d.held && d.bubble && d.echo.is_none() && same_address;
+    if embedded || learned || answer || by_nonce {
+        let fresh = learned && !p.waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
+        return Admission::Client { proved: by_nonce || embedded, fresh };
+    }
+    if p.waiting && d.held && !d.bubble && same_address {
+        return Admission::Hold;
+    }
+    Admission::Refused(DropReason::SourceMismatch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    const EMBEDS: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), 40000);
+    const OTHER_PORT: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 7), 40001);
+    const ELSEWHERE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 9), 40000);
+    const NONCE: Option<NonZeroU32> = NonZeroU32::new(7);
+
+    fn entry(waiting: bool, trusted_at: Option<SocketAddrV4>) -> Peer {
+        let mut p = Peer::new(Ipv6Addr::LOCALHOST, trusted_at.unwrap_or(EMBEDS), Duration::ZERO);
+        p.trusted = trusted_at.is_some();
+        p.waiting = waiting;
+        p.nonce_sent = NONCE;
+        p
+    }
+
+    fn datagram(from: SocketAddrV4, bubble: bool, echo: Option<NonZeroU32>, held: bool) -> Datagram {
+        Datagram { from, embeds: EMBEDS, bubble, echo, held }
+    }
+
+    #[test]
+    fn each_way_a_client_proves_itself_and_each_refusal() {
+        let s = Duration::from_secs(10);
+        let cases = [
+            // From the mapping its address embeds: the client, proved.
+            (
+                entry(false, None),
+                datagram(EMBEDS, false, None, false),
+                Admission::Client { proved: true, fresh: false },
+            ),
+            // From the mapping a bubble exchange proved, data.
+            (
+                entry(false, Some(OTHER_PORT)),
+                datagram(OTHER_PORT, false, None, false),
+                Admission::Client { proved: false, fresh: false },
+            ),
+            // Our nonce echoed from another port of the embedded address.
+            (
+                entry(true, None),
+                datagram(OTHER_PORT, true, NONCE, false),
+                Admission::Client { proved: true, fresh: false },
+            ),
+            // A nonce-less answer from another port while we wait (a symmetric NAT's).
+            (
+                entry(true, None),
+                datagram(OTHER_PORT, true, None, false),
+                Admission::Client { proved: false, fresh: false },
+            ),
+            // ... but not for a client whose packets are held: only the nonce proves it.
+            (entry(true, None), datagram(OTHER_PORT, true, None, true), Admission::Refused(DropReason::SourceMismatch)),
+            // Its held client's data from the unproved port: held too.
+            (entry(true, None), datagram(OTHER_PORT, false, None, true), Admission::Hold),
+            // A wrong nonce, another address, or data from an unproved port: refused.
+            (
+                entry(true, None),
+                datagram(OTHER_PORT, true, NonZeroU32::new(8), false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+            (
+                entry(true, None),
+                datagram(ELSEWHERE, true, NONCE, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+            (
+                entry(false, None),
+                datagram(OTHER_PORT, false, None, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+        ];
+        for (i, (p, d, want)) in cases.into_iter().enumerate() {
+            assert_eq!(admit(&p, &d, s), want, "case {i}: {d:?} against {p:?}");
+        }
+    }
+
+    #[test]
+    fn a_listed_client_heard_a_moment_ago_is_fresh() {
+        let mut p = entry(false, Some(EMBEDS));
+        p.last_rx = Duration::from_secs(10);
+        let d = datagram(EMBEDS, false, None, false);
+        let at = |ms| admit(&p, &d, Duration::from_secs(10) + Duration::from_millis(ms));
+        assert_eq!(at(50), Admission::Client { proved: true, fresh: true });
+        assert_eq!(at(150), Admission::Client { proved: true, fresh: false });
+    }
+}
