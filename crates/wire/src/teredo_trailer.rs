@@ -5,9 +5,11 @@
 //! Every node tolerates them and a server forwards them intact, so the trailer area is
 //! kept as the raw bytes it arrived as; this module only reads it. The look-ups process
 //! the trailers as RFC 6081 §5.1.2 has a client do: in order, skipping unknown types,
-//! and stopping at the first malformed one (a TLV that runs past the end, or a known type
-//! whose value does not parse) — those before it count, the packet is kept, so a plain
-//! RFC 4380 exchange is never broken by a bad trailer. An unknown type whose two top
+//! and stopping at the first malformed one, which §5.1.2 defines by length alone (a TLV
+//! that runs past the end) — those before it count, the packet is kept, so a plain
+//! RFC 4380 exchange is never broken by a bad trailer. A known type whose value does not
+//! parse is not malformed there: it is not used (its typed look-up gives nothing), and
+//! the trailers after it count. An unknown type whose two top
 //! bits are 01 asks that the packet be discarded ([`Trailers::must_discard`]).
 //! [`Trailers::validate`] says whether every TLV fits (what a server checks before it
 //! forwards them).
@@ -105,16 +107,13 @@ impl<'a> Trailers<'a> {
         self.iter().try_for_each(|t| t.map(|_| ()))
     }
     /// The first trailer of type `kind` before the first malformed one (RFC 6081
-    /// §5.1.2); a malformed trailer of that very type is returned, so that the caller can
-    /// tell it is (a bad Alternate Address trailer spoils its bubble, §5.6.4.2).
+    /// §5.1.2), whether or not its value parses, so that the caller can tell a bad one
+    /// (a bad Alternate Address trailer spoils its bubble, §5.6.4.2).
     pub fn find(&self, kind: u8) -> Option<Trailer<'a>> {
         for t in self.iter() {
             let t = t.ok()?;
             if t.kind == kind {
                 return Some(t);
-            }
-            if is_known(t.kind) && TrailerRepr::parse(&t).is_err() {
-                return None;
             }
         }
         None
@@ -125,11 +124,7 @@ impl<'a> Trailers<'a> {
     pub fn must_discard(&self) -> bool {
         for t in self.iter() {
             let Ok(t) = t else { return false };
-            if is_known(t.kind) {
-                if TrailerRepr::parse(&t).is_err() {
-                    return false;
-                }
-            } else if t.kind >> 6 == 0b01 {
+            if !is_known(t.kind) && t.kind >> 6 == 0b01 {
                 return true;
             }
         }
@@ -377,11 +372,15 @@ mod tests {
 
     #[test]
     fn trailers_before_the_first_malformed_one_count_and_the_rest_do_not() {
-        // Nonce, then a Neighbor Discovery option of the wrong length, then a Random Port.
+        // Nonce, then a Neighbor Discovery option of the wrong length, then a Random Port:
+        // a bad value is not malformed (RFC 6081 §5.1.2 defines that by length alone),
+        // so the Random Port after it counts; the bad one is shown, and not used.
         let t = Trailers::new(&[1, 4, 9, 8, 7, 6, 4, 2, 0, 0, 5, 2, 0x04, 0xb1]);
         assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([9, 8, 7, 6])));
-        assert_eq!(t.get(trailer_type::RANDOM_PORT), None, "processing stopped at the bad one");
+        assert_eq!(t.get(trailer_type::RANDOM_PORT), Some(TrailerRepr::RandomPort(1201)), "read past a bad value");
         assert!(t.find(trailer_type::NEIGHBOR_DISCOVERY).is_some(), "the bad one itself is shown");
+        assert_eq!(t.get(trailer_type::NEIGHBOR_DISCOVERY), None, "and not used");
+        assert!(Trailers::new(&[4, 1, 0, 0x40, 0]).must_discard(), "a 01 type after a bad value discards");
         // A Nonce, then a TLV running past the end: the Nonce still counts.
         let t = Trailers::new(&[1, 4, 1, 2, 3, 4, 0x7f, 9]);
         assert_eq!(t.validate(), Err(Error::Truncated));
@@ -396,8 +395,9 @@ mod tests {
             assert_eq!(t.must_discard(), discard, "type {kind:#x}");
             assert_eq!(t.get(trailer_type::NONCE), Some(TrailerRepr::Nonce([1, 2, 3, 4])), "type {kind:#x}");
         }
-        // After a malformed trailer nothing is processed, a 01 type neither.
-        assert!(!Trailers::new(&[4, 1, 0, 0x40, 0]).must_discard());
+        // After a malformed trailer (past the end) nothing is processed, a 01 type
+        // neither.
+        assert!(!Trailers::new(&[1, 9, 0, 0x40, 0]).must_discard());
     }
 
     #[test]

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// Entries an Alternate Address trailer holds at most (RFC 6081 §4.3).
+const ALTERNATES: usize = 4;
+
 /// A packet from our server that is not an advertisement, as answering it needs it.
 struct FromServer {
     src: Ipv6Addr,
@@ -12,7 +15,7 @@ struct FromServer {
     /// The sender's Teredo address, when it is a Teredo peer's bubble.
     teredo: Option<TeredoAddr>,
     /// The addresses the peer listed (Alternate Address trailer, hairpinning).
-    alternates: [Option<SocketAddrV4>; 2],
+    alternates: [Option<SocketAddrV4>; ALTERNATES],
     /// We had sent the peer no indirect bubble yet.
     first: bool,
     /// The peer gets an indirect bubble of ours in answer.
@@ -83,8 +86,9 @@ impl<R: Random> Client<R> {
         Ok(Action::Forwarded)
     }
 
-    /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists, at
-    /// most two (local and UPnP, all a client can know; RFC 6081 §4.3 SHOULD). A
+    /// Hairpinning (§5.6.4.2): the addresses an indirect bubble with a nonce lists,
+    /// every one the trailer may hold (RFC 6081 §4.3: one to four; a client knows two of
+    /// its own, local and UPnP, but a peer may list more, and each gets its bubble). A
     /// malformed Alternate Address trailer spoils the bubble. Taken only from a peer
     /// behind our own public address, the one case hairpinning is for: anyone else's
     /// list would have us send into our own network at its choosing (the bubble can
@@ -93,8 +97,8 @@ impl<R: Random> Client<R> {
         &self,
         pkt: &TeredoPacket<'_>,
         nonce: Option<NonZeroU32>,
-    ) -> Result<[Option<SocketAddrV4>; 2], DropReason> {
-        let mut alternates = [None; 2];
+    ) -> Result<[Option<SocketAddrV4>; ALTERNATES], DropReason> {
+        let mut alternates = [None; ALTERNATES];
         if nonce.is_none() || !self.cfg.hairpinning || !self.behind_our_nat(&pkt.ipv6.src_addr()) {
             return Ok(alternates);
         }

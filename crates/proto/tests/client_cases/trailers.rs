@@ -84,3 +84,110 @@ fn alternates_are_heard_and_told_only_behind_one_public_address() {
     let Ok(TrailerRepr::AlternateAddress(list)) = TrailerRepr::parse(&t) else { panic!("malformed") };
     assert_eq!(list.iter().collect::<Vec<_>>(), vec![sa("10.0.0.7:40000"), sa("192.0.2.45:40100")]);
 }
+
+/// RFC 6081 §5.2.4.4 b: a direct bubble whose Nonce equals the peer's Nonce Sent is
+/// taken from any port — while the exchange it answers runs. Once the peer answered at
+/// its trusted mapping (the wait over), the nonce of that exchange moves nothing: the
+/// RFC keeps Nonce Sent until the next indirect bubble, and with it anyone who saw that
+/// bubble pass through the peer's server could move the peer to a port of their own
+/// (docs/decisions.md). With the exchange's end left out of the rule (a trusted peer
+/// not waited for taking a matching nonce), this case fails at its last assertion:
+/// the host's packet goes to the replayer's port.
+#[test]
+fn the_nonce_of_an_exchange_that_ended_moves_no_trusted_peer() {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let (mut c, me) = qualified();
+    let mut w = Recorder::default();
+    let mapping = sa("198.51.100.7:3544");
+    // Trusted at its embedded mapping by its own packet.
+    let _ = c.on_udp(secs(2), Via::Service, mapping, &ipv6(PEER, &me.to_string(), 17, &[1; 8]), &mut w);
+    // Silent past its validity: the host's packet waits and the peer is bubbled, the
+    // indirect bubble through its server carrying our nonce.
+    let mut w = Recorder::default();
+    let _ = c.on_tun(secs(40), &ipv6(&me.to_string(), PEER, 17, &[2; 8]), &mut w);
+    let nonce = w
+        .udp()
+        .into_iter()
+        .filter_map(|(_, p)| match TeredoPacket::parse(&p).ok()?.trailers.get(trailer_type::NONCE) {
+            Some(TrailerRepr::Nonce(n)) => Some(n),
+            _ => None,
+        })
+        .next()
+        .expect("an indirect bubble with our nonce");
+    // The peer answers with data at its mapping: the wait ends, the packet goes there.
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(41), Via::Service, mapping, &ipv6(PEER, &me.to_string(), 17, &[3; 8]), &mut w);
+    assert!(w.udp().iter().any(|(to, _)| *to == mapping), "the waiting packet went to the peer: {:?}", w.udp());
+    // That exchange's nonce, replayed in a direct bubble from another port.
+    let mut replay = bubble(PEER, &me.to_string());
+    replay.extend_from_slice(&[trailer_type::NONCE, 4]);
+    replay.extend_from_slice(&nonce);
+    let elsewhere = sa("198.51.100.7:4444");
+    let mut w = Recorder::default();
+    assert_eq!(c.on_udp(secs(42), Via::Service, elsewhere, &replay, &mut w), Err(DropReason::SourceMismatch));
+    let _ = c.on_tun(secs(42), &ipv6(&me.to_string(), PEER, 17, &[4; 8]), &mut w);
+    assert_eq!(w.udp().last().map(|(to, _)| *to), Some(mapping), "the host's packet still goes to the peer's mapping");
+}
+
+/// RFC 6081's Random Port trailer is 0x05 in §4.5 and 0x02 in §9's IANA table: a peer's
+/// indirect bubble announcing its random port under either makes the client bubble that
+/// port (its embedded port says nothing of where the peer's NAT opened). Reading 0x05
+/// alone, the 0x02 row fails: no bubble reaches the announced port.
+#[test]
+fn a_random_port_announced_under_either_type_is_bubbled() {
+    let (_, me) = qualified();
+    let announced = sa("198.51.100.9:50123");
+    for kind in [0x05u8, 0x02] {
+        let (mut c, _) = qualified();
+        let src = TeredoAddr {
+            prefix: 0x2001_0000,
+            server: Q,
+            flags: shipworm_wire::teredo_addr::Flags(0),
+            mapped: sa("198.51.100.9:40000"),
+        };
+        let mut d = vec![0u8; 8];
+        TeredoHeaderRepr { auth: None, origin: Some(src.mapped) }.emit(&mut d).unwrap();
+        d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
+        d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, 0x01]);
+        d.extend_from_slice(&[kind, 2]);
+        d.extend_from_slice(&announced.port().to_be_bytes());
+        let mut w = Recorder::default();
+        let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+        assert!(
+            w.udp().iter().any(|(to, p)| *to == announced && TeredoPacket::parse(p).is_ok_and(|p| p.is_bubble())),
+            "trailer type {kind:#04x}: no bubble to the announced port {announced}: {:?}",
+            w.udp().iter().map(|(to, _)| *to).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// RFC 6081 §4.3, §5.6.4.2: an Alternate Address trailer holds one to four entries, and
+/// a peer behind our public address gets a direct bubble at each. Reading two entries
+/// (as before this case), the third and fourth get none.
+#[test]
+fn every_alternate_a_peer_behind_our_address_lists_is_bubbled() {
+    let (mut c, me) = qualified();
+    c.set_local_address(Some(sa("10.0.0.7:40000")));
+    let listed = [sa("10.0.0.5:40001"), sa("10.0.0.6:40002"), sa("10.0.1.5:40003"), sa("172.16.0.5:40004")];
+    // Behind our own public address (the mapping our qualification gave).
+    let src = TeredoAddr {
+        prefix: 0x2001_0000,
+        server: Q,
+        flags: shipworm_wire::teredo_addr::Flags(0),
+        mapped: sa(&format!("{}:41000", M.split(':').next().unwrap())),
+    };
+    let mut d = vec![0u8; 8];
+    TeredoHeaderRepr { auth: None, origin: Some(src.mapped) }.emit(&mut d).unwrap();
+    d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
+    d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, 0x05]);
+    d.extend_from_slice(&[3, 2 + 6 * 4, 0, 0]);
+    for a in listed {
+        d.extend_from_slice(&a.ip().octets());
+        d.extend_from_slice(&a.port().to_be_bytes());
+    }
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    for to in listed {
+        assert!(w.udp().iter().any(|(t, _)| *t == to), "no bubble to {to}: {:?}", w.udp());
+    }
+}
