@@ -150,7 +150,7 @@ pub fn serve(listener: TcpListener, board: Snapshot) -> Result<(), Failure> {
 }
 
 /// Most scrapes open at once: a scraper sends one request at a time; more than this
-/// is someone holding connections open, and the oldest still silent gives way.
+/// is someone holding connections open, and the source holding the most gives one up.
 const CONNECTIONS: usize = 16;
 
 /// One scraper's connection: what it sent so far, what is left of the answer, and
@@ -159,20 +159,22 @@ const CONNECTIONS: usize = 16;
 /// it go on for hours).
 struct Scrape {
     conn: std::net::TcpStream,
+    /// Who opened it.
+    from: std::net::IpAddr,
     request: Vec<u8>,
     answer: Option<(Vec<u8>, usize)>,
     deadline: std::time::Instant,
 }
 
-/// Wait (at most a second) for the listener or a scrape to be ready, and move each
-/// ready one on: accept, read the request, answer, close; drop those past their
-/// deadline.
+/// Wait for the listener or a scrape to be ready (or the next deadline: none while no
+/// scrape is open), and move each ready one on: accept, read the request, answer,
+/// close; drop those past their deadline.
 fn poll_round(listener: &TcpListener, conns: &mut Vec<Scrape>, board: &Snapshot) {
     use nix::poll::{PollFd, PollFlags};
     use std::os::fd::AsFd;
     let now = std::time::Instant::now();
     conns.retain(|c| c.deadline > now);
-    let wait = conns.iter().map(|c| c.deadline - now).min().unwrap_or(Duration::from_secs(1));
+    let wait = conns.iter().map(|c| c.deadline - now).min().unwrap_or(Duration::MAX);
     let ready: Vec<bool> = {
         let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         for c in conns.iter() {
@@ -196,19 +198,30 @@ fn poll_round(listener: &TcpListener, conns: &mut Vec<Scrape>, board: &Snapshot)
         !done[i - 1]
     });
     if ready[0] {
-        while let Ok((conn, _)) = listener.accept() {
+        while let Ok((conn, peer)) = listener.accept() {
             if conn.set_nonblocking(true).is_err() {
                 continue;
             }
             if conns.len() >= CONNECTIONS {
-                // The oldest that has not sent a whole request gives way first: a burst of
-                // idle connections must not push out a scrape being answered.
-                let idle = conns.iter().position(|c| c.answer.is_none()).unwrap_or(0);
-                conns.remove(idle);
+                make_room(conns);
             }
             let deadline = std::time::Instant::now() + SCRAPE_TIMEOUT;
-            conns.push(Scrape { conn, request: Vec::new(), answer: None, deadline });
+            conns.push(Scrape { conn, from: peer.ip(), request: Vec::new(), answer: None, deadline });
         }
+    }
+}
+
+/// The scrapes are at their cap: the source holding the most gives one up (its oldest
+/// that has not sent a whole request, else its oldest), so that a flood of connections
+/// from one place never pushes out another's scrape, and a burst of idle connections
+/// never one being answered.
+fn make_room(conns: &mut Vec<Scrape>) {
+    let held = |ip: std::net::IpAddr| conns.iter().filter(|c| c.from == ip).count();
+    let Some(most) = conns.iter().map(|c| c.from).max_by_key(|&ip| held(ip)) else { return };
+    let theirs = || conns.iter().enumerate().filter(|(_, c)| c.from == most);
+    let victim = theirs().find(|(_, c)| c.answer.is_none()).or_else(|| theirs().next()).map(|(i, _)| i);
+    if let Some(i) = victim {
+        conns.remove(i);
     }
 }
 
@@ -342,6 +355,39 @@ mod tests {
         for d in dribblers {
             d.join().unwrap();
         }
+    }
+
+    /// A flood of connections from one address (more than the cap, and again a moment
+    /// later) leaves another address's scrape, connected and half sent before it,
+    /// answered: the flooder gives up its own (#60, 5). With the oldest silent
+    /// connection giving way whoever holds it, as before, the scraper's went first and
+    /// this fails (seen: no answer).
+    #[test]
+    fn a_connection_flood_from_one_address_evicts_only_its_own() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        serve(listener, board()).unwrap();
+        let from = |ip: [u8; 4]| {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&std::net::SocketAddr::from((ip, 0)).into()).unwrap();
+            s.connect(&addr.into()).unwrap();
+            std::net::TcpStream::from(s)
+        };
+        let mut scraper = from([127, 0, 0, 2]);
+        scraper.write_all(b"GET /metrics HTTP/1.0\r\n").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut flood = Vec::new();
+        for _ in 0..2 {
+            for _ in 0..CONNECTIONS * 2 {
+                flood.push(from([127, 0, 0, 3]));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        scraper.write_all(b"\r\n").unwrap();
+        scraper.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut got = String::new();
+        let _ = scraper.read_to_string(&mut got);
+        assert!(got.contains("shipworm_relay_peers 3\n"), "the scrape went unanswered: {got:?}");
     }
 
     /// The `shipworm_…` names in `text`, a counter's `_total` taken off.
