@@ -10,12 +10,13 @@
 //
 // One object, a file per program over a shared header: shared.h (maps, layouts,
 // address judgements), routes.h (route verdicts), decap.h (XDP), encap.h (tc egress),
-// ingress.h (tc ingress).
+// ingress.h (tc ingress), guard.h (the Teredo interface's ingress: IPv6 only).
 
 #include "shared.h"
 #include "routes.h"
 #include "decap.h"
 #include "encap.h"
 #include "ingress.h"
+#include "guard.h"
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

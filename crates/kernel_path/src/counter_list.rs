@@ -48,4 +48,7 @@ counters! {
     /// through a veth, a tap or a bridge); decapsulated, that checksum would be written
     /// over the frame's type on the way out.
     DecapChecksumPending = ("DECAP_CHECKSUM_PENDING", "decap", "checksum_pending"),
+    /// Dropped: something but IPv6 written into the Teredo interface (by a subverted
+    /// daemon: the host forwards IPv4 arriving there).
+    GuardNotIpv6 = ("GUARD_NOT_IPV6", "guard", "not_ipv6"),
 }

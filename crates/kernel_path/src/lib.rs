@@ -175,6 +175,8 @@ pub enum Program {
     Encap,
     /// The same, leaving by interface `.0` (a relay's Teredo interface).
     EncapOn(u32),
+    /// `teredo_guard` (tc ingress of the Teredo interface), run on an Ethernet frame.
+    Guard,
 }
 
 /// The slots a direct relay keeps native destinations' route verdicts in, 48 bytes
@@ -364,6 +366,15 @@ impl KernelPath {
             cause: e.to_string(),
         })?;
         self.links.push(("teredo_encap", LinkId::Tc(id)));
+        // Before IPv4 forwarding goes on for the interface (the caller's next step):
+        // nothing but IPv6 enters the host from it.
+        let guard: &mut SchedClassifier = self.program("teredo_guard")?;
+        let id = guard.attach(tun, TcAttachType::Ingress).map_err(|e| Error::Attach {
+            program: "teredo_guard (tc ingress of the Teredo interface)",
+            interface: tun.to_owned(),
+            cause: e.to_string(),
+        })?;
+        self.links.push(("teredo_guard", LinkId::Tc(id)));
         Ok(())
     }
 
@@ -415,6 +426,7 @@ impl KernelPath {
             Program::TcIngressTrain(ifindex, gso_size) => ("teredo_ingress", ifindex, gso_size),
             Program::Encap => ("teredo_encap", 0, 0),
             Program::EncapOn(ifindex) => ("teredo_encap", ifindex, 0),
+            Program::Guard => ("teredo_guard", 0, 0),
         };
         let program = self.bpf.program(name).ok_or_else(|| io::Error::other("no such program"))?;
         let fd = program.fd().map_err(io::Error::other)?;

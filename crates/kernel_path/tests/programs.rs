@@ -679,3 +679,26 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
 // A relay forwarding directly (`KernelForward direct`).
 #[path = "programs/direct.rs"]
 mod direct;
+
+/// The Teredo interface's guard: what the daemon writes into its TUN enters the host only
+/// as IPv6 (IPv4 forwarding is on for that interface, for the encapsulation's route
+/// look-up): an IPv4 packet a subverted daemon wrote there would be forwarded from any
+/// source it chose. Dropped and counted; IPv6 goes on (#60, 7).
+#[test]
+fn the_teredo_interfaces_guard_lets_in_ipv6_alone() {
+    if !root() {
+        return;
+    }
+    let mut path = KernelPath::load(&settings()).unwrap_or_else(|e| panic!("{e}"));
+    let v4 = frame_to(
+        SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 99), 53),
+        SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, 1), 53),
+        b"spoofed",
+    );
+    let run = path.test_run(Program::Guard, &v4).unwrap();
+    assert_eq!(run.verdict, 2, "IPv4 into the Teredo interface: TC_ACT_SHOT");
+    let run = path.test_run(Program::Guard, &l2(&udp6(NATIVE, C))).unwrap();
+    assert_eq!(run.verdict, 0, "IPv6: TC_ACT_OK");
+    let counts = path.counters().unwrap();
+    assert_eq!(counts[Counter::GuardNotIpv6 as usize], 1);
+}

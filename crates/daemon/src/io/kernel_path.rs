@@ -176,7 +176,6 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         ..settings
     };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
-    nl.enable_ipv4_forwarding(tun)?;
     let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     // A client's interfaces that are down too: a phone's second radio comes up when it
     // moves, and its packets are the client's to carry.
@@ -204,6 +203,10 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         tracing::warn!("{r}: IPv4 arriving there goes through the daemon");
     }
     path.attach_encap(want.tun).map_err(|e| e.to_string())?;
+    // The encapsulation's route look-up is made as if a packet arrived on the Teredo
+    // interface, which the kernel refuses where IPv4 forwarding is off: on for it alone,
+    // once its guard (attached with the encapsulation) lets nothing but IPv6 in.
+    nl.enable_ipv4_forwarding(tun)?;
     let decap = if modes.contains(&DecapHook::Tc) { DecapHook::Tc } else { DecapHook::Xdp };
     let path = path.keep_links().map_err(|e| e.to_string())?;
     let programs = path.program_ids().to_vec();
