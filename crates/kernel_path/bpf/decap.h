@@ -57,7 +57,7 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 		return -1;
 	*config_out = cfg;
 	struct udphdr *udp = (void *)(ip4 + 1);
-	if ((void *)(udp + 1) > end || udp->dest != cfg->port)
+	if ((void *)(udp + 1) > end || udp->dest != frozen.port)
 		return -1;
 
 	// A Teredo datagram for us: from here on every outcome is counted. Its IPv4
@@ -73,7 +73,7 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	    ip6->version != 6 || udp_len != sizeof(struct udphdr) + *inner || ip6->payload_len == 0 ||
 	    ETH_HLEN + OUTER_LEN + *inner > frame_len)
 		return DECAP_NOT_PLAIN;
-	if (cfg->client) {
+	if (frozen.client) {
 		// The client takes only what is addressed to it; the host stack judges the
 		// hop limit.
 		if (!same_address(&ip6->daddr, cfg->own))
@@ -107,7 +107,7 @@ int teredo_decap(struct xdp_md *ctx)
 	struct config *cfg = 0;
 	int what = classify(data, end, (__u32)(end - data), &inner, &cfg);
 	// A client's packets go into its Teredo interface, which only tc can reach.
-	if (what < 0 || !cfg || cfg->client)
+	if (what < 0 || !cfg || frozen.client)
 		return XDP_PASS;
 	if (what != MOVE) {
 		count(what, 1);

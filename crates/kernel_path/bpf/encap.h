@@ -33,7 +33,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	__u32 out;
 	__be32 source;
 	struct bpf_redir_neigh nh = {};
-	if (routes && !cfg->client && via == cfg->tun) {
+	if (routes && !frozen.client && via == frozen.tun) {
 		__u32 slot = mapping_slot(to, cfg);
 		m = bpf_map_lookup_elem(&mapping_routes, &slot);
 		if (m && m->addr == to && stamp_holds(m->stamp, routes, 0, out_len)) {
@@ -46,7 +46,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	struct bpf_fib_lookup fib = {};
 	fib.family = AF_INET;
 	fib.ipv4_dst = to;
-	fib.ipv4_src = cfg->source;
+	fib.ipv4_src = frozen.source;
 	// The route's MTU against the packet, or a train's largest piece, with its outer
 	// headers.
 	fib.tot_len = out_len;
@@ -54,7 +54,7 @@ static __always_inline int encapsulate(struct __sk_buff *skb, const struct confi
 	// loader turns IPv4 forwarding on for that interface alone): the route out, and
 	// the route's preferred source when the service socket has no address of its own.
 	fib.ifindex = via;
-	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (cfg->source ? 0 : BPF_FIB_LOOKUP_SRC);
+	__u32 flags = BPF_FIB_LOOKUP_SKIP_NEIGH | (frozen.source ? 0 : BPF_FIB_LOOKUP_SRC);
 	long found = bpf_fib_lookup(skb, &fib, sizeof(fib), flags);
 	if (found != BPF_FIB_LKUP_RET_SUCCESS) {
 		if (!quiet)
@@ -94,12 +94,12 @@ routed:
 	// Sent without Don't Fragment, as the service socket sends (RFC 4380 §5.1.1), so
 	// the identification must vary.
 	h.ip.id = (__be16)bpf_get_prandom_u32();
-	h.ip.ttl = cfg->ttl;
+	h.ip.ttl = frozen.ttl;
 	h.ip.protocol = IPPROTO_UDP;
-	h.ip.saddr = cfg->source ? cfg->source : source;
+	h.ip.saddr = frozen.source ? frozen.source : source;
 	h.ip.daddr = to;
 	h.ip.check = ipv4_checksum(&h.ip);
-	h.udp.source = cfg->port;
+	h.udp.source = frozen.port;
 	h.udp.dest = to_port;
 	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
 	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
@@ -123,7 +123,7 @@ routed:
 		count(ENCAP_FAILED, 1);
 		return TC_ACT_SHOT;
 	}
-	if (cfg->client && p->sent <= p->heard)
+	if (frozen.client && p->sent <= p->heard)
 		p->sent = now;
 	count(ENCAP_FORWARDED, 1);
 	count(ENCAP_BYTES, len);
@@ -159,7 +159,7 @@ static __always_inline int route_out(struct __sk_buff *skb, const struct config 
 		}
 	}
 	struct bpf_fib_lookup fib = {};
-	if (route6(skb, &fib, ip6, len, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == cfg->tun)
+	if (route6(skb, &fib, ip6, len, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex == frozen.tun)
 		return 0;
 	*ifindex = fib.ifindex;
 	next_hop(&fib, nh);
@@ -199,7 +199,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	__u32 len = skb->len - ETH_HLEN;
 	// Hop-by-hop options are the stack's to read (it may drop the packet, answer it,
 	// or take it itself).
-	if (now - p->heard >= cfg->validity_ns || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len) ||
+	if (now - p->heard >= frozen.validity_ns || len != sizeof(struct ipv6hdr) + bpf_ntohs(ip6->payload_len) ||
 	    ip6->hop_limit <= 1 || ip6->nexthdr == 0 || !global_source(&ip6->saddr) || !plain_source(&ip6->saddr))
 		return TC_ACT_OK;
 	// The first 8 bytes as the host's forwarding sends them: the hop limit one less.
@@ -220,7 +220,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 	__u64 kept = p->route;
 	if (!keep || !stamp_holds(kept, routes, iif, piece)) {
 		struct bpf_fib_lookup fib = {};
-		if (route6(skb, &fib, ip6, piece, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != cfg->tun)
+		if (route6(skb, &fib, ip6, piece, end) != BPF_FIB_LKUP_RET_SUCCESS || fib.ifindex != frozen.tun)
 			return TC_ACT_OK;
 		// The route's MTU (where the kernel leaves none, the union still holds the
 		// length asked for: a smaller bound, never a wrong one). Kept by the
@@ -230,7 +230,7 @@ static __always_inline int encap_at_ingress(struct __sk_buff *skb, const struct 
 		if (keep && kept >> 32 != routes)
 			p->route = route_stamp(routes, iif, fib.mtu_result);
 	}
-	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, head6, cfg->tun, 1);
+	int verdict = encapsulate(skb, cfg, p, ETH_HLEN, len, piece, now, head6, frozen.tun, 1);
 	if (verdict == TC_ACT_REDIRECT)
 		count(ENCAP_DIRECT, 1);
 	return verdict;
@@ -262,7 +262,7 @@ int teredo_encap(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	__u64 now = bpf_ktime_get_ns();
-	if (now - p->heard >= cfg->validity_ns) {
+	if (now - p->heard >= frozen.validity_ns) {
 		count(ENCAP_STALE, 1);
 		return TC_ACT_OK;
 	}
@@ -271,13 +271,13 @@ int teredo_encap(struct __sk_buff *skb)
 		count(ENCAP_NOT_PLAIN, 1);
 		return TC_ACT_OK;
 	}
-	if (cfg->client ? !same_address(&ip6->saddr, cfg->own) : !plain_source(&ip6->saddr)) {
+	if (frozen.client ? !same_address(&ip6->saddr, cfg->own) : !plain_source(&ip6->saddr)) {
 		count(ENCAP_SOURCE, 1);
 		return TC_ACT_OK;
 	}
-	if (cfg->client && native(&ip6->daddr, cfg)) {
+	if (frozen.client && native(&ip6->daddr, cfg)) {
 		// Unanswered for a second: userland tests the peer's relay again.
-		if (p->sent > p->heard && now - p->sent >= cfg->silence_ns) {
+		if (p->sent > p->heard && now - p->sent >= frozen.silence_ns) {
 			count(ENCAP_SILENT, 1);
 			return TC_ACT_OK;
 		}

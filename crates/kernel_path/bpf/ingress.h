@@ -22,7 +22,7 @@ int teredo_ingress(struct __sk_buff *skb)
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		__u32 zero = 0;
 		struct config *cfg = bpf_map_lookup_elem(&config, &zero);
-		if (!cfg || !cfg->enabled || !cfg->direct || cfg->client)
+		if (!cfg || !cfg->enabled || !frozen.direct || frozen.client)
 			return TC_ACT_OK;
 		return encap_at_ingress(skb, cfg);
 	}
@@ -50,7 +50,7 @@ int teredo_ingress(struct __sk_buff *skb)
 	int direct = 0;
 	__u8 hop = 0;
 	struct ipv6hdr *ip6 = data + ETH_HLEN + OUTER_LEN;
-	if (cfg->direct && !cfg->client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
+	if (frozen.direct && !frozen.client && skb->pkt_type == PACKET_HOST && !skb->vlan_present &&
 	    skb->len == ETH_HLEN + OUTER_LEN + inner && (void *)(ip6 + 1) <= end && ip6->nexthdr != 0) {
 		direct = route_out(skb, cfg, ip6, inner, end, &out, &nh);
 		hop = ip6->hop_limit - 1; // above 1: classify leaves lower ones to the relay
@@ -64,8 +64,8 @@ int teredo_ingress(struct __sk_buff *skb)
 	// Redirected, the frame loses its Ethernet header (into the Teredo interface,
 	// which has none, or to the neighbour output, which puts the next hop's on): only
 	// what goes on to the host's stack needs its type right.
-	if (cfg->client)
-		return bpf_redirect(cfg->tun, BPF_F_INGRESS);
+	if (frozen.client)
+		return bpf_redirect(frozen.tun, BPF_F_INGRESS);
 	if (!direct) {
 		__be16 ipv6 = bpf_htons(ETH_P_IPV6);
 		if (bpf_skb_store_bytes(skb, offsetof(struct ethhdr, h_proto), &ipv6, sizeof(ipv6), 0))

@@ -84,22 +84,22 @@ static __always_inline int stamp_holds(__u64 stamp, __u32 routes, __u32 iif, __u
 // only costs the second destination the look-up it paid without the slots).
 static __always_inline __u32 destination_slot(const __u32 *a, const struct config *cfg)
 {
-	__u64 h = ((__u64)cfg->slot_key[0] << 32) | cfg->slot_key[1];
+	__u64 h = ((__u64)frozen.slot_key[0] << 32) | frozen.slot_key[1];
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
 		h = (h ^ a[i]) * 0x9e3779b97f4a7c15ULL;
 		h ^= h >> 29;
 	}
-	return (__u32)(h >> 32) & cfg->slot_mask;
+	return (__u32)(h >> 32) & frozen.slot_mask;
 }
 
 // The slot of a mapping's IPv4 address `a` in a CPU's verdicts, by the same keyed hash.
 static __always_inline __u32 mapping_slot(__u32 a, const struct config *cfg)
 {
-	__u64 h = ((__u64)cfg->slot_key[0] << 32) | cfg->slot_key[1];
+	__u64 h = ((__u64)frozen.slot_key[0] << 32) | frozen.slot_key[1];
 	h = (h ^ a) * 0x9e3779b97f4a7c15ULL;
 	h ^= h >> 29;
-	return (__u32)(h >> 32) & cfg->slot_mask;
+	return (__u32)(h >> 32) & frozen.slot_mask;
 }
 
 #endif // SHIPWORM_ROUTES_H

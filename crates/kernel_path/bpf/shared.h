@@ -42,38 +42,52 @@ struct peer {
 	};
 };
 
-struct config {
-	__be32 local[4]; // the IPv4 addresses the service socket receives on (0: unused)
+// What never changes once the programs are loaded: the loader writes it into the
+// object's read-only data, which it freezes (BPF_MAP_FREEZE) before any program runs,
+// so that no one, the daemon included, can change it after (a subverted daemon
+// rewriting the encapsulation's source, or the interface decapsulated packets go
+// into, would have the kernel spoof or redirect for it).
+struct frozen {
 	__be32 source;   // the encapsulation's source (0: the route's preferred source)
 	__be16 port;     // the service port
 	__u8 ttl;
-	__u8 enabled;    // 0: every packet goes to userland
-	__u8 prefix[4];  // the relay's Teredo prefix (its first 32 bits)
-	__u8 l2;         // bytes before the IPv6 header at the Teredo interface (a TUN: 0)
 	__u8 client;     // 1: a client's (`own` is its address, `tun` its interface)
+	__u8 prefix[4];  // the relay's Teredo prefix (its first 32 bits)
 	__u8 direct;     // 1: a relay forwards straight between interfaces, past the
 	                 // host's IPv6 stack (`KernelForward direct`)
-	__u8 single_path; // 1: no route of the host splits flows among next hops, so a
-	                  // native destination's route verdict may be kept too
+	__u8 spare[3];
 	__u32 tun;       // the Teredo interface's index: where a client's packets arrive;
 	                 // a relay's, whose routes mark Teredo destinations (a direct
 	                 // relay's) and whose egress encapsulates
-	__u8 own[16];    // the client's Teredo address (zero while it has none)
-	__u32 routes;    // the generation of the host's IPv6 routes: userland moves it on
-	                 // every change of them (and at least every second), which voids
-	                 // every verdict kept under an earlier one (0: keep none)
 	__u32 slot_key[2]; // the destinations' slot hash's secret key (random at load)
 	__u32 slot_mask;   // a CPU's destination slots less one (a power of two less one)
-	__u32 routes4;     // the generation of the host's IPv4 routes, as `routes` is of the
-	                   // IPv6 ones: a relay's verdicts on the routes to clients'
-	                   // mappings (0: keep none)
-	// The state machines' own figures, written at load (`Contract`), never here:
+	// The state machines' own figures (`Contract`), never written here:
 	__u64 validity_ns;    // a peer is valid while heard from within it (RFC 4380 §5.2.4)
 	__u64 heard_grain_ns; // a peer's last-heard time is written at most this often (a
 	                      // write a packet would move the map's line between cores)
 	__u64 silence_ns;     // a client's native peer sent to this long without a word
 	                      // back is tested again by userland: its packets go up
 	__u8 teredo[2][4];    // the Teredo prefixes (RFC 4380's, and the experimental one)
+};
+
+const volatile struct frozen frozen = {};
+
+// What the daemon changes while the programs run (the `config` map).
+struct config {
+	__be32 local[4]; // the IPv4 addresses the service socket receives on (0: unused)
+	__u8 own[16];    // the client's Teredo address (zero while it has none)
+	__u32 routes;    // the generation of the host's IPv6 routes: userland moves it on
+	                 // every change of them (and at least every second), which voids
+	                 // every verdict kept under an earlier one (0: keep none)
+	__u32 routes4;   // the generation of the host's IPv4 routes, as `routes` is of the
+	                 // IPv6 ones: a relay's verdicts on the routes to clients'
+	                 // mappings (0: keep none)
+	__u8 enabled;    // 0: every packet goes to userland
+	__u8 l2;         // bytes before the IPv6 header at the Teredo interface (a TUN: 0;
+	                 // an Ethernet header in a test run)
+	__u8 single_path; // 1: no route of the host splits flows among next hops, so a
+	                  // native destination's route verdict may be kept too
+	__u8 spare;
 };
 
 // The counters, in the order of src/counter_list.rs, which build.rs writes out.
@@ -153,7 +167,7 @@ static __always_inline void count(__u32 which, __u64 n)
 }
 
 // Whether address bytes `o` lie under the 32-bit prefix `p`.
-static __always_inline int under(const __u8 *o, const __u8 *p)
+static __always_inline int under(const __u8 *o, const volatile __u8 *p)
 {
 	return o[0] == p[0] && o[1] == p[1] && o[2] == p[2] && o[3] == p[3];
 }
@@ -161,7 +175,7 @@ static __always_inline int under(const __u8 *o, const __u8 *p)
 // Whether `o` is a Teredo address: under either Teredo prefix, or the role's own.
 static __always_inline int teredo(const __u8 *o, const struct config *cfg)
 {
-	return under(o, cfg->teredo[0]) || under(o, cfg->teredo[1]) || under(o, cfg->prefix);
+	return under(o, frozen.teredo[0]) || under(o, frozen.teredo[1]) || under(o, frozen.prefix);
 }
 
 // The destinations the relay's own rules let out of the tunnel without more thought:
@@ -203,7 +217,7 @@ static __always_inline void heard(struct peer *p, const struct config *cfg)
 	__u64 now = bpf_ktime_get_ns();
 	// An answer to a client's unanswered packet is written at once: the grain would
 	// leave the packet unanswered in the map's eyes, and the peer silent.
-	if (now - p->heard > cfg->heard_grain_ns || (cfg->client && p->sent > p->heard))
+	if (now - p->heard > frozen.heard_grain_ns || (frozen.client && p->sent > p->heard))
 		p->heard = now;
 }
 

@@ -1,10 +1,11 @@
-//! The layouts userland shares with the programs (`maps.rs`), checked against what the
-//! compiler made of `bpf/shared.h`: each field's offset and each struct's size as the
-//! object's BTF records them (read with bpftool, which the test command installs).
+//! The layouts userland shares with the programs (`maps.rs`: the peers, the frozen
+//! settings, the run-time ones), checked against what the compiler made of
+//! `bpf/shared.h`: each field's offset and each struct's size as the object's BTF
+//! records them (read with bpftool, which the test command installs).
 //! Before this check, only the sizes were compared: two fields swapped, or one moved
 //! within the same size, passed.
 
-use crate::maps::{ConfigValue, PeerValue};
+use crate::maps::{ConfigValue, FrozenValue, PeerValue};
 use std::mem::{offset_of, size_of};
 
 /// Each member of C struct `name` with its byte offset, and the struct's size, from
@@ -49,31 +50,37 @@ fn the_shared_layouts_match_the_programs_btf() {
         // The union of a client's `sent` and a direct relay's `route`.
         ("(anon)", offset_of!(PeerValue, sent)),
     ];
+    let frozen = [
+        ("source", offset_of!(FrozenValue, source)),
+        ("port", offset_of!(FrozenValue, port)),
+        ("ttl", offset_of!(FrozenValue, ttl)),
+        ("client", offset_of!(FrozenValue, client)),
+        ("prefix", offset_of!(FrozenValue, prefix)),
+        ("direct", offset_of!(FrozenValue, direct)),
+        ("spare", offset_of!(FrozenValue, spare)),
+        ("tun", offset_of!(FrozenValue, tun)),
+        ("slot_key", offset_of!(FrozenValue, slot_key)),
+        ("slot_mask", offset_of!(FrozenValue, slot_mask)),
+        ("validity_ns", offset_of!(FrozenValue, validity_ns)),
+        ("heard_grain_ns", offset_of!(FrozenValue, heard_grain_ns)),
+        ("silence_ns", offset_of!(FrozenValue, silence_ns)),
+        ("teredo", offset_of!(FrozenValue, teredo)),
+    ];
     let config = [
         ("local", offset_of!(ConfigValue, local)),
-        ("source", offset_of!(ConfigValue, source)),
-        ("port", offset_of!(ConfigValue, port)),
-        ("ttl", offset_of!(ConfigValue, ttl)),
-        ("enabled", offset_of!(ConfigValue, enabled)),
-        ("prefix", offset_of!(ConfigValue, prefix)),
-        ("l2", offset_of!(ConfigValue, l2)),
-        ("client", offset_of!(ConfigValue, client)),
-        ("direct", offset_of!(ConfigValue, direct)),
-        ("single_path", offset_of!(ConfigValue, single_path)),
-        ("tun", offset_of!(ConfigValue, tun)),
         ("own", offset_of!(ConfigValue, own)),
         ("routes", offset_of!(ConfigValue, routes)),
-        ("slot_key", offset_of!(ConfigValue, slot_key)),
-        ("slot_mask", offset_of!(ConfigValue, slot_mask)),
         ("routes4", offset_of!(ConfigValue, routes4)),
-        ("validity_ns", offset_of!(ConfigValue, validity_ns)),
-        ("heard_grain_ns", offset_of!(ConfigValue, heard_grain_ns)),
-        ("silence_ns", offset_of!(ConfigValue, silence_ns)),
-        ("teredo", offset_of!(ConfigValue, teredo)),
+        ("enabled", offset_of!(ConfigValue, enabled)),
+        ("l2", offset_of!(ConfigValue, l2)),
+        ("single_path", offset_of!(ConfigValue, single_path)),
+        ("spare", offset_of!(ConfigValue, spare)),
     ];
-    for (name, rust, size) in
-        [("peer", &peer[..], size_of::<PeerValue>()), ("config", &config[..], size_of::<ConfigValue>())]
-    {
+    for (name, rust, size) in [
+        ("peer", &peer[..], size_of::<PeerValue>()),
+        ("frozen", &frozen[..], size_of::<FrozenValue>()),
+        ("config", &config[..], size_of::<ConfigValue>()),
+    ] {
         let (c, c_size) = c_struct(&dump, name).unwrap_or_else(|| panic!("no struct {name} in the programs' BTF"));
         let rust: Vec<(String, usize)> = rust.iter().map(|&(n, o)| (n.to_string(), o)).collect();
         assert_eq!(c, rust, "struct {name}: the programs' fields and offsets (left) differ from maps.rs's (right)");

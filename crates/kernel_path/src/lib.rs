@@ -27,7 +27,7 @@ pub use test_run::{run_live, TestRun};
 use aya::maps::Map;
 use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpFlags};
 use aya::{Ebpf, EbpfLoader};
-use maps::ConfigValue;
+use maps::{ConfigValue, FrozenValue};
 use std::fmt;
 use std::io;
 use std::net::Ipv4Addr;
@@ -279,7 +279,24 @@ impl KernelPath {
         // mask is shared).
         // (None kept, none allocated, where the kernel may preempt the programs.)
         let slots = if mappings { destination_slots(cpus) } else { 1 };
+        let frozen = FrozenValue {
+            source: settings.source.map_or([0; 4], |a| a.octets()),
+            port: settings.port.to_be_bytes(),
+            ttl: settings.ttl,
+            client: u8::from(settings.client_tun.is_some()),
+            prefix: settings.prefix,
+            direct: u8::from(direct),
+            spare: [0; 3],
+            tun: settings.client_tun.or(relay_tun).unwrap_or(0),
+            slot_key: slot_key()?,
+            slot_mask: slots - 1,
+            validity_ns: nanos(settings.contract.validity),
+            heard_grain_ns: nanos(settings.contract.heard_grain),
+            silence_ns: nanos(settings.contract.silence),
+            teredo: settings.contract.teredo_prefixes,
+        };
         let mut bpf = EbpfLoader::new()
+            .set_global("frozen", &frozen, true)
             .set_max_entries("peers", settings.peers.max(1))
             .set_max_entries("destinations", if direct { slots } else { 1 })
             .set_max_entries("mapping_routes", slots)
@@ -297,27 +314,15 @@ impl KernelPath {
         let (config, counters) = (Arc::new(map_fd(&bpf, "config")?), map_fd(&bpf, "counters")?);
         let value = ConfigValue {
             local: maps::local_slots(&settings.local),
-            source: settings.source.map_or([0; 4], |a| a.octets()),
-            port: settings.port.to_be_bytes(),
-            ttl: settings.ttl,
-            enabled: 1,
-            prefix: settings.prefix,
-            l2: 0,
-            client: u8::from(settings.client_tun.is_some()),
-            direct: u8::from(direct),
-            single_path: 0,
-            tun: settings.client_tun.or(relay_tun).unwrap_or(0),
             own: [0; 16],
             // No route verdict kept until whoever watches the host's routing says so
             // (`Switch::route_verdicts`).
             routes: 0,
-            slot_key: slot_key()?,
-            slot_mask: slots - 1,
             routes4: 0,
-            validity_ns: nanos(settings.contract.validity),
-            heard_grain_ns: nanos(settings.contract.heard_grain),
-            silence_ns: nanos(settings.contract.silence),
-            teredo: settings.contract.teredo_prefixes,
+            enabled: 1,
+            l2: 0,
+            single_path: 0,
+            spare: 0,
         };
         // A kernel that preempts the programs could let two of them share one CPU's
         // destination verdicts.
@@ -328,8 +333,14 @@ impl KernelPath {
         } else {
             RouteVerdicts::None
         };
-        let switch =
-            Switch { fd: config, settings: Arc::new(Mutex::new(value)), generation: Arc::default(), most, mappings };
+        let switch = Switch {
+            fd: config,
+            settings: Arc::new(Mutex::new(value)),
+            frozen,
+            generation: Arc::default(),
+            most,
+            mappings,
+        };
         switch.set_address(None).map_err(Error::Map)?;
         Ok(KernelPath { bpf, links: Vec::new(), maps: Maps { peers, counters, cpus, switch } })
     }
@@ -441,11 +452,11 @@ impl Maps {
     }
 
     fn client(&self) -> bool {
-        self.switch.settings.lock().is_ok_and(|s| s.client == 1)
+        self.switch.frozen.client == 1
     }
 
     fn direct(&self) -> bool {
-        self.switch.settings.lock().is_ok_and(|s| s.direct == 1)
+        self.switch.frozen.direct == 1
     }
 
     /// The peer map, for the state machines' adapter.
@@ -532,5 +543,41 @@ mod tests {
             assert!(each.is_power_of_two(), "{cpus} CPUs: {each}");
             assert!(each as usize * cpus <= (DESTINATION_SLOTS as usize).max(256 * cpus), "{cpus} CPUs: {each} each");
         }
+    }
+
+    /// What never changes is frozen before any program runs (#60, 6): an update of the
+    /// programs' read-only data, which holds the encapsulation's source and the
+    /// interface decapsulated packets go into, is refused to everyone, the loading
+    /// process included; the run-time settings' map still takes one. Loaded from a
+    /// writable map, as the settings were before, the update passes and this fails.
+    #[test]
+    fn the_frozen_settings_refuse_every_update() {
+        // SAFETY: geteuid has no preconditions.
+        if !built() || unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var("SHIPWORM_E2E").map_or(true, |v| v != "required") || !built());
+            eprintln!("skipped: needs the programs and root");
+            return;
+        }
+        let settings = Settings::relay(
+            Ipv4Addr::new(192, 0, 2, 1),
+            16,
+            Contract {
+                validity: Duration::from_secs(30),
+                heard_grain: Duration::from_millis(100),
+                silence: Duration::from_secs(1),
+                teredo_prefixes: [[0x20, 1, 0, 0], [0x3f, 0xfe, 0x83, 0x1f]],
+            },
+        );
+        let path = KernelPath::load(&settings).unwrap_or_else(|e| panic!("{e}"));
+        let rodata = map_fd(&path.bpf, ".rodata").expect("the programs' read-only data");
+        let mut evil = path.maps.switch.frozen;
+        evil.tun = 1;
+        evil.source = [203, 0, 113, 66];
+        let refused = maps::update(&rodata, &0u32.to_ne_bytes(), &evil);
+        assert_eq!(refused.map_err(|e| e.raw_os_error()), Err(Some(libc::EPERM)), "the frozen settings took an update");
+        path.maps
+            .switch
+            .set_address(Some("2001:0:c000:201::1".parse().unwrap()))
+            .expect("the run-time settings take one");
     }
 }

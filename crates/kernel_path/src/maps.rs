@@ -27,36 +27,50 @@ pub(crate) struct PeerValue {
     pub sent: u64,
 }
 
-/// `struct config`.
+/// `struct frozen`: what never changes once loaded, written by the loader into the
+/// object's read-only data, which it freezes before any program runs.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ConfigValue {
-    pub local: [[u8; 4]; 4],
+pub(crate) struct FrozenValue {
     pub source: [u8; 4],
     pub port: [u8; 2],
     pub ttl: u8,
-    pub enabled: u8,
-    pub prefix: [u8; 4],
-    pub l2: u8,
     pub client: u8,
+    pub prefix: [u8; 4],
     pub direct: u8,
-    pub single_path: u8,
+    pub spare: [u8; 3],
     pub tun: u32,
-    pub own: [u8; 16],
-    pub routes: u32,
     pub slot_key: [u32; 2],
     pub slot_mask: u32,
-    pub routes4: u32,
     pub validity_ns: u64,
     pub heard_grain_ns: u64,
     pub silence_ns: u64,
     pub teredo: [[u8; 4]; 2],
 }
 
+// SAFETY: plain integers and byte arrays, `repr(C)`, no padding (the checks below and
+// the BTF test): any bit pattern is a value, as aya's global data wants.
+unsafe impl aya::Pod for FrozenValue {}
+
+/// `struct config`: what the daemon changes while the programs run.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ConfigValue {
+    pub local: [[u8; 4]; 4],
+    pub own: [u8; 16],
+    pub routes: u32,
+    pub routes4: u32,
+    pub enabled: u8,
+    pub l2: u8,
+    pub single_path: u8,
+    pub spare: u8,
+}
+
 // The programs' own build checks each field's offset against these (the test
 // `the_shared_layouts_match_the_programs_btf`); the sizes here only keep a quick eye.
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<ConfigValue>() == 104);
+const _: () = assert!(std::mem::size_of::<FrozenValue>() == 64);
+const _: () = assert!(std::mem::size_of::<ConfigValue>() == 44);
 
 /// Makes `Counter` from the list in `counter_list.rs` (build.rs makes the C enum from
 /// the same list).
@@ -187,6 +201,8 @@ pub struct PeerEntry {
 pub struct Switch {
     pub(crate) fd: Arc<OwnedFd>,
     pub(crate) settings: Arc<Mutex<ConfigValue>>,
+    /// What the programs were loaded with, frozen (a copy: the kernel's is read-only).
+    pub(crate) frozen: FrozenValue,
     /// The last generation of the host's routes handed out ([`Switch::route_verdicts`]).
     pub(crate) generation: Arc<std::sync::atomic::AtomicU32>,
     /// The most the programs may keep ([`Switch::most_route_verdicts`]).
@@ -302,7 +318,7 @@ impl Switch {
 
     /// The programs' keyed slot hash over an address's words (as they lie in memory).
     fn slot_of(&self, words: &[[u8; 4]]) -> u32 {
-        let s = self.settings.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let s = &self.frozen;
         let mut h = (u64::from(s.slot_key[0]) << 32) | u64::from(s.slot_key[1]);
         for w in words {
             h = (h ^ u64::from(u32::from_ne_bytes(*w))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
