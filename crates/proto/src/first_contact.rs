@@ -72,6 +72,10 @@ pub struct FirstContacts {
     waiting: HashMap<Ipv6Addr, Vec<Waiting>, KeyedHash>,
     bytes: usize,
     tests: RateLimit,
+    /// When the oldest waiting packet came, or earlier (a release or discard leaves it
+    /// behind): read every loop round for the timer's deadline, so kept rather than
+    /// looked for; made exact again by [`FirstContacts::expire`].
+    oldest: Option<Duration>,
 }
 
 impl FirstContacts {
@@ -83,6 +87,7 @@ impl FirstContacts {
             waiting: HashMap::with_hasher(keys),
             bytes: 0,
             tests: RateLimit::new(limits.tests_per_sec.max(1)),
+            oldest: None,
         }
     }
 
@@ -135,6 +140,7 @@ impl FirstContacts {
             Some(i) => i,
             None => {
                 ws.push(Waiting { from, since: now, queue: PacketQueue::default() });
+                self.oldest = Some(self.oldest.map_or(now, |o| o.min(now)));
                 ws.len() - 1
             }
         };
@@ -193,12 +199,14 @@ impl FirstContacts {
             });
             !ws.is_empty()
         });
+        self.oldest = self.waiting.values().flatten().map(|w| w.since).min();
         dropped
     }
 
-    /// When the oldest waiting packet came (`None`: none waits).
+    /// When the oldest waiting packet came, or earlier (`None`: none waits): never
+    /// later than it.
     pub fn oldest(&self) -> Option<Duration> {
-        self.waiting.values().flatten().map(|w| w.since).min()
+        self.oldest.filter(|_| !self.waiting.is_empty())
     }
 
     /// Forget everything (the address changed): returns the packets dropped.
@@ -206,6 +214,7 @@ impl FirstContacts {
         let n = self.waiting.values().flatten().map(|w| w.queue.len()).sum();
         self.waiting.clear();
         self.bytes = 0;
+        self.oldest = None;
         n
     }
 

@@ -570,7 +570,6 @@ fn first_bubble_goes_at_once_even_right_after_start() {
     assert_eq!(w.sent.len(), 1);
 }
 
-/// The relay cut into shards, used by several threads at once (the daemon's workers).
 /// The relay's next deadline (`poll_timeout`), what the daemon sleeps until: none
 /// without peers, a waiting peer's next bubble 2 s after its last, and none again once
 /// it is given up. With `poll_timeout` answering "a tick from now" (250 ms, the old
@@ -602,6 +601,7 @@ fn a_relay_sleeps_until_something_is_due() {
     assert!(wakes < 20, "{wakes} wake-ups to give one peer up");
 }
 
+/// The relay cut into shards, used by several threads at once (the daemon's workers).
 #[path = "relay_cases/sharded.rs"]
 mod sharded;
 

@@ -4,7 +4,8 @@
 //! (IFF_MULTI_QUEUE): the kernel steers every flow to one worker, so a flow is not
 //! reordered (but for the queue a bubble answer releases, sent by the worker that got
 //! the answer), and workers share only the sharded peer table. Batched receive and send,
-//! timers every 250 ms (worker 0); root is dropped once everything is set up.
+//! the relay's timers when due (worker 0, which every worker wakes when it brings the
+//! next deadline forward); root is dropped once everything is set up.
 
 use crate::cli;
 use crate::cmd::bird_link::BirdLink;
@@ -191,6 +192,8 @@ impl WorkerShared<'_> {
     /// still sends here for the drain time.
     fn running(&self) -> bool {
         if self.halt.load(Ordering::Relaxed) {
+            // Whoever set it (a worker, the route watch) may not have woken the others.
+            self.wake_all();
             return false;
         }
         if !self.shell.stop_requested() {
@@ -606,7 +609,15 @@ fn run_workers(
         let mut watching = None;
         if let Some((mut watch, tun, switch)) = routes {
             let done = &workers_done;
-            let follow = move || kernel_path::follow_routes(&mut watch, &switch, tun, done, shared.halt);
+            let follow = move || {
+                let r = kernel_path::follow_routes(&mut watch, &switch, tun, done, shared.halt);
+                // A halt of its own (the verdicts could not be voided): the workers,
+                // asleep until their next deadline, hear of it now.
+                if shared.halt.load(Ordering::Relaxed) {
+                    shared.wake_all();
+                }
+                r
+            };
             match std::thread::Builder::new().name("routes".into()).spawn_scoped(s, follow) {
                 Ok(h) => watching = Some(h),
                 Err(e) => {
@@ -751,10 +762,7 @@ impl Worker<'_> {
         }
         let shared = self.shared;
         let (wake, _) = &shared.wakes[self.id];
-        let take_wake = || {
-            let mut buf = [0u8; 64];
-            while matches!(std::io::Read::read(&mut &*wake, &mut buf), Ok(n) if n > 0) {}
-        };
+        let take_wake = || wait::take_wake_ups(wake);
         if self.id != 0 {
             let wait = self.wake_at(Instant::now()).saturating_duration_since(Instant::now());
             let mut fds = [
@@ -772,28 +780,28 @@ impl Worker<'_> {
         // after that look sees this and wakes us (both sides sequentially consistent).
         let asleep =
             |t: Instant| u64::try_from(t.saturating_duration_since(shared.started).as_nanos()).unwrap_or(u64::MAX);
-        shared.asleep_until.store(asleep(self.wake_at(Instant::now())), Ordering::SeqCst);
         let until = self.wake_at(Instant::now());
+        shared.asleep_until.store(asleep(until), Ordering::SeqCst);
+        let until = shared.relay.poll_timeout().map_or(until, |t| until.min(shared.started + t));
         let wait = until.saturating_duration_since(Instant::now());
         let addresses =
             shared.addresses.as_ref().map(|(w, _)| w.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        let mut fds = vec![
+        // Without an address watch, the wake-up socket stands in its place.
+        let watched = addresses.as_ref().map_or(wake.as_fd(), |w| w.as_fd());
+        let mut fds = [
             PollFd::new(self.rx.as_fd(), PollFlags::POLLIN),
             PollFd::new(self.tun.as_fd(), PollFlags::POLLIN),
             PollFd::new(shared.shell.status_fd(), PollFlags::POLLIN),
             PollFd::new(shared.shell.signal_fd(), PollFlags::POLLIN),
             PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+            PollFd::new(watched, PollFlags::POLLIN),
         ];
-        if let Some(w) = &addresses {
-            fds.push(PollFd::new(w.as_fd(), PollFlags::POLLIN));
-        }
         wait::readable(&mut fds, wait)?;
         shared.asleep_until.store(0, Ordering::SeqCst);
         let readable = |f: Option<&PollFd>| f.and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN));
         let status = readable(fds.get(2));
         let woken = readable(fds.get(4));
-        self.addresses_changed |= readable(fds.get(5));
-        drop(fds);
+        self.addresses_changed |= addresses.is_some() && readable(fds.get(5));
         drop(addresses);
         if woken {
             take_wake();
@@ -843,7 +851,11 @@ impl Worker<'_> {
         })?;
         if handled > 0 {
             self.changed_since.get_or_insert(round_start);
-            shared.shell.busy();
+            // Worker 0 runs the chores: woken when they were brought forward, so that
+            // metrics and status follow this worker's traffic within their period.
+            if shared.shell.busy() && self.id != 0 {
+                shared.wake(0);
+            }
             if self.id != 0 {
                 self.wake_the_timer();
             }

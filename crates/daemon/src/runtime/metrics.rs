@@ -159,7 +159,8 @@ const CONNECTIONS: usize = 16;
 /// it go on for hours).
 struct Scrape {
     conn: std::net::TcpStream,
-    /// Who opened it.
+    /// Who opened it: its IPv4 address, or its IPv6 address's /64 (one host holds a
+    /// whole /64 as easily as one address).
     from: std::net::IpAddr,
     request: Vec<u8>,
     answer: Option<(Vec<u8>, usize)>,
@@ -206,8 +207,19 @@ fn poll_round(listener: &TcpListener, conns: &mut Vec<Scrape>, board: &Snapshot)
                 make_room(conns);
             }
             let deadline = std::time::Instant::now() + SCRAPE_TIMEOUT;
-            conns.push(Scrape { conn, from: peer.ip(), request: Vec::new(), answer: None, deadline });
+            conns.push(Scrape { conn, from: source(peer.ip()), request: Vec::new(), answer: None, deadline });
         }
+    }
+}
+
+/// Whose a connection counts as: its IPv4 address, or its IPv6 address's /64.
+fn source(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(a) if a.to_ipv4_mapped().is_none() => {
+            std::net::IpAddr::V6((u128::from(a) & !((1u128 << 64) - 1)).into())
+        }
+        std::net::IpAddr::V6(a) => std::net::IpAddr::V4(a.to_ipv4_mapped().expect("checked")),
+        v4 => v4,
     }
 }
 

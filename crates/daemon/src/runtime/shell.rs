@@ -98,6 +98,8 @@ pub struct Shell<S> {
     busy: AtomicBool,
     /// When SIGUSR1's counters are logged.
     report_at: Mutex<Option<Instant>>,
+    /// A SIGUSR1 report waits for its time.
+    report_waits: AtomicBool,
     /// The status document as last rendered: what callers of the status socket get.
     rendered: RenderedStatus,
     /// SIGHUP's reload of the daemon's file (none: the role reloads nothing).
@@ -157,6 +159,7 @@ impl Shell<Opened> {
             next_chores: Mutex::new(Instant::now()),
             busy: AtomicBool::new(false),
             report_at: Mutex::new(None),
+            report_waits: AtomicBool::new(false),
             rendered: RenderedStatus::default(),
             reload: None,
             restart: AtomicBool::new(false),
@@ -203,6 +206,7 @@ impl Shell<Opened> {
             next_chores: self.next_chores,
             busy: self.busy,
             report_at: self.report_at,
+            report_waits: self.report_waits,
             rendered: self.rendered,
             reload: self.reload,
             restart: self.restart,
@@ -254,17 +258,19 @@ impl Shell<Confined> {
     pub fn tick(&self, role: &impl Reports) -> bool {
         self.signals.drain_wake();
         let now = Instant::now();
-        {
-            // SIGUSR1's counters a publication period on, so that a relay's every
-            // worker has published what it counted before the signal.
+        // SIGUSR1's counters a publication period on, so that a relay's every worker has
+        // published what it counted before the signal (the lock only while one waits).
+        let asked = self.signals.take_report_request();
+        if asked || self.report_waits.load(Ordering::Relaxed) {
             let mut report = self.report_at.lock().unwrap_or_else(PoisonError::into_inner);
-            if self.signals.take_report_request() {
+            if asked {
                 report.get_or_insert(now + REPORT_AFTER);
             }
             if report.is_some_and(|at| now >= at) {
                 *report = None;
                 tracing::info!("counters: {}", role.counters().log_line());
             }
+            self.report_waits.store(report.is_some(), Ordering::Relaxed);
         }
         if self.signals.take_reload_request() {
             self.reload_now();
@@ -296,19 +302,28 @@ impl Shell<Confined> {
 
     /// The loop handled traffic or ran its timers: the counters it changed are published
     /// within [`PUBLISH_EVERY`], however long the idle chores' schedule slept.
-    pub fn busy(&self) {
-        if !self.busy.load(Ordering::Relaxed) {
-            self.busy.store(true, Ordering::Relaxed);
-            let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
-            *due = (*due).min(Instant::now() + PUBLISH_EVERY);
+    /// True when that brought them forward (the first traffic since the last chores):
+    /// a loop other than the one that runs them wakes that one.
+    pub fn busy(&self) -> bool {
+        if self.busy.load(Ordering::Relaxed) {
+            return false;
         }
+        self.busy.store(true, Ordering::Relaxed);
+        let mut due = self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
+        let soon = Instant::now() + PUBLISH_EVERY;
+        let sooner = soon < *due;
+        *due = (*due).min(soon);
+        sooner
     }
 
     /// When the loop must wake for the shell, at the latest: the next chores, or the
     /// restart a reload asked for. (A signal wakes it through [`Shell::signal_fd`].)
     pub fn next_wake(&self) -> Instant {
         let chores = *self.next_chores.lock().unwrap_or_else(PoisonError::into_inner);
-        let restart = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).1;
+        // A restart already due is the loop's to act on (a stop), not a time to wake
+        // at: left in, it would make every wait a zero one through a drain.
+        let now = Instant::now();
+        let restart = self.restart_why.lock().unwrap_or_else(PoisonError::into_inner).1.filter(|&r| r > now);
         let report = *self.report_at.lock().unwrap_or_else(PoisonError::into_inner);
         [restart, report].into_iter().flatten().fold(chores, Instant::min)
     }

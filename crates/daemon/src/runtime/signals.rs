@@ -5,7 +5,6 @@
 //! sleeps until its next deadline wakes for a signal at once, even one that came just
 //! before it began to sleep.
 
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,8 +100,7 @@ impl Signals {
         if written == self.read.load(Ordering::Relaxed) {
             return;
         }
-        let mut buf = [0u8; 64];
-        while matches!((&*self.wake).read(&mut buf), Ok(n) if n > 0) {}
+        crate::runtime::wait::take_wake_ups(&self.wake);
         self.read.store(written, Ordering::Relaxed);
     }
 

@@ -15,3 +15,10 @@ pub fn readable(fds: &mut [PollFd<'_>], timeout: Duration) -> Result<bool, Failu
         Err(e) => Err(Failure::runtime(format!("poll: {e}"))),
     }
 }
+
+/// Read and forget what a non-blocking wake-up socket holds (its bytes only say "look
+/// again"), so that it stops being readable.
+pub fn take_wake_ups(sock: &std::os::unix::net::UnixStream) {
+    let mut buf = [0u8; 64];
+    while matches!(std::io::Read::read(&mut &*sock, &mut buf), Ok(n) if n > 0) {}
+}

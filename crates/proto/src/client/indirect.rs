@@ -178,7 +178,16 @@ impl<R: Random> Client<R> {
         };
         if b.answer_indirect {
             let own = self.local;
-            for to in b.alternates.into_iter().flatten().filter(|a| Some(*a) != own && !a.ip().is_loopback()) {
+            // A host each: the trailer's parser refuses groups, the link's broadcast,
+            // 0.0.0.0 and port 0 (RFC 6081 §4.3); a subnet's broadcast of ours is only
+            // told apart here, where the subnets are known.
+            let subnet_broadcast = |ip: Ipv4Addr| {
+                self.attached.iter().any(|&(net, mask)| mask != u32::MAX && u32::from(ip) == net | !mask)
+            };
+            let host = |a: &SocketAddrV4| !(a.ip().is_loopback() || subnet_broadcast(*a.ip()));
+            let hosts: Vec<SocketAddrV4> =
+                b.alternates.into_iter().flatten().filter(|a| Some(*a) != own && host(a)).collect();
+            for to in hosts {
                 self.send_bubble(me, &src, Trailers::nonce(nonce), Path::service(to), tx);
             }
             if !b.echo_running && !self.random_port_bubbles(now, src, nonce, how, tx) {

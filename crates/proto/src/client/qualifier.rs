@@ -568,8 +568,6 @@ impl<R: Random> Client<R> {
         }
     }
 
-    /// Time for qualification: RS retries, failover, back-off, and once qualified the
-    /// refresh and our announcement on the link.
     /// When [`Client::on_qualifier_timer`] next has something to do: an RS's time-out,
     /// the retry after a failure, the refresh or its retry, the look at the first
     /// server from a fallback one. `None`: nothing until the servers are known.
@@ -592,6 +590,8 @@ impl<R: Random> Client<R> {
         }
     }
 
+    /// Time for qualification: RS retries, failover, back-off, and once qualified the
+    /// refresh and our announcement on the link.
     pub(super) fn on_qualifier_timer(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         match self.q.phase {
             Phase::Offline { retry_at, .. } if now >= retry_at => self.qualify(now, 0, tx),

@@ -213,10 +213,6 @@ impl<R: Random> Client<R> {
         }
     }
 
-    /// Time for the random ports: Echo Tests that got no answer (§5.5.2.2: one more
-    /// after 1 s, then the indirect bubble without a prediction after 2 s), keep-alive
-    /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
-    /// data, 20 at most), and ports whose peer is gone are closed.
     /// When [`Client::tend_random_ports`] next has something to do: a port to close,
     /// a forgotten peer's, a stale one's, an echo test's end, a port's refresh.
     pub(super) fn random_ports_due(&self) -> Option<Duration> {
@@ -239,6 +235,10 @@ impl<R: Random> Client<R> {
         next
     }
 
+    /// Time for the random ports: Echo Tests that got no answer (§5.5.2.2: one more
+    /// after 1 s, then the indirect bubble without a prediction after 2 s), keep-alive
+    /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
+    /// data, 20 at most), and ports whose peer is gone are closed.
     pub(super) fn tend_random_ports(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
         for port in self.closing.drain(..) {
             tx.close_port(port);

@@ -120,6 +120,8 @@ pub struct SharedRelay {
     shards: Box<[Mutex<Shard>]>,
     /// Each shard's timer: when it next has something due (see `timer`).
     timers: Box<[timer::ShardTimer]>,
+    /// The earliest of them, in milliseconds (see `timer`).
+    next_due: std::sync::atomic::AtomicU64,
     /// The tables' keys: a peer's hash is computed once, its high half picks the shard
     /// and its low half the slot, so the entries of one shard do not share slot bits.
     keys: KeyedHash,
@@ -215,6 +217,7 @@ impl SharedRelay {
                 .collect(),
             large: AtomicBool::new(false),
             timers: (0..n).map(|_| timer::ShardTimer::new()).collect(),
+            next_due: std::sync::atomic::AtomicU64::new(u64::MAX),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
             client_first: Mutex::new((
                 RateLimit::new(cfg.client_first_per_s),
@@ -406,7 +409,7 @@ impl SharedRelay {
             }
             // The insertion may have grown the table: fetching ahead follows it.
             self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
-            self.entered(self.shard_index(key), shard.peers.len(), now);
+            self.entered(self.shard_index(key), now);
         }
         let cap = self.cfg.queue_bytes;
         let mut p = shard.peers.get_mut_keyed(key).expect("present");
@@ -717,7 +720,7 @@ impl SharedRelay {
             Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
         }
         self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
-        self.entered(self.shard_index(key), shard.peers.len(), now);
+        self.entered(self.shard_index(key), now);
         if embedded {
             self.kernel_trust(tx, &src, from, now);
             tx.deliver(ip.packet());

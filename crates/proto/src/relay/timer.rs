@@ -6,7 +6,10 @@
 //! under the shard's lock whenever something is scheduled (a new waiting peer, a held
 //! packet, a new entry to sweep one day) and set again, under the same lock, by the
 //! timer's visit. It may be early (a peer that answered since leaves its time behind:
-//! the visit finds nothing to do), never late.
+//! the visit finds nothing to do), never late. The earliest of them is kept too, so
+//! that the daemon's look at the next deadline (every loop round) reads one word, not
+//! every shard's; sweeps fall on whole seconds, so that one run sweeps every shard
+//! with peers rather than each waking the daemon at its own moment.
 
 use super::*;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
@@ -22,8 +25,10 @@ const RATE_RETRY: Duration = Duration::from_millis(250);
 /// A shard with nothing due.
 const NOT_DUE: u64 = u64::MAX;
 
-/// One shard's timer, read without the shard's lock.
+/// One shard's timer, read without the shard's lock (a cache line of its own: shards'
+/// timers are written by different workers).
 #[derive(Debug)]
+#[repr(align(64))]
 pub(super) struct ShardTimer {
     /// When the shard next has something due, in whole milliseconds rounded up.
     due: AtomicU64,
@@ -45,6 +50,11 @@ fn millis_up(t: Duration) -> u64 {
 /// When a waiting peer is next bubbled: two seconds after its last try, or soon when
 /// the rate held its bubbles back (before any went, or when the next was due): never at
 /// or before `now`, so that a timer run leaves nothing due at once.
+/// When a sweep scheduled at `now` runs: a whole second at least [`SWEEP_EVERY`] on.
+fn sweep_at(now: Duration) -> Duration {
+    Duration::from_secs((now + SWEEP_EVERY).as_secs() + 1)
+}
+
 fn retry_at((tries, last_tx): (u8, Duration), now: Duration) -> Duration {
     let next = last_tx + BUBBLE_SPACING;
     if tries > 0 && next > now {
@@ -57,17 +67,20 @@ fn retry_at((tries, last_tx): (u8, Duration), now: Duration) -> Duration {
 impl SharedRelay {
     /// Shard `i` has something due at `at` (called under its lock).
     pub(super) fn due_at(&self, i: usize, at: Duration) {
-        self.timers[i].due.fetch_min(millis_up(at), Ordering::Relaxed);
+        let at = millis_up(at);
+        // Loaded first: most calls bring nothing forward, and a load leaves the line
+        // shared where a read-modify-write would take it.
+        if self.timers[i].due.load(Ordering::SeqCst) > at {
+            self.timers[i].due.fetch_min(at, Ordering::SeqCst);
+        }
+        if self.next_due.load(Ordering::SeqCst) > at {
+            self.next_due.fetch_min(at, Ordering::SeqCst);
+        }
     }
 
-    /// Shard `i` took a new entry (called under its lock): its sweep is scheduled, and
-    /// the fetch-ahead switch follows the table's growth.
-    pub(super) fn entered(&self, i: usize, peers: usize, now: Duration) {
-        self.due_at(i, now + SWEEP_EVERY);
-        self.timers[i].peers.store(peers, Ordering::Relaxed);
-        if peers.saturating_mul(self.shards.len()) >= FETCH_AHEAD_FROM {
-            self.large.store(true, Ordering::Relaxed);
-        }
+    /// Shard `i` took a new entry (called under its lock): its sweep is scheduled.
+    pub(super) fn entered(&self, i: usize, now: Duration) {
+        self.due_at(i, sweep_at(now));
     }
 
     /// Shard `i` waits for an answer from `peer` (called under its lock, after its
@@ -81,7 +94,7 @@ impl SharedRelay {
     /// a packet comes): the daemon sleeps until then or until I/O. It may be early,
     /// never late.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        let ms = self.timers.iter().map(|t| t.due.load(Ordering::Relaxed)).min()?;
+        let ms = self.next_due.load(Ordering::SeqCst);
         (ms != NOT_DUE).then(|| Duration::from_millis(ms))
     }
 
@@ -94,14 +107,21 @@ impl SharedRelay {
     pub fn on_timer(&self, w: &mut RelayWorker, now: Duration, tx: &mut impl Transmit) {
         let sweep = SWEEP_BUDGET.div_ceil(self.shards.len());
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(NOT_DUE - 1);
+        // The earliest is worked out again from every shard's, each read after this
+        // reset: a shard a worker brings forward meanwhile is either read lowered here
+        // or lowers the earliest itself after the reset.
+        self.next_due.store(NOT_DUE, Ordering::SeqCst);
         for (i, shard) in self.shards.iter().enumerate() {
-            if self.timers[i].due.load(Ordering::Relaxed) > now_ms {
-                continue;
+            let mut due = self.timers[i].due.load(Ordering::SeqCst);
+            if due <= now_ms {
+                let mut guard = lock(shard);
+                let next = self.visit(&mut guard, w, now, sweep, tx);
+                due = next.map_or(NOT_DUE, millis_up);
+                // Under the lock: a worker's lowering waits for it, then applies.
+                self.timers[i].due.store(due, Ordering::SeqCst);
+                self.timers[i].peers.store(guard.peers.len(), Ordering::Relaxed);
             }
-            let mut guard = lock(shard);
-            let next = self.visit(&mut guard, w, now, sweep, tx);
-            self.timers[i].due.store(next.map_or(NOT_DUE, millis_up), Ordering::Relaxed);
-            self.timers[i].peers.store(guard.peers.len(), Ordering::Relaxed);
+            self.next_due.fetch_min(due, Ordering::SeqCst);
         }
         let peers: usize = self.timers.iter().map(|t| t.peers.load(Ordering::Relaxed)).sum();
         self.large.store(peers >= FETCH_AHEAD_FROM, Ordering::Relaxed);
@@ -159,7 +179,7 @@ impl SharedRelay {
         shard.peers.sweep(now, sweep, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
         kernel_forget_removed(&mut shard.peers, tx);
         if !shard.peers.is_empty() {
-            due(now + SWEEP_EVERY);
+            due(sweep_at(now));
         }
         next
     }

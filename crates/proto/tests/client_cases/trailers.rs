@@ -191,3 +191,39 @@ fn every_alternate_a_peer_behind_our_address_lists_is_bubbled() {
         assert!(w.udp().iter().any(|(t, _)| *t == to), "no bubble to {to}: {:?}", w.udp());
     }
 }
+
+/// What a neighbour behind our public address lists gets a bubble only where a host is:
+/// never a subnet's broadcast of ours (it would have us bubble every host there at the
+/// neighbour's choosing); the link's broadcast or a group spoils the whole trailer
+/// (the parser refuses it). Without the subnet filter, this case sees a bubble to
+/// 10.0.0.255.
+#[test]
+fn no_alternate_bubble_goes_to_a_broadcast_or_a_group() {
+    let (mut c, me) = qualified();
+    c.set_local_address(Some(sa("10.0.0.7:40000")));
+    c.set_attached_subnets(&[(std::net::Ipv4Addr::new(10, 0, 0, 7), 24)]);
+    let host = sa("10.0.0.5:40001");
+    let listed = [host, sa("10.0.0.255:40002")];
+    let src = TeredoAddr {
+        prefix: 0x2001_0000,
+        server: Q,
+        flags: shipworm_wire::teredo_addr::Flags(0),
+        mapped: sa(&format!("{}:41000", M.split(':').next().unwrap())),
+    };
+    let mut d = vec![0u8; 8];
+    TeredoHeaderRepr { auth: None, origin: Some(src.mapped) }.emit(&mut d).unwrap();
+    d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
+    d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, 0x06]);
+    d.extend_from_slice(&[3, 2 + 6 * 2, 0, 0]);
+    for a in listed {
+        d.extend_from_slice(&a.ip().octets());
+        d.extend_from_slice(&a.port().to_be_bytes());
+    }
+    let mut w = Recorder::default();
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let to: Vec<SocketAddrV4> = w.udp().iter().map(|(t, _)| *t).collect();
+    assert!(to.contains(&host), "the host listed gets its bubble: {to:?}");
+    for not in &listed[1..] {
+        assert!(!to.contains(not), "a bubble to {not}: {to:?}");
+    }
+}
