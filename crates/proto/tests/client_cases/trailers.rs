@@ -161,15 +161,10 @@ fn a_random_port_announced_under_either_type_is_bubbled() {
     }
 }
 
-/// RFC 6081 §4.3, §5.6.4.2: an Alternate Address trailer holds one to four entries, and
-/// a peer behind our public address gets a direct bubble at each. Reading two entries
-/// (as before this case), the third and fourth get none.
-#[test]
-fn every_alternate_a_peer_behind_our_address_lists_is_bubbled() {
-    let (mut c, me) = qualified();
-    c.set_local_address(Some(sa("10.0.0.7:40000")));
-    let listed = [sa("10.0.0.5:40001"), sa("10.0.0.6:40002"), sa("10.0.1.5:40003"), sa("172.16.0.5:40004")];
-    // Behind our own public address (the mapping our qualification gave).
+/// An indirect bubble through our server from a peer behind our own public address (the
+/// mapping our qualification gave), with a nonce and an Alternate Address trailer
+/// listing `listed`.
+fn listing_alternates(me: &Ipv6Addr, listed: &[SocketAddrV4]) -> Vec<u8> {
     let src = TeredoAddr {
         prefix: 0x2001_0000,
         server: Q,
@@ -180,13 +175,24 @@ fn every_alternate_a_peer_behind_our_address_lists_is_bubbled() {
     TeredoHeaderRepr { auth: None, origin: Some(src.mapped) }.emit(&mut d).unwrap();
     d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
     d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, 0x05]);
-    d.extend_from_slice(&[3, 2 + 6 * 4, 0, 0]);
+    d.extend_from_slice(&[3, (2 + 6 * listed.len()) as u8, 0, 0]);
     for a in listed {
         d.extend_from_slice(&a.ip().octets());
         d.extend_from_slice(&a.port().to_be_bytes());
     }
+    d
+}
+
+/// RFC 6081 §4.3, §5.6.4.2: an Alternate Address trailer holds one to four entries, and
+/// a peer behind our public address gets a direct bubble at each. Reading two entries
+/// (as before this case), the third and fourth get none.
+#[test]
+fn every_alternate_a_peer_behind_our_address_lists_is_bubbled() {
+    let (mut c, me) = qualified();
+    c.set_local_address(Some(sa("10.0.0.7:40000")));
+    let listed = [sa("10.0.0.5:40001"), sa("10.0.0.6:40002"), sa("10.0.1.5:40003"), sa("172.16.0.5:40004")];
     let mut w = Recorder::default();
-    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &listing_alternates(&me, &listed), &mut w);
     for to in listed {
         assert!(w.udp().iter().any(|(t, _)| *t == to), "no bubble to {to}: {:?}", w.udp());
     }
@@ -204,23 +210,8 @@ fn no_alternate_bubble_goes_to_a_broadcast_or_a_group() {
     c.set_attached_subnets(&[(std::net::Ipv4Addr::new(10, 0, 0, 7), 24)]);
     let host = sa("10.0.0.5:40001");
     let listed = [host, sa("10.0.0.255:40002")];
-    let src = TeredoAddr {
-        prefix: 0x2001_0000,
-        server: Q,
-        flags: shipworm_wire::teredo_addr::Flags(0),
-        mapped: sa(&format!("{}:41000", M.split(':').next().unwrap())),
-    };
-    let mut d = vec![0u8; 8];
-    TeredoHeaderRepr { auth: None, origin: Some(src.mapped) }.emit(&mut d).unwrap();
-    d.extend_from_slice(&bubble(&src.to_ipv6().to_string(), &me.to_string()));
-    d.extend_from_slice(&[1, 4, 0xde, 0xad, 0xbe, 0x06]);
-    d.extend_from_slice(&[3, 2 + 6 * 2, 0, 0]);
-    for a in listed {
-        d.extend_from_slice(&a.ip().octets());
-        d.extend_from_slice(&a.port().to_be_bytes());
-    }
     let mut w = Recorder::default();
-    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &d, &mut w);
+    let _ = c.on_udp(secs(2), Via::Service, SocketAddrV4::new(P, 3544), &listing_alternates(&me, &listed), &mut w);
     let to: Vec<SocketAddrV4> = w.udp().iter().map(|(t, _)| *t).collect();
     assert!(to.contains(&host), "the host listed gets its bubble: {to:?}");
     for not in &listed[1..] {
