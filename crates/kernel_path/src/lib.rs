@@ -358,34 +358,39 @@ impl KernelPath {
                 return Ok(DecapHook::Xdp);
             }
         }
-        let ingress: &mut SchedClassifier = self.program("teredo_ingress")?;
-        let id = ingress.attach(name, TcAttachType::Ingress).map_err(|e| Error::Attach {
-            program: "teredo_decap (XDP in the driver, or tc ingress)",
-            interface: name.to_owned(),
-            cause: e.to_string(),
-        })?;
-        self.links.push(("teredo_ingress", LinkId::Tc(id)));
+        self.attach_tc(
+            "teredo_ingress",
+            name,
+            TcAttachType::Ingress,
+            "teredo_decap (XDP in the driver, or tc ingress)",
+        )?;
         Ok(DecapHook::Tc)
     }
 
-    /// Attach the encapsulating program to the Teredo interface's egress (tcx).
+    /// Attach the encapsulating program to the Teredo interface's egress (tcx), and the
+    /// guard to its ingress: before IPv4 forwarding goes on for the interface (the
+    /// caller's next step), nothing but IPv6 enters the host from it.
     pub fn attach_encap(&mut self, tun: &str) -> Result<(), Error> {
-        let tc: &mut SchedClassifier = self.program("teredo_encap")?;
-        let id = tc.attach(tun, TcAttachType::Egress).map_err(|e| Error::Attach {
-            program: "teredo_encap (tc egress)",
-            interface: tun.to_owned(),
+        self.attach_tc("teredo_encap", tun, TcAttachType::Egress, "teredo_encap (tc egress)")?;
+        self.attach_tc("teredo_guard", tun, TcAttachType::Ingress, "teredo_guard (tc ingress of the Teredo interface)")
+    }
+
+    /// Attach tc program `name` at `interface`'s `hook`, its link kept; `what` names it
+    /// in an error.
+    fn attach_tc(
+        &mut self,
+        name: &'static str,
+        interface: &str,
+        hook: TcAttachType,
+        what: &'static str,
+    ) -> Result<(), Error> {
+        let tc: &mut SchedClassifier = self.program(name)?;
+        let id = tc.attach(interface, hook).map_err(|e| Error::Attach {
+            program: what,
+            interface: interface.to_owned(),
             cause: e.to_string(),
         })?;
-        self.links.push(("teredo_encap", LinkId::Tc(id)));
-        // Before IPv4 forwarding goes on for the interface (the caller's next step):
-        // nothing but IPv6 enters the host from it.
-        let guard: &mut SchedClassifier = self.program("teredo_guard")?;
-        let id = guard.attach(tun, TcAttachType::Ingress).map_err(|e| Error::Attach {
-            program: "teredo_guard (tc ingress of the Teredo interface)",
-            interface: tun.to_owned(),
-            cause: e.to_string(),
-        })?;
-        self.links.push(("teredo_guard", LinkId::Tc(id)));
+        self.links.push((name, LinkId::Tc(id)));
         Ok(())
     }
 
