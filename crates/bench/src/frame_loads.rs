@@ -1,4 +1,4 @@
-//! The rate searches' loads as live frames ([`Frames`]): each emulated client's Teredo
+//! The rate searches' loads as whole frames ([`Frames`], live frames where the kernel allows them): each emulated client's Teredo
 //! datagrams and the native hosts' IPv6 packets, whole frames for the switch's port
 //! towards the relay host to hand it.
 
@@ -6,7 +6,8 @@ use crate::error::Failure;
 use crate::measure::{lab_err, RUN};
 use crate::packets::{ipv6_frame, ipv6_udp, teredo_frame};
 use crate::traffic::{Emulated, Frames};
-use shipworm_lab::live_frames::{mac_of, LiveFrames};
+use shipworm_lab::frame_sender::FrameSender;
+use shipworm_lab::live_frames::mac_of;
 use shipworm_lab::{Lab, GEN_NATIVE_V6, HOST6_V6, SINK_NATIVE_V6};
 use std::net::{Ipv6Addr, SocketAddrV4};
 
@@ -16,7 +17,7 @@ use std::net::{Ipv6Addr, SocketAddrV4};
 /// frame also crossed the switch on the traffic core, whose work per frame then held
 /// the rates near where a sender of sockets held them.
 pub(crate) struct Senders {
-    wire: LiveFrames,
+    wire: FrameSender,
     relay: [u8; 6],
     gen: [u8; 6],
     h6: [u8; 6],
@@ -25,12 +26,13 @@ pub(crate) struct Senders {
 impl Senders {
     pub(crate) fn of(lab: &Lab) -> Result<Senders, Failure> {
         let mac = |host: &str| mac_of(&lab.ns(host), "eth0").map_err(lab_err);
-        Ok(Senders {
-            wire: LiveFrames::on(&lab.ns("core"), RELAY_PORT_ON_SWITCH).map_err(lab_err)?,
-            relay: mac("rly")?,
-            gen: mac("gen")?,
-            h6: mac("h6")?,
-        })
+        let wire = FrameSender::on(&lab.ns("core"), RELAY_PORT_ON_SWITCH).map_err(lab_err)?;
+        if let FrameSender::Ring { .. } = wire {
+            // Said once a run, here and in the report: the figures' generator is not the usual one.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| println!("  generator: {}", wire.kind()));
+        }
+        Ok(Senders { wire, relay: mac("rly")?, gen: mac("gen")?, h6: mac("h6")? })
     }
 
     /// Decapsulation load of `size`-byte packets from each emulated client of `emu` at
@@ -64,9 +66,14 @@ impl Senders {
         }
     }
 
+    /// Which generator sends the frames, for the report.
+    pub(crate) fn kind(&self) -> String {
+        self.wire.kind()
+    }
+
     /// Fails if a load of these failed to send (its trials' figures are void).
     pub(crate) fn check(&self) -> Result<(), Failure> {
-        self.wire.failure().map_or(Ok(()), |e| Err(Failure::runtime(format!("the live-frame generator failed: {e}"))))
+        self.wire.failure().map_or(Ok(()), |e| Err(Failure::runtime(format!("the frame generator failed: {e}"))))
     }
 
     fn native(&self, mac: [u8; 6], from: Ipv6Addr, to: &[Ipv6Addr], port: u16, size: usize) -> Vec<Vec<u8>> {

@@ -70,6 +70,8 @@ pub(crate) struct Figures {
     pub(crate) sparse: BTreeMap<(&'static str, usize), Vec<f64>>,
     /// The same on the kernel path in this relay's lab, in turn with the relay's.
     pub(crate) sparse_beside: BTreeMap<(&'static str, usize), Vec<f64>>,
+    /// The rate searches' generator, as `FrameSender::kind` says it.
+    pub(crate) generator: Option<String>,
 }
 
 /// The gap between two sparse latency probes.
@@ -481,6 +483,7 @@ pub(crate) fn measure_relay(
     let sink_gen = Sink::start(vec![rx_gen.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
     let (first, natives, gen_outs) = (addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
     let senders = Senders::of(&lab)?;
+    f.generator = Some(senders.kind());
     let mut routes = Vec::new();
     for &size in sizes(quick) {
         routes.push(Route {
@@ -687,6 +690,7 @@ pub(crate) fn measure_kernel(quick: bool, hints: &Hints, say: &mut dyn FnMut(&st
     let sink_h6 = Sink::start(vec![dup(&rx_h6)?]);
     let sink_gen = Sink::start(vec![dup(&rx_gen)?]);
     let senders = Senders::of(&lab)?;
+    f.generator = Some(senders.kind());
     let mut routes = Vec::new();
     for &size in sizes(quick) {
         for (dir, sock, sink, rx, to) in [

@@ -197,7 +197,7 @@ pub(crate) fn report(
         "\nHeld by the generator (the search's lowest failing rate failed only because the sender fell short of it, nothing lost: the figure is the generator's, and the path may carry more): {}.",
         if held.is_empty() { "none".to_string() } else { held.join("; ") }
     );
-    let _ = writeln!(r, "\nThe kernel column is the same load forwarded by the relay host's kernel, no tunnel: the reference. The rate searches' load is live frames, handed to the relay host's interface by the switch's port towards it (an XDP program's test run on the traffic core, paced in the program). {}\n", if cpus::available() { format!("The relay host (its processes, and during rate searches the receive work of its interfaces through RPS: for the kernel, its forwarding) ran on CPU {RELAY_CPU}, the traffic (generator, sinks, probes) on CPU {TRAFFIC_CPU}: each relay had one core to itself, so shipworm ran one worker (`{}`). Latency probes leave the receive work on the core that sent (an interrupt between cores cost about 20 µs a packet on the machine this was written on).", crate::relay_config::shipworm_extra().lines().collect::<Vec<_>>().join("`, `")) } else { "Generator, sink and relay shared the machine's one core.".to_string() });
+    let _ = writeln!(r, "\nThe kernel column is the same load forwarded by the relay host's kernel, no tunnel: the reference. The rate searches' load is whole frames, handed to the relay host's interface by the switch's port towards it, sent on the traffic core by {}. {}\n", generators(runs), if cpus::available() { format!("The relay host (its processes, and during rate searches the receive work of its interfaces through RPS: for the kernel, its forwarding) ran on CPU {RELAY_CPU}, the traffic (generator, sinks, probes) on CPU {TRAFFIC_CPU}: each relay had one core to itself, so shipworm ran one worker (`{}`). Latency probes leave the receive work on the core that sent (an interrupt between cores cost about 20 µs a packet on the machine this was written on).", crate::relay_config::shipworm_extra().lines().collect::<Vec<_>>().join("`, `")) } else { "Generator, sink and relay shared the machine's one core.".to_string() });
     let flood = |name: &str| {
         let measured = runs.get(name).into_iter().flatten().filter(|f| f.rate.contains_key(&UNDER_FLOOD));
         middle_mean(&measured.map(|f| f.flood).collect::<Vec<_>>())
@@ -398,6 +398,18 @@ fn cpu_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, rati
         }
     }
     let _ = writeln!(r);
+}
+
+/// The rate searches' generators, as the runs say them (one, unless a run differed).
+fn generators(runs: &BTreeMap<&'static str, Vec<Figures>>) -> String {
+    let mut said: Vec<&str> = runs.values().flatten().filter_map(|f| f.generator.as_deref()).collect();
+    said.sort_unstable();
+    said.dedup();
+    if said.is_empty() {
+        "no generator (no rate search ran)".into()
+    } else {
+        said.join("; and ")
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! `rate_search`.
 
 use shipworm::io::udp_batch::{RecvBatch, SendBatch};
-use shipworm_lab::live_frames::LiveFrames;
+use shipworm_lab::frame_sender::FrameSender;
 use shipworm_lab::netns;
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX};
 use shipworm_wire::teredo_packet::emit_bubble;
@@ -208,7 +208,7 @@ impl Load for Sockets<'_> {
     }
 }
 
-/// Whole frames handed to a host's interface by the kernel ([`LiveFrames`]), no socket
+/// Whole frames handed to a host's interface by the kernel ([`FrameSender`]), no socket
 /// behind them: packet `seq` is `frames[(seq / run) % frames.len()]`, so each stream
 /// (an emulated client) sends runs of `run` as a host's socket would. What the rate
 /// searches send: a sender of sockets on the traffic core ran out before the relay host's
@@ -216,7 +216,7 @@ impl Load for Sockets<'_> {
 /// segmentation and the switch port's copy per packet), so the figures compared the
 /// generator's ceilings; live frames cost that core a small part of it.
 pub struct Frames<'a> {
-    pub sender: &'a LiveFrames,
+    pub sender: &'a FrameSender,
     pub frames: Vec<Vec<u8>>,
     pub run: u64,
 }
@@ -228,7 +228,7 @@ impl Load for Frames<'_> {
     }
 
     fn failure(&self) -> Option<String> {
-        self.sender.failure().map(|e| format!("the live-frame generator failed: {e}"))
+        self.sender.failure().map(|e| format!("the frame generator failed: {e}"))
     }
 }
 

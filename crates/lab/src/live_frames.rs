@@ -100,6 +100,12 @@ impl LiveFrames {
     /// A sender on interface `dev` of namespace `ns`. Sends one frame no host takes (an
     /// experimental EtherType, to its own address) to learn whether this kernel can.
     pub fn on(ns: &str, dev: &str) -> Result<LiveFrames> {
+        LiveFrames::unless_refused(ns, dev)?.map_err(LabError::new)
+    }
+
+    /// As [`LiveFrames::on`], but a kernel that refuses live frames (EPERM to the probe's
+    /// test run: seen on a locked-down 6.18) is an answer, not an error: `Ok(Err(why))`.
+    pub fn unless_refused(ns: &str, dev: &str) -> Result<std::result::Result<LiveFrames, String>> {
         if OBJECT.is_empty() {
             return crate::error::err(
                 "the lab's live-frame generator was built without clang (apt-get install clang libbpf-dev, then rebuild)",
@@ -142,11 +148,16 @@ impl LiveFrames {
                 "send live frames on {dev} in {ns}: {e} (BPF_F_TEST_XDP_LIVE_FRAMES needs Linux 5.18)"
             ))
         };
-        let sent = frames.send_count(&probe).map_err(|e| fail(&e))?;
+        let sent = match frames.send_count(&probe) {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                return Ok(Err(format!("this kernel refuses them ({e})")))
+            }
+            sent => sent.map_err(|e| fail(&e))?,
+        };
         if sent != 1 {
             return Err(fail(&format!("{sent} frames of 1 left")));
         }
-        Ok(frames)
+        Ok(Ok(frames))
     }
 
     /// The interface's own hardware address (a frame's source).
