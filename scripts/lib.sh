@@ -84,13 +84,6 @@ ensure_rust() {
     fi
 }
 
-# cargo-fuzz, for the fuzz smoke run.
-ensure_cargo_fuzz() {
-    command -v cargo-fuzz >/dev/null && return 0
-    say "installing cargo-fuzz (once)"
-    cargo install --locked cargo-fuzz >/dev/null 2>&1 || die "cargo install cargo-fuzz failed"
-}
-
 # cargo-deb, for the Debian package.
 ensure_cargo_deb() {
     command -v cargo-deb >/dev/null && return 0

@@ -39,8 +39,16 @@ pub(crate) const FLOOD_SOCKETS: usize = 8;
 pub(crate) const UNDER_FLOOD: (&str, usize) = ("Teredo→IPv6 under flood", 64);
 /// The lock-out pattern's packets per second (native packets and bubbles).
 pub(crate) const LOCKOUT_RATE: u64 = 20_000;
-/// Teredo addresses, all embedding one endpoint, the lock-out pattern makes trusted.
-pub(crate) const LOCKOUT_ADDRESSES: u64 = 65_000;
+/// Teredo addresses, all embedding one endpoint, the lock-out pattern makes trusted; a
+/// tenth in a quick run (its figures judge nothing, and making them trusted is most of
+/// the pattern's time).
+pub(crate) fn lockout_addresses(quick: bool) -> u64 {
+    if quick {
+        6_500
+    } else {
+        65_000
+    }
+}
 /// The established peers' rate under the lock-out pattern, in the rate table.
 pub(crate) const UNDER_LOCKOUT: (&str, usize) = ("Teredo→IPv6 under lock-out", 64);
 
@@ -208,7 +216,7 @@ pub(crate) struct EndToEnd {
     pub(crate) name: &'static str,
     /// Seconds from client start to an address, one per round.
     pub(crate) qualify_secs: Vec<f64>,
-    /// Median steady ping6 round trip of each round (20 echoes), ms.
+    /// Median steady ping6 round trip of each round ([`e2e_pings`] echoes), ms.
     pub(crate) ping_ms: Vec<f64>,
     /// The same trip without the tunnel, in each round's lab (none in quick runs): the
     /// client host's IPv4 round trip to the relay host, plus the relay host's IPv6
@@ -422,21 +430,22 @@ pub(crate) fn under_lockout(
     f: &mut Figures,
     say: &mut dyn FnMut(&str),
     search: &mut dyn FnMut() -> Found,
-    n: usize,
+    quick: bool,
 ) -> Result<(), Failure> {
+    let (n, addresses) = (searches(quick), lockout_addresses(quick));
     let mapped = socket_in(gen, SocketAddr::V4(SocketAddrV4::new(GEN_V4, 0))).map_err(Failure::runtime)?;
     let native = socket_in(h6, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
     let before = cpus::host_rss_mib(rly).map_err(Failure::runtime)?;
-    let pattern = lock_out(mapped, native, relay, LOCKOUT_ADDRESSES, LOCKOUT_RATE, Duration::from_secs(180));
+    let pattern = lock_out(mapped, native, relay, addresses, LOCKOUT_RATE, Duration::from_secs(180));
     // Every address made trusted before the first search, and kept so throughout.
-    std::thread::sleep(Duration::from_secs_f64(2.2 * LOCKOUT_ADDRESSES as f64 / LOCKOUT_RATE as f64));
+    std::thread::sleep(Duration::from_secs_f64(2.2 * addresses as f64 / LOCKOUT_RATE as f64));
     let found: Vec<Found> = (0..n).map(|_| search()).collect();
     let after = cpus::host_rss_mib(rly).map_err(Failure::runtime)?;
     f.lockout = pattern.stop();
     f.lockout_rss = Some((before, after));
     let rates = file_searches(f, UNDER_LOCKOUT, &found);
     say(&format!(
-        "  {label} {:>4} B under the lock-out pattern ({:.0} pkt/s, {LOCKOUT_ADDRESSES} addresses of one endpoint; relay memory {before:.0} → {after:.0} MiB): Teredo→IPv6 {}",
+        "  {label} {:>4} B under the lock-out pattern ({:.0} pkt/s, {addresses} addresses of one endpoint; relay memory {before:.0} → {after:.0} MiB): Teredo→IPv6 {}",
         UNDER_LOCKOUT.1,
         f.lockout,
         rates.join(",")
@@ -539,7 +548,7 @@ pub(crate) fn measure_relay(
     // One endpoint makes the relay trust ever more addresses.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
     let hosts = (gen.as_str(), h6.as_str(), rly.as_str());
-    under_lockout(label, hosts, relay, &mut f, say, &mut || established(UNDER_LOCKOUT), searches(quick))?;
+    under_lockout(label, hosts, relay, &mut f, say, &mut || established(UNDER_LOCKOUT), quick)?;
     senders.check()?;
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();
@@ -570,6 +579,16 @@ pub(crate) fn e2e_rounds(quick: bool) -> usize {
         1
     } else {
         6
+    }
+}
+
+/// Echoes each way in an end-to-end round's ping6: 20, or 5 in a quick run (0.2 s apart,
+/// they were two thirds of its chains' time).
+pub(crate) fn e2e_pings(quick: bool) -> u32 {
+    if quick {
+        5
+    } else {
+        20
     }
 }
 

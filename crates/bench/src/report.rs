@@ -227,8 +227,9 @@ pub(crate) fn report(
     ratios.push(("rate under flood shipworm/kernel".into(), s / k));
     let _ = writeln!(
         r,
-        "\n### Established peers under the lock-out pattern\n\nThe same established clients' Teredo→IPv6 rate ({}-byte packets) while one IPv4 endpoint makes the relay trust {LOCKOUT_ADDRESSES} Teredo addresses that all embed it (differing in server field and random bits: a native packet to each, then its bubble from the endpoint) and keeps every one fresh, at {LOCKOUT_RATE} packets a second in all — the pattern that filled a table of never-replaceable trusted entries. Memory: the relay host's processes, resident, before the pattern and after the searches under it.\n\n| implementation | pattern (pkt/s) | rate under it | held by the generator | rate without | under / without | relay memory |\n|---|---|---|---|---|---|---|",
-        UNDER_LOCKOUT.1
+        "\n### Established peers under the lock-out pattern\n\nThe same established clients' Teredo→IPv6 rate ({}-byte packets) while one IPv4 endpoint makes the relay trust {} Teredo addresses that all embed it (differing in server field and random bits: a native packet to each, then its bubble from the endpoint) and keeps every one fresh, at {LOCKOUT_RATE} packets a second in all — the pattern that filled a table of never-replaceable trusted entries. Memory: the relay host's processes, resident, before the pattern and after the searches under it.\n\n| implementation | pattern (pkt/s) | rate under it | held by the generator | rate without | under / without | relay memory |\n|---|---|---|---|---|---|---|",
+        UNDER_LOCKOUT.1,
+        lockout_addresses(quick)
     );
     for name in ["shipworm", "miredo"] {
         let measured: Vec<&Figures> =
@@ -351,7 +352,7 @@ pub(crate) fn report(
         ratios.push(("e2e UDP native→client shipworm/Miredo".into(), su.1 / mu.1));
     }
     let rounds = e2e_rounds(quick);
-    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: each round's 20 echoes, the mean of the rounds' steady medians without the highest and the lowest ninth. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_bytes(quick) / 1_000_000, times(searches(quick)));
+    let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: each round's {} echoes, the mean of the rounds' steady medians without the highest and the lowest ninth. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_pings(quick), e2e_bytes(quick) / 1_000_000, times(searches(quick)));
     (r, compared)
 }
 

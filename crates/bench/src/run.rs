@@ -86,7 +86,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
         for ((name, imp), e) in chains.iter().zip(&mut e2e) {
             // Each round's round trip, and the same path's without the tunnel in the
             // same lab: the added time's spread over the rounds.
-            let (lab, o) = chain_lab(&me, imp, bytes, 20)?;
+            let (lab, o) = chain_lab(&me, imp, bytes, e2e_pings(args.quick))?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
             let (out4, back4) = e2e_tcp_streams(&lab, o.address, bytes)?;
             let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);

@@ -385,6 +385,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
         .map(|sc| {
             let me = me.to_path_buf();
             Case {
+                waits: false,
                 name: format!("anycast relays: {}", sc.name),
                 expect: match (&sc.client, sc.caller, sc.shared_v4) {
                     (_, Caller::Client, true) if matches!(sc.relays.1, Impl::Miredo) => Expect::Fail(

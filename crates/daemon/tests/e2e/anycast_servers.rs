@@ -190,6 +190,7 @@ pub fn cases(me: &Path) -> Vec<Case> {
         .map(|(end, how, client, nat)| {
             let me = me.to_path_buf();
             Case {
+                waits: false,
                 name: format!(
                     "anycast servers: {how}, client {client} ({nat} NAT); addresses unchanged, traffic flows, \
                      a new client qualifies within 1 s"

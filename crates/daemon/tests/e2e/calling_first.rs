@@ -13,6 +13,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // be answered (no retransmission allowed), for every server/relay/client pairing.
     for (server, relay, client) in pairings(&impls) {
         cases.push(Case {
+            waits: false,
             name: format!("SIP call native → client server={server} relay={relay} client={client}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -25,6 +26,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // And a TCP connection, the native host's SYN first (no retransmission allowed).
     for (server, relay, client) in pairings(&impls) {
         cases.push(Case {
+            waits: false,
             name: format!("TCP connection native → client server={server} relay={relay} client={client}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -37,6 +39,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "SIP call native → client, then again after a handoff".into(),
             expect: Expect::Pass,
             run: Box::new(move || {

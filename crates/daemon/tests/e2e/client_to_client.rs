@@ -24,6 +24,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         Expect::Pass
                     };
                     cases.push(Case {
+                        waits: false,
                         name: format!("same NAT A={nat}/{a} calls B={nat}/{b} server={server}"),
                         expect,
                         run: Box::new(move || {
@@ -41,6 +42,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for nat in [NatKind::PortRestricted, NatKind::Symmetric] {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: format!("same NAT by local discovery (Hairpinning no) {nat}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -72,6 +74,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                     for b in &b_impls {
                         let (server, a, b) = (server.clone(), a.clone(), b.clone());
                         cases.push(Case {
+                            waits: false,
                             name: format!("client↔client A={a_nat}/{a} calls B={b_nat}/{b} server={server}"),
                             expect: peer_expectation([a_nat, b_nat], &a, &b),
                             run: Box::new(move || {
@@ -98,6 +101,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             ),
         };
         cases.push(Case {
+            waits: false,
             name: format!("client↔client across two servers (RFC 6081 §6.1) A=symmetric/shipworm calls B=address-restricted/shipworm servers={server}"),
             expect,
             run: Box::new(move || {

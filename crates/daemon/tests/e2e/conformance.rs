@@ -11,6 +11,7 @@ use std::time::Duration;
 pub fn cases(me: &std::path::Path) -> Vec<Case> {
     let me = Impl::Shipworm(me.to_path_buf());
     vec![Case {
+        waits: true,
         name: "RFC 4380 §5.2.6 on the wire: a silent Teredo peer pinged for 20 s gets at most 4 bubbles of each kind from the client and the relay".into(),
         expect: Expect::Pass,
         // With the budget taken out (every `spend` allowed) the client's NAT let 11

@@ -63,6 +63,7 @@ fn daemon_pid(dir: &str, role: &str) -> Option<u32> {
 pub fn cases(me: &std::path::Path) -> Vec<Case> {
     let me = Impl::Shipworm(me.to_path_buf());
     vec![Case {
+        waits: true,
         name: "an idle server, relay and client sleep until something is due (no fixed tick)".into(),
         expect: Expect::Pass,
         // With the loops ticking as before (client 100 ms, relay 250 ms a worker and

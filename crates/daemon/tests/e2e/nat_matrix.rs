@@ -38,6 +38,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                             software_sums: SoftwareSums::None,
                         };
                         cases.push(Case {
+                            waits: false,
                         name: format!("{first:<12} {nat:<15} server={server:<8} relay={relay:<8} client={client:<8}"),
                         expect: Expect::Pass,
                         run: Box::new(move || {
@@ -65,6 +66,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         {
             let s = Scenario { nat, ..shipworm_chain(&me, first, "DataPath user\n") };
             cases.push(Case {
+                waits: false,
                 name: format!(
                     "{first:<12} {nat:<15} all shipworm, relay and client data paths in userland (DataPath user)"
                 ),
@@ -100,6 +102,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         let direct = extra.is_empty();
         let s = shipworm_chain(&me, Side::Native, extra);
         cases.push(Case {
+            waits: false,
             name: format!("kernel data path in use: the relay's and the client's programs move the transfers both ways (DataPath kernel, the relay's decapsulation by {hook})"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -292,6 +295,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let s = shipworm_chain(&me, Side::Client, "DataPath user\n");
         cases.push(Case {
+            waits: false,
             name: "TUN offloads in use: TCP both ways through a shipworm client and relay (DataPath user)".into(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -340,6 +344,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for first in [Side::Native, Side::Client] {
         let s = shipworm_chain(&me, first, "TunOffload no\n");
         cases.push(Case {
+            waits: false,
             name: format!("{first:<12} without TUN offloads (TunOffload no), relay and client"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -359,6 +364,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     }
     for nat in NatKind::ALL {
         cases.push(Case {
+            waits: false,
             name: format!("NAT behaviour {nat}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -381,6 +387,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for nat in NatKind::ALL {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: format!("NAT detection {nat}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -436,6 +443,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             format!("a datagram with its checksum finished is moved (the client host's interface sums in software; decapsulation by {hook}, forwarding {forward})")
         };
         cases.push(Case {
+            waits: false,
             name: format!("{first:<12} kernel data path: {what}; Miredo client"),
             expect: Expect::Pass,
             run: Box::new(move || {

@@ -13,6 +13,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = me.clone();
         cases.push(Case {
+            waits: false,
             name: "relay RelayThreads 2: multi-queue TUN, a second relay refused".into(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -50,6 +51,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for (from, to) in [(NatKind::PortRestricted, NatKind::FullCone), (NatKind::FullCone, NatKind::AddressRestricted)] {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: format!("handoff {from} → {to}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -83,6 +85,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         let bin = me.display().to_string();
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "status of server, relay and client".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -162,6 +165,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "metrics of server, relay and client".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -275,6 +279,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "relay and BIRD: a second SIGTERM cuts a 30 s drain short".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -326,6 +331,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "relay and BIRD: announced once serving and again after BIRD restarts, withdrawn before a clean stop, drained".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -447,6 +453,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "systemd notify: ready, status, watchdog, stopping for every role".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -535,6 +542,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "client hook script and route metric".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -594,6 +602,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "secure qualification".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -624,6 +633,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: true,
             name: "server failover (RefreshInterval 10)".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -635,7 +645,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     // Expiry: the native host speaks first, both sides go quiet past the peers'
     // validity, and it speaks first again: shipworm's relay then waits for a client it
     // trusted (out of its kernel map until the client answers), Miredo's client too.
-    // Pushed last, so these long waits start first.
+    // Long waits: they run beside the suite's jobs.
     let shipworm = Impl::Shipworm(me.clone());
     let pairs: Vec<(Impl, Impl)> = impls
         .iter()
@@ -645,6 +655,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for (relay, client) in pairs {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: true,
             name: format!("native first again after 35 s idle relay={relay} client={client}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -660,6 +671,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "server name resolves late".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {

@@ -18,6 +18,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             {
                 let (server, relay, client) = (server.clone(), relay.clone(), client.clone());
                 cases.push(Case {
+                    waits: false,
                     name: format!("6to4 host ↔ client ({first}) server={server} relay={relay} client={client}"),
                     expect: Expect::Pass,
                     run: Box::new(move || {
@@ -35,6 +36,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         for client in &impls {
             let (server, client) = (Impl::Shipworm(me.to_path_buf()), client.clone());
             cases.push(Case {
+                waits: false,
                 name: format!(
                     "server that relays ↔ native host ({first}) server=shipworm (ServerRelay yes) client={client}"
                 ),
@@ -51,6 +53,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for client in &impls {
         let (me, client) = (Impl::Shipworm(me.to_path_buf()), client.clone());
         cases.push(Case {
+            waits: false,
             name: format!("host-specific relay serves an address added later server=shipworm client={client}"),
             expect: Expect::Pass,
             run: Box::new(move || {

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub fn cases(me: &std::path::Path) -> Vec<Case> {
     let s = shipworm_chain(me, Side::Client, "");
     vec![Case {
+        waits: false,
         name: "SIGHUP, every role: unchanged file keeps address and peers, broken file refused, changed file waits"
             .into(),
         expect: Expect::Pass,

@@ -14,6 +14,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
+            waits: false,
             name: "confinement: no_new_privs, seccomp, capabilities of every shipworm process".to_string(),
             expect: Expect::Pass,
             run: Box::new(move || {

@@ -16,6 +16,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for server in &impls {
         let server = server.clone();
         cases.push(Case {
+            waits: false,
             name: format!("Windows-like client: an RS with a link-layer address option qualifies (RFC 4380 §5.2.1, RFC 4861 §4.1) server={server}"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -35,6 +36,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             ),
         };
         cases.push(Case {
+            waits: false,
             name: format!("Windows-like client calls client={client}: Nonce and Random Port ({what}) in its indirect bubble (RFC 6081 §5.2.4, §5.4.4)"),
             expect,
             run: Box::new(move || {
@@ -46,6 +48,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for client in &impls {
         let (server, client) = (ours.clone(), client.clone());
         cases.push(Case {
+            waits: false,
             name: format!("client={client} calls a Windows-like client: it answers with a direct bubble echoing the nonce and an indirect one of its own (RFC 6081 §5.2.4.2)"),
             expect: Expect::Pass,
             run: Box::new(move || {
@@ -57,6 +60,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     for relay in &impls {
         let (server, relay) = (ours.clone(), relay.clone());
         cases.push(Case {
+            waits: false,
             name: format!(
                 "Windows-like client reaches the native host through relay={relay} (RFC 4380 §5.2.9, §5.4.2)"
             ),
@@ -81,6 +85,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         };
         let how = if filtered { "filters echo requests (Windows' firewall default)" } else { "answers echo requests" };
         cases.push(Case {
+            waits: false,
             name: format!(
                 "host-specific relay whose host {how} client={client}: TCP to the host (RFC 4380 §5.2.9, §5.5)"
             ),
