@@ -85,11 +85,17 @@ pub enum DropReason {
     /// ISATAP form, as the destination of a packet leaving the tunnel or the source of
     /// one entering it: a routing loop between tunnels (RFC 6324 §3.3).
     RoutingLoop,
+    /// Secure qualification: a router solicitation naming a client identifier the
+    /// server holds no key for (RFC 4380 §5.3.1 check 4).
+    UnknownClientId,
+    /// Secure qualification: a router advertisement, signed with our key, whose
+    /// confirmation byte says the server retired that key (RFC 4380 §5.3.2).
+    KeyRetired,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 34] = [
+    pub const ALL: [DropReason; 36] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -124,6 +130,8 @@ impl DropReason {
         DropReason::RateLimited,
         DropReason::AttachedSubnet,
         DropReason::RoutingLoop,
+        DropReason::UnknownClientId,
+        DropReason::KeyRetired,
     ];
 
     /// A stable name for metrics and logs.
@@ -163,6 +171,8 @@ impl DropReason {
             DropReason::RateLimited => "rate_limited",
             DropReason::AttachedSubnet => "attached_subnet",
             DropReason::RoutingLoop => "routing_loop",
+            DropReason::UnknownClientId => "unknown_client_id",
+            DropReason::KeyRetired => "key_retired",
         }
     }
 }

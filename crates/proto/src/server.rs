@@ -64,6 +64,11 @@ pub struct ServerConfig {
     /// Secure qualification: when not empty, only these clients, with valid MACs, get
     /// router advertisements.
     pub clients: Vec<secure::Credentials>,
+    /// Secure qualification: identifiers whose key the operator retired, kept for the
+    /// clients that still hold it: a solicitation signed with it gets an advertisement
+    /// signed with it whose confirmation byte is not zero (RFC 4380 §5.3.2), which tells
+    /// the client to get a new key.
+    pub retired: Vec<secure::Credentials>,
     /// Router solicitations answered per second for one IPv4 source, and the burst.
     pub solicitations_per_address: (u32, u32),
     /// Secret keys for hashing sources onto rate buckets (random in the daemon).
@@ -80,9 +85,16 @@ impl ServerConfig {
             mtu: shipworm_wire::ipv6::MIN_MTU as u32,
             max_forwarded_icmpv6: DEFAULT_MAX_FORWARDED_ICMPV6,
             clients: Vec::new(),
+            retired: Vec::new(),
             solicitations_per_address: DEFAULT_SOLICITATIONS_PER_ADDRESS,
             hash_keys: (0x5348_4950, 0x574f_524d),
         }
+    }
+
+    /// Whether qualification is secure: some client identifier is held, current or
+    /// retired.
+    pub fn secure(&self) -> bool {
+        !self.clients.is_empty() || !self.retired.is_empty()
     }
 }
 
@@ -476,28 +488,38 @@ impl Server {
         // answer from the other address, so only a cone NAT lets the answer in.
         let cone = src.octets()[8] & 0x80 != 0;
         let send_from = if cone { local.other() } else { local };
-        // Secure qualification: a known client identifier and a valid MAC get a signed
-        // RA; an identifier the server does not know (any more) gets the answer §5.3.2
-        // gives, an RA whose confirmation byte is not zero, unsigned (there is no secret
-        // to sign with), so that the client learns its identifier is not valid; a wrong
-        // MAC, or no authentication at all (no identifier), gets nothing (§5.3.1 check 4).
-        let creds = match (&self.config.clients[..], &pkt.auth) {
-            ([], _) => None,
-            (_, None) => return Err(DropReason::AuthenticationFailed),
+        // Secure qualification (RFC 4380 §5.3.1 check 4, §5.3.2): a client identifier the
+        // server holds, with a valid MAC, gets a signed RA; a retired one, with a valid
+        // MAC under its retired key, a signed RA whose confirmation byte is not zero, so
+        // that the client learns to get a new key. Anything else gets nothing: an
+        // identifier the server does not hold (an unsigned answer would qualify anyone
+        // who ignores the byte, and reflect RAs at forged sources), a wrong MAC, no
+        // identifier at all.
+        let creds = match &pkt.auth {
+            _ if !self.config.secure() => None,
+            None => return Err(DropReason::AuthenticationFailed),
             // A nonce-only header carries no identifier: authentication is absent.
-            (_, Some(auth)) if auth.client_id().is_empty() => return Err(DropReason::AuthenticationFailed),
-            (clients, Some(auth)) => match clients.iter().find(|c| c.client_id == auth.client_id()) {
-                Some(c) if secure::verify(&c.secret, auth, datagram) => Some(Some(c)),
-                Some(_) => return Err(DropReason::AuthenticationFailed),
-                None => Some(None),
-            },
+            Some(auth) if auth.client_id().is_empty() => return Err(DropReason::AuthenticationFailed),
+            Some(auth) => {
+                let id = auth.client_id();
+                let current = self.config.clients.iter().find(|c| c.client_id == id);
+                let retired = self.config.retired.iter().find(|c| c.client_id == id);
+                let (c, confirmation) = match (current, retired) {
+                    (Some(c), _) => (c, 0),
+                    (None, Some(c)) => (c, 1),
+                    (None, None) => return Err(DropReason::UnknownClientId),
+                };
+                if !secure::verify(&c.secret, auth, datagram) {
+                    return Err(DropReason::AuthenticationFailed);
+                }
+                Some((c, confirmation))
+            }
         };
         let zero_mac = [0u8; secure::MAC_LEN];
         let auth = pkt.auth_repr().map(|a| match creds {
-            Some(Some(c)) => {
-                AuthRepr { client_id: &c.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 0 }
+            Some((c, confirmation)) => {
+                AuthRepr { client_id: &c.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation }
             }
-            Some(None) => AuthRepr { client_id: a.client_id, auth_value: &zero_mac, nonce: a.nonce, confirmation: 1 },
             None => AuthRepr::with_nonce(a.nonce),
         });
         let headers = TeredoHeaderRepr { auth, origin: Some(from) };
@@ -529,7 +551,7 @@ impl Server {
         ipv6.emit(out.get_mut(at..).ok_or(DropReason::TooBig)?)?;
         let n = ra.emit(&self.link_local, &src, out.get_mut(at + 40..).ok_or(DropReason::TooBig)?)?;
         let len = at + 40 + n;
-        if let Some(Some(c)) = creds {
+        if let Some((c, _)) = creds {
             secure::sign(&c.secret, &mut out[..len]);
         }
         self.stats.advertisements += 1;

@@ -29,10 +29,14 @@ pub fn run(args: &cli::CheckConfigArgs) -> Result<(), Failure> {
             );
             println!("  MTU        {}", p.mtu);
             println!("  ICMPv6 forwarded up to {} bytes", p.max_forwarded_icmpv6);
-            if p.clients.is_empty() {
+            if !p.secure() {
                 println!("  secure qualification off");
             } else {
-                println!("  secure qualification required ({} clients)", p.clients.len());
+                println!(
+                    "  secure qualification required ({} clients, {} with a retired key)",
+                    p.clients.len(),
+                    p.retired.len()
+                );
             }
             println!("  runs as    {}", known_user(&args.file, s.user.as_deref())?);
         }

@@ -349,7 +349,7 @@ impl Reports for ServerDaemon<'_> {
             "prefix": format!("{}/64", self.machine.server().client_prefix()),
             "relay_interface": self.interface,
             "mtu": cfg.mtu,
-            "secure_qualification": !cfg.clients.is_empty(),
+            "secure_qualification": cfg.secure(),
             "counters": self.counters().json(),
         })
         .to_string()

@@ -20,6 +20,7 @@ pub const DIRECTIVES: &[&str] = &[
     "User",
     "MaxForwardedIcmpv6",
     "SecureQualification",
+    "RetiredQualification",
     "SystemCallFilter",
     "MetricsAddress",
     "ServerRelay",
@@ -94,6 +95,7 @@ pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSett
     let user = f.take("User")?;
     let max_icmp = f.take("MaxForwardedIcmpv6")?;
     let secure = f.take_all("SecureQualification");
+    let retired = f.take_all("RetiredQualification");
     let filter = f.take("SystemCallFilter")?;
     let metrics = f.take("MetricsAddress")?;
     let relays = f.take("ServerRelay")?;
@@ -139,12 +141,16 @@ pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSett
     } else {
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
-    for d in &secure {
+    for (d, is_retired) in secure.iter().map(|d| (d, false)).chain(retired.iter().map(|d| (d, true))) {
         let c = f.secret_value(d, config::credentials)?;
-        if proto.clients.iter().any(|x| x.client_id == c.client_id) {
+        if proto.clients.iter().chain(&proto.retired).any(|x| x.client_id == c.client_id) {
             return Err(f.error(d, format!("client {} is listed twice", String::from_utf8_lossy(&c.client_id))));
         }
-        proto.clients.push(c);
+        if is_retired {
+            proto.retired.push(c);
+        } else {
+            proto.clients.push(c);
+        }
     }
     let syslog_facility = facility.as_ref().map(|d| f.value(d, config::syslog_facility)).transpose()?;
     let user = over.user.clone().or_else(|| user.map(|d| d.value));
@@ -263,6 +269,21 @@ mod tests {
         assert_eq!((d.bird_socket, d.bird_protocols, d.drain_time.as_secs()), (None, vec!["teredo_server".into()], 2));
         assert!(load_text("ServerBindAddress 192.0.2.1\nBirdSocket bird.ctl\n").unwrap_err().contains("absolute path"));
         assert!(load_text("ServerBindAddress 192.0.2.1\nDrainTime 601\n").is_err());
+    }
+
+    #[test]
+    fn a_retired_key_is_kept_apart_and_an_identifier_is_current_or_retired() {
+        let s = load_text(
+            "ServerBindAddress 192.0.2.1\nSecureQualification alice 0123456789\nRetiredQualification bob 9876543210\n",
+        )
+        .unwrap();
+        assert_eq!((s.proto.clients.len(), s.proto.retired.len()), (1, 1));
+        assert_eq!(s.proto.retired[0].client_id, b"bob");
+        let e = load_text(
+            "ServerBindAddress 192.0.2.1\nSecureQualification alice 0123456789\nRetiredQualification alice 9876543210\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("alice is listed twice") && !e.contains("9876543210"), "{e}");
     }
 
     #[test]

@@ -598,7 +598,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }),
         });
     }
-    // Secure qualification (RFC 4380 §5.2.2): only the client with the secret qualifies.
+    // Secure qualification (RFC 4380 §5.2.2): only the client with the secret qualifies;
+    // a client whose key the server retired is told so (§5.3.2) and says so.
     {
         let me = Impl::Shipworm(me.clone());
         cases.push(Case {
@@ -607,15 +608,32 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             expect: Expect::Pass,
             run: Box::new(move || {
                 let mut lab =
-                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 2)]))
+                    shipworm_lab::Lab::build(&shipworm_lab::LabSpec::nats(vec![(NatKind::PortRestricted, 3)]))
                         .map_err(|e| e.to_string())?;
-                lab.start_server_with(&me, "SecureQualification alice correct-horse-battery\n")
-                    .map_err(|e| e.to_string())?;
+                lab.start_server_with(
+                    &me,
+                    "SecureQualification alice correct-horse-battery\nRetiredQualification bob old-staple-key\n",
+                )
+                .map_err(|e| e.to_string())?;
                 lab.start_client_with(0, &me, "SecureQualification alice correct-horse-battery\n")
                     .map_err(|e| e.to_string())?;
                 lab.start_client_with(1, &me, "SecureQualification alice wrong-secret\n").map_err(|e| e.to_string())?;
+                lab.start_client_with(2, &me, "SecureQualification bob old-staple-key\n").map_err(|e| e.to_string())?;
                 let a = lab.wait_qualified(0, std::time::Duration::from_secs(10)).map_err(|e| e.to_string())?;
                 std::thread::sleep(std::time::Duration::from_secs(2));
+                // Bob's client: not qualified, and its status and counters say why (with
+                // the client's check of the confirmation byte taken out, bob qualified:
+                // seen).
+                let bob = lab.client_status(2).ok_or("step 5: bob's client did not answer its status")?;
+                let retired_by = bob["key_retired_by"].as_str().map(str::to_string);
+                let counted = bob["counters"]["dropped"]["key_retired"].as_u64().unwrap_or(0);
+                if bob["state"] == "qualified" || retired_by.as_deref() != Some(&shipworm_lab::SERVER_V4.to_string()) || counted == 0
+                {
+                    return Err(Failed::at(
+                        5,
+                        format!("step 5 (a retired key is told so) failed: state {}, key_retired_by {retired_by:?}, key_retired {counted}", bob["state"]),
+                    ));
+                }
                 let state = lab.client_status(1).map(|s| s["state"].as_str().unwrap_or("").to_string());
                 if state.as_deref() == Some("qualified")
                     || shipworm_lab::peers::teredo_address(&lab.clients[1].ns).is_some()
@@ -625,7 +643,7 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                         "step 4 (refuse the wrong secret) failed: the client with the wrong secret qualified",
                     ));
                 }
-                Ok(format!("alice qualified ({a}); the wrong secret got nothing (client state {state:?})"))
+                Ok(format!("alice qualified ({a}); the wrong secret got nothing (client state {state:?}); bob's retired key was told so"))
             }),
         });
     }

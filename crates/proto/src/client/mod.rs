@@ -381,6 +381,7 @@ impl<R: Random> Client<R> {
             random_port_peers: self.ports.routed_peers(),
             extensions: self.extensions(),
             mapped_inbound: self.mapped_inbound,
+            key_retired: self.q.key_retired,
         }
     }
 

@@ -33,6 +33,9 @@ pub(super) struct Qualification {
     /// Behind a port-preserving symmetric NAT (RFC 6081 §5.4.3): the primary's mapping
     /// kept our port.
     pub(super) port_preserving: bool,
+    /// Secure qualification: the server that said, in an advertisement signed with our
+    /// key, that the key is retired (RFC 4380 §5.3.2); until an advertisement qualifies.
+    pub(super) key_retired: Option<Ipv4Addr>,
 }
 
 impl Qualification {
@@ -55,6 +58,7 @@ impl Qualification {
             random_bits: None,
             held_address: None,
             port_preserving: false,
+            key_retired: None,
         }
     }
 }
@@ -185,14 +189,22 @@ impl<R: Random> Client<R> {
             return Err(DropReason::SourceMismatch);
         }
         let auth = pkt.auth_repr().ok_or(DropReason::AuthenticationFailed)?;
-        if auth.nonce != *nonce || auth.confirmation != 0 {
+        if auth.nonce != *nonce {
             return Err(DropReason::AuthenticationFailed);
         }
-        if let Some(c) = &self.cfg.credentials {
-            let h = pkt.auth.as_ref().expect("checked above");
-            if auth.client_id != c.client_id.as_slice() || !secure::verify(&c.secret, h, datagram) {
-                return Err(DropReason::AuthenticationFailed);
+        match &self.cfg.credentials {
+            Some(c) => {
+                let h = pkt.auth.as_ref().expect("checked above");
+                if auth.client_id != c.client_id.as_slice() || !secure::verify(&c.secret, h, datagram) {
+                    return Err(DropReason::AuthenticationFailed);
+                }
+                // Signed with our key, so the server's word: the key is no longer valid.
+                if auth.confirmation != 0 {
+                    return Err(DropReason::KeyRetired);
+                }
             }
+            None if auth.confirmation != 0 => return Err(DropReason::AuthenticationFailed),
+            None => {}
         }
         let mapped = pkt.origin.ok_or(DropReason::BadValue)?;
         if !is_global_unicast(*mapped.ip()) {
@@ -330,6 +342,7 @@ impl<R: Random> Client<R> {
         }
         self.q.last_server_rx = now;
         self.q.maint = None;
+        self.q.key_retired = None;
         self.schedule_refresh();
         if changed || self.events.is_empty() {
             self.events.push_back(ClientEvent::Up {
@@ -339,6 +352,16 @@ impl<R: Random> Client<R> {
                 nat: self.q.nat,
             });
         }
+    }
+
+    /// An advertisement refused for `r`; one that says our key is retired is told the
+    /// operator once (an event, the status), then counted as any refusal.
+    fn ra_refused(&mut self, r: DropReason, server: Ipv4Addr) -> Outcome {
+        if r == DropReason::KeyRetired && self.q.key_retired != Some(server) {
+            self.q.key_retired = Some(server);
+            self.events.push_back(ClientEvent::KeyRetired { server });
+        }
+        self.dropped(r)
     }
 
     pub(super) fn go_down(
@@ -407,7 +430,7 @@ impl<R: Random> Client<R> {
                 }
                 Ok(Action::Consumed)
             }
-            Err(r) => self.dropped(r),
+            Err(r) => self.ra_refused(r, s.primary),
         }
     }
 
@@ -436,7 +459,7 @@ impl<R: Random> Client<R> {
                         self.q.phase = Phase::Secondary { server, first, nonce, sent_at: now, tries: 1 };
                         Ok(Action::Consumed)
                     }
-                    Err(r) => self.dropped(r),
+                    Err(r) => self.ra_refused(r, s.primary),
                 }
             }
             Phase::Secondary { server, first, nonce, .. } if server == idx => {
@@ -464,7 +487,7 @@ impl<R: Random> Client<R> {
                         }
                         Ok(Action::Consumed)
                     }
-                    Err(r) => self.dropped(r),
+                    Err(r) => self.ra_refused(r, s.primary),
                 }
             }
             Phase::Up { server, ra: old, .. } if server == idx => {
@@ -488,7 +511,7 @@ impl<R: Random> Client<R> {
                         }
                         Ok(Action::Consumed)
                     }
-                    Err(r) => self.dropped(r),
+                    Err(r) => self.ra_refused(r, s.primary),
                 }
             }
             _ => self.on_home_ra(now, idx, from, datagram, pkt, tx),
@@ -509,17 +532,12 @@ impl<R: Random> Client<R> {
             return self.dropped(DropReason::AuthenticationFailed);
         };
         let s = self.cfg.servers[idx];
-        if idx != 0
-            || self
-                .check_ra(
-                    datagram,
-                    pkt,
-                    from,
-                    Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
-                )
-                .is_err()
-        {
+        if idx != 0 {
             return self.dropped(DropReason::AuthenticationFailed);
+        }
+        let wanted = Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary };
+        if let Err(r) = self.check_ra(datagram, pkt, from, wanted) {
+            return self.ra_refused(r, s.primary);
         }
         self.q.home = None;
         self.qualify(now, 0, tx);

@@ -45,6 +45,13 @@ pub enum ClientEvent {
     Down(&'static str),
     /// The NAT kind became known or changed (no address change).
     Nat(NatKind),
+    /// Secure qualification: `server` says, in an advertisement signed with our key,
+    /// that the key is retired (RFC 4380 §5.3.2); the client goes on soliciting, but
+    /// the operator must get it a new one.
+    KeyRetired {
+        /// The server that said so.
+        server: Ipv4Addr,
+    },
 }
 
 /// Where qualification stands.
@@ -108,6 +115,9 @@ pub struct ClientStatus {
     pub extensions: Vec<&'static str>,
     /// Our address embeds the NAT's port mapping (anyone can reach it).
     pub mapped_inbound: bool,
+    /// Secure qualification: the server that said our key is retired, until an
+    /// advertisement qualifies.
+    pub key_retired: Option<Ipv4Addr>,
 }
 
 /// Counters.

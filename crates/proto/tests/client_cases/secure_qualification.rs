@@ -18,11 +18,24 @@ fn secure_client(c: Option<Credentials>) -> Client<Rng> {
 }
 
 fn exchange(server: &mut Server, client: &mut Client<Rng>) -> Option<Vec<u8>> {
+    exchange_at(secs(1), server, client)
+}
+
+/// The client's solicitation due at `t` (its next one, if none is due then) and the
+/// server's answer.
+fn exchange_at(t: Duration, server: &mut Server, client: &mut Client<Rng>) -> Option<Vec<u8>> {
     let mut w = Recorder::default();
-    client.on_timer(secs(1), &mut w);
+    client.on_timer(t, &mut w);
+    let t = match client.poll_timeout() {
+        Some(due) if w.udp().is_empty() => {
+            client.on_timer(due, &mut w);
+            due
+        }
+        _ => t,
+    };
     let (_, rs) = w.pop_udp()?;
     let mut answer = Recorder::default();
-    let _ = server.on_udp(secs(1), Local::Primary, sa(M), &rs, &mut answer);
+    let _ = server.on_udp(t, Local::Primary, sa(M), &rs, &mut answer);
     answer.pop_udp().map(|(_, ra)| ra)
 }
 
@@ -56,18 +69,75 @@ fn wrong_secret_or_no_auth_get_nothing() {
 }
 
 #[test]
-fn an_unknown_client_identifier_is_told_so_and_does_not_qualify() {
-    // RFC 4380 §5.3.2: the confirmation byte is not zero when the identifier is not valid.
+fn an_unknown_client_identifier_gets_nothing() {
+    // RFC 4380 §5.3.1 check 4: an identifier the server holds no key for is not
+    // answered. (An unsigned answer saying so, as before, let a client that ignores the
+    // confirmation byte qualify with any identifier, and reflected RAs at forged
+    // sources: with the drop taken out this case gets an RA again, seen.)
     let mut s = secure_server();
-    let mut c = secure_client(Some(creds("mallory", "correct horse")));
-    let ra = exchange(&mut s, &mut c).expect("an answer saying the identifier is not valid");
-    let auth = TeredoPacket::parse(&ra).unwrap().auth_repr().unwrap();
-    assert_eq!((auth.client_id, auth.confirmation), (&b"mallory"[..], 1));
-    assert_eq!(auth.auth_value, &[0u8; 20][..], "no secret to sign with");
+    assert!(exchange(&mut s, &mut secure_client(Some(creds("mallory", "correct horse")))).is_none());
+    assert_eq!(s.stats().drops.get(shipworm_proto::DropReason::UnknownClientId), 1);
+    assert_eq!(s.stats().advertisements, 0);
+}
+
+fn rotating_server() -> Server {
+    let mut cfg = ServerConfig::new(P);
+    cfg.clients = vec![creds("alice-2", "new secret for alice")];
+    cfg.retired = vec![creds("alice", "correct horse")];
+    Server::new(cfg)
+}
+
+#[test]
+fn a_retired_key_is_told_so_in_an_answer_signed_with_it_and_the_client_says_so() {
+    // §5.3.2: "a non-null value otherwise; the authentication value SHOULD be computed
+    // using the secret that corresponds to the client identifier".
+    let mut s = rotating_server();
+    let mut c = secure_client(Some(creds("alice", "correct horse")));
+    let ra = exchange(&mut s, &mut c).expect("an answer for a retired key");
+    let p = TeredoPacket::parse(&ra).unwrap();
+    let auth = p.auth_repr().unwrap();
+    assert_eq!((auth.client_id, auth.confirmation), (&b"alice"[..], 1));
+    assert!(shipworm_proto::secure::verify(b"correct horse", p.auth.as_ref().unwrap(), &ra), "signed with the old key");
     let mut w = Recorder::default();
     let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
-    assert!(w.udp().is_empty(), "refused: the client does not go on to the secondary probe");
+    assert!(w.udp().is_empty(), "the client does not go on to the secondary probe");
     assert_eq!(c.address(), None);
+    // Told once: an event, the status until an advertisement qualifies, a counter.
+    assert_eq!(c.poll_event(), Some(ClientEvent::KeyRetired { server: P }));
+    assert_eq!(c.status().key_retired, Some(P));
+    assert_eq!(c.stats().drops.get(shipworm_proto::DropReason::KeyRetired), 1);
+    let ra = exchange_at(secs(2), &mut s, &mut c).expect("the client solicits on");
+    let _ = c.on_udp(secs(30), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut Recorder::default());
+    assert_eq!(c.poll_event(), None, "said once");
+    assert_eq!(c.stats().drops.get(shipworm_proto::DropReason::KeyRetired), 2);
+    // A retired identifier with a wrong MAC gets nothing: the retired key still guards it.
+    assert!(exchange(&mut s, &mut secure_client(Some(creds("alice", "wrong secret")))).is_none());
+    // The new key qualifies, and the status no longer names a retired key (a server of
+    // its own: one source's solicitations are rate limited).
+    let mut s = rotating_server();
+    let mut c2 = secure_client(Some(creds("alice-2", "new secret for alice")));
+    let ra = exchange(&mut s, &mut c2).unwrap();
+    assert_eq!(TeredoPacket::parse(&ra).unwrap().auth_repr().unwrap().confirmation, 0);
+    let mut w = Recorder::default();
+    let _ = c2.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut w);
+    assert_eq!(w.udp().len(), 1, "accepted: on to the secondary probe");
+    assert_eq!(c2.status().key_retired, None);
+}
+
+#[test]
+fn an_unsigned_confirmation_is_not_the_servers_word() {
+    // A forged RA saying "retired" without our key's MAC is refused as any bad MAC,
+    // and tells the operator nothing.
+    let mut s = rotating_server();
+    let mut c = secure_client(Some(creds("alice", "correct horse")));
+    let mut ra = exchange(&mut s, &mut c).unwrap();
+    let p = TeredoPacket::parse(&ra).unwrap();
+    let at = p.auth.as_ref().unwrap().header_len() - 1;
+    ra[at] ^= 0x55;
+    let _ = c.on_udp(secs(1), Via::Service, SocketAddrV4::new(P, 3544), &ra, &mut Recorder::default());
+    assert_eq!(c.poll_event(), None);
+    assert_eq!(c.status().key_retired, None);
+    assert_eq!(c.stats().drops.get(shipworm_proto::DropReason::AuthenticationFailed), 1);
 }
 
 #[test]

@@ -55,6 +55,11 @@ impl Interface {
                 tracing::warn!("no Teredo connectivity: {why}");
             }
             ClientEvent::Nat(kind) => tracing::info!("NAT kind: {}", kind.as_str()),
+            ClientEvent::KeyRetired { server } => tracing::warn!(
+                "server {server} says the key of this client's identifier is retired (RFC 4380 §5.3.2): \
+                 get a new identifier and secret from its operator and set them in SecureQualification; \
+                 soliciting on (counted as key_retired)"
+            ),
         }
         Ok(())
     }

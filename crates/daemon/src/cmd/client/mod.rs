@@ -444,7 +444,7 @@ impl ClientDaemon<'_> {
                 ClientEvent::Down(SERVERS_CHANGED) => {}
                 // Lost the server: maybe its name points elsewhere now.
                 ClientEvent::Down(_) => self.names.resolve_all(Instant::now()),
-                ClientEvent::Nat(_) => {}
+                ClientEvent::Nat(_) | ClientEvent::KeyRetired { .. } => {}
             }
             self.iface.apply(ev)?;
         }

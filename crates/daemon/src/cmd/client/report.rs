@@ -110,6 +110,7 @@ impl Reports for ClientDaemon<'_> {
                 j
             }),
             "mtu": s.mtu,
+            "key_retired_by": s.key_retired.map(|a| a.to_string()),
             "peers": s.peers,
             "data_path": crate::runtime::report::data_path_json(self.kernel),
             "kernel_peers": self.client.kernel_peers(),
