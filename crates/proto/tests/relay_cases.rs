@@ -118,15 +118,32 @@ fn case42_non_teredo_source_is_dropped() {
     assert!(w.delivered.is_empty() && w.sent.is_empty());
 }
 
+/// Case 43: a Teredo source whose embedded mapping is not where it came from is never
+/// forwarded on its word. From another address: dropped. From another port of the
+/// address it embeds, for a client trusted at the embedded mapping: held while the
+/// port is proved (a bubble with a nonce through the client's server, as for a
+/// symmetric-NAT client's first packet), and let go unproved; nothing is delivered
+/// and nothing answers the sender. (Dropped outright, a forged first packet from the
+/// embedded mapping locked a symmetric-NAT client out: see
+/// `a_proved_port_is_kept_against_the_embedded_mapping_forged`.)
 #[test]
 fn case43_mapping_mismatch_is_dropped() {
     let mut r = relay();
     let mut w = Recorder::default();
     establish(&mut r, &mut w, secs(10));
     w.delivered.clear();
-    let v = r.on_udp(secs(11), sa("198.51.100.7:3545"), &udp_packet(B, NATIVE), &mut w);
+    w.sent.clear();
+    let v = r.on_udp(secs(11), sa("203.0.113.7:3544"), &udp_packet(B, NATIVE), &mut w);
     assert_eq!(v, Err(DropReason::SourceMismatch));
+    let other_port = sa("198.51.100.7:3545");
+    assert_eq!(r.on_udp(secs(11), other_port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    assert!(w.sent.iter().all(|s| s.to != other_port), "nothing to the sender");
+    assert!(w.sent.iter().any(|s| s.to == sa(B_SERVER)), "a bubble through B's server");
+    for t in 12..=20 {
+        r.on_timer(secs(t), &mut w);
+    }
     assert!(w.delivered.is_empty());
+    assert!(w.sent.iter().all(|s| s.to != other_port), "nothing to the sender");
 }
 
 #[test]
@@ -236,6 +253,69 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
     r.on_timer(secs(19), &mut w);
     assert!(r.stats().drops.get(DropReason::QueueFull) >= pushed_out + 20, "the held ones let go");
     assert!(w.delivered.is_empty());
+}
+
+/// The nonce of the last indirect bubble the relay sent, and a direct bubble from B
+/// echoing it.
+fn echo_of_last_bubble(w: &mut Recorder) -> Vec<u8> {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let indirect = w.sent.iter().rev().find(|s| s.to == sa(B_SERVER)).expect("a bubble through B's server");
+    let p = TeredoPacket::parse(&indirect.payload).unwrap();
+    let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
+    let mut echo = bubble(B, NATIVE);
+    echo.extend_from_slice(&[1, 4]);
+    echo.extend_from_slice(&nonce);
+    echo
+}
+
+/// A symmetric-NAT client proved at its port keeps it: one datagram forged from the
+/// mapping its address embeds (which anyone reads off the address) moved the entry
+/// there before, and the client's own packets were refused from then on (the relay
+/// forwarded 1 of 75 pings after three forgeries, seen from outside). And a forged
+/// first packet from the embedded mapping, which enters the client trusted there, no
+/// longer locks it out: its own data from another port starts a proof, and the nonce
+/// moves the entry (before: refused for as long as the forger kept it fresh).
+#[test]
+fn a_proved_port_is_kept_against_the_embedded_mapping_forged() {
+    let port = sa("198.51.100.7:61000");
+    let down = udp_packet(NATIVE, B);
+    let to_b = |r: &mut Relay, at: u64| {
+        let mut w = Recorder::default();
+        assert_eq!(r.on_tun(secs(at), &down, &mut w), Ok(Action::Forwarded));
+        w.sent.last().map(|s| s.to)
+    };
+    // Proved at its port by the nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_udp(secs(1), port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    let echo = echo_of_last_bubble(&mut w);
+    assert_eq!(r.on_udp(secs(1), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(to_b(&mut r, 2), Some(port));
+    // Forged from the embedded mapping: data and bubbles, refused; the port stays.
+    let forged = udp_packet(B, NATIVE);
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &forged, &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(to_b(&mut r, 4), Some(port));
+    assert_eq!(r.on_udp(secs(4), port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
+
+    // A forged first packet from the embedded mapping enters B trusted there.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &forged, &mut w), Ok(Action::Forwarded));
+    // B's own data from its port: held while the port is proved, not refused.
+    let first = ipv6(B, NATIVE, 17, &[1; 8]);
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(2), port, &first, &mut w), Ok(Action::Queued));
+    // The forger's packets go on meanwhile (the embedded mapping is B's by its address)
+    // but end nothing.
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &forged, &mut w), Ok(Action::Forwarded));
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    let echo = echo_of_last_bubble(&mut w);
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(2), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(w.delivered, vec![first], "B's held packet goes on once its port is proved");
+    assert_eq!(to_b(&mut r, 3), Some(port));
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &forged, &mut w), Err(DropReason::SourceMismatch));
 }
 
 /// The Teredo address of a client of B's server, cone bit clear, mapped at `mapped`.

@@ -85,7 +85,9 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
         };
         let how = if filtered { "filters echo requests (Windows' firewall default)" } else { "answers echo requests" };
         cases.push(Case {
-            waits: false,
+            // Filtered, the client's TCP retransmits its connection while the host's
+            // relay waits for an echo that never comes: a wait.
+            waits: filtered,
             name: format!(
                 "host-specific relay whose host {how} client={client}: TCP to the host (RFC 4380 §5.2.9, §5.5)"
             ),

@@ -29,6 +29,15 @@ pub(super) enum Admission {
     /// `fresh`: from the mapping the kernel's list already has, heard a moment ago (no
     /// update of the list).
     Client { proved: bool, fresh: bool },
+    /// From the mapping the client's address embeds while another port of that address
+    /// is being proved (packets from it held): the packet goes on, and the wait and
+    /// what it holds stay. Only our nonce ends such a wait: the embedded mapping can be
+    /// read off the address and forged by anyone.
+    Passing,
+    /// Data from another port of the address the client embeds, its entry trusted and
+    /// not waiting: the port is proved as a first packet's is (bubbles with a nonce,
+    /// the packet held meanwhile), never taken on its word.
+    Prove,
     /// More from a client whose first packets are held while its port is proved: held
     /// too (if they may leave at all).
     Hold,
@@ -40,6 +49,11 @@ pub(super) enum Admission {
 pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
     let embedded = d.embeds == d.from;
     let same_address = d.embeds.ip() == d.from.ip();
+    // A port proved elsewhere than the embedded mapping (our nonce echoed, or an answer
+    // while we waited) is kept until the client proves another or its entry expires:
+    // one datagram forged from the embedded mapping, which anyone can read off the
+    // address, moved it, and the client's own packets were refused from then on.
+    let proved_elsewhere = p.trusted && p.mapped != d.embeds;
     // From the mapping a bubble exchange proved.
     let learned = p.trusted && p.mapped == d.from;
     // Our bubbles' nonce echoed: the client itself, from any port of the address it
@@ -50,12 +64,23 @@ pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
     // while we wait for an answer: a symmetric NAT's. Not for a client whose packets are
     // held: only the nonce proves it (a host behind the same address cannot see it).
     let answer = p.waiting && !d.held && d.bubble && d.echo.is_none() && same_address;
+    if embedded && !by_nonce {
+        if proved_elsewhere {
+            return Admission::Refused(DropReason::SourceMismatch);
+        }
+        if d.held {
+            return Admission::Passing;
+        }
+    }
     if embedded || learned || answer || by_nonce {
         let fresh = learned && !p.waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
         return Admission::Client { proved: by_nonce || embedded, fresh };
     }
     if p.waiting && d.held && !d.bubble && same_address {
         return Admission::Hold;
+    }
+    if p.trusted && !p.waiting && !d.bubble && same_address {
+        return Admission::Prove;
     }
     Admission::Refused(DropReason::SourceMismatch)
 }
@@ -128,6 +153,54 @@ mod tests {
             (
                 entry(false, None),
                 datagram(OTHER_PORT, false, None, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+        ];
+        for (i, (p, d, want)) in cases.into_iter().enumerate() {
+            assert_eq!(admit(&p, &d, s), want, "case {i}: {d:?} against {p:?}");
+        }
+    }
+
+    #[test]
+    fn a_port_proved_elsewhere_is_kept_and_a_port_is_never_taken_on_its_word() {
+        let s = Duration::from_secs(10);
+        let cases = [
+            // Trusted at a proved port: a datagram from the embedded mapping (forgeable
+            // by anyone) moves nothing; without the rule it was admitted and moved the
+            // entry there.
+            (
+                entry(false, Some(OTHER_PORT)),
+                datagram(EMBEDS, false, None, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+            (
+                entry(true, Some(OTHER_PORT)),
+                datagram(EMBEDS, true, None, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+            // ... but our nonce echoed from it proves it.
+            (
+                entry(true, Some(OTHER_PORT)),
+                datagram(EMBEDS, true, NONCE, false),
+                Admission::Client { proved: true, fresh: false },
+            ),
+            // While another port is being proved (its packets held), the embedded
+            // mapping's packets go on and the wait stays.
+            (entry(true, Some(EMBEDS)), datagram(EMBEDS, false, None, true), Admission::Passing),
+            (entry(true, None), datagram(EMBEDS, true, None, true), Admission::Passing),
+            // Trusted at the embedded mapping (perhaps by a forged first packet): data
+            // from another port of the address is proved, not refused for good.
+            (entry(false, Some(EMBEDS)), datagram(OTHER_PORT, false, None, false), Admission::Prove),
+            // A bubble from another port proves nothing and starts nothing.
+            (
+                entry(false, Some(EMBEDS)),
+                datagram(OTHER_PORT, true, None, false),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
+            // Another address: refused.
+            (
+                entry(false, Some(EMBEDS)),
+                datagram(ELSEWHERE, false, None, false),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
         ];

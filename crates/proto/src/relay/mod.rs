@@ -549,6 +549,8 @@ impl SharedRelay {
             };
             match admission {
                 Admission::Refused(r) => return w.dropped(r),
+                Admission::Passing => Vec::new(),
+                Admission::Prove => return self.prove_port(&mut shard, w, now, (&key, src, from), &ip, tx),
                 Admission::Hold => {
                     if let Err(r) = self.may_leave(&ip.dst_addr()) {
                         return w.dropped(r);
@@ -696,12 +698,8 @@ impl SharedRelay {
         if let Err(r) = self.may_leave(&dst) {
             return w.dropped(r);
         }
-        {
-            let mut limits = self.client_first.lock().unwrap_or_else(PoisonError::into_inner);
-            let (all, per_address) = &mut *limits;
-            if !per_address.allow(*from.ip(), now) || !all.allow(now) {
-                return w.dropped(DropReason::RateLimited);
-            }
+        if !self.client_first_allowed(from, now) {
+            return w.dropped(DropReason::RateLimited);
         }
         if !embedded {
             make_room_to_wait(shard, w);
@@ -728,13 +726,57 @@ impl SharedRelay {
             w.stats.to_ipv6_bytes += ip.packet().len() as u64;
             return Ok(Action::Forwarded);
         }
+        self.wait_for_proof(shard, w, now, (key, src, from), ip, tx)
+    }
+
+    /// Whether a client's packet that needs a port proved (its first, or one from
+    /// another port than its entry's) may start the proof: the client-first budget,
+    /// per IPv4 source and in all.
+    fn client_first_allowed(&self, from: SocketAddrV4, now: Duration) -> bool {
+        let mut limits = self.client_first.lock().unwrap_or_else(PoisonError::into_inner);
+        let (all, per_address) = &mut *limits;
+        per_address.allow(*from.ip(), now) && all.allow(now)
+    }
+
+    /// Data from another port of the address a trusted client embeds ([`Admission::Prove`]):
+    /// proved as a first packet from there is, the entry kept where it is meanwhile.
+    fn prove_port(
+        &self,
+        shard: &mut Shard,
+        w: &mut RelayWorker,
+        now: Duration,
+        (key, src, from): (&Key, Ipv6Addr, SocketAddrV4),
+        ip: &Ipv6Packet<&[u8]>,
+        tx: &mut impl Transmit,
+    ) -> Outcome {
+        if let Err(r) = self.may_leave(&ip.dst_addr()) {
+            return w.dropped(r);
+        }
+        if !self.client_first_allowed(from, now) {
+            return w.dropped(DropReason::RateLimited);
+        }
+        make_room_to_wait(shard, w);
+        self.wait_for_proof(shard, w, now, (key, src, from), ip, tx)
+    }
+
+    /// Holds client `src`'s packet from `from` and bubbles it (a nonce in the indirect
+    /// bubble) until it proves that port, or the hold runs out.
+    fn wait_for_proof(
+        &self,
+        shard: &mut Shard,
+        w: &mut RelayWorker,
+        now: Duration,
+        (key, src, from): (&Key, Ipv6Addr, SocketAddrV4),
+        ip: &Ipv6Packet<&[u8]>,
+        tx: &mut impl Transmit,
+    ) -> Outcome {
         if let Some(mut p) = shard.peers.get_mut_keyed(key) {
             p.waiting = true;
         }
         shard.pending.push_back(src);
         hold(&mut shard.held, w, (src, from), now, ip.packet());
         // The bubbles' source: the native host the client speaks to.
-        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, dst, tx);
+        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, ip.dst_addr(), tx);
         self.waits(self.shard_index(key), &shard.peers, &src, now);
         self.due_at(self.shard_index(key), now + HELD_FOR);
         Ok(Action::Queued)
