@@ -52,6 +52,10 @@ pub struct Peer {
     /// What is queued for the peer waits although we trust it: it wrote to us from
     /// where it may not take our packets yet (a client, until it proves it does).
     pub holding: bool,
+    /// A relay's wait that only its nonce may end: the client's own packet from a port
+    /// it has not proved started it (a host behind the same address could answer a
+    /// bubble in its name, not echo a nonce that went through the client's server).
+    pub proving: bool,
 }
 
 impl Peer {
@@ -73,6 +77,7 @@ impl Peer {
             solicitations: 0,
             knows_trailers: false,
             holding: false,
+            proving: false,
         }
     }
 
@@ -89,6 +94,7 @@ const KNOWS_TRAILERS: u8 = 4;
 /// sweep never read the cold state).
 const QUEUED: u8 = 8;
 const HOLDING: u8 = 16;
+const PROVING: u8 = 32;
 
 /// The stored form of a [`Peer`]: one cache line. All zeros is an empty slot (no peer
 /// has the unspecified address as its key). Times are nanoseconds of the caller's clock,
@@ -151,7 +157,8 @@ impl Slot {
             | bit(p.trusted, TRUSTED)
             | bit(p.waiting, WAITING)
             | bit(p.knows_trailers, KNOWS_TRAILERS)
-            | bit(p.holding, HOLDING);
+            | bit(p.holding, HOLDING)
+            | bit(p.proving, PROVING);
     }
 
     pub(super) fn decode(&self) -> Peer {
@@ -169,6 +176,7 @@ impl Slot {
             solicitations: self.solicitations,
             knows_trailers: self.flags & KNOWS_TRAILERS != 0,
             holding: self.flags & HOLDING != 0,
+            proving: self.flags & PROVING != 0,
         }
     }
 
@@ -369,6 +377,7 @@ mod tests {
         p.waiting = true;
         p.knows_trailers = true;
         p.holding = true;
+        p.proving = true;
         p.tries = 3;
         p.solicitations = 2;
         p.nonce_sent = NonZeroU32::new(0xdead_beef);

@@ -387,6 +387,7 @@ impl PeerTable {
         drop(p.take_queue());
         if p.trusted {
             p.waiting = false;
+            p.proving = false;
         } else {
             drop(p);
             self.remove_at(i);

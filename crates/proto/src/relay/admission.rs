@@ -17,8 +17,6 @@ pub(super) struct Datagram {
     /// The Nonce trailer it carries, if a bubble (RFC 6081 §5.2.4: a client's direct
     /// bubble echoes ours).
     pub(super) echo: Option<NonZeroU32>,
-    /// Packets of this client are held while it proves its port.
-    pub(super) held: bool,
 }
 
 /// What becomes of a datagram from a client with an entry.
@@ -61,14 +59,16 @@ pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
     // behind the same address).
     let by_nonce = d.echo.is_some() && d.echo == p.nonce_sent && same_address;
     // Without a nonce (Miredo's clients), another port of the embedded address is taken
-    // while we wait for an answer: a symmetric NAT's. Not for a client whose packets are
-    // held: only the nonce proves it (a host behind the same address cannot see it).
-    let answer = p.waiting && !d.held && d.bubble && d.echo.is_none() && same_address;
+    // while we wait for an answer: a symmetric NAT's. Not while a port the client spoke
+    // from is being proved: only the nonce proves it (a host behind the same address
+    // cannot see it), for the whole wait, whether its held packets are still there or
+    // were pushed out.
+    let answer = p.waiting && !p.proving && d.bubble && d.echo.is_none() && same_address;
     if embedded && !by_nonce {
         if proved_elsewhere {
             return Admission::Refused(DropReason::SourceMismatch);
         }
-        if d.held {
+        if p.proving {
             return Admission::Passing;
         }
     }
@@ -76,7 +76,7 @@ pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
         let fresh = learned && !p.waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
         return Admission::Client { proved: by_nonce || embedded, fresh };
     }
-    if p.waiting && d.held && !d.bubble && same_address {
+    if p.waiting && p.proving && !d.bubble && same_address {
         return Admission::Hold;
     }
     if p.trusted && !p.waiting && !d.bubble && same_address {
@@ -103,8 +103,14 @@ mod tests {
         p
     }
 
-    fn datagram(from: SocketAddrV4, bubble: bool, echo: Option<NonZeroU32>, held: bool) -> Datagram {
-        Datagram { from, embeds: EMBEDS, bubble, echo, held }
+    fn datagram(from: SocketAddrV4, bubble: bool, echo: Option<NonZeroU32>) -> Datagram {
+        Datagram { from, embeds: EMBEDS, bubble, echo }
+    }
+
+    /// The entry waiting for the proof of a port it spoke from (its packets held).
+    fn proving(mut p: Peer) -> Peer {
+        p.proving = true;
+        p
     }
 
     #[test]
@@ -112,49 +118,33 @@ mod tests {
         let s = Duration::from_secs(10);
         let cases = [
             // From the mapping its address embeds: the client, proved.
-            (
-                entry(false, None),
-                datagram(EMBEDS, false, None, false),
-                Admission::Client { proved: true, fresh: false },
-            ),
+            (entry(false, None), datagram(EMBEDS, false, None), Admission::Client { proved: true, fresh: false }),
             // From the mapping a bubble exchange proved, data.
             (
                 entry(false, Some(OTHER_PORT)),
-                datagram(OTHER_PORT, false, None, false),
+                datagram(OTHER_PORT, false, None),
                 Admission::Client { proved: false, fresh: false },
             ),
             // Our nonce echoed from another port of the embedded address.
-            (
-                entry(true, None),
-                datagram(OTHER_PORT, true, NONCE, false),
-                Admission::Client { proved: true, fresh: false },
-            ),
+            (entry(true, None), datagram(OTHER_PORT, true, NONCE), Admission::Client { proved: true, fresh: false }),
             // A nonce-less answer from another port while we wait (a symmetric NAT's).
-            (
-                entry(true, None),
-                datagram(OTHER_PORT, true, None, false),
-                Admission::Client { proved: false, fresh: false },
-            ),
+            (entry(true, None), datagram(OTHER_PORT, true, None), Admission::Client { proved: false, fresh: false }),
             // ... but not for a client whose packets are held: only the nonce proves it.
-            (entry(true, None), datagram(OTHER_PORT, true, None, true), Admission::Refused(DropReason::SourceMismatch)),
+            (
+                proving(entry(true, None)),
+                datagram(OTHER_PORT, true, None),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
             // Its held client's data from the unproved port: held too.
-            (entry(true, None), datagram(OTHER_PORT, false, None, true), Admission::Hold),
+            (proving(entry(true, None)), datagram(OTHER_PORT, false, None), Admission::Hold),
             // A wrong nonce, another address, or data from an unproved port: refused.
             (
                 entry(true, None),
-                datagram(OTHER_PORT, true, NonZeroU32::new(8), false),
+                datagram(OTHER_PORT, true, NonZeroU32::new(8)),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
-            (
-                entry(true, None),
-                datagram(ELSEWHERE, true, NONCE, false),
-                Admission::Refused(DropReason::SourceMismatch),
-            ),
-            (
-                entry(false, None),
-                datagram(OTHER_PORT, false, None, false),
-                Admission::Refused(DropReason::SourceMismatch),
-            ),
+            (entry(true, None), datagram(ELSEWHERE, true, NONCE), Admission::Refused(DropReason::SourceMismatch)),
+            (entry(false, None), datagram(OTHER_PORT, false, None), Admission::Refused(DropReason::SourceMismatch)),
         ];
         for (i, (p, d, want)) in cases.into_iter().enumerate() {
             assert_eq!(admit(&p, &d, s), want, "case {i}: {d:?} against {p:?}");
@@ -170,37 +160,44 @@ mod tests {
             // entry there.
             (
                 entry(false, Some(OTHER_PORT)),
-                datagram(EMBEDS, false, None, false),
+                datagram(EMBEDS, false, None),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
             (
                 entry(true, Some(OTHER_PORT)),
-                datagram(EMBEDS, true, None, false),
+                datagram(EMBEDS, true, None),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
             // ... but our nonce echoed from it proves it.
             (
                 entry(true, Some(OTHER_PORT)),
-                datagram(EMBEDS, true, NONCE, false),
+                datagram(EMBEDS, true, NONCE),
                 Admission::Client { proved: true, fresh: false },
             ),
             // While another port is being proved (its packets held), the embedded
             // mapping's packets go on and the wait stays.
-            (entry(true, Some(EMBEDS)), datagram(EMBEDS, false, None, true), Admission::Passing),
-            (entry(true, None), datagram(EMBEDS, true, None, true), Admission::Passing),
+            (proving(entry(true, Some(EMBEDS))), datagram(EMBEDS, false, None), Admission::Passing),
+            (proving(entry(true, None)), datagram(EMBEDS, true, None), Admission::Passing),
             // Trusted at the embedded mapping (perhaps by a forged first packet): data
             // from another port of the address is proved, not refused for good.
-            (entry(false, Some(EMBEDS)), datagram(OTHER_PORT, false, None, false), Admission::Prove),
+            (entry(false, Some(EMBEDS)), datagram(OTHER_PORT, false, None), Admission::Prove),
+            // A port being proved whose held packets were pushed out (a flood of
+            // others'): still only the nonce proves it, not a bubble without one.
+            (
+                proving(entry(true, None)),
+                datagram(OTHER_PORT, true, None),
+                Admission::Refused(DropReason::SourceMismatch),
+            ),
             // A bubble from another port proves nothing and starts nothing.
             (
                 entry(false, Some(EMBEDS)),
-                datagram(OTHER_PORT, true, None, false),
+                datagram(OTHER_PORT, true, None),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
             // Another address: refused.
             (
                 entry(false, Some(EMBEDS)),
-                datagram(ELSEWHERE, false, None, false),
+                datagram(ELSEWHERE, false, None),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
         ];
@@ -213,7 +210,7 @@ mod tests {
     fn a_listed_client_heard_a_moment_ago_is_fresh() {
         let mut p = entry(false, Some(EMBEDS));
         p.last_rx = Duration::from_secs(10);
-        let d = datagram(EMBEDS, false, None, false);
+        let d = datagram(EMBEDS, false, None);
         let at = |ms| admit(&p, &d, Duration::from_secs(10) + Duration::from_millis(ms));
         assert_eq!(at(50), Admission::Client { proved: true, fresh: true });
         assert_eq!(at(150), Admission::Client { proved: true, fresh: false });

@@ -3,6 +3,7 @@
 //! the bubbles' rounds at most.
 
 use super::*;
+use std::net::Ipv4Addr;
 
 /// A client's packet to the native side, held while its port is proved.
 #[derive(Debug)]
@@ -16,11 +17,16 @@ pub(super) struct Held {
 
 /// Client packets held a shard, at most.
 pub const HELD_PER_SHARD: usize = 32;
+/// Of which one IPv4 source holds at most: a flood from one address pushes out its own
+/// packets, not other clients'.
+pub const HELD_PER_SOURCE: usize = 4;
 /// How long a held packet waits for its client's proof: the bubbles' rounds.
 pub(super) const HELD_FOR: Duration = Duration::from_secs(BUBBLE_SPACING.as_secs() * MAX_BUBBLES as u64);
 
-/// Hold `packet` of `client`'s from `from`, the oldest held giving way when the shard
-/// holds its most.
+/// Hold `packet` of `client`'s from `from`. A source holding its share gives up its own
+/// oldest; a full shard, the oldest of the source holding the most (the newcomer's own
+/// if it is that source): one address's flood never pushes out another's packets
+/// while it holds more than they do.
 pub(super) fn hold(
     held: &mut VecDeque<Held>,
     w: &mut RelayWorker,
@@ -28,9 +34,20 @@ pub(super) fn hold(
     now: Duration,
     packet: &[u8],
 ) {
-    if held.len() >= HELD_PER_SHARD {
-        held.pop_front();
-        w.stats.drops.count(DropReason::QueueFull);
+    let of = |ip: &Ipv4Addr, held: &VecDeque<Held>| held.iter().filter(|h| h.from.ip() == ip).count();
+    let give_way = if of(from.ip(), held) >= HELD_PER_SOURCE {
+        Some(*from.ip())
+    } else if held.len() >= HELD_PER_SHARD {
+        // At most 32 entries: counting each one's source is cheaper than keeping counts.
+        held.iter().map(|h| *h.from.ip()).max_by_key(|ip| (of(ip, held), *ip == *from.ip()))
+    } else {
+        None
+    };
+    if let Some(ip) = give_way {
+        if let Some(i) = held.iter().position(|h| *h.from.ip() == ip) {
+            held.remove(i);
+            w.stats.drops.count(DropReason::QueueFull);
+        }
     }
     held.push_back(Held { client, from, at: now, packet: packet.into() });
 }

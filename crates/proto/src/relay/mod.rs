@@ -543,7 +543,7 @@ impl SharedRelay {
         let held = {
             let mut shard = lock(self.shard(&key));
             let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
-            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, held };
+            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo };
             let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d, now)) else {
                 return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
@@ -603,6 +603,7 @@ impl SharedRelay {
         p.last_rx = now;
         p.tries = 0;
         p.waiting = false;
+        p.proving = false;
         let queue = p.take_queue();
         drop(p);
         // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
@@ -772,6 +773,7 @@ impl SharedRelay {
     ) -> Outcome {
         if let Some(mut p) = shard.peers.get_mut_keyed(key) {
             p.waiting = true;
+            p.proving = true;
         }
         shard.pending.push_back(src);
         hold(&mut shard.held, w, (src, from), now, ip.packet());
