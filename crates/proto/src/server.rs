@@ -180,10 +180,12 @@ pub struct Server {
 enum Passed {
     /// All of them (well-formed, within [`MAX_FORWARDED_TRAILERS`]).
     All,
-    /// Its Nonce only: a bubble admitted from a port its source does not embed (RFC 6081
-    /// §6.1) brings nothing else — no Random Port or Alternate Address of a sender that
-    /// could be a neighbour behind the same address.
-    NonceOnly,
+    /// What RFC 6081 §6 needs of a bubble admitted from a port its source does not embed
+    /// (§6.1): its Nonce, and its Random Port if it has one (§6.4's sequential
+    /// port-symmetric example: packet 7 carries the predicted port, and across two
+    /// servers it comes this way). No Alternate Address: the peer's private endpoints
+    /// are for peers behind its own address, never through a server.
+    SymmetricPeer,
 }
 
 /// How a datagram passed the admission checks of RFC 4380 §5.3.1.
@@ -399,7 +401,7 @@ impl Server {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST, message::ECHO_REPLY])?;
                 }
                 let trailers = match admitted {
-                    Admitted::SymmetricPeerBubble => Passed::NonceOnly,
+                    Admitted::SymmetricPeerBubble => Passed::SymmetricPeer,
                     _ => Passed::All,
                 };
                 self.forward_to_teredo(&t, from, &pkt, trailers, out)
@@ -582,10 +584,26 @@ impl Server {
         let rest = out.get_mut(at..).ok_or(DropReason::TooBig)?;
         at += match trailers {
             Passed::All => copy_trailers(&pkt.trailers, rest)?,
-            Passed::NonceOnly => match pkt.trailers.get(trailer_type::NONCE) {
-                Some(nonce @ TrailerRepr::Nonce(_)) => nonce.emit(rest).map_err(|_| DropReason::TooBig)?,
-                _ => return Err(DropReason::BadTrailers),
-            },
+            Passed::SymmetricPeer => {
+                let mut n = match pkt.trailers.get(trailer_type::NONCE) {
+                    Some(nonce @ TrailerRepr::Nonce(_)) => nonce.emit(rest).map_err(|_| DropReason::TooBig)?,
+                    _ => return Err(DropReason::BadTrailers),
+                };
+                // The Random Port under the type it came with (0x05 as RFC 6081 writes
+                // it, or 0x02 as IANA lists it: see decisions.md), well formed, once.
+                let random_port = [trailer_type::RANDOM_PORT, trailer_type::RANDOM_PORT_IANA]
+                    .into_iter()
+                    .find_map(|kind| pkt.trailers.find(kind).filter(|t| TrailerRepr::parse(t).is_ok()));
+                if let Some(t) = random_port {
+                    let len = 2 + t.value.len();
+                    let slot = rest.get_mut(n..n + len).ok_or(DropReason::TooBig)?;
+                    slot[0] = t.kind;
+                    slot[1] = t.value.len() as u8;
+                    slot[2..].copy_from_slice(t.value);
+                    n += len;
+                }
+                n
+            }
         };
         self.stats.forwarded_udp += 1;
         self.stats.forwarded_udp_bytes += packet_len as u64;

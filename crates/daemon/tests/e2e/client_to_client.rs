@@ -100,16 +100,29 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
                 "Miredo's server drops A's indirect bubble (RFC 4380 §5.3.1 check 5: its source's mapping is not where it came from); shipworm's passes it on (docs/decisions.md)",
             ),
         };
-        cases.push(Case {
-            waits: false,
-            name: format!("client↔client across two servers (RFC 6081 §6.1) A=symmetric/shipworm calls B=address-restricted/shipworm servers={server}"),
-            expect,
-            run: Box::new(move || {
-                scenario::run_peer_to_peer_two_servers([NatKind::Symmetric, NatKind::AddressRestricted], &server, [&me, &me], P2P_BYTES)
-                    .map(|(_lab, o)| direct_summary(&o))
-                    .map_err(Failed::from)
-            }),
-        });
+        // §6.4's: A behind a sequential port-symmetric NAT calls B behind a
+        // port-restricted one; A's predicted port reaches B only in the Random Port of
+        // A's indirect bubble (packet 7), which B's server must pass on (with the Nonce
+        // alone passed, as before, this case failed at step 5: seen).
+        for (section, nats) in [
+            ("§6.1", [NatKind::Symmetric, NatKind::AddressRestricted]),
+            ("§6.4", [NatKind::SequentialSymmetric, NatKind::PortRestricted]),
+        ] {
+            let (server, me, expect) = (server.clone(), me.clone(), expect.clone());
+            cases.push(Case {
+                waits: false,
+                name: format!(
+                    "client↔client across two servers (RFC 6081 {section}) A={}/shipworm calls B={}/shipworm servers={server}",
+                    nats[0], nats[1]
+                ),
+                expect,
+                run: Box::new(move || {
+                    scenario::run_peer_to_peer_two_servers(nats, &server, [&me, &me], P2P_BYTES)
+                        .map(|(_lab, o)| direct_summary(&o))
+                        .map_err(Failed::from)
+                }),
+            });
+        }
     }
     cases
 }
