@@ -91,11 +91,14 @@ pub enum DropReason {
     /// Secure qualification: a router advertisement, signed with our key, whose
     /// confirmation byte says the server retired that key (RFC 4380 §5.3.2).
     KeyRetired,
+    /// A client's packet the relay held while the client proved the port it came from,
+    /// let go unproved (no echo of the relay's nonce in time).
+    PortNotProved,
 }
 
 impl DropReason {
     /// Every reason, in counter order.
-    pub const ALL: [DropReason; 36] = [
+    pub const ALL: [DropReason; 37] = [
         DropReason::MalformedTruncated,
         DropReason::MalformedVersion,
         DropReason::MalformedLength,
@@ -132,6 +135,7 @@ impl DropReason {
         DropReason::RoutingLoop,
         DropReason::UnknownClientId,
         DropReason::KeyRetired,
+        DropReason::PortNotProved,
     ];
 
     /// A stable name for metrics and logs.
@@ -173,6 +177,7 @@ impl DropReason {
             DropReason::RoutingLoop => "routing_loop",
             DropReason::UnknownClientId => "unknown_client_id",
             DropReason::KeyRetired => "key_retired",
+            DropReason::PortNotProved => "port_not_proved",
         }
     }
 }

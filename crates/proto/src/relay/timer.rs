@@ -171,7 +171,7 @@ impl SharedRelay {
         // Held packets whose client never proved its port are let go.
         while shard.held.front().is_some_and(|h| now.saturating_sub(h.at) >= HELD_FOR) {
             shard.held.pop_front();
-            w.stats.drops.count(DropReason::QueueFull);
+            w.stats.drops.count(DropReason::PortNotProved);
         }
         if let Some(h) = shard.held.front() {
             due(h.at + HELD_FOR);
