@@ -5,7 +5,9 @@
 //! product: the `shipworm` binary it measures is found next to this one.
 
 mod buffers;
+mod cpu_trials;
 mod cpus;
+mod end_to_end;
 mod error;
 mod frame_loads;
 mod kernel_path;
@@ -17,9 +19,12 @@ mod relay_config;
 mod report;
 mod run;
 mod soak;
+mod sparse_latency;
 mod stats;
 mod status_flood;
+mod table_bench;
 mod traffic;
+mod under_attack;
 
 use clap::Parser;
 use std::process::ExitCode;
