@@ -43,7 +43,7 @@ const BYTES: usize = 3_000_000;
 /// Client to client: the data check, not a throughput figure.
 const P2P_BYTES: usize = 1_000_000;
 /// When the cases that mostly wait start, after the suite's.
-const WAITS_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+const WAITS_AFTER: std::time::Duration = std::time::Duration::from_secs(45);
 /// The gap between a case's pings: they check that every echo comes back, once a path
 /// is up (the 0.2 s of ping's default, and the lab's, made them a third of a chain's time).
 const PING_GAP: std::time::Duration = std::time::Duration::from_millis(50);
