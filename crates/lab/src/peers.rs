@@ -289,7 +289,24 @@ impl Lab {
         }
         self.wait_udp(name, &ns, 3545, Duration::from_secs(10))?;
         self.wait_route(name, &ns, "2001::/32", Duration::from_secs(10))?;
+        if matches!(imp, Impl::Shipworm(_)) {
+            self.wait_control(name, Duration::from_secs(10))?;
+        }
         self.check_pidfile(name, &pid)
+    }
+
+    /// Waits until daemon `name`'s status socket is there: a relay serves (its port
+    /// bound, its route in) a moment before it answers `shipworm status` (a case asked
+    /// in that moment once, in the whole suite under load).
+    fn wait_control(&mut self, name: &str, within: Duration) -> Result<()> {
+        let (path, deadline) = (self.daemon_socket(name), Instant::now() + within);
+        while !path.exists() {
+            if Instant::now() > deadline {
+                return err(format!("{name}: no status socket at {} after {within:?}", path.display()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// Start shipworm as a host-specific relay (`RelayType host`, RFC 4380 §5.5) on
@@ -312,6 +329,7 @@ impl Lab {
         self.spawn(name, &ns, &[&bin, "relay", "-c", &conf, "-p", &pid_arg, "--control", &control])?;
         self.wait_udp(name, &ns, 3545, Duration::from_secs(10))?;
         self.wait_route(name, &ns, "2001::/32", Duration::from_secs(10))?;
+        self.wait_control(name, Duration::from_secs(10))?;
         self.check_pidfile(name, &pid)
     }
 

@@ -136,12 +136,19 @@ fn case43_mapping_mismatch_is_dropped() {
     let v = r.on_udp(secs(11), sa("203.0.113.7:3544"), &udp_packet(B, NATIVE), &mut w);
     assert_eq!(v, Err(DropReason::SourceMismatch));
     let other_port = sa("198.51.100.7:3545");
-    assert_eq!(r.on_udp(secs(11), other_port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    // Within the bubbles' spacing of the exchange, not even a proof starts.
+    assert_eq!(r.on_udp(secs(11), other_port, &udp_packet(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(13), other_port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
     assert!(w.sent.iter().all(|s| s.to != other_port), "nothing to the sender");
     assert!(w.sent.iter().any(|s| s.to == sa(B_SERVER)), "a bubble through B's server");
-    for t in 12..=20 {
+    for t in 14..=22 {
         r.on_timer(secs(t), &mut w);
     }
+    // The proof failed: B stays trusted where it was, reached there (a stranger's packet
+    // from another port does not cost it its entry).
+    w.sent.clear();
+    assert_eq!(r.on_tun(secs(23), &udp_packet(NATIVE, B), &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent.last().map(|s| s.to), Some(sa(B_MAPPED)));
     assert!(w.delivered.is_empty());
     assert!(w.sent.iter().all(|s| s.to != other_port), "nothing to the sender");
 }
@@ -257,6 +264,56 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
     assert!(w.delivered.is_empty());
 }
 
+/// A client without nonces (Miredo's) keeps its place against a host behind its
+/// address: a port taken on a nonce-less answer in its name is not sealed, so the
+/// client's own packets from its embedded mapping take it back; and a proof started by
+/// the host's data from another port ends at the client's own nonce-less answer from
+/// there, the client kept (a review found both locked such a client out: its answers
+/// were refused, or only passed on while the failed proof removed its entry; each part
+/// fails with its rule taken out: seen).
+#[test]
+fn a_client_without_nonces_is_not_locked_out_by_its_neighbour() {
+    let neighbour = sa("198.51.100.7:62000");
+    let down = udp_packet(NATIVE, B);
+    let to_b = |r: &mut Relay, at: u64| {
+        let mut w = Recorder::default();
+        let _ = r.on_tun(secs(at), &down, &mut w);
+        w.sent.last().map(|s| s.to)
+    };
+    // The neighbour answers the relay's bubble first, without a nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_tun(secs(1), &down, &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(1), neighbour, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    // B's own packets from its embedded mapping take its place back.
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
+    assert_eq!(to_b(&mut r, 2), Some(sa(B_MAPPED)));
+
+    // B trusted at its embedded mapping; the neighbour's data in its name from another
+    // port starts a proof; B answers from where it is, without a nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    establish(&mut r, &mut w, secs(10));
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(13), neighbour, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(13), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(to_b(&mut r, 14), Some(sa(B_MAPPED)));
+    for t in 14..=25 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert!(w.delivered.is_empty(), "the neighbour's packet never went");
+    assert_eq!(to_b(&mut r, 26), Some(sa(B_MAPPED)), "B kept its entry");
+    // Unanswered, the proof fails and B keeps its entry too.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    establish(&mut r, &mut w, secs(10));
+    assert_eq!(r.on_udp(secs(13), neighbour, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    for t in 14..=25 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(to_b(&mut r, 26), Some(sa(B_MAPPED)), "B kept its entry");
+}
+
 /// Held packets can no longer be flooded out: forged first packets from many
 /// symmetric-NAT "clients" behind a few addresses (each address may hold 4 a shard) push
 /// out their own senders' packets, never a client's that holds fewer; the client's held
@@ -340,11 +397,12 @@ fn a_proved_port_is_kept_against_the_embedded_mapping_forged() {
     let first = ipv6(B, NATIVE, 17, &[1; 8]);
     w.delivered.clear();
     assert_eq!(r.on_udp(secs(2), port, &first, &mut w), Ok(Action::Queued));
-    // The forger's packets go on meanwhile (the embedded mapping is B's by its address)
-    // but end nothing.
+    // The forger's data goes on meanwhile (the embedded mapping is B's by its address)
+    // and ends nothing; its bubble ends the wait at the embedded mapping (as Miredo's
+    // client answering from there would), but our nonce stays for B's port.
     assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &forged, &mut w), Ok(Action::Forwarded));
-    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
     let echo = echo_of_last_bubble(&mut w);
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
     w.delivered.clear();
     assert_eq!(r.on_udp(secs(2), port, &echo, &mut w), Ok(Action::Consumed));
     assert_eq!(w.delivered, vec![first], "B's held packet goes on once its port is proved");

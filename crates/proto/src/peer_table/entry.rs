@@ -56,6 +56,10 @@ pub struct Peer {
     /// it has not proved started it (a host behind the same address could answer a
     /// bubble in its name, not echo a nonce that went through the client's server).
     pub proving: bool,
+    /// A relay's client whose port our nonce proved, elsewhere than the mapping its
+    /// address embeds: kept there until it proves another (a nonce-less answer, which
+    /// a host behind the same address could have sent, seals nothing).
+    pub sealed: bool,
 }
 
 impl Peer {
@@ -78,6 +82,7 @@ impl Peer {
             knows_trailers: false,
             holding: false,
             proving: false,
+            sealed: false,
         }
     }
 
@@ -95,6 +100,7 @@ const KNOWS_TRAILERS: u8 = 4;
 const QUEUED: u8 = 8;
 const HOLDING: u8 = 16;
 const PROVING: u8 = 32;
+const SEALED: u8 = 64;
 
 /// The stored form of a [`Peer`]: one cache line. All zeros is an empty slot (no peer
 /// has the unspecified address as its key). Times are nanoseconds of the caller's clock,
@@ -158,7 +164,8 @@ impl Slot {
             | bit(p.waiting, WAITING)
             | bit(p.knows_trailers, KNOWS_TRAILERS)
             | bit(p.holding, HOLDING)
-            | bit(p.proving, PROVING);
+            | bit(p.proving, PROVING)
+            | bit(p.sealed, SEALED);
     }
 
     pub(super) fn decode(&self) -> Peer {
@@ -177,6 +184,7 @@ impl Slot {
             knows_trailers: self.flags & KNOWS_TRAILERS != 0,
             holding: self.flags & HOLDING != 0,
             proving: self.flags & PROVING != 0,
+            sealed: self.flags & SEALED != 0,
         }
     }
 
@@ -378,6 +386,7 @@ mod tests {
         p.knows_trailers = true;
         p.holding = true;
         p.proving = true;
+        p.sealed = true;
         p.tries = 3;
         p.solicitations = 2;
         p.nonce_sent = NonZeroU32::new(0xdead_beef);

@@ -25,8 +25,9 @@ pub(super) enum Admission {
     /// From the client: its entry is updated and the packet goes on. `proved`: by our
     /// nonce or from the mapping its address embeds (the round's nonce is spent);
     /// `fresh`: from the mapping the kernel's list already has, heard a moment ago (no
-    /// update of the list).
-    Client { proved: bool, fresh: bool },
+    /// update of the list); `seal`: whether the entry's port is then one our nonce
+    /// proved elsewhere than the embedded mapping (`None`: as it was).
+    Client { proved: bool, fresh: bool, seal: Option<bool> },
     /// From the mapping the client's address embeds while another port of that address
     /// is being proved (packets from it held): the packet goes on, and the wait and
     /// what it holds stay. Only our nonce ends such a wait: the embedded mapping can be
@@ -47,11 +48,13 @@ pub(super) enum Admission {
 pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
     let embedded = d.embeds == d.from;
     let same_address = d.embeds.ip() == d.from.ip();
-    // A port proved elsewhere than the embedded mapping (our nonce echoed, or an answer
-    // while we waited) is kept until the client proves another or its entry expires:
-    // one datagram forged from the embedded mapping, which anyone can read off the
-    // address, moved it, and the client's own packets were refused from then on.
-    let proved_elsewhere = p.trusted && p.mapped != d.embeds;
+    // A port our nonce proved elsewhere than the embedded mapping is kept until the
+    // client proves another or its entry expires: one datagram forged from the embedded
+    // mapping, which anyone can read off the address, moved it, and the client's own
+    // packets were refused from then on. (A port taken on a nonce-less answer is not
+    // sealed: its client, which may be a host behind the same address, has no nonce to
+    // prove with, and the client's own packets from the embedded mapping take it back.)
+    let proved_elsewhere = p.trusted && p.sealed && p.mapped != d.embeds;
     // From the mapping a bubble exchange proved.
     let learned = p.trusted && p.mapped == d.from;
     // Our bubbles' nonce echoed: the client itself, from any port of the address it
@@ -69,17 +72,31 @@ pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
             return Admission::Refused(DropReason::SourceMismatch);
         }
         if p.proving {
-            return Admission::Passing;
+            // Data goes on and ends nothing; a bubble (the client answering ours, with
+            // no nonce: Miredo's) ends the wait at the embedded mapping, our nonce kept
+            // for the port being proved.
+            if !d.bubble {
+                return Admission::Passing;
+            }
+            return Admission::Client { proved: false, fresh: false, seal: Some(false) };
         }
     }
     if embedded || learned || answer || by_nonce {
         let fresh = learned && !p.waiting && now.saturating_sub(p.last_rx) < KERNEL_HEARD_GRAIN;
-        return Admission::Client { proved: by_nonce || embedded, fresh };
+        let seal = if by_nonce {
+            Some(!embedded)
+        } else if learned {
+            None
+        } else {
+            Some(false)
+        };
+        return Admission::Client { proved: by_nonce || embedded, fresh, seal };
     }
     if p.waiting && p.proving && !d.bubble && same_address {
         return Admission::Hold;
     }
-    if p.trusted && !p.waiting && !d.bubble && same_address {
+    // Not more often than bubbles may go (a proof is bubbles).
+    if p.trusted && !p.waiting && !d.bubble && same_address && now.saturating_sub(p.last_tx) >= BUBBLE_SPACING {
         return Admission::Prove;
     }
     Admission::Refused(DropReason::SourceMismatch)
@@ -107,6 +124,12 @@ mod tests {
         Datagram { from, embeds: EMBEDS, bubble, echo }
     }
 
+    /// The entry trusted at a port our nonce proved.
+    fn sealed(mut p: Peer) -> Peer {
+        p.sealed = true;
+        p
+    }
+
     /// The entry waiting for the proof of a port it spoke from (its packets held).
     fn proving(mut p: Peer) -> Peer {
         p.proving = true;
@@ -118,17 +141,29 @@ mod tests {
         let s = Duration::from_secs(10);
         let cases = [
             // From the mapping its address embeds: the client, proved.
-            (entry(false, None), datagram(EMBEDS, false, None), Admission::Client { proved: true, fresh: false }),
+            (
+                entry(false, None),
+                datagram(EMBEDS, false, None),
+                Admission::Client { proved: true, fresh: false, seal: Some(false) },
+            ),
             // From the mapping a bubble exchange proved, data.
             (
                 entry(false, Some(OTHER_PORT)),
                 datagram(OTHER_PORT, false, None),
-                Admission::Client { proved: false, fresh: false },
+                Admission::Client { proved: false, fresh: false, seal: None },
             ),
             // Our nonce echoed from another port of the embedded address.
-            (entry(true, None), datagram(OTHER_PORT, true, NONCE), Admission::Client { proved: true, fresh: false }),
+            (
+                entry(true, None),
+                datagram(OTHER_PORT, true, NONCE),
+                Admission::Client { proved: true, fresh: false, seal: Some(true) },
+            ),
             // A nonce-less answer from another port while we wait (a symmetric NAT's).
-            (entry(true, None), datagram(OTHER_PORT, true, None), Admission::Client { proved: false, fresh: false }),
+            (
+                entry(true, None),
+                datagram(OTHER_PORT, true, None),
+                Admission::Client { proved: false, fresh: false, seal: Some(false) },
+            ),
             // ... but not for a client whose packets are held: only the nonce proves it.
             (
                 proving(entry(true, None)),
@@ -159,25 +194,40 @@ mod tests {
             // by anyone) moves nothing; without the rule it was admitted and moved the
             // entry there.
             (
-                entry(false, Some(OTHER_PORT)),
+                sealed(entry(false, Some(OTHER_PORT))),
                 datagram(EMBEDS, false, None),
                 Admission::Refused(DropReason::SourceMismatch),
             ),
             (
-                entry(true, Some(OTHER_PORT)),
+                sealed(entry(true, Some(OTHER_PORT))),
                 datagram(EMBEDS, true, None),
                 Admission::Refused(DropReason::SourceMismatch),
+            ),
+            // A port taken on a nonce-less answer is not sealed: the client's own
+            // packets from its embedded mapping take it back (a host behind the same
+            // address may have answered in its name; a client without nonces has no
+            // other way back).
+            (
+                entry(false, Some(OTHER_PORT)),
+                datagram(EMBEDS, false, None),
+                Admission::Client { proved: true, fresh: false, seal: Some(false) },
             ),
             // ... but our nonce echoed from it proves it.
             (
                 entry(true, Some(OTHER_PORT)),
                 datagram(EMBEDS, true, NONCE),
-                Admission::Client { proved: true, fresh: false },
+                Admission::Client { proved: true, fresh: false, seal: Some(false) },
             ),
             // While another port is being proved (its packets held), the embedded
             // mapping's packets go on and the wait stays.
             (proving(entry(true, Some(EMBEDS))), datagram(EMBEDS, false, None), Admission::Passing),
-            (proving(entry(true, None)), datagram(EMBEDS, true, None), Admission::Passing),
+            // ... and the client's own answer from there, without a nonce (Miredo's),
+            // ends the wait there, our nonce kept for the port being proved.
+            (
+                proving(entry(true, None)),
+                datagram(EMBEDS, true, None),
+                Admission::Client { proved: false, fresh: false, seal: Some(false) },
+            ),
             // Trusted at the embedded mapping (perhaps by a forged first packet): data
             // from another port of the address is proved, not refused for good.
             (entry(false, Some(EMBEDS)), datagram(OTHER_PORT, false, None), Admission::Prove),
@@ -212,7 +262,7 @@ mod tests {
         p.last_rx = Duration::from_secs(10);
         let d = datagram(EMBEDS, false, None);
         let at = |ms| admit(&p, &d, Duration::from_secs(10) + Duration::from_millis(ms));
-        assert_eq!(at(50), Admission::Client { proved: true, fresh: true });
-        assert_eq!(at(150), Admission::Client { proved: true, fresh: false });
+        assert_eq!(at(50), Admission::Client { proved: true, fresh: true, seal: None });
+        assert_eq!(at(150), Admission::Client { proved: true, fresh: false, seal: None });
     }
 }

@@ -39,7 +39,14 @@ pub(super) fn hold(
         Some(*from.ip())
     } else if held.len() >= HELD_PER_SHARD {
         // At most 32 entries: counting each one's source is cheaper than keeping counts.
-        held.iter().map(|h| *h.from.ip()).max_by_key(|ip| (of(ip, held), *ip == *from.ip()))
+        // The newcomer's own source if it holds the most, else the one of the oldest
+        // packet among the sources that do.
+        let most = held.iter().map(|h| of(h.from.ip(), held)).max().unwrap_or(0);
+        if of(from.ip(), held) == most {
+            Some(*from.ip())
+        } else {
+            held.iter().map(|h| *h.from.ip()).find(|ip| of(ip, held) == most)
+        }
     } else {
         None
     };

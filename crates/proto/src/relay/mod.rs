@@ -558,8 +558,8 @@ impl SharedRelay {
                     hold(&mut shard.held, w, (src, from), now, ip.packet());
                     return Ok(Action::Queued);
                 }
-                Admission::Client { proved, fresh } => {
-                    self.accept(&mut shard, w, now, (&key, from), (proved, fresh, held), tx)
+                Admission::Client { proved, fresh, seal } => {
+                    self.accept(&mut shard, w, now, (&key, from), (proved, fresh, held, seal), tx)
                 }
             }
         };
@@ -586,7 +586,7 @@ impl SharedRelay {
         w: &mut RelayWorker,
         now: Duration,
         (key, from): (&Key, SocketAddrV4),
-        (proved, fresh, held): (bool, bool, bool),
+        (proved, fresh, held, seal): (bool, bool, bool, Option<bool>),
         tx: &mut impl Transmit,
     ) -> Vec<Box<[u8]>> {
         let Some(mut p) = shard.peers.get_mut_keyed(key) else { return Vec::new() };
@@ -604,6 +604,9 @@ impl SharedRelay {
         p.tries = 0;
         p.waiting = false;
         p.proving = false;
+        if let Some(seal) = seal {
+            p.sealed = seal;
+        }
         let queue = p.take_queue();
         drop(p);
         // A direct response (RFC 4380 §5.2.6): its bubbles count from nothing again.
@@ -624,7 +627,11 @@ impl SharedRelay {
         if !fresh {
             self.kernel_trust(tx, &src, from, now);
         }
-        if was_waiting && held {
+        // Its held packets from the port proved go on (the others are dropped): once it
+        // proved the port it waited for, or a port by our nonce after that wait ended
+        // otherwise. A wait ended by a nonce-less answer from the embedded mapping
+        // leaves them for the nonce.
+        if held && proved && (was_waiting || seal == Some(true)) {
             take_held(&mut shard.held, w, &src, from)
         } else {
             Vec::new()

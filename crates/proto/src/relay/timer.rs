@@ -165,6 +165,12 @@ impl SharedRelay {
                     due(shard.peers.get(&dst).map_or(now, |p| retry_at((p.tries, p.last_tx), now)));
                     shard.pending.push_back(dst);
                 }
+                // A trusted client's proof of another port that failed (no echo of
+                // the nonce): it stays where it was trusted, as a stranger's packet
+                // from that port must not cost it its entry.
+                _ if p.trusted && p.proving => {
+                    shard.peers.give_way(&dst);
+                }
                 _ => self.give_up(&mut shard.peers, w, now, dst, tx),
             }
         }
