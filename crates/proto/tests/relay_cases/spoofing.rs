@@ -1,0 +1,192 @@
+//! A client's port at the relay against forged sources and its neighbours behind the
+//! same address: what proves a port (our nonce), what a forgery from the mapping an
+//! address embeds can no longer move, held packets under a flood.
+
+use super::*;
+
+/// A client without nonces (Miredo's) keeps its place against a host behind its
+/// address: a port taken on a nonce-less answer in its name is not sealed, so the
+/// client's own packets from its embedded mapping take it back; and a proof started by
+/// the host's data from another port ends at the client's own nonce-less answer from
+/// there, the client kept (a review found both locked such a client out: its answers
+/// were refused, or only passed on while the failed proof removed its entry; each part
+/// fails with its rule taken out: seen).
+#[test]
+fn a_client_without_nonces_is_not_locked_out_by_its_neighbour() {
+    let neighbour = sa("198.51.100.7:62000");
+    let down = udp_packet(NATIVE, B);
+    let to_b = |r: &mut Relay, at: u64| {
+        let mut w = Recorder::default();
+        let _ = r.on_tun(secs(at), &down, &mut w);
+        w.sent.last().map(|s| s.to)
+    };
+    // The neighbour answers the relay's bubble first, without a nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_tun(secs(1), &down, &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(1), neighbour, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    // B's own packets from its embedded mapping take its place back.
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
+    assert_eq!(to_b(&mut r, 2), Some(sa(B_MAPPED)));
+
+    // B trusted at its embedded mapping; the neighbour's data in its name from another
+    // port starts a proof; B answers from where it is, without a nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    establish(&mut r, &mut w, secs(10));
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(13), neighbour, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    assert_eq!(r.on_udp(secs(13), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(to_b(&mut r, 14), Some(sa(B_MAPPED)));
+    for t in 14..=25 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert!(w.delivered.is_empty(), "the neighbour's packet never went");
+    assert_eq!(to_b(&mut r, 26), Some(sa(B_MAPPED)), "B kept its entry");
+    // Unanswered, the proof fails and B keeps its entry too.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    establish(&mut r, &mut w, secs(10));
+    assert_eq!(r.on_udp(secs(13), neighbour, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    for t in 14..=25 {
+        r.on_timer(secs(t), &mut w);
+    }
+    assert_eq!(to_b(&mut r, 26), Some(sa(B_MAPPED)), "B kept its entry");
+}
+
+/// Held packets can no longer be flooded out: forged first packets from many
+/// symmetric-NAT "clients" behind a few addresses (each address may hold 4 a shard) push
+/// out their own senders' packets, never a client's that holds fewer; the client's held
+/// packet goes on once its port is proved. (With the oldest giving way whoever held it,
+/// as before, the flood pushed B's packet out: seen.) And the wait stays one that only
+/// the nonce ends: a bubble without it from another port of B's address proves
+/// nothing, whatever became of the held packets.
+#[test]
+fn a_flood_of_held_packets_pushes_out_only_its_own() {
+    let mut r = relay();
+    let mut w = Recorder::default();
+    let port = sa("198.51.100.7:61000");
+    let first = ipv6(B, NATIVE, 17, &[1; 8]);
+    assert_eq!(r.on_udp(secs(1), port, &first, &mut w), Ok(Action::Queued));
+    let echo = echo_of_last_bubble(&mut w);
+    for host in 0..40u8 {
+        for k in 0..12u16 {
+            let embeds = SocketAddrV4::new(std::net::Ipv4Addr::new(203, 0, 113, 10 + host / 4), 4000 + u16::from(host));
+            let client = served_by_b_server(embeds);
+            let from = SocketAddrV4::new(*embeds.ip(), 30_000 + k);
+            let _ = r.on_udp(secs(1), from, &ipv6(&client, NATIVE, 17, &[k as u8; 8]), &mut w);
+        }
+    }
+    assert!(r.stats().drops.get(DropReason::QueueFull) > 0, "the flood pushed out its own");
+    // Someone behind B's address, without the nonce: nothing.
+    let other = sa("198.51.100.7:62000");
+    assert_eq!(r.on_udp(secs(1), other, &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(1), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(w.delivered, vec![first], "B's held packet outlived the flood");
+}
+
+/// The nonce of the last indirect bubble the relay sent, and a direct bubble from B
+/// echoing it.
+fn echo_of_last_bubble(w: &mut Recorder) -> Vec<u8> {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let indirect = w.sent.iter().rev().find(|s| s.to == sa(B_SERVER)).expect("a bubble through B's server");
+    let p = TeredoPacket::parse(&indirect.payload).unwrap();
+    let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
+    let mut echo = bubble(B, NATIVE);
+    echo.extend_from_slice(&[1, 4]);
+    echo.extend_from_slice(&nonce);
+    echo
+}
+
+/// A symmetric-NAT client proved at its port keeps it: one datagram forged from the
+/// mapping its address embeds (which anyone reads off the address) moved the entry
+/// there before, and the client's own packets were refused from then on (the relay
+/// forwarded 1 of 75 pings after three forgeries, seen from outside). And a forged
+/// first packet from the embedded mapping, which enters the client trusted there, no
+/// longer locks it out: its own data from another port starts a proof, and the nonce
+/// moves the entry (before: refused for as long as the forger kept it fresh).
+#[test]
+fn a_proved_port_is_kept_against_the_embedded_mapping_forged() {
+    let port = sa("198.51.100.7:61000");
+    let down = udp_packet(NATIVE, B);
+    let to_b = |r: &mut Relay, at: u64| {
+        let mut w = Recorder::default();
+        assert_eq!(r.on_tun(secs(at), &down, &mut w), Ok(Action::Forwarded));
+        w.sent.last().map(|s| s.to)
+    };
+    // Proved at its port by the nonce.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_udp(secs(1), port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Queued));
+    let echo = echo_of_last_bubble(&mut w);
+    assert_eq!(r.on_udp(secs(1), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(to_b(&mut r, 2), Some(port));
+    // Forged from the embedded mapping: data and bubbles, refused; the port stays.
+    let forged = udp_packet(B, NATIVE);
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &forged, &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(to_b(&mut r, 4), Some(port));
+    assert_eq!(r.on_udp(secs(4), port, &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
+
+    // A forged first packet from the embedded mapping enters B trusted there.
+    let mut r = relay();
+    let mut w = Recorder::default();
+    assert_eq!(r.on_udp(secs(1), sa(B_MAPPED), &forged, &mut w), Ok(Action::Forwarded));
+    // B's own data from its port: held while the port is proved, not refused.
+    let first = ipv6(B, NATIVE, 17, &[1; 8]);
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(2), port, &first, &mut w), Ok(Action::Queued));
+    // The forger's data goes on meanwhile (the embedded mapping is B's by its address)
+    // and ends nothing; its bubble ends the wait at the embedded mapping (as Miredo's
+    // client answering from there would), but our nonce stays for B's port.
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &forged, &mut w), Ok(Action::Forwarded));
+    let echo = echo_of_last_bubble(&mut w);
+    assert_eq!(r.on_udp(secs(2), sa(B_MAPPED), &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    w.delivered.clear();
+    assert_eq!(r.on_udp(secs(2), port, &echo, &mut w), Ok(Action::Consumed));
+    assert_eq!(w.delivered, vec![first], "B's held packet goes on once its port is proved");
+    assert_eq!(to_b(&mut r, 3), Some(port));
+    assert_eq!(r.on_udp(secs(3), sa(B_MAPPED), &forged, &mut w), Err(DropReason::SourceMismatch));
+}
+
+/// #40, 2: a host sharing the client's public address (one carrier-grade NAT) answers
+/// the relay's bubble first, from its own port and without the nonce; the client's own
+/// answer echoes the nonce from another port (a symmetric NAT) and wins: traffic moves
+/// there, and the other host cannot take it back, not even by replaying the nonce.
+/// Without a nonce (Miredo's clients echo none) the first same-address answer is taken,
+/// as before.
+#[test]
+fn an_answer_echoing_the_relays_nonce_wins_over_one_without_it() {
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let mut r = relay();
+    let mut w = Recorder::default();
+    let pkt = udp_packet(NATIVE, B);
+    assert_eq!(r.on_tun(secs(1), &pkt, &mut w), Ok(Action::Queued));
+    let sent = w.sent.pop().expect("the indirect bubble");
+    let p = TeredoPacket::parse(&sent.payload).unwrap();
+    let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
+    let (other, client) = (sa("198.51.100.7:61000"), sa("198.51.100.7:62000"));
+    assert_eq!(r.on_udp(secs(1), other, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    let mut echo = bubble(B, NATIVE);
+    echo.extend_from_slice(&[1, 4]);
+    echo.extend_from_slice(&nonce);
+    // From another address than the one B's address embeds: no proof of B.
+    assert_eq!(r.on_udp(secs(1), sa("198.51.100.8:62000"), &echo, &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(1), client, &echo, &mut w), Ok(Action::Consumed));
+    w.sent.clear();
+    assert_eq!(r.on_tun(secs(2), &pkt, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent.last().map(|s| s.to), Some(client), "the mapping is the one the nonce proved");
+    // Neither a bubble without it nor the nonce replayed moves it back.
+    assert_eq!(r.on_udp(secs(3), other, &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(3), other, &echo, &mut w), Err(DropReason::SourceMismatch));
+    w.sent.clear();
+    assert_eq!(r.on_tun(secs(3), &pkt, &mut w), Ok(Action::Forwarded));
+    assert_eq!(w.sent.last().map(|s| s.to), Some(client));
+    // A wrong nonce from the address is no answer either.
+    let c = "2001:0:4136:e378:0:f227:39cc:9bf7";
+    assert_eq!(r.on_tun(secs(4), &udp_packet(NATIVE, c), &mut w), Ok(Action::Queued));
+    let mut wrong = bubble(c, NATIVE);
+    wrong.extend_from_slice(&[1, 4, 0, 0, 0, 1]);
+    assert_eq!(r.on_udp(secs(4), sa("198.51.100.8:5000"), &wrong, &mut w), Err(DropReason::SourceMismatch));
+}
