@@ -67,6 +67,9 @@ package_log=$(mktemp)
     scripts/systemd-check.sh "$deb"
 ) >"$package_log" 2>&1 &
 package_pid=$!
+# Should the benchmark fail, the package's checks still end (their container stopped,
+# their root removed) before this script does: nothing of them is left behind.
+trap 'wait "$package_pid" 2>/dev/null; rm -f "$package_log"' EXIT
 
 say "benchmark, quick mode (keeps it working; numbers are not judged)"
 bench_out=$(mktemp -d)
