@@ -100,7 +100,7 @@ fn relay_trusting_c() -> (Relay, Recorder) {
         ..RelayConfig::default()
     });
     let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
-    assert_eq!(r.on_udp(Duration::from_secs(10), C_MAPPED, &udp6(C, NATIVE), &mut w), Ok(Action::Forwarded));
+    assert_eq!(r.on_udp_answered(Duration::from_secs(10), C_MAPPED, &udp6(C, NATIVE), &mut w), Ok(Action::Forwarded));
     (r, w)
 }
 
@@ -234,7 +234,7 @@ fn check_frame(k: &mut KernelPath, r: &mut Relay, w: &mut Recorder, name: &str, 
     let from = SocketAddrV4::new(repr.src_addr, udp.src_port());
     w.delivered.clear();
     w.sent.clear();
-    let proto = r.on_udp(Duration::from_secs(11), from, udp.payload(), w);
+    let proto = r.on_udp_answered(Duration::from_secs(11), from, udp.payload(), w);
     assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
     assert_eq!(w.delivered.len(), 1, "{name}");
     let mut want = input[..12].to_vec();
@@ -393,7 +393,7 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
             let input = l2(&packet);
             let out = k.test_run(Program::Encap, &input).unwrap();
             w.sent.clear();
-            let proto = r.on_tun(Duration::from_secs(12), &packet, &mut w);
+            let proto = r.on_tun_answered(Duration::from_secs(12), &packet, &mut w);
             if !moves {
                 assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "{name}: left for userland untouched");
                 continue;
@@ -485,7 +485,7 @@ fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
     (cfg.local_discovery, cfg.kernel_path) = (false, true);
     let mut c = Client::new(cfg, Rng(0x5eed));
     let mut w = Recorder::default();
-    c.on_timer(secs(1), &mut w);
+    c.on_timer_answered(secs(1), &mut w);
     // The primary's answer, then the secondary's, both seeing CLIENT_MAPPED.
     for local in [Local::Primary, Local::Secondary] {
         let rs = w.sent.iter().rev().find(|s| s.from == Source::Service).expect("an RS").payload.clone();
@@ -498,7 +498,7 @@ fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
             server.address(if ra.from == Source::Secondary { Local::Secondary } else { Local::Primary }),
             3544,
         );
-        let _ = c.on_udp(secs(1), Via::Service, from, &ra.payload, &mut w);
+        let _ = c.on_udp_answered(secs(1), Via::Service, from, &ra.payload, &mut w);
     }
     let me = std::iter::from_fn(|| c.poll_event())
         .find_map(|e| match e {
@@ -508,7 +508,10 @@ fn client_trusting_c() -> (Client<Rng>, Ipv6Addr, Recorder) {
         .expect("qualified");
     c.set_kernel_address(Some(me));
     let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
-    assert_eq!(c.on_udp(secs(2), Via::Service, C_MAPPED, &udp6(C, &me.to_string()), &mut w), Ok(Action::Forwarded));
+    assert_eq!(
+        c.on_udp_answered(secs(2), Via::Service, C_MAPPED, &udp6(C, &me.to_string()), &mut w),
+        Ok(Action::Forwarded)
+    );
     assert_eq!(c.kernel_peers(), 1);
     (c, me, w)
 }
@@ -546,7 +549,7 @@ fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder,
     let from = SocketAddrV4::new(repr.src_addr, udp.src_port());
     w.delivered.clear();
     w.sent.clear();
-    let proto = c.on_udp(secs(3), Via::Service, from, udp.payload(), w);
+    let proto = c.on_udp_answered(secs(3), Via::Service, from, udp.payload(), w);
     assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the client does not deliver");
     assert_eq!(w.delivered.len(), 1, "{name}");
     // The Ethernet header goes with the redirect into the Teredo interface, which has
@@ -627,7 +630,7 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
             let input = l2(&packet);
             let out = k.test_run(Program::Encap, &input).unwrap();
             w.sent.clear();
-            let _ = c.on_tun(secs(3), &packet, &mut w);
+            let _ = c.on_tun_answered(secs(3), &packet, &mut w);
             if !moves {
                 assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "{name}: left for userland untouched");
                 continue;

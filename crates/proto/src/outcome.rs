@@ -17,6 +17,11 @@ pub enum Action {
     Queued,
     /// Taken, with nothing passed on (a bubble, an advertisement, a test's reply).
     Consumed,
+    /// Not decided yet: the decision needs what the kernel data path saw of a peer,
+    /// asked for ([`KernelIntent::Read`](crate::transmit::KernelIntent::Read)). The
+    /// daemon answers (`kernel_saw`) and hands the same input again; nothing of it was
+    /// done or counted.
+    AskedKernel,
 }
 
 /// The result of one input: an [`Action`], or the [`DropReason`] it was dropped (and

@@ -5,9 +5,19 @@
 //! everything into a [`Recorder`].
 //!
 //! Two calls: [`Transmit::send`] a datagram from one of the node's sockets, and
-//! [`Transmit::deliver`] an IPv6 packet to the IPv6 side. The client alone also opens
-//! and closes sockets ([`Ports`]); a role that has none does not implement it, so no
-//! call of one role's can silently do nothing in another's.
+//! [`Transmit::deliver`] an IPv6 packet to the IPv6 side; a node with a kernel data path
+//! also says what it wants of the kernel's peer list ([`Transmit::kernel`], as data:
+//! [`KernelIntent`]). The client alone also opens and closes sockets ([`Ports`]); a role
+//! that has none does not implement it, so no call of one role's can silently do
+//! nothing in another's.
+//!
+//! The kernel's list is never read or written by a state machine: what it wants goes
+//! out as intents, carried out by the daemon once the call returned (outside every lock
+//! of the state machine's), and what the kernel saw comes back in as an input
+//! (`kernel_saw` of the relay and the client). An input whose decision needs what the
+//! kernel saw of a peer asks ([`KernelIntent::Read`]) and ends as
+//! [`Action::AskedKernel`](crate::Action::AskedKernel): the daemon answers, then hands
+//! the same input again.
 
 use std::collections::BTreeMap;
 use std::net::{Ipv6Addr, SocketAddrV4};
@@ -47,39 +57,61 @@ pub trait Transmit {
     /// network (relay, and the server's connectivity-test echoes).
     fn deliver(&mut self, packet: &[u8]);
 
-    /// The kernel data path's peer list, where the daemon has one (`DataPath`): the
-    /// relay keeps it to what it trusts. `None` (the default): every packet passes
-    /// through the state machine.
-    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        None
+    /// What the node wants of the kernel data path's peer list (`DataPath`), as data:
+    /// carried out by the daemon after the call returns. Only a node whose
+    /// configuration says it has a kernel path (`kernel_path`) emits any; one without
+    /// never does.
+    fn kernel(&mut self, intent: KernelIntent) {
+        debug_assert!(false, "a node without a kernel data path wanted {intent:?}");
     }
 }
 
-/// The peers whose packets the kernel moves without the state machine: each trusted at
-/// its mapping, with the time it was last heard from. The state machine is its only
-/// writer; the kernel only writes last-heard times (and, for a client, when it first
-/// sent to a peer since), which the state machine reads back before it judges a peer
-/// silent.
-pub trait KernelPeers {
-    /// `peer` is trusted at `mapped`, heard from at `heard` (entered or updated). A full
-    /// list refuses it quietly: the peer's packets then pass through the state machine.
-    /// What the node sent before this call is handed to the kernel's sockets before the
+/// What a state machine wants of the kernel data path's peer list: the peers whose
+/// packets the kernel moves without the state machine, each trusted at its mapping with
+/// the time it was last heard from. The state machine is the list's only writer; the
+/// kernel writes last-heard times only (and, for a client, when it first sent to a
+/// peer since), which come back as [`KernelSeen`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelIntent {
+    /// `peer` is trusted at `mapped`, heard from at `heard`: listed (entered or
+    /// updated). A full list refuses it quietly: the peer's packets then pass through
+    /// the state machine. What the node sent before is handed to the sockets before the
     /// list may carry anything to `peer` (a waiting peer's queue, sent just before its
-    /// listing, is not overtaken on the host): a node that batches its sends lets the
-    /// batch go first.
-    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration);
-    /// `peer` is trusted no more.
-    fn forget(&mut self, peer: &Ipv6Addr);
-    /// When the kernel last heard from `peer` (`None`: not in the list).
-    fn heard(&mut self, peer: &Ipv6Addr) -> Option<Duration> {
-        self.heard_and_sent(peer).map(|(heard, _)| heard)
-    }
-    /// When the kernel last heard from `peer`, and when it first sent to it since, if
-    /// it did (`None`: not in the list).
-    fn heard_and_sent(&mut self, peer: &Ipv6Addr) -> Option<(Duration, Option<Duration>)>;
+    /// listing, is not overtaken on the host).
+    Trust {
+        /// The peer.
+        peer: Ipv6Addr,
+        /// Its mapping.
+        mapped: SocketAddrV4,
+        /// When it was last heard from.
+        heard: Duration,
+    },
+    /// `peer` is trusted no more: out of the list (nothing if it was not in it).
+    Forget {
+        /// The peer.
+        peer: Ipv6Addr,
+    },
+    /// Read what the kernel saw of `peer` and hand it back to the state machine
+    /// (`kernel_saw`, with `sweep` as given).
+    Read {
+        /// The peer.
+        peer: Ipv6Addr,
+        /// The sweep asks: the answer decides whether the peer, idle in the state
+        /// machine's eyes, is idle in the kernel's too, and goes.
+        sweep: bool,
+    },
 }
 
-/// A [`KernelPeers`] in memory, for tests: what a kernel's list would hold.
+/// What the kernel saw of a listed peer, in the state machine's time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSeen {
+    /// When it last heard from the peer.
+    pub heard: Duration,
+    /// When it first sent to the peer since, if it did (a client's programs write it).
+    pub sent: Option<Duration>,
+}
+
+/// A [`KernelIntent`] list in memory, for tests: what a kernel's list would hold.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelModel {
     /// Each peer's mapping and last-heard time.
@@ -90,8 +122,9 @@ pub struct KernelModel {
     /// How many datagrams the node had sent when each peer last entered the list or
     /// moved in it: what a test checks a queue's leaving before the listing by.
     pub listed_after: BTreeMap<Ipv6Addr, usize>,
-    /// Datagrams the node has sent so far ([`Recorder`] writes it before each use).
-    pub sends_seen: usize,
+    /// Reads asked and not answered yet (the daemon's part: see
+    /// `Relay::answer_kernel`, `Client::answer_kernel`).
+    pub reads: Vec<(Ipv6Addr, bool)>,
 }
 
 impl KernelModel {
@@ -109,21 +142,27 @@ impl KernelModel {
             self.sent.insert(*peer, at);
         }
     }
-}
 
-impl KernelPeers for KernelModel {
-    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration) {
-        self.peers.insert(*peer, (mapped, heard));
-        self.sent.remove(peer);
-        self.listed_after.insert(*peer, self.sends_seen);
-    }
-    fn forget(&mut self, peer: &Ipv6Addr) {
-        self.peers.remove(peer);
-        self.sent.remove(peer);
-    }
-    fn heard_and_sent(&mut self, peer: &Ipv6Addr) -> Option<(Duration, Option<Duration>)> {
+    /// What the kernel saw of `peer` (`None`: not in the list), as the daemon reads it.
+    pub fn seen(&self, peer: &Ipv6Addr) -> Option<KernelSeen> {
         let &(_, heard) = self.peers.get(peer)?;
-        Some((heard, self.sent.get(peer).copied().filter(|&t| t > heard)))
+        Some(KernelSeen { heard, sent: self.sent.get(peer).copied().filter(|&t| t > heard) })
+    }
+
+    /// `intent` carried out, the node having sent `sends` datagrams so far.
+    pub fn apply(&mut self, intent: KernelIntent, sends: usize) {
+        match intent {
+            KernelIntent::Trust { peer, mapped, heard } => {
+                self.peers.insert(peer, (mapped, heard));
+                self.sent.remove(&peer);
+                self.listed_after.insert(peer, sends);
+            }
+            KernelIntent::Forget { peer } => {
+                self.peers.remove(&peer);
+                self.sent.remove(&peer);
+            }
+            KernelIntent::Read { peer, sweep } => self.reads.push((peer, sweep)),
+        }
     }
 }
 
@@ -189,12 +228,38 @@ impl Transmit for Recorder {
         self.delivered.push(packet.to_vec());
     }
 
-    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        let sent = self.sent.len();
-        self.kernel.as_mut().map(|k| {
-            k.sends_seen = sent;
-            k as &mut dyn KernelPeers
-        })
+    fn kernel(&mut self, intent: KernelIntent) {
+        let sends = self.sent.len();
+        self.kernel
+            .as_mut()
+            .expect("a kernel data path's intent, and the test gave the node no model")
+            .apply(intent, sends);
+    }
+}
+
+impl Recorder {
+    /// The daemon's part over the kernel model, for tests and tools: each read the model
+    /// holds answered with what it saw (`saw`: the state machine's `kernel_saw`), and
+    /// those the answers raise, until none is left.
+    pub fn answer_reads(&mut self, mut saw: impl FnMut(&mut Recorder, Ipv6Addr, Option<KernelSeen>, bool)) {
+        while let Some(model) = self.kernel.as_mut().filter(|k| !k.reads.is_empty()) {
+            let reads = std::mem::take(&mut model.reads);
+            for (peer, sweep) in reads {
+                let seen = self.kernel.as_ref().and_then(|k| k.seen(&peer));
+                saw(self, peer, seen, sweep);
+            }
+        }
+    }
+}
+
+/// An input handed again (`round`: the input, then the daemon's answers) until it is
+/// decided, for tests and tools.
+pub fn until_decided(mut round: impl FnMut() -> crate::Outcome) -> crate::Outcome {
+    loop {
+        let outcome = round();
+        if outcome != Ok(crate::Action::AskedKernel) {
+            return outcome;
+        }
     }
 }
 

@@ -30,7 +30,9 @@ use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
 use crate::runtime::{drain, wait};
 use nix::poll::{PollFd, PollFlags};
-use shipworm_proto::relay::{KernelPeers, RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit};
+use shipworm_proto::relay::{
+    KernelIntent, RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit,
+};
 use shipworm_wire::ipv6::Ipv6AddrExt;
 use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
@@ -41,6 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+mod kernel_intents;
 mod worker;
 use worker::worker;
 
@@ -60,6 +63,9 @@ struct Output<'a> {
     tun_out: TunWriter,
     /// The kernel data path's peer list (`DataPath`), if it runs.
     kernel: Option<KernelPeerList>,
+    /// What the relay wants of that list, carried out once its call returned
+    /// (`kernel_intents`).
+    intents: Vec<KernelIntent>,
 }
 
 impl Output<'_> {
@@ -86,13 +92,12 @@ impl Transmit for Output<'_> {
     fn deliver(&mut self, packet: &[u8]) {
         self.tun_out.push(self.tun, packet);
     }
-    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        // The output itself, so that a listing lets the send batch go first.
-        self.kernel.is_some().then_some(self as &mut dyn KernelPeers)
+    fn kernel(&mut self, intent: KernelIntent) {
+        if self.kernel.is_some() {
+            self.intents.push(intent);
+        }
     }
 }
-
-shipworm::kernel_peers_after_sends!(Output<'_>);
 
 /// One worker's own I/O.
 struct WorkerIo {
@@ -138,6 +143,9 @@ struct WorkerShared<'a> {
     addresses: Option<(Mutex<AddressWatch>, u32)>,
     /// The kernel data path (`DataPath`), if it runs.
     kernel: Option<&'a KernelDataPath>,
+    /// One lock per part of the peers: the kernel's entry for a client is written by
+    /// one worker at a time (`kernel_intents`).
+    kernel_writers: Box<[Mutex<()>]>,
 }
 
 impl WorkerShared<'_> {
@@ -583,6 +591,7 @@ fn serve(
         drain_until: OnceLock::new(),
         addresses: addresses.map(|(w, p)| (Mutex::new(w), p)),
         kernel: kernel.as_ref(),
+        kernel_writers: (0..relay.shards()).map(|_| Mutex::new(())).collect(),
     };
     let ios: Vec<WorkerIo> =
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();

@@ -76,7 +76,7 @@ fn check_direct_decap(k: &mut KernelPath, d0: u32, r: &mut Relay, w: &mut Record
     let udp = UdpPacket::new_checked(ip.payload()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
     let from = SocketAddrV4::new(Ipv4Repr::parse(&ip).unwrap().src_addr, udp.src_port());
     w.delivered.clear();
-    let proto = r.on_udp(Duration::from_secs(11), from, udp.payload(), w);
+    let proto = r.on_udp_answered(Duration::from_secs(11), from, udp.payload(), w);
     assert_eq!(proto, Ok(Action::Forwarded), "{name}: the kernel moved what the relay does not forward");
     let delivered = &w.delivered[0];
     match out.verdict {
@@ -264,7 +264,7 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
             // What the relay sends for the packet the host's forwarding would hand it.
             let packet = forwarded(&input[14..]);
             w.sent.clear();
-            assert_eq!(r.on_tun(Duration::from_secs(12), &packet, &mut w), Ok(Action::Forwarded), "{name}");
+            assert_eq!(r.on_tun_answered(Duration::from_secs(12), &packet, &mut w), Ok(Action::Forwarded), "{name}");
             assert_eq!(w.sent, vec![Sent::service(C_MAPPED, packet.clone())], "{name}");
             let ip = Ipv4Packet::new_checked(&out.packet[14..]).unwrap();
             let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: {e:?}"));

@@ -1,16 +1,22 @@
 //! The client's share of the kernel data path (`ClientConfig::kernel_path`): the
-//! kernel's peer list ([`Transmit::kernel`]) kept to the peers the client would send to
-//! straight and take packets from without more thought.
+//! kernel's peer list kept to the peers the client would send to straight and take
+//! packets from without more thought, by intents ([`KernelIntent`]) the daemon carries
+//! out once a call returned; what the kernel heard and sent comes back in through
+//! [`Client::kernel_saw`]. No call of the client's touches the kernel.
 //!
 //! A peer is in the list while its entry is trusted, not waiting (no bubbles, no
 //! connectivity test: their answers must reach the state machine), holds nothing
 //! queued, is reached from the service port (a random port's upkeep reads each of its
 //! packets) and is sent to where it is heard from. It leaves the list before anything
-//! else may happen to it: the kernel's last-heard time, and the first transmission
-//! since, are read back into the entry first, so its validity and a native peer's
-//! silence are judged on every packet, whichever path carried them.
+//! else may happen to it: a packet about a listed peer waits for what the kernel heard
+//! from it and first sent it since ([`Action::AskedKernel`]), so its validity and a
+//! native peer's silence are judged on every packet, whichever path carried them.
+//!
+//! `Client::kernel` is what the client told the list (each peer's mapping and the
+//! last-heard time written with it): its own record, so that it writes only changes.
 
 use super::*;
+use crate::transmit::{until_decided, KernelIntent, KernelSeen, Recorder};
 
 /// How much later the state machine may hear from a listed peer (packets the kernel
 /// passed up: bubbles, trailers, checksums a sender on this machine left to be taken)
@@ -48,6 +54,53 @@ impl<R: Random> Client<R> {
         Some((p.mapped, p.last_rx))
     }
 
+    /// An input about `peer` comes: if the kernel carries it, what the kernel heard
+    /// and sent counts first, so it is asked for (true: the input ends as
+    /// [`Action::AskedKernel`], to be handed again with the answer in).
+    pub(super) fn kernel_ask(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) -> bool {
+        if self.kernel_asked.is_some() || !self.kernel.contains_key(peer) {
+            return false;
+        }
+        tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
+        self.kernel_asked = Some((*peer, None));
+        true
+    }
+
+    /// The input is decided: its question, if any, is done with.
+    pub(super) fn kernel_done(&mut self) {
+        self.kernel_asked = None;
+    }
+
+    /// What the kernel saw of `peer` (`None`: not in its list), asked by a
+    /// [`KernelIntent::Read`]: its last reception, and (still unanswered) the first
+    /// transmission since, into its entry. `sweep`: the sweep asked, and the peer goes
+    /// if the kernel too has been without word of it for the table's idle time.
+    pub fn kernel_saw(
+        &mut self,
+        now: Duration,
+        peer: Ipv6Addr,
+        seen: Option<KernelSeen>,
+        sweep: bool,
+        tx: &mut impl Transmit,
+    ) {
+        if let Some(asked) = self.kernel_asked.as_mut().filter(|(p, _)| *p == peer) {
+            asked.1 = seen;
+        }
+        if let (Some(seen), Some(mut p)) = (seen, self.peers.get_mut(&peer)) {
+            if seen.heard > p.last_rx {
+                p.last_rx = seen.heard;
+            }
+            if let Some(sent) = seen.sent.filter(|&t| t > p.last_rx) {
+                if p.last_tx <= p.last_rx || sent < p.last_tx {
+                    p.last_tx = sent;
+                }
+            }
+        }
+        if sweep && self.peers.remove_if_idle(&peer, now) {
+            self.kernel_settle(tx);
+        }
+    }
+
     /// Bring the kernel's entry for `peer` in line with the table.
     pub(super) fn kernel_sync(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) {
         let want = self.kernel_target(peer);
@@ -55,48 +108,33 @@ impl<R: Random> Client<R> {
         match (want, have) {
             (Some((to, heard)), Some((listed, written))) if to == listed => {
                 if heard >= written + REWRITE_HEARD {
-                    let Some(k) = tx.kernel() else { return };
-                    match k.heard(peer) {
+                    // What the kernel had heard when this input asked.
+                    let kernel_heard =
+                        self.kernel_asked.filter(|(p, _)| p == peer).and_then(|(_, seen)| seen).map(|s| s.heard);
+                    match kernel_heard {
                         // The kernel heard it as late: nothing to write (a write would
                         // also clear its first unanswered send since).
                         Some(h) if h >= heard => {
                             self.kernel.insert(*peer, (to, h));
                         }
                         _ => {
-                            k.trust(peer, to, heard);
+                            tx.kernel(KernelIntent::Trust { peer: *peer, mapped: to, heard });
                             self.kernel.insert(*peer, (to, heard));
                         }
                     }
                 }
             }
             (Some((to, heard)), _) => {
-                let Some(k) = tx.kernel() else { return };
-                k.trust(peer, to, heard);
+                tx.kernel(KernelIntent::Trust { peer: *peer, mapped: to, heard });
                 self.kernel.insert(*peer, (to, heard));
             }
             (None, Some(_)) => {
-                self.kernel_pull(peer, tx);
-                if let Some(k) = tx.kernel() {
-                    k.forget(peer);
-                }
+                // What it heard and sent is read back before it goes.
+                tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
+                tx.kernel(KernelIntent::Forget { peer: *peer });
                 self.kernel.remove(peer);
             }
             (None, None) => {}
-        }
-    }
-
-    /// What the kernel heard from `peer` and sent to it, into its entry: its last
-    /// reception, and (still unanswered) the first transmission since.
-    pub(super) fn kernel_pull(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) {
-        let Some((heard, sent)) = tx.kernel().and_then(|k| k.heard_and_sent(peer)) else { return };
-        let Some(mut p) = self.peers.get_mut(peer) else { return };
-        if heard > p.last_rx {
-            p.last_rx = heard;
-        }
-        if let Some(sent) = sent.filter(|&t| t > p.last_rx) {
-            if p.last_tx <= p.last_rx || sent < p.last_tx {
-                p.last_tx = sent;
-            }
         }
     }
 
@@ -107,19 +145,17 @@ impl<R: Random> Client<R> {
     }
 
     /// Listed peers the table removed, or that were orphaned, leave the kernel's list
-    /// (an orphan still in the table with what the kernel heard and sent read back).
+    /// (an orphan still in the table with what the kernel heard and sent read back
+    /// first).
     pub(super) fn kernel_settle(&mut self, tx: &mut impl Transmit) {
         let removed = self.peers.take_removed_trusted();
         let orphans = std::mem::take(&mut self.kernel_orphans);
-        for peer in &orphans {
-            self.kernel_pull(peer, tx);
+        for &peer in &orphans {
+            tx.kernel(KernelIntent::Read { peer, sweep: false });
         }
         let gone = removed.into_iter().filter(|peer| self.kernel.remove(peer).is_some());
-        let gone: Vec<Ipv6Addr> = orphans.into_iter().chain(gone).collect();
-        if let Some(k) = tx.kernel() {
-            for peer in &gone {
-                k.forget(peer);
-            }
+        for peer in orphans.into_iter().chain(gone) {
+            tx.kernel(KernelIntent::Forget { peer });
         }
     }
 
@@ -131,12 +167,52 @@ impl<R: Random> Client<R> {
         if self.kernel_cursor >= self.kernel.len() {
             self.kernel_cursor = 0;
         }
-        let next: Vec<Ipv6Addr> =
-            self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_SWEEP).copied().collect();
-        self.kernel_cursor += next.len();
-        for peer in &next {
-            self.kernel_pull(peer, tx);
+        let next = self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_SWEEP);
+        let mut n = 0;
+        for &peer in next {
+            tx.kernel(KernelIntent::Read { peer, sweep: false });
+            n += 1;
         }
+        self.kernel_cursor += n;
+    }
+
+    /// [`Client::on_udp`] with the daemon's part played over `w`'s kernel model: handed
+    /// again until decided, every read answered ([`Client::answer_kernel`]).
+    pub fn on_udp_answered(
+        &mut self,
+        now: Duration,
+        via: Via,
+        from: SocketAddrV4,
+        data: &[u8],
+        w: &mut Recorder,
+    ) -> Outcome {
+        until_decided(|| {
+            let outcome = self.on_udp(now, via, from, data, w);
+            self.answer_kernel(now, w);
+            outcome
+        })
+    }
+
+    /// [`Client::on_tun`] with the daemon's part played over `w`'s kernel model.
+    pub fn on_tun_answered(&mut self, now: Duration, packet: &[u8], w: &mut Recorder) -> Outcome {
+        until_decided(|| {
+            let outcome = self.on_tun(now, packet, w);
+            self.answer_kernel(now, w);
+            outcome
+        })
+    }
+
+    /// [`Client::on_timer`] with the daemon's part played over `w`'s kernel model.
+    pub fn on_timer_answered(&mut self, now: Duration, w: &mut Recorder) {
+        self.on_timer(now, w);
+        self.answer_kernel(now, w);
+    }
+
+    /// The daemon's part, for tests and tools: the reads `w`'s kernel model holds
+    /// answered from it ([`Client::kernel_saw`]), and those the answers raise, until
+    /// none is left.
+    pub fn answer_kernel(&mut self, now: Duration, w: &mut Recorder) {
+        w.answer_reads(|w, peer, seen, sweep| self.kernel_saw(now, peer, seen, sweep, w));
     }
 
     /// Peers in the kernel's list.

@@ -184,9 +184,11 @@ pub struct Client<R: Random> {
     attached: Vec<(u32, u32)>,
     stats: ClientStats,
     scratch: Vec<u8>,
-    /// What the kernel data path's peer list holds (`kernel_path`): each peer's
-    /// mapping and the last-heard time written with it.
+    /// What the client told the kernel data path's peer list (`kernel_path`): each
+    /// listed peer's mapping and the last-heard time written with it.
     kernel: HashMap<Ipv6Addr, (SocketAddrV4, Duration)>,
+    /// The peer the input in hand asked the kernel about, and the answer once it came.
+    kernel_asked: Option<(Ipv6Addr, Option<crate::transmit::KernelSeen>)>,
     /// Peers the kernel's list holds that the table no longer does (it was replaced),
     /// taken out at the next chance.
     kernel_orphans: Vec<Ipv6Addr>,
@@ -243,6 +245,7 @@ impl<R: Random> Client<R> {
             stats: ClientStats::default(),
             scratch: vec![0u8; 2048],
             kernel: HashMap::new(),
+            kernel_asked: None,
             kernel_orphans: Vec::new(),
             kernel_cursor: 0,
             kernel_address: None,
@@ -432,12 +435,13 @@ impl<R: Random> Client<R> {
         // A listed peer's packet the kernel passed up (a bubble, trailers, another
         // mapping): the peer is judged with what the kernel heard from it.
         let src = pkt.ipv6.src_addr();
-        if self.kernel.contains_key(&src) {
-            self.kernel_pull(&src, tx);
+        if self.kernel_ask(&src, tx) {
+            return Ok(Action::AskedKernel);
         }
         let outcome = self.receive(now, via, from, datagram, &pkt, tx);
         self.kernel_settle(tx);
         self.kernel_sync(&src, tx);
+        self.kernel_done();
         outcome
     }
 
@@ -507,14 +511,15 @@ impl<R: Random> Client<R> {
         // The kernel passed it up (its peer fell silent, or is not in its list): what
         // the kernel heard and sent counts first.
         let dst = Ipv6Packet::new_checked(packet).ok().map(|ip| ip.dst_addr());
-        if let Some(dst) = dst.filter(|d| self.kernel.contains_key(d)) {
-            self.kernel_pull(&dst, tx);
+        if dst.is_some_and(|d| self.kernel_ask(&d, tx)) {
+            return Ok(Action::AskedKernel);
         }
         let outcome = self.send_from_host(now, packet, tx);
         self.kernel_settle(tx);
         if let Some(dst) = dst {
             self.kernel_sync(&dst, tx);
         }
+        self.kernel_done();
         outcome
     }
 

@@ -4,6 +4,7 @@
 //! time that may be early (a peer that answered leaves its time behind), never late.
 
 use super::*;
+use crate::transmit::KernelIntent;
 
 /// How often the table is swept of idle peers while it holds any (they go after five
 /// minutes' silence), and listed peers' times read back from the kernel.
@@ -45,7 +46,7 @@ impl<R: Random> Client<R> {
         if now >= self.next_sweep {
             self.next_sweep = now + SWEEP_EVERY;
             self.kernel_refresh(tx);
-            self.peers.sweep(now, SWEEP_BUDGET, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+            self.peers.sweep(now, SWEEP_BUDGET, &mut |peer| tx.kernel(KernelIntent::Read { peer, sweep: true }));
         }
         self.kernel_settle(tx);
         self.tend_random_ports(now, tx);

@@ -196,10 +196,6 @@ impl Slot {
         self.flags & TRUSTED != 0
     }
 
-    pub(super) fn set_last_rx(&mut self, t: Duration) {
-        self.last_rx = nanos(t);
-    }
-
     pub(super) fn queued(&self) -> bool {
         self.flags & QUEUED != 0
     }

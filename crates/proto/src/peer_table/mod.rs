@@ -432,20 +432,12 @@ impl PeerTable {
     /// its place; if all are in use the newcomer is refused and the table is
     /// unchanged. With an address cap, a newcomer whose embedded IPv4 address has its
     /// share already is refused too. The unspecified address is no peer's: refused.
+    ///
+    /// A [`mirrored`](Self::mirrored) table's trusted peers may be heard by the kernel
+    /// without the table knowing: its owner asks the kernel about
+    /// [`eviction_candidates`](Self::eviction_candidates) first, and brings their times
+    /// up to date, so that one heard within [`VALIDITY`] keeps its place.
     pub fn insert(&mut self, peer: Peer, now: Duration) -> Result<PeerMut<'_>, TableFull> {
-        self.insert_heard(peer, now, &mut |_| None)
-    }
-
-    /// [`insert`](Self::insert), for a [`mirrored`](Self::mirrored) table whose
-    /// trusted peers the kernel may hear from without the table knowing: a trusted
-    /// entry that looks out of use is asked about (`heard`) before it gives its place,
-    /// and one heard within [`VALIDITY`] keeps it.
-    pub fn insert_heard(
-        &mut self,
-        peer: Peer,
-        now: Duration,
-        heard: &mut dyn FnMut(&Ipv6Addr) -> Option<Duration>,
-    ) -> Result<PeerMut<'_>, TableFull> {
         if peer.addr.is_unspecified() {
             return Err(TableFull::Full);
         }
@@ -468,16 +460,6 @@ impl PeerTable {
             let n = self.slots.len();
             let probes = EVICTION_PROBES.min(n);
             // Sampled LRU: of the probed entries not in use, the one heard from longest ago.
-            let mirrored = self.removed_trusted.is_some();
-            for k in 0..probes {
-                let i = (self.hand + k) % n;
-                let s = &self.slots[i];
-                if mirrored && !s.is_empty() && s.trusted() && !s.in_use(now) {
-                    if let Some(t) = heard(&Ipv6Addr::from(s.addr)).filter(|&t| t > s.last_rx()) {
-                        self.slots[i].set_last_rx(t);
-                    }
-                }
-            }
             let victim = (0..probes)
                 .map(|k| (self.hand + k) % n)
                 .filter(|&i| !self.slots[i].is_empty() && !self.slots[i].in_use(now))
@@ -495,6 +477,32 @@ impl PeerTable {
         self.len += 1;
         let at = self.place(key.hash, Slot::holding(&peer)).ok_or(TableFull::Full)?;
         Ok(PeerMut::new(&mut self.slots[at], &mut self.cold))
+    }
+
+    /// The trusted entries the next insertion into a full table would look at that
+    /// seem out of use: in a [`mirrored`](Self::mirrored) table, those the kernel may
+    /// have heard from since the table did (none while the table has room).
+    pub fn eviction_candidates(&self, now: Duration) -> impl Iterator<Item = Ipv6Addr> + '_ {
+        let n = self.slots.len();
+        let probes =
+            if self.removed_trusted.is_some() && self.len >= self.capacity { EVICTION_PROBES.min(n) } else { 0 };
+        (0..probes)
+            .map(move |k| &self.slots[(self.hand + k) % n])
+            .filter(move |s| !s.is_empty() && s.trusted() && !s.in_use(now))
+            .map(|s| Ipv6Addr::from(s.addr))
+    }
+
+    /// Remove `addr`'s entry if the sweep would: silent for the table's idle time and
+    /// holding no packets. True if it went.
+    pub fn remove_if_idle(&mut self, addr: &Ipv6Addr, now: Duration) -> bool {
+        let key = self.key(addr);
+        let Some(i) = self.find(&key) else { return false };
+        let s = &self.slots[i];
+        if now.saturating_sub(s.last_rx()) < self.idle || s.queued() {
+            return false;
+        }
+        self.remove_at(i);
+        true
     }
 
     /// Forget an entry no slot holds any more (its count and cold state go too).
@@ -558,13 +566,12 @@ impl PeerTable {
 
     /// Remove idle entries, looking at no more than `budget` entries (and eight times
     /// as many slots, empty ones being cheap to pass) from where the last sweep stopped,
-    /// so a tick costs the same with ten peers or ten million.
-    pub fn sweep(
-        &mut self,
-        now: Duration,
-        budget: usize,
-        heard: &mut dyn FnMut(&Ipv6Addr) -> Option<Duration>,
-    ) -> usize {
+    /// so a tick costs the same with ten peers or ten million. In a
+    /// [`mirrored`](Self::mirrored) table an idle trusted entry is not removed but
+    /// handed to `ask`: the kernel may have heard from it since the table did, and the
+    /// answer decides ([`remove_if_idle`](Self::remove_if_idle) once its time is read
+    /// back).
+    pub fn sweep(&mut self, now: Duration, budget: usize, ask: &mut dyn FnMut(Ipv6Addr)) -> usize {
         let (mut removed, mut seen) = (0, 0);
         for _ in 0..budget.saturating_mul(SWEEP_SLOTS_PER_ENTRY).min(self.slots.len()) {
             if seen == budget {
@@ -582,11 +589,9 @@ impl PeerTable {
             let (addr, last, queued) = (s.addr, s.last_rx(), s.queued());
             if idle(last) && !queued && s.trusted() && self.removed_trusted.is_some() {
                 // The kernel may have heard from it since the state machine did.
-                if let Some(t) = heard(&Ipv6Addr::from(addr)).filter(|&t| !idle(t)) {
-                    self.slots[i].set_last_rx(t);
-                }
-            }
-            if idle(self.slots[i].last_rx()) && !queued {
+                ask(Ipv6Addr::from(addr));
+                self.hand = self.next(i);
+            } else if idle(last) && !queued {
                 // The gap closes with the entry after it, which is looked at next.
                 self.remove_at(i);
                 removed += 1;
@@ -771,9 +776,9 @@ mod tests {
         }
         t.get_mut(&addr(7)).unwrap().queue_mut().push(&[1], 10);
         let later = now + Duration::from_secs(61);
-        assert!(t.sweep(later, 100, &mut |_| None) <= 100);
+        assert!(t.sweep(later, 100, &mut |_| ()) <= 100);
         let mut rounds = 1;
-        while t.sweep(later, 100, &mut |_| None) > 0 {
+        while t.sweep(later, 100, &mut |_| ()) > 0 {
             rounds += 1;
         }
         assert!(rounds >= 10, "{rounds} sweeps of 100 for 1000 entries");

@@ -30,7 +30,8 @@ use crate::icmp_error::{self, RateLimit};
 use crate::outcome::{Action, Outcome};
 use crate::peer_table::{Key, KeyedHash, Peer, PeerTable, SharedPrefetcher, TableFull};
 use crate::routing_loop;
-pub use crate::transmit::{KernelPeers, Source, Transmit};
+use crate::transmit::{until_decided, Recorder};
+pub use crate::transmit::{KernelIntent, KernelSeen, Source, Transmit};
 use shipworm_wire::icmpv6::{unreachable, Icmpv6Repr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet};
@@ -57,7 +58,7 @@ use admission::{admit, Admission, Datagram};
 pub use held::HELD_PER_SHARD;
 use held::{hold, take_held, Held, HELD_FOR};
 pub use kernel::KERNEL_HEARD_GRAIN;
-use kernel::{kernel_forget_removed, mirrors};
+use kernel::{kernel_forget_removed, mirrors, KernelAsks};
 pub use timer::SWEEP_EVERY;
 
 /// RFC 4380 §5.2.6: bubbles to one peer at least this far apart.
@@ -99,6 +100,8 @@ struct Shard {
 pub struct RelayWorker {
     stats: RelayStats,
     scratch: [u8; 64],
+    /// What the input in hand asked of the kernel, and was answered.
+    kernel: KernelAsks,
 }
 
 impl RelayWorker {
@@ -267,7 +270,7 @@ impl SharedRelay {
 
     /// A worker's own state, to pass to every call that worker makes.
     pub fn worker(&self) -> RelayWorker {
-        RelayWorker { stats: RelayStats::default(), scratch: [0; 64] }
+        RelayWorker { stats: RelayStats::default(), scratch: [0; 64], kernel: KernelAsks::default() }
     }
 
     fn shard_index(&self, key: &Key) -> usize {
@@ -328,6 +331,11 @@ impl SharedRelay {
 
     /// An IPv6 packet from the native side, for a Teredo client.
     pub fn on_tun(&self, w: &mut RelayWorker, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
+        let outcome = self.native_packet(w, now, packet, tx);
+        w.kernel.after(outcome)
+    }
+
+    fn native_packet(&self, w: &mut RelayWorker, now: Duration, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
         let Ok(ip) = Ipv6Packet::new_checked(packet) else {
             return w.dropped(DropReason::MalformedVersion);
         };
@@ -347,11 +355,9 @@ impl SharedRelay {
         }
         let key = self.keys.key(&dst);
         let mut shard = lock(self.shard(&key));
-        let mut to = shard.peers.send_to(&key, now);
-        // The kernel carries this peer's packets: it may have heard from it since we
-        // did (this one came up for another reason: a loop check, a full map).
-        if to.is_none() && self.kernel_heard(&mut shard.peers, &key, now, tx) {
-            to = shard.peers.send_to(&key, now);
+        let to = shard.peers.send_to(&key, now);
+        if to.is_none() && self.ask_if_listed(&shard.peers, &key, w, tx) {
+            return Ok(Action::AskedKernel);
         }
         if let Some(to) = to {
             drop(shard);
@@ -392,6 +398,9 @@ impl SharedRelay {
         let dst = key.addr;
         // None: no entry; Some(waiting).
         let known = shard.peers.get_keyed(key).map(|p| p.waiting);
+        if known.is_none() && self.ask_before_eviction(&shard.peers, w, now, tx) {
+            return Ok(Action::AskedKernel);
+        }
         if known != Some(true) {
             // One more peer waits, whatever made it wait (a newcomer, or a trusted peer
             // gone silent).
@@ -399,9 +408,7 @@ impl SharedRelay {
         }
         // Making room removed only waiting entries, so `known` still tells.
         if known.is_none() {
-            let inserted = shard
-                .peers
-                .insert_heard(Peer::new(dst, mapped, now), now, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+            let inserted = shard.peers.insert(Peer::new(dst, mapped, now), now);
             match inserted.map(drop) {
                 Ok(()) => {}
                 Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
@@ -426,9 +433,7 @@ impl SharedRelay {
         // comes from it meanwhile reaches us (its answer sends the queue at once), and
         // nothing newer leaves for it before what waits here.
         if listed && mirrors(&self.cfg) {
-            if let Some(k) = tx.kernel() {
-                k.forget(&dst);
-            }
+            tx.kernel(KernelIntent::Forget { peer: dst });
         }
         self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, ip.src_addr(), tx);
         if newly {
@@ -522,6 +527,18 @@ impl SharedRelay {
         datagram: &[u8],
         tx: &mut impl Transmit,
     ) -> Outcome {
+        let outcome = self.client_datagram(w, now, (from, datagram), tx);
+        w.kernel.after(outcome)
+    }
+
+    fn client_datagram(
+        &self,
+        w: &mut RelayWorker,
+        now: Duration,
+        dgram: (SocketAddrV4, &[u8]),
+        tx: &mut impl Transmit,
+    ) -> Outcome {
+        let (from, datagram) = dgram;
         let pkt = match TeredoPacket::parse(datagram) {
             Ok(p) => p,
             Err(e) => return w.dropped(e.into()),
@@ -614,9 +631,8 @@ impl SharedRelay {
             shard.spent.answered(&src);
         }
         // The queue first, then the kernel's list: what the kernel sends the client from
-        // then on cannot overtake it (`KernelPeers::trust` lets what was sent before it
-        // leave first). Both under the shard's lock, so that no removal of the entry can
-        // overtake the listing.
+        // then on cannot overtake it (`KernelIntent::Trust` lets what was sent before it
+        // leave first).
         if let Some(mut q) = queue {
             while let Some(packet) = q.next_packet() {
                 tx.send(Source::Service, from, packet, None);
@@ -706,6 +722,9 @@ impl SharedRelay {
         if let Err(r) = self.may_leave(&dst) {
             return w.dropped(r);
         }
+        if self.ask_before_eviction(&shard.peers, w, now, tx) {
+            return Ok(Action::AskedKernel);
+        }
         if !self.client_first_allowed(from, now) {
             return w.dropped(DropReason::RateLimited);
         }
@@ -717,7 +736,7 @@ impl SharedRelay {
             peer.trusted = true;
             peer.last_rx = now;
         }
-        let inserted = shard.peers.insert_heard(peer, now, &mut |a| tx.kernel().and_then(|k| k.heard(a))).map(drop);
+        let inserted = shard.peers.insert(peer, now).map(drop);
         // An entry evicted to make room leaves the kernel's list whatever came of it.
         kernel_forget_removed(&mut shard.peers, tx);
         match inserted {
@@ -875,5 +894,38 @@ impl Relay {
     /// See [`SharedRelay::poll_timeout`].
     pub fn poll_timeout(&self) -> Option<Duration> {
         self.shared.poll_timeout()
+    }
+
+    /// [`Relay::on_udp`] with the daemon's part played over `w`'s kernel model: handed
+    /// again until decided, every read answered ([`Relay::answer_kernel`]).
+    pub fn on_udp_answered(&mut self, now: Duration, from: SocketAddrV4, datagram: &[u8], w: &mut Recorder) -> Outcome {
+        until_decided(|| {
+            let outcome = self.on_udp(now, from, datagram, w);
+            self.answer_kernel(now, w);
+            outcome
+        })
+    }
+
+    /// [`Relay::on_tun`] with the daemon's part played over `w`'s kernel model.
+    pub fn on_tun_answered(&mut self, now: Duration, packet: &[u8], w: &mut Recorder) -> Outcome {
+        until_decided(|| {
+            let outcome = self.on_tun(now, packet, w);
+            self.answer_kernel(now, w);
+            outcome
+        })
+    }
+
+    /// [`Relay::on_timer`] with the daemon's part played over `w`'s kernel model.
+    pub fn on_timer_answered(&mut self, now: Duration, w: &mut Recorder) {
+        self.on_timer(now, w);
+        self.answer_kernel(now, w);
+    }
+
+    /// The daemon's part, for tests and tools: the reads `w`'s kernel model holds
+    /// answered from it ([`SharedRelay::kernel_saw`]), and those the answers raise,
+    /// until none is left.
+    pub fn answer_kernel(&mut self, now: Duration, w: &mut Recorder) {
+        let (shared, worker) = (&self.shared, &mut self.worker);
+        w.answer_reads(|w, peer, seen, sweep| shared.kernel_saw(worker, now, peer, seen, sweep, w));
     }
 }

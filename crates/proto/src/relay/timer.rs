@@ -182,7 +182,7 @@ impl SharedRelay {
         if let Some(h) = shard.held.front() {
             due(h.at + HELD_FOR);
         }
-        shard.peers.sweep(now, sweep, &mut |a| tx.kernel().and_then(|k| k.heard(a)));
+        shard.peers.sweep(now, sweep, &mut |peer| tx.kernel(KernelIntent::Read { peer, sweep: true }));
         kernel_forget_removed(&mut shard.peers, tx);
         if !shard.peers.is_empty() {
             due(sweep_at(now));

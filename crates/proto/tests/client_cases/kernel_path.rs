@@ -27,11 +27,11 @@ fn with_kernel() -> Recorder {
 /// The server answers `c`'s refreshes while time passes, the kernel list in `w`.
 fn keep_qualified(c: &mut Client<Rng>, w: &mut Recorder, at: Duration) {
     w.sent.clear();
-    c.on_timer(at, w);
+    c.on_timer_answered(at, w);
     for (to, rs) in w.udp() {
         if to == SocketAddrV4::new(P, 3544) {
             if let Some((from, ra)) = answer(P, Local::Primary, M, &rs) {
-                let _ = c.on_udp(at, Via::Service, from, &ra, w);
+                let _ = c.on_udp_answered(at, Via::Service, from, &ra, w);
             }
         }
     }
@@ -39,19 +39,19 @@ fn keep_qualified(c: &mut Client<Rng>, w: &mut Recorder, at: Duration) {
 
 /// HOST speaks first through RELAY at 2 s, and the test it gets proves it.
 fn host_proved(c: &mut Client<Rng>, me: Ipv6Addr, w: &mut Recorder) {
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), w);
     let echo = echo_request(w, me, HOST).unwrap();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), w);
 }
 
 #[test]
 fn a_host_is_listed_once_its_test_proved_it_and_leaves_the_list_while_tested_again() {
     let (mut c, me) = kernel_client();
     let mut w = with_kernel();
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, sa(RELAY), &datagram(HOST, me, 1), &mut w);
     let echo = echo_request(&w, me, HOST).expect("a cold host is tested");
     assert!(listed(&w).is_empty(), "not before the test's answer: the echo reply must reach the client");
-    let _ = c.on_udp(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, sa(RELAY), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY))]);
     assert_eq!(c.kernel_peers(), 1);
 
@@ -72,14 +72,14 @@ fn a_host_is_listed_once_its_test_proved_it_and_leaves_the_list_while_tested_aga
     w.kernel.as_mut().unwrap().send(&a(HOST), t + ms(100));
     w.sent.clear();
     let up = t + ms(1200);
-    let _ = c.on_tun(up, &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let _ = c.on_tun_answered(up, &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
     let echo = echo_request(&w, me, HOST).expect("tested at once: silent for over a second");
     assert_eq!(c.stats().silent_retests, 1);
     assert!(listed(&w).is_empty(), "off the list while tested");
     assert_eq!(w.udp().iter().filter(|(to, _)| *to == sa(RELAY)).count(), 1, "the packet still went to RELAY");
 
     // The reply comes through RELAY2: listed there.
-    let _ = c.on_udp(up + ms(50), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
+    let _ = c.on_udp_answered(up + ms(50), Via::Service, sa(RELAY2), &echo_reply(HOST, me, &echo), &mut w);
     assert_eq!(listed(&w), vec![(a(HOST), sa(RELAY2))]);
 }
 
@@ -94,7 +94,7 @@ fn a_host_the_kernel_heard_from_is_not_tested_for_silence() {
     k.send(&a(HOST), secs(10));
     k.hear(&a(HOST), secs(10) + ms(50));
     w.sent.clear();
-    let _ = c.on_tun(secs(20), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let _ = c.on_tun_answered(secs(20), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
     assert!(echo_request(&w, me, HOST).is_none());
     assert_eq!(c.stats().silent_retests, 0);
     assert_eq!(w.udp().len(), 1, "sent through RELAY");
@@ -102,7 +102,7 @@ fn a_host_the_kernel_heard_from_is_not_tested_for_silence() {
     // A packet sent first by userland while the host was silent past 30 s (by the
     // kernel's clock too) is not straight: the host is tested, and off the list.
     w.sent.clear();
-    let _ = c.on_tun(secs(45), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let _ = c.on_tun_answered(secs(45), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
     assert!(echo_request(&w, me, HOST).is_some(), "stale: tested");
     assert!(listed(&w).is_empty());
 }
@@ -115,13 +115,13 @@ fn a_teredo_peer_at_its_embedded_mapping_is_listed_and_every_peer_goes_with_the_
     // rule 3): trusted there at once.
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8"; // mapped 198.51.100.7:3544
     let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
-    let _ = c.on_udp(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
     assert_eq!(w.delivered.len(), 1);
     assert_eq!(listed(&w), vec![(a(peer), from)]);
     // Other servers: every peer goes, from the kernel's list as soon as the client
     // next runs.
     c.set_servers(vec![ServerAddrs::new(Q)]);
-    c.on_timer(secs(3), &mut w);
+    c.on_timer_answered(secs(3), &mut w);
     assert!(listed(&w).is_empty());
     assert_eq!(c.kernel_peers(), 0);
 }
@@ -143,7 +143,7 @@ fn a_full_table_keeps_a_peer_only_the_kernel_hears_from() {
     };
     let hello = |c: &mut Client<Rng>, w: &mut Recorder, i: u16, at: Duration| {
         let t = peer(i);
-        let _ = c.on_udp(at, Via::Service, t.mapped, &ipv6(&t.to_ipv6().to_string(), &me, 17, &[1; 8]), w);
+        let _ = c.on_udp_answered(at, Via::Service, t.mapped, &ipv6(&t.to_ipv6().to_string(), &me, 17, &[1; 8]), w);
     };
     hello(&mut c, &mut w, 1, secs(2));
     assert_eq!(c.kernel_peers(), 1);
@@ -171,7 +171,7 @@ fn nobody_is_listed_before_the_programs_have_the_clients_address() {
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
     let hello = |c: &mut Client<Rng>, w: &mut Recorder, at: Duration| {
-        let _ = c.on_udp(at, Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), w);
+        let _ = c.on_udp_answered(at, Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), w);
     };
     hello(&mut c, &mut w, secs(2));
     assert_eq!(w.delivered.len(), 1, "delivered by the client meanwhile");
@@ -191,7 +191,7 @@ fn without_a_kernel_path_nothing_is_listed() {
     let mut w = with_kernel();
     let peer = "2001:0:4136:e378:0:f227:39cc:9bf8";
     let from = TeredoAddr::decode(&a(peer)).unwrap().mapped;
-    let _ = c.on_udp(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
+    let _ = c.on_udp_answered(secs(2), Via::Service, from, &ipv6(peer, &me.to_string(), 17, &[1; 16]), &mut w);
     assert_eq!(w.delivered.len(), 1);
     assert!(listed(&w).is_empty());
 }
@@ -225,7 +225,7 @@ fn a_host_heard_only_through_the_daemon_is_never_silent_to_the_kernel() {
         }
         // The answer to the send 30 ms ago.
         if k >= 2 {
-            let _ = c.on_udp(t + ms(10), Via::Service, sa(RELAY), &datagram(HOST, me, k as u8), &mut w);
+            let _ = c.on_udp_answered(t + ms(10), Via::Service, sa(RELAY), &datagram(HOST, me, k as u8), &mut w);
         }
     }
     assert_eq!(c.stats().silent_retests, 0);
@@ -244,7 +244,7 @@ fn the_kernels_own_last_heard_time_is_not_written_back_over_its_unanswered_send(
     m.send(&a(HOST), secs(3) + ms(10));
     // A packet the programs pass up (one the daemon must judge) makes the client read
     // the kernel's times back.
-    let _ = c.on_tun(secs(3) + ms(500), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
+    let _ = c.on_tun_answered(secs(3) + ms(500), &ipv6(&me.to_string(), HOST, 17, &[7; 8]), &mut w);
     let m = w.kernel.as_ref().unwrap();
     assert_eq!(m.peers[&a(HOST)].1, secs(3), "the kernel's own time");
     assert_eq!(m.sent.get(&a(HOST)), Some(&(secs(3) + ms(10))), "its unanswered send kept");

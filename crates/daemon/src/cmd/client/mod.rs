@@ -8,6 +8,7 @@
 
 mod discovery;
 mod interface;
+mod kernel_intents;
 mod output;
 mod report;
 
@@ -226,6 +227,7 @@ fn serve(
             tun_out: TunWriter::default(),
             ports: RandomPorts::new(conf.bind_address, random_ports),
             kernel: kernel.as_ref().map(|k| k.peers(started.elapsed())),
+            intents: Vec::new(),
         },
         kernel: kernel.as_ref(),
         kernel_address: None,
@@ -305,6 +307,7 @@ impl ClientDaemon<'_> {
             if timers || readable.any {
                 shell.busy();
             }
+            self.out.carry_out(&mut self.client, self.started.elapsed());
             self.out.flush();
             self.follow_events()?;
             if readable.status {
@@ -373,6 +376,7 @@ impl ClientDaemon<'_> {
             }
         }
         self.client.on_network_change(self.started.elapsed(), &mut self.out);
+        self.out.carry_out(&mut self.client, self.started.elapsed());
         self.names.resolve_all(Instant::now());
     }
 
@@ -383,25 +387,31 @@ impl ClientDaemon<'_> {
         let (client, out) = (&mut self.client, &mut self.out);
         for (via, rx) in [(Via::Service, &mut self.rx_service), (Via::Probe, &mut self.rx_probe)] {
             drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| {
-                logging::outcome(client.on_udp(now, via, from, data, out), "datagram", from);
+                let outcome = out.decide(client, now, |c, out| c.on_udp(now, via, from, data, out));
+                logging::outcome(outcome, "datagram", from);
             })?;
         }
         if let Some(d) = self.discovery.as_ref().filter(|_| readable.discovery) {
             for _ in 0..BATCH {
                 let Some((n, from)) = d.recv(&mut self.buf) else { break };
-                logging::outcome(client.on_udp(now, Via::Discovery, from, &self.buf[..n], out), "announcement", from);
+                let data = &self.buf[..n];
+                let outcome = out.decide(client, now, |c, out| c.on_udp(now, Via::Discovery, from, data, out));
+                logging::outcome(outcome, "announcement", from);
             }
         }
         for &port in &readable.ports {
             for _ in 0..BATCH {
                 let Some((n, from)) = out.ports.recv(port.get(), &mut self.buf) else { break };
-                logging::outcome(client.on_udp(now, Via::Port(port), from, &self.buf[..n], out), "datagram", from);
+                let data = &self.buf[..n];
+                let outcome = out.decide(client, now, |c, out| c.on_udp(now, Via::Port(port), from, data, out));
+                logging::outcome(outcome, "datagram", from);
             }
         }
         out.tun_out.flush(out.tun);
         let tun = out.tun;
         drain::tun(tun, &mut self.tun_in, BATCH, |packet| {
-            logging::outcome(client.on_tun(now, packet, out), "packet", "the host");
+            let outcome = out.decide(client, now, |c, out| c.on_tun(now, packet, out));
+            logging::outcome(outcome, "packet", "the host");
         })?;
         Ok(())
     }
@@ -411,6 +421,7 @@ impl ClientDaemon<'_> {
     fn timers(&mut self) {
         self.run_timers = false;
         self.client.on_timer(self.started.elapsed(), &mut self.out);
+        self.out.carry_out(&mut self.client, self.started.elapsed());
         self.names.tick(Instant::now());
         if let Some(changed) = self.mapping.poll() {
             self.client.set_port_mapping(changed);

@@ -8,7 +8,7 @@ use crate::io::tun::Tun;
 use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::SendBatch;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
-use shipworm_proto::transmit::{KernelPeers, Ports, Source, Transmit};
+use shipworm_proto::transmit::{KernelIntent, Ports, Source, Transmit};
 use socket2::Socket;
 use std::net::SocketAddrV4;
 use std::num::NonZeroU16;
@@ -25,6 +25,9 @@ pub struct Output<'a> {
     pub ports: RandomPorts,
     /// The kernel data path's peer list, if it runs.
     pub kernel: Option<KernelPeerList>,
+    /// What the client wants of that list, carried out once its call returned
+    /// (`kernel_intents`).
+    pub intents: Vec<KernelIntent>,
 }
 
 impl Output<'_> {
@@ -75,13 +78,12 @@ impl Transmit for Output<'_> {
         self.tun_out.push(self.tun, packet);
     }
 
-    fn kernel(&mut self) -> Option<&mut dyn KernelPeers> {
-        // The output itself, so that a listing lets the send batch go first.
-        self.kernel.is_some().then_some(self as &mut dyn KernelPeers)
+    fn kernel(&mut self, intent: KernelIntent) {
+        if self.kernel.is_some() {
+            self.intents.push(intent);
+        }
     }
 }
-
-shipworm::kernel_peers_after_sends!(Output<'_>);
 
 impl Ports for Output<'_> {
     fn open_port(&mut self) -> Option<NonZeroU16> {

@@ -60,6 +60,7 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
             batch: SendBatch::new(dup()?, BATCH, SLOT),
             tun_out: TunWriter::default(),
             kernel: shared.kernel.map(|k| k.peers(shared.started.elapsed())),
+            intents: Vec::new(),
         },
         tun_in: TunReader::default(),
         changed_since: None,
@@ -188,13 +189,15 @@ impl Worker<'_> {
         };
         let (state, out) = (&mut self.state, &mut self.out);
         let mut handled = drain::udp_ahead(&mut self.rx, UDP_BATCHES_PER_ROUND, ahead, |from, data| {
-            logging::outcome(shared.relay.on_udp(state, now, from, data, out), "datagram", from);
+            let outcome = out.decide(shared, state, now, |w, out| shared.relay.on_udp(w, now, from, data, out));
+            logging::outcome(outcome, "datagram", from);
         })?;
         self.out.tun_out.flush(self.tun);
         let now = shared.started.elapsed();
         let (state, out) = (&mut self.state, &mut self.out);
         handled += drain::tun(self.tun, &mut self.tun_in, BATCH, |packet| {
-            logging::outcome(shared.relay.on_tun(state, now, packet, out), "packet", "the IPv6 side");
+            let outcome = out.decide(shared, state, now, |w, out| shared.relay.on_tun(w, now, packet, out));
+            logging::outcome(outcome, "packet", "the IPv6 side");
         })?;
         if handled > 0 {
             self.changed_since.get_or_insert(round_start);
@@ -227,6 +230,7 @@ impl Worker<'_> {
             let now = shared.started.elapsed();
             if shared.relay.poll_timeout().is_some_and(|t| now >= t) {
                 shared.relay.on_timer(&mut self.state, now, &mut self.out);
+                self.out.carry_out(shared, &mut self.state, now);
                 self.changed_since.get_or_insert_with(Instant::now);
                 shared.shell.busy();
             }

@@ -285,7 +285,6 @@ impl KernelDataPath {
 mod tests {
     use super::*;
     use crate::io::udp_batch::SendBatch;
-    use shipworm_proto::transmit::KernelPeers;
     use std::net::Ipv6Addr;
 
     /// Where the programs cannot be set up (here: no such Teredo interface), `DataPath
@@ -338,10 +337,10 @@ mod tests {
         assert!(batch.is_empty(), "the batch went first");
         let mut got = [0u8; 16];
         assert_eq!(rx.recv(&mut got).map(|n| got[..n].to_vec()).ok(), Some(b"queued".to_vec()));
-        assert!(list.heard(&peer).is_some(), "then listed");
+        assert!(list.seen(&peer).is_some(), "then listed");
         // Nothing batched: listed all the same.
         let other: Ipv6Addr = "2001:0:4136:e378:8000:63bf:3fff:fdd3".parse().unwrap();
         list.trust_after(&mut batch, &other, SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 45), 40001), Duration::ZERO);
-        assert!(list.heard(&other).is_some());
+        assert!(list.seen(&other).is_some());
     }
 }
