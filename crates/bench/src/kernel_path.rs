@@ -157,38 +157,68 @@ pub(crate) fn section(
         "`KernelForward direct`: its programs take trusted peers' packets at tc ingress, on the relay host's core after receive steering, where this table counts them, and send them out of their routes themselves, past the host's IPv6 stack (the kernel column is that stack's forwarding)"
     };
     let _ = writeln!(r, "shipworm's relay ran `DataPath kernel` with {how}; \"shipworm user\" is the same relay with `DataPath user`, measured in the same rounds. CPU is the relay host's whole core (busy time, softirq included) per packet delivered, 1280-byte packets offered at 100 000 a second. Each figure: the mean without the highest and lowest ninth, its range in brackets; a ratio's range is the range of shipworm's trials over the other's mean. A target counts as met when the ratio is within its range of it.\n");
-    let trials = |name: &str, key: (&'static str, u64)| -> Vec<f64> {
-        runs.get(name)
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f.cpu.get(&key))
-            .flatten()
-            .map(|t: &CpuTrial| t.core_us)
-            .collect()
-    };
-    let rates = |name: &str, key: (&'static str, usize)| -> Vec<f64> {
-        runs.get(name).into_iter().flatten().filter_map(|f| f.rate.get(&key)).flatten().copied().collect()
-    };
-    // Sparse latency: each lab's median, the kernel's probed in the same lab.
-    let sparse = |name: &str, key: (&'static str, usize), beside: bool| -> Vec<f64> {
-        runs.get(name)
-            .into_iter()
-            .flatten()
-            .filter_map(|f| if beside { f.sparse_beside.get(&key) } else { f.sparse.get(&key) })
-            .map(|v| crate::stats::median(v))
-            .collect()
-    };
     let _ = writeln!(r, "| figure | shipworm | shipworm user | Miredo | kernel | ratio | target | verdict |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
-    let ratio_of = |s: &[f64], o: &[f64]| -> Option<(f64, f64, f64)> {
-        let (sm, slo, shi) = fig(s)?;
-        let (om, _, _) = fig(o)?;
-        Some((sm / om, slo / om, shi / om))
-    };
+    cpu_rows(r, runs);
+    rate_rows(r, runs);
+    sparse_rows(r, runs);
+    chain_rows(r, e2e);
+    if let Some(map) = map {
+        map_rows(r, runs, map);
+    }
+    let _ = writeln!(r);
+}
+
+/// One implementation's CPU trials at `key` (direction, offered rate): the core's µs a
+/// packet.
+fn cpu_trials(runs: &BTreeMap<&'static str, Vec<Figures>>, name: &str, key: (&'static str, u64)) -> Vec<f64> {
+    runs.get(name)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.cpu.get(&key))
+        .flatten()
+        .map(|t: &CpuTrial| t.core_us)
+        .collect()
+}
+
+/// One implementation's rate searches at `key` (direction, size).
+fn rate_trials(runs: &BTreeMap<&'static str, Vec<Figures>>, name: &str, key: (&'static str, usize)) -> Vec<f64> {
+    runs.get(name).into_iter().flatten().filter_map(|f| f.rate.get(&key)).flatten().copied().collect()
+}
+
+/// Sparse latency: each lab's median (`beside`: the kernel's, probed in the same lab).
+fn sparse_medians(
+    runs: &BTreeMap<&'static str, Vec<Figures>>,
+    name: &str,
+    key: (&'static str, usize),
+    beside: bool,
+) -> Vec<f64> {
+    runs.get(name)
+        .into_iter()
+        .flatten()
+        .filter_map(|f| if beside { f.sparse_beside.get(&key) } else { f.sparse.get(&key) })
+        .map(|v| crate::stats::median(v))
+        .collect()
+}
+
+/// shipworm's figure over another's: the ratio of the means, and the range of
+/// shipworm's trials over the other's mean.
+fn ratio_of(s: &[f64], o: &[f64]) -> Option<(f64, f64, f64)> {
+    let (sm, slo, shi) = fig(s)?;
+    let (om, _, _) = fig(o)?;
+    Some((sm / om, slo / om, shi / om))
+}
+
+/// CPU per packet against Miredo and the kernel.
+fn cpu_rows(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>) {
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         let key = (dir, 100_000);
-        let (s, u, m, k) =
-            (trials("shipworm", key), trials("shipworm-user", key), trials("miredo", key), trials("kernel", key));
+        let (s, u, m, k) = (
+            cpu_trials(runs, "shipworm", key),
+            cpu_trials(runs, "shipworm-user", key),
+            cpu_trials(runs, "miredo", key),
+            cpu_trials(runs, "kernel", key),
+        );
         let cells =
             format!("{} | {} | {} | {}", show(fig(&s), 2), show(fig(&u), 2), show(fig(&m), 2), show(fig(&k), 2));
         if let Some(q) = ratio_of(&s, &m) {
@@ -208,10 +238,18 @@ pub(crate) fn section(
             );
         }
     }
+}
+
+/// Rates against the kernel's own forwarding.
+fn rate_rows(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>) {
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         let key = (dir, CPU_SIZE);
-        let (s, u, m, k) =
-            (rates("shipworm", key), rates("shipworm-user", key), rates("miredo", key), rates("kernel", key));
+        let (s, u, m, k) = (
+            rate_trials(runs, "shipworm", key),
+            rate_trials(runs, "shipworm-user", key),
+            rate_trials(runs, "miredo", key),
+            rate_trials(runs, "kernel", key),
+        );
         if let Some(q) = ratio_of(&s, &k) {
             // A rate the generator held is its ceiling, not the path's: a verdict short of
             // the target says how often either side's searches ended there.
@@ -234,10 +272,14 @@ pub(crate) fn section(
             );
         }
     }
+}
+
+/// Sparse latency over the kernel's.
+fn sparse_rows(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>) {
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         let key = (dir, CPU_SIZE);
-        let (s, sk) = (sparse("shipworm", key, false), sparse("shipworm", key, true));
-        let (u, m) = (sparse("shipworm-user", key, false), sparse("miredo", key, false));
+        let (s, sk) = (sparse_medians(runs, "shipworm", key, false), sparse_medians(runs, "shipworm", key, true));
+        let (u, m) = (sparse_medians(runs, "shipworm-user", key, false), sparse_medians(runs, "miredo", key, false));
         if let (Some(a), Some(b)) = (fig(&s), fig(&sk)) {
             let added: Vec<f64> = s.iter().zip(&sk).map(|(x, y)| x - y).collect();
             let d = fig(&added).unwrap_or((a.0 - b.0, a.0 - b.0, a.0 - b.0));
@@ -253,6 +295,10 @@ pub(crate) fn section(
             );
         }
     }
+}
+
+/// The client and relay chain: TCP, round trips.
+fn chain_rows(r: &mut String, e2e: &[EndToEnd]) {
     let chain = |name: &str| e2e.iter().find(|e| e.name == name);
     if let (Some(s), Some(m)) = (chain("shipworm"), chain("miredo")) {
         for (way, pick) in [("client→native", 0usize), ("native→client", 1)] {
@@ -298,24 +344,25 @@ pub(crate) fn section(
             );
         }
     }
-    if let Some(map) = map {
-        for (n, bytes, ns) in &map.sizes {
-            let _ = writeln!(r, "| peer map of {n}: bytes per peer (all the map's memory over its peers); decapsulation ns per packet over peers across it | {bytes:.0} B; {} ns | — | — | — | — | ≤ 128 B | {} |", show(fig(ns), 0), if *bytes <= 128.0 { "met" } else { "not met" });
-        }
-        if let (Some((small, _, t0)), Some((large, _, t1))) = (map.sizes.first(), map.sizes.last()) {
-            // The rate a core gives is the inverse of its time per packet: the large map's
-            // extra look-up time, added to the whole core's per-packet cost measured above.
-            // Its range: each pass over the large map against the small map's mean and
-            // the core's, as the other ratios take theirs.
-            let core = fig(&trials("shipworm", ("Teredo→IPv6", 100_000))).map_or(f64::NAN, |f| f.0 * 1000.0);
-            let small_mean = fig(t0).map_or(f64::NAN, |f| f.0);
-            let ratios: Vec<f64> = t1.iter().map(|a| core / (core + (a - small_mean).max(0.0))).collect();
-            if let Some(q) = fig(&ratios) {
-                let _ = writeln!(r, "| rate with {large} peers over the rate with {small} (the core's time per packet, {core:.0} ns, plus the larger map's extra look-up time, a fresh map a round) | — | — | — | — | {} | ≥ 0.8 | {} |", show(Some(q), 2), verdict(q, 0.8, false));
-            }
+}
+
+/// The peer map's bytes a peer and look-up cost at its sizes.
+fn map_rows(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, map: &MapFigures) {
+    for (n, bytes, ns) in &map.sizes {
+        let _ = writeln!(r, "| peer map of {n}: bytes per peer (all the map's memory over its peers); decapsulation ns per packet over peers across it | {bytes:.0} B; {} ns | — | — | — | — | ≤ 128 B | {} |", show(fig(ns), 0), if *bytes <= 128.0 { "met" } else { "not met" });
+    }
+    if let (Some((small, _, t0)), Some((large, _, t1))) = (map.sizes.first(), map.sizes.last()) {
+        // The rate a core gives is the inverse of its time per packet: the large map's
+        // extra look-up time, added to the whole core's per-packet cost measured above.
+        // Its range: each pass over the large map against the small map's mean and
+        // the core's, as the other ratios take theirs.
+        let core = fig(&cpu_trials(runs, "shipworm", ("Teredo→IPv6", 100_000))).map_or(f64::NAN, |f| f.0 * 1000.0);
+        let small_mean = fig(t0).map_or(f64::NAN, |f| f.0);
+        let ratios: Vec<f64> = t1.iter().map(|a| core / (core + (a - small_mean).max(0.0))).collect();
+        if let Some(q) = fig(&ratios) {
+            let _ = writeln!(r, "| rate with {large} peers over the rate with {small} (the core's time per packet, {core:.0} ns, plus the larger map's extra look-up time, a fresh map a round) | — | — | — | — | {} | ≥ 0.8 | {} |", show(Some(q), 2), verdict(q, 0.8, false));
         }
     }
-    let _ = writeln!(r);
 }
 
 #[cfg(test)]

@@ -243,16 +243,9 @@ pub(crate) fn decap_load(
     }
 }
 
-/// Measure the Teredo relay `imp` (shipworm or Miredo), with `extra` configuration lines.
-pub(crate) fn measure_relay(
-    label: &str,
-    imp: &Impl,
-    extra: &str,
-    me: &Impl,
-    quick: bool,
-    hints: &Hints,
-    say: &mut dyn FnMut(&str),
-) -> Result<Figures, Failure> {
+/// A lab with `me`'s server and the relay `imp` (with `extra` configuration lines), its
+/// buffers as every relay's, pinned to the relay core.
+fn relay_lab(label: &str, imp: &Impl, extra: &str, me: &Impl, say: &mut dyn FnMut(&str)) -> Result<Lab, Failure> {
     let mut lab = Lab::build(&LabSpec { generator: true, ..LabSpec::nats(vec![]) }).map_err(lab_err)?;
     lab.start_server(me).map_err(lab_err)?;
     lab.start_relay_with(imp, extra).map_err(lab_err)?;
@@ -263,24 +256,53 @@ pub(crate) fn measure_relay(
         "  {label}: UDP receive buffers {} MiB, TUN queues {TUN_QUEUE} packets, {threads} threads on CPU {RELAY_CPU}",
         mib.join(" + ")
     ));
+    Ok(lab)
+}
+
+/// Where a relay lab's traffic is read: the native host's (Teredo→IPv6), the emulated
+/// clients' (IPv6→Teredo), and the generator's own native path through the same relay
+/// host, both ways: the kernel's latency in this lab too (a lab's kernel path sits at
+/// one of two levels, 9 or 11 µs, so every lab of a round adds to the kernel's figure).
+struct Sinks {
+    rx6: Socket,
+    sink6: Sink,
+    sink_emu: Sink,
+    gen_out: Socket,
+    rx_gen: Socket,
+    sink_gen: Sink,
+}
+
+impl Sinks {
+    fn open(gen: &str, h6: &str, emu: &Emulated) -> Result<Sinks, Failure> {
+        let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(e.to_string()));
+        let rx6 = socket_in(h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
+        let sink6 = Sink::start(vec![dup(&rx6)?]);
+        let sink_emu = Sink::start(emu.socks.iter().map(dup).collect::<Result<_, _>>()?);
+        let gen_out = socket_in(gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
+        let rx_gen = socket_in(gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
+        let sink_gen = Sink::start(vec![dup(&rx_gen)?]);
+        Ok(Sinks { rx6, sink6, sink_emu, gen_out, rx_gen, sink_gen })
+    }
+}
+
+/// Measure the Teredo relay `imp` (shipworm or Miredo), with `extra` configuration lines.
+pub(crate) fn measure_relay(
+    label: &str,
+    imp: &Impl,
+    extra: &str,
+    me: &Impl,
+    quick: bool,
+    hints: &Hints,
+    say: &mut dyn FnMut(&str),
+) -> Result<Figures, Failure> {
+    let mut lab = relay_lab(label, imp, extra, me, say)?;
     let (gen, h6) = (lab.ns("gen"), lab.ns("h6"));
     let emu = Emulated::new(&gen, GEN_V4, SERVER_V4, CLIENTS).map_err(Failure::runtime)?;
     let relay = SocketAddrV4::new(RELAY_V4, RELAY_PORT);
     let native = introduce(&h6, &emu, relay)?;
-    let (dur, _) = trial_sizes(quick);
     let mut f = Figures::default();
-    let rx6 = socket_in(&h6, v6(Ipv6Addr::UNSPECIFIED, 9000)).map_err(Failure::runtime)?;
-    let sink6 = Sink::start(vec![rx6.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
-    let emu_socks: Vec<Socket> = emu.socks.iter().map(|s| s.try_clone().expect("dup")).collect();
-    let sink_emu = Sink::start(emu_socks);
-    let addrs = emu.addrs.clone();
-    // The native path through the same relay host, both ways: the kernel's latency in
-    // this lab too (a lab's kernel path sits at one of two levels, 9 or 11 µs, so
-    // every lab of a round adds to the kernel's figure).
-    let gen_out = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 0)).map_err(Failure::runtime)?;
-    let rx_gen = socket_in(&gen, v6(Ipv6Addr::UNSPECIFIED, 9001)).map_err(Failure::runtime)?;
-    let sink_gen = Sink::start(vec![rx_gen.try_clone().map_err(|e| Failure::runtime(e.to_string()))?]);
-    let (first, natives, gen_outs) = (addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
+    let Sinks { rx6, sink6, sink_emu, gen_out, rx_gen, sink_gen } = Sinks::open(&gen, &h6, &emu)?;
+    let (first, natives, gen_outs) = (emu.addrs[0], std::slice::from_ref(&native), std::slice::from_ref(&gen_out));
     let senders = Senders::of(&lab)?;
     f.generator = Some(senders.kind());
     let mut routes = Vec::new();
@@ -304,7 +326,7 @@ pub(crate) fn measure_relay(
         routes.push(Route {
             key: ("IPv6→Teredo", size),
             sink: &sink_emu,
-            load: Box::new(senders.native_load(&addrs, 9002, size)),
+            load: Box::new(senders.native_load(&emu.addrs, 9002, size)),
             // Probes all go to the first client, whose socket the prober reads.
             probe: Probe {
                 tx: natives,
@@ -329,7 +351,7 @@ pub(crate) fn measure_relay(
     // The established clients' rate, searched under each attack in turn.
     let established = |key: (&'static str, usize)| {
         let hint = hints.get(&key).copied();
-        max_rate(&mut senders.decap(&emu, key.1, relay), &sink6, dur, quick, hint)
+        max_rate(&mut senders.decap(&emu, key.1, relay), &sink6, trial_sizes(quick).0, quick, hint)
     };
     // Spoofed new peers pour in.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
@@ -337,8 +359,8 @@ pub(crate) fn measure_relay(
     senders.check()?;
     // One endpoint makes the relay trust ever more addresses.
     prepare(Phase::Rate).map_err(Failure::runtime)?;
-    let hosts = (gen.as_str(), h6.as_str(), rly.as_str());
-    under_lockout(label, hosts, relay, &mut f, say, &mut || established(UNDER_LOCKOUT), quick)?;
+    let established_under_lockout = &mut || established(UNDER_LOCKOUT);
+    under_lockout(label, (&gen, &h6, &rly), relay, &mut f, say, established_under_lockout, quick)?;
     senders.check()?;
     drop((sink6, sink_emu, sink_gen));
     lab.teardown();

@@ -149,8 +149,25 @@ pub(crate) fn report(
     took: Duration,
 ) -> (String, Compared) {
     let mut compared = Compared::default();
-    let ratios = &mut compared.ratios;
     let mut r = String::new();
+    intro_section(&mut r, runs, quick, took);
+    rate_section(&mut r, runs, quick, &mut compared.ratios);
+    flood_section(&mut r, runs, &mut compared.ratios);
+    lockout_section(&mut r, runs, quick, &mut compared.ratios);
+    cpu_section(&mut r, runs, &mut compared.ratios);
+    latency_section(&mut r, runs, quick, &mut compared);
+    table_section(&mut r, tables);
+    e2e_section(&mut r, e2e, quick, &mut compared.ratios);
+    (r, compared)
+}
+
+/// A figure of the rate searches: `name`'s rate for `key` (NaN: not measured).
+fn rate_figure(runs: &BTreeMap<&'static str, Vec<Figures>>, name: &str, key: (&'static str, usize)) -> f64 {
+    runs.get(name).map(|v| rate_of(v, key)).unwrap_or(f64::NAN)
+}
+
+/// The title and the method.
+fn intro_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, quick: bool, took: Duration) {
     let _ = writeln!(r, "# shipworm benchmark\n");
     let _ = writeln!(
         r,
@@ -164,11 +181,20 @@ pub(crate) fn report(
         (2 * DAEMON_BYTES) >> 20,
         2 * sizes(quick).len() * searches(quick)
     );
+}
+
+/// The relays' packet rates, and what held them.
+fn rate_section(
+    r: &mut String,
+    runs: &BTreeMap<&'static str, Vec<Figures>>,
+    quick: bool,
+    ratios: &mut Vec<(String, f64)>,
+) {
+    let get = |name: &str, key| rate_figure(runs, name, key);
     let _ = writeln!(r, "## Relay packet rate (packets/s delivered with < 0.1 % loss)\n");
     let _ =
         writeln!(r, "| direction | IPv6 size | shipworm | Miredo | kernel | shipworm / Miredo | shipworm / kernel |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|");
-    let get = |name: &str, key| runs.get(name).map(|v| rate_of(v, key)).unwrap_or(f64::NAN);
     for dir in ["Teredo→IPv6", "IPv6→Teredo"] {
         for &size in sizes(quick) {
             let (s, m, k) = (get("shipworm", (dir, size)), get("miredo", (dir, size)), get("kernel", (dir, size)));
@@ -198,6 +224,11 @@ pub(crate) fn report(
         if held.is_empty() { "none".to_string() } else { held.join("; ") }
     );
     let _ = writeln!(r, "\nThe kernel column is the same load forwarded by the relay host's kernel, no tunnel: the reference. The rate searches' load is whole frames, handed to the relay host's interface by the switch's port towards it, sent on the traffic core by {}. {}\n", generators(runs), if cpus::available() { format!("The relay host (its processes, and during rate searches the receive work of its interfaces through RPS: for the kernel, its forwarding) ran on CPU {RELAY_CPU}, the traffic (generator, sinks, probes) on CPU {TRAFFIC_CPU}: each relay had one core to itself, so shipworm ran one worker (`{}`). Latency probes leave the receive work on the core that sent (an interrupt between cores cost about 20 µs a packet on the machine this was written on).", crate::relay_config::shipworm_extra().lines().collect::<Vec<_>>().join("`, `")) } else { "Generator, sink and relay shared the machine's one core.".to_string() });
+}
+
+/// Established peers' rate under a flood of new peers.
+fn flood_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, ratios: &mut Vec<(String, f64)>) {
+    let get = |name: &str, key| rate_figure(runs, name, key);
     let flood = |name: &str| {
         let measured = runs.get(name).into_iter().flatten().filter(|f| f.rate.contains_key(&UNDER_FLOOD));
         middle_mean(&measured.map(|f| f.flood).collect::<Vec<_>>())
@@ -225,6 +256,16 @@ pub(crate) fn report(
     let _ = writeln!(r, "\nRate under the flood: shipworm / Miredo {:.2}, shipworm / kernel {:.2}.", s / m, s / k);
     ratios.push(("rate under flood shipworm/Miredo".into(), s / m));
     ratios.push(("rate under flood shipworm/kernel".into(), s / k));
+}
+
+/// Established peers' rate under the lock-out pattern, and the relay's memory.
+fn lockout_section(
+    r: &mut String,
+    runs: &BTreeMap<&'static str, Vec<Figures>>,
+    quick: bool,
+    ratios: &mut Vec<(String, f64)>,
+) {
+    let get = |name: &str, key| rate_figure(runs, name, key);
     let _ = writeln!(
         r,
         "\n### Established peers under the lock-out pattern\n\nThe same established clients' Teredo→IPv6 rate ({}-byte packets) while one IPv4 endpoint makes the relay trust {} Teredo addresses that all embed it (differing in server field and random bits: a native packet to each, then its bubble from the endpoint) and keeps every one fresh, at {LOCKOUT_RATE} packets a second in all — the pattern that filled a table of never-replaceable trusted entries. Memory: the relay host's processes, resident, before the pattern and after the searches under it.\n\n| implementation | pattern (pkt/s) | rate under it | held by the generator | rate without | under / without | relay memory |\n|---|---|---|---|---|---|---|",
@@ -251,7 +292,11 @@ pub(crate) fn report(
         ratios.push((format!("lock-out {name} under/without"), kept));
     }
     let _ = writeln!(r);
-    cpu_section(&mut r, runs, ratios);
+}
+
+/// Latency per traversal, and what shipworm adds over the kernel.
+fn latency_section(r: &mut String, runs: &BTreeMap<&'static str, Vec<Figures>>, quick: bool, compared: &mut Compared) {
+    let ratios = &mut compared.ratios;
     let _ = writeln!(r, "## Latency per traversal (µs, one packet at a time)\n\nMedian: each lab's median, averaged over the labs (a lab sets its level: the kernel path sat at 9.1 µs in some labs and 11 µs in others, so one median of all probes jumped between the two). The kernel path was probed in every lab, its own and each relay's (there in turns of 200 probes with the relay's), so its figure averages three labs a round. p99: of all probes. Added: the latency shipworm adds over the kernel path as a share of what Miredo adds, (shipworm − kernel) / (Miredo − kernel), ± its 90 % interval from the spread of the labs; a quotient of differences, it magnifies their noise about fourfold, so it is a derived figure, not one of the ratios checked for ±15 % below.\n");
     let _ = writeln!(r, "| direction | IPv6 size | shipworm median / p99 | Miredo median / p99 | kernel median / p99 | shipworm / Miredo | shipworm / kernel | added: shipworm / Miredo ± 90 % |");
     let _ = writeln!(r, "|---|---|---|---|---|---|---|---|");
@@ -288,6 +333,10 @@ pub(crate) fn report(
     );
     let _ = writeln!(r, "\n(For context, the seed papers measured NICI-Teredo 7.8/9.0 µs, 6WIND 13.5/14.6 µs and Miredo 30.5/33.1 µs per traversal on 2004 hardware.)\n");
     let _ = writeln!(r, "![rate](rate.png)\n\n![latency](latency.png)\n");
+}
+
+/// The peer table's own figures.
+fn table_section(r: &mut String, tables: &[TableFigures]) {
     let _ = writeln!(r, "## Peer table\n\nOne thread, a table set up as a relay's (keyed hash, an entry of {} bytes, one cache line, per-address cap): insertions filling an empty table, then look-ups of every key in a shuffled order — batched as the relay's data path does once its table outgrows the caches (each key hashed and its line fetched {LOOKUP_AHEAD} look-ups ahead), and one at a time — then as many of absent keys, batched; memory is the resident set the filled table added, per-address counts included (`shipworm-bench peer-table --peers N` prints one such line). Median of {TABLE_ROUNDS} rounds, a fresh table each, with their range.\n\n| peers | insertions/s | look-ups/s batched | look-ups/s one at a time | misses/s | memory |\n|---|---|---|---|---|---|", tables.first().map_or(64, |t| t.entry_bytes));
     let mut sizes: Vec<usize> = tables.iter().map(|t| t.peers).collect();
     sizes.dedup();
@@ -315,6 +364,10 @@ pub(crate) fn report(
             b * n as f64 / 1048576.0,
         );
     }
+}
+
+/// End to end through a port-restricted NAT.
+fn e2e_section(r: &mut String, e2e: &[EndToEnd], quick: bool, ratios: &mut Vec<(String, f64)>) {
     let _ = writeln!(r, "\n## End to end through a port-restricted NAT (client and relay of the same implementation, shipworm server)\n");
     let _ = writeln!(r, "| implementation | qualification | ping6 median | TCP client→native | TCP native→client | TCP ×{TCP_STREAMS} client→native | TCP ×{TCP_STREAMS} native→client | UDP client→native | UDP native→client |\n|---|---|---|---|---|---|---|---|---|");
     // A figure and the range of what it summarises.
@@ -353,7 +406,6 @@ pub(crate) fn report(
     }
     let rounds = e2e_rounds(quick);
     let _ = writeln!(r, "\nEnd-to-end rounds: {rounds}, each with a fresh lab per implementation, alternately; the relay and the client of both chains ran with the buffers the relays above had. Qualification: median of the rounds; ping6: each round's {} echoes, the mean of the rounds' steady medians without the highest and the lowest ninth. TCP: the transfers of {} MB each way, two per round, their mean without the highest and the lowest, as for the relays (the range of the transfers in brackets); ×{TCP_STREAMS}: the same bytes over {TCP_STREAMS} connections at once, one such transfer each way per round, all their bytes over the time the slowest took. UDP: 512-byte IPv6 packets, the most delivered with < 0.1 % loss, searched {} each way per round, in turn, their mean without the highest and the lowest ninth (from the second round on, each search starts from the median of the earlier rounds, as the relays' do).", e2e_pings(quick), e2e_bytes(quick) / 1_000_000, times(searches(quick)));
-    (r, compared)
 }
 
 /// CPU per packet at fixed offered rates: each implementation's relay process and its

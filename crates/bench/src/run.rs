@@ -31,26 +31,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
     let mut runs: BTreeMap<&'static str, Vec<Figures>> = BTreeMap::new();
     for round in 1..=rounds {
         say(&format!("round {round}/{rounds} (at {:.0} s)", started.elapsed().as_secs_f64()));
-        // Each implementation's searches start from its earlier rounds' rate.
-        let hints_of =
-            |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
-        let h = hints_of(&runs, "shipworm");
-        let s = measure_relay("shipworm", &me, shipworm_extra(), &me, args.quick, &h, &mut say)?;
-        file_relay(&mut runs, "shipworm", s);
-        // The same relay moving every packet itself: what the kernel path changes (the
-        // quick run leaves it out).
-        if !args.quick {
-            let h = hints_of(&runs, "shipworm-user");
-            let u = measure_relay("shipworm-user", &me, SHIPWORM_USER_EXTRA, &me, args.quick, &h, &mut say)?;
-            file_relay(&mut runs, "shipworm-user", u);
-        }
-        if miredo {
-            let h = hints_of(&runs, "miredo");
-            let m = measure_relay("miredo", &Impl::Miredo, "", &me, args.quick, &h, &mut say)?;
-            file_relay(&mut runs, "miredo", m);
-        }
-        let k = measure_kernel(args.quick, &hints_of(&runs, "kernel"), &mut say)?;
-        runs.entry("kernel").or_default().push(k);
+        relay_round(&mut runs, &me, miredo, args.quick, &mut say)?;
     }
     say(&format!("peer table (at {:.0} s)", started.elapsed().as_secs_f64()));
     let sizes: Vec<usize> = if args.quick { vec![100_000] } else { vec![1_000_000, 10_000_000] };
@@ -67,8 +48,54 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             .ok()
     };
     say(&format!("end to end through a NAT (at {:.0} s)", started.elapsed().as_secs_f64()));
-    let bytes = e2e_bytes(args.quick);
-    let chains = chains(&me);
+    let e2e = end_to_end(&me, args.quick, &mut say)?;
+    let ratios_file = args.out.join("ratios.tsv");
+    let previous = read_compared(&ratios_file);
+    let (mut report, compared) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
+    crate::kernel_path::section(&mut report, &runs, &e2e, map.as_ref());
+    report.push_str(&repeatability(previous.as_ref(), &compared));
+    write_report(&args.out, &report, &runs)?;
+    std::fs::write(&ratios_file, compared.to_tsv())
+        .map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
+    println!("\nreport: {}", args.out.join("report.md").display());
+    Ok(())
+}
+
+/// One round of the relays' measurements: shipworm, shipworm moving every packet itself
+/// (not in the quick run), Miredo if installed, the kernel; each implementation's
+/// searches start from its earlier rounds' rate.
+fn relay_round(
+    runs: &mut BTreeMap<&'static str, Vec<Figures>>,
+    me: &Impl,
+    miredo: bool,
+    quick: bool,
+    say: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
+    let hints_of =
+        |runs: &BTreeMap<&str, Vec<Figures>>, label: &str| runs.get(label).map_or_else(Hints::new, |r| hints(r));
+    let h = hints_of(runs, "shipworm");
+    let s = measure_relay("shipworm", me, shipworm_extra(), me, quick, &h, say)?;
+    file_relay(runs, "shipworm", s);
+    // The same relay moving every packet itself: what the kernel path changes.
+    if !quick {
+        let h = hints_of(runs, "shipworm-user");
+        let u = measure_relay("shipworm-user", me, SHIPWORM_USER_EXTRA, me, quick, &h, say)?;
+        file_relay(runs, "shipworm-user", u);
+    }
+    if miredo {
+        let h = hints_of(runs, "miredo");
+        let m = measure_relay("miredo", &Impl::Miredo, "", me, quick, &h, say)?;
+        file_relay(runs, "miredo", m);
+    }
+    let k = measure_kernel(quick, &hints_of(runs, "kernel"), say)?;
+    runs.entry("kernel").or_default().push(k);
+    Ok(())
+}
+
+/// The end-to-end chains, rounds of each, alternately.
+fn end_to_end(me: &Impl, quick: bool, say: &mut dyn FnMut(&str)) -> Result<Vec<EndToEnd>, Failure> {
+    let bytes = e2e_bytes(quick);
+    let chains = chains(me);
     let mut e2e: Vec<EndToEnd> = chains
         .iter()
         .map(|(name, _)| EndToEnd {
@@ -81,17 +108,17 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             udp: Default::default(),
         })
         .collect();
-    let rounds_e2e = e2e_rounds(args.quick);
+    let rounds_e2e = e2e_rounds(quick);
     for round in 0..rounds_e2e {
         for ((name, imp), e) in chains.iter().zip(&mut e2e) {
             // Each round's round trip, and the same path's without the tunnel in the
             // same lab: the added time's spread over the rounds.
-            let (lab, o) = chain_lab(&me, imp, bytes, e2e_pings(args.quick))?;
+            let (lab, o) = chain_lab(me, imp, bytes, e2e_pings(quick))?;
             let (out, back) = e2e_tcp(&lab, o.address, bytes)?;
             let (out4, back4) = e2e_tcp_streams(&lab, o.address, bytes)?;
             let hint = |v: &[f64]| (!v.is_empty()).then(|| median(v) as u64);
-            let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], args.quick)?;
-            if !args.quick {
+            let (up, down) = e2e_udp(&lab, o.address, [hint(&e.udp.0), hint(&e.udp.1)], quick)?;
+            if !quick {
                 e.native_ms.push(native_round_trip(&lab)?);
             }
             drop(lab);
@@ -115,16 +142,7 @@ pub(crate) fn run(args: &crate::BenchArgs) -> Result<(), Failure> {
             ));
         }
     }
-    let ratios_file = args.out.join("ratios.tsv");
-    let previous = read_compared(&ratios_file);
-    let (mut report, compared) = report(&runs, &tables, &e2e, args.quick, started.elapsed());
-    crate::kernel_path::section(&mut report, &runs, &e2e, map.as_ref());
-    report.push_str(&repeatability(previous.as_ref(), &compared));
-    write_report(&args.out, &report, &runs)?;
-    std::fs::write(&ratios_file, compared.to_tsv())
-        .map_err(|e| Failure::runtime(format!("{}: {e}", ratios_file.display())))?;
-    println!("\nreport: {}", args.out.join("report.md").display());
-    Ok(())
+    Ok(e2e)
 }
 
 /// Whether Debian's Miredo is installed (without it the bench measures shipworm and the

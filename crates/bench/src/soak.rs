@@ -300,6 +300,13 @@ fn report(
     if let Some(why) = j.stopped {
         let _ = writeln!(r, "\nThe relay stopped:\n\n```\n{why}\n```");
     }
+    rows_table(&mut r, rows);
+    let _ = writeln!(r, "\nThe relay's last log lines:\n\n```\n{}\n```", relay_log.trim_end());
+    r
+}
+
+/// Every row's figures.
+fn rows_table(r: &mut String, rows: &[Row]) {
     let _ = writeln!(r, "\n| row | at (s) | sent | lost | lost % | relay RSS (MiB) | CPU µs/packet |");
     let _ = writeln!(r, "|---:|---:|---:|---:|---:|---:|---:|");
     for (i, row) in rows.iter().enumerate() {
@@ -315,6 +322,4 @@ fn report(
             per_packet(row)
         );
     }
-    let _ = writeln!(r, "\nThe relay's last log lines:\n\n```\n{}\n```", relay_log.trim_end());
-    r
 }

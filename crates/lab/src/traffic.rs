@@ -149,73 +149,84 @@ pub fn tcp_transfer(from: &str, to: &str, to_addr: Ipv6Addr, bytes: usize, timeo
                 return Err(e);
             }
         };
-        let deadline = Instant::now() + timeout;
-        let mut s = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                Err(e) => return err(format!("accept: {e}")),
-            }
-        };
-        s.set_nonblocking(false).map_err(|e| LabError::new(e.to_string()))?;
-        s.set_read_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 65536];
-        let mut total = 0u64;
-        loop {
-            if Instant::now() >= deadline {
-                return err(format!("received only {total} bytes within {timeout:?}"));
-            }
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    h.update(&buf[..n]);
-                    total += n as u64;
-                }
-                // A signal to the test process (a daemon stopped, a child reaped) is no
-                // end of the transfer.
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return err(format!("receive after {total} bytes: {e}")),
-            }
-        }
-        Ok((total, h.finalize().into()))
+        receive_all(&l, timeout)
     });
     let port = ready_rx.recv().map_err(|_| LabError::new("receiver thread died".into()))??;
     let from_ns = from.to_string();
     let sender = std::thread::spawn(move || -> Result<(f64, [u8; 32])> {
         netns::enter(&from_ns)?;
-        let start = Instant::now();
-        let addr = SocketAddr::from((to_addr, port));
-        let mut s =
-            TcpStream::connect_timeout(&addr, timeout).map_err(|e| LabError::new(format!("connect to {addr}: {e}")))?;
-        s.set_write_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 65536];
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut left = bytes;
-        while left > 0 {
-            if start.elapsed() >= timeout {
-                return err(format!("sent only {} bytes within {timeout:?}", bytes - left));
-            }
-            let n = left.min(buf.len());
-            fill(&mut buf[..n], &mut state);
-            s.write_all(&buf[..n]).map_err(|e| LabError::new(format!("send after {} bytes: {e}", bytes - left)))?;
-            h.update(&buf[..n]);
-            left -= n;
-        }
-        s.shutdown(std::net::Shutdown::Write).map_err(|e| LabError::new(e.to_string()))?;
-        // Wait for the receiver to close, so the time covers delivery.
-        let _ = s.set_read_timeout(Some(timeout));
-        let _ = s.read(&mut [0u8; 1]);
-        Ok((start.elapsed().as_secs_f64(), h.finalize().into()))
+        send_all(SocketAddr::from((to_addr, port)), bytes, timeout)
     });
     let sent = sender.join().map_err(|_| LabError::new("sender thread panicked".into()))?;
     let received = receiver.join().map_err(|_| LabError::new("receiver thread panicked".into()))?;
     let (secs, sent_hash) = sent?;
     let (total, recv_hash) = received?;
     Ok(Transfer { bytes: total, secs, intact: total == bytes as u64 && sent_hash == recv_hash })
+}
+
+/// A transfer's receiving end: the first connection `l` takes, read to its end within
+/// `timeout`; the bytes and their SHA-256.
+fn receive_all(l: &TcpListener, timeout: Duration) -> Result<(u64, [u8; 32])> {
+    let deadline = Instant::now() + timeout;
+    let mut s = loop {
+        match l.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => return err(format!("accept: {e}")),
+        }
+    };
+    s.set_nonblocking(false).map_err(|e| LabError::new(e.to_string()))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 65536];
+    let mut total = 0u64;
+    loop {
+        if Instant::now() >= deadline {
+            return err(format!("received only {total} bytes within {timeout:?}"));
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                h.update(&buf[..n]);
+                total += n as u64;
+            }
+            // A signal to the test process (a daemon stopped, a child reaped) is no
+            // end of the transfer.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return err(format!("receive after {total} bytes: {e}")),
+        }
+    }
+    Ok((total, h.finalize().into()))
+}
+
+/// A transfer's sending end: `bytes` of a fixed pseudo-random stream to `addr` within
+/// `timeout`, then the receiver's close awaited; the seconds it took and the SHA-256.
+fn send_all(addr: SocketAddr, bytes: usize, timeout: Duration) -> Result<(f64, [u8; 32])> {
+    let start = Instant::now();
+    let mut s =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| LabError::new(format!("connect to {addr}: {e}")))?;
+    s.set_write_timeout(Some(timeout)).map_err(|e| LabError::new(e.to_string()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 65536];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut left = bytes;
+    while left > 0 {
+        if start.elapsed() >= timeout {
+            return err(format!("sent only {} bytes within {timeout:?}", bytes - left));
+        }
+        let n = left.min(buf.len());
+        fill(&mut buf[..n], &mut state);
+        s.write_all(&buf[..n]).map_err(|e| LabError::new(format!("send after {} bytes: {e}", bytes - left)))?;
+        h.update(&buf[..n]);
+        left -= n;
+    }
+    s.shutdown(std::net::Shutdown::Write).map_err(|e| LabError::new(e.to_string()))?;
+    // Wait for the receiver to close, so the time covers delivery.
+    let _ = s.set_read_timeout(Some(timeout));
+    let _ = s.read(&mut [0u8; 1]);
+    Ok((start.elapsed().as_secs_f64(), h.finalize().into()))
 }
 
 /// One echo of a [`ping_stream`]: when it was sent, and its round trip if answered.

@@ -259,6 +259,52 @@ impl World {
         self.route(who, out);
     }
 
+    /// A packet of the script's making from the client's host, or from the native side
+    /// to the relay.
+    fn made_up_packet(&mut self, s: &mut Script<'_>) {
+        let packet = s.bytes(1500);
+        let mut out = self.out();
+        let now = self.now;
+        if s.byte() % 2 == 0 {
+            let before = self.client.stats().drops.clone();
+            let outcome = self.client.on_tun(now, &packet, &mut out);
+            counted(outcome, &before, &self.client.stats().drops);
+            self.route(Party::Client, out);
+        } else {
+            let before = self.relay.stats().drops.clone();
+            let outcome = self.relay.on_tun(now, &packet, &mut out);
+            counted(outcome, &before, &self.relay.stats().drops);
+            self.route(Party::Relay, out);
+        }
+    }
+
+    /// Something sent before, one byte changed, to anyone.
+    fn mutated_datagram(&mut self, s: &mut Script<'_>) {
+        if self.seen.is_empty() {
+            return;
+        }
+        let mut data = self.seen[s.byte() as usize % self.seen.len()].clone();
+        if !data.is_empty() {
+            let at = s.u16() as usize % data.len();
+            data[at] = s.byte();
+        }
+        let to = self.target(s.byte());
+        let from = SENDERS[s.byte() as usize % SENDERS.len()];
+        self.deliver(Datagram { from, to, data });
+    }
+
+    /// The client's host pings the native host (the relay's path).
+    fn ping_native(&mut self, s: &mut Script<'_>) {
+        if let Some(me) = self.client.address() {
+            let p = echo(me, NATIVE, Icmpv6Repr::EchoRequest { ident: 1, seq_no: s.u16(), data: b"ping" });
+            let mut out = self.out();
+            let before = self.client.stats().drops.clone();
+            let outcome = self.client.on_tun(self.now, &p, &mut out);
+            counted(outcome, &before, &self.client.stats().drops);
+            self.route(Party::Client, out);
+        }
+    }
+
     /// A packet reaches the native side: to a Teredo address it goes to the relay (it
     /// routes the prefix); an echo request to the native host is answered.
     fn native_step(&mut self, packet: Vec<u8>) {
@@ -391,51 +437,13 @@ pub fn world(data: &[u8]) -> Reached {
                 let data = s.bytes(1500);
                 w.deliver(Datagram { from, to, data });
             }
-            5 => {
-                let packet = s.bytes(1500);
-                let mut out = w.out();
-                let now = w.now;
-                if s.byte() % 2 == 0 {
-                    let before = w.client.stats().drops.clone();
-                    let outcome = w.client.on_tun(now, &packet, &mut out);
-                    counted(outcome, &before, &w.client.stats().drops);
-                    w.route(Party::Client, out);
-                } else {
-                    let before = w.relay.stats().drops.clone();
-                    let outcome = w.relay.on_tun(now, &packet, &mut out);
-                    counted(outcome, &before, &w.relay.stats().drops);
-                    w.route(Party::Relay, out);
-                }
-            }
-            6 => {
-                // Something sent before, one byte changed, to anyone.
-                if w.seen.is_empty() {
-                    continue;
-                }
-                let mut data = w.seen[s.byte() as usize % w.seen.len()].clone();
-                if !data.is_empty() {
-                    let at = s.u16() as usize % data.len();
-                    data[at] = s.byte();
-                }
-                let to = w.target(s.byte());
-                let from = SENDERS[s.byte() as usize % SENDERS.len()];
-                w.deliver(Datagram { from, to, data });
-            }
+            5 => w.made_up_packet(&mut s),
+            6 => w.mutated_datagram(&mut s),
             7 => {
                 w.now += Duration::from_millis(u64::from(s.u16()) * 16);
                 w.timers();
             }
-            8 => {
-                // The client's host pings the native host (the relay's path).
-                if let Some(me) = w.client.address() {
-                    let p = echo(me, NATIVE, Icmpv6Repr::EchoRequest { ident: 1, seq_no: s.u16(), data: b"ping" });
-                    let mut out = w.out();
-                    let before = w.client.stats().drops.clone();
-                    let outcome = w.client.on_tun(w.now, &p, &mut out);
-                    counted(outcome, &before, &w.client.stats().drops);
-                    w.route(Party::Client, out);
-                }
-            }
+            8 => w.ping_native(&mut s),
             _ => {
                 let mut out = w.out();
                 w.client.on_network_change(w.now, &mut out);

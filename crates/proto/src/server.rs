@@ -23,7 +23,6 @@ use crate::transmit::{Source, Transmit};
 use shipworm_wire::icmpv6::{message, Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
 use shipworm_wire::ipv4_scope::is_global_unicast;
 use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Packet, Ipv6Repr};
-use shipworm_wire::ndisc_option::PrefixInfo;
 use shipworm_wire::teredo_addr::{self, server_link_local, TeredoAddr, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{TeredoHeaderRepr, TeredoPacket};
@@ -334,20 +333,7 @@ impl Server {
         // Check 1: a well-formed Teredo payload.
         let pkt = TeredoPacket::parse(datagram)?;
         let ip = &pkt.ipv6;
-        // Check 2: bubbles and ICMPv6 only; ICMPv6 must stand alone.
-        let icmp = if pkt.is_bubble() {
-            None
-        } else {
-            match ip.next_header() {
-                ip_protocol::ICMPV6 => Some(Icmpv6Packet::new_checked(ip.payload())?),
-                ip_protocol::HOP_BY_HOP
-                | ip_protocol::ROUTING
-                | ip_protocol::FRAGMENT
-                | ip_protocol::DEST_OPTS
-                | ip_protocol::AH => return Err(DropReason::ExtensionHeaders),
-                _ => return Err(DropReason::NotBubbleOrIcmpv6),
-            }
-        };
+        let icmp = bubble_or_icmpv6(&pkt)?;
         // Check 3: the outer source must be global unicast.
         if !is_global_unicast(*from.ip()) {
             return Err(DropReason::SourceNotGlobal);
@@ -362,22 +348,7 @@ impl Server {
                 return self.answer_solicitation(local, from, datagram, &pkt, icmp, out);
             }
         }
-        // Checks 5 to 7.
-        let admitted = match TeredoAddr::decode_with_prefix(&src, self.config.prefix) {
-            Some(t) if t.mapped == from => Admitted::Client,
-            Some(t)
-                if t.mapped.ip() == from.ip()
-                    && t.server != self.config.primary
-                    && pkt.is_bubble()
-                    && pkt.trailers.find(trailer_type::NONCE).is_some()
-                    && self.issued_by_us(&dst) =>
-            {
-                Admitted::SymmetricPeerBubble
-            }
-            Some(_) => return Err(DropReason::SourceMismatch),
-            None if self.issued_by_us(&dst) => Admitted::NativeToClient,
-            None => return Err(DropReason::SourceMismatch),
-        };
+        let admitted = self.admit(&pkt, from)?;
         // §5.3.1 dispatch on the destination: the server's own link-local address takes
         // an Echo Request from a client (checks 5 passed: its own mapping), answered as
         // solicitations are, within the same per-address rate.
@@ -395,22 +366,57 @@ impl Server {
         if !dst.is_forwardable() {
             return Err(DropReason::DestinationNotGlobal);
         }
+        self.pass_on(admitted, from, &pkt, icmp.as_ref(), out)
+    }
+
+    /// Checks 5 to 7: whose packet this is.
+    fn admit(&self, pkt: &TeredoPacket<'_>, from: SocketAddrV4) -> Result<Admitted, DropReason> {
+        let (src, dst) = (pkt.ipv6.src_addr(), pkt.ipv6.dst_addr());
+        match TeredoAddr::decode_with_prefix(&src, self.config.prefix) {
+            Some(t) if t.mapped == from => Ok(Admitted::Client),
+            Some(t)
+                if t.mapped.ip() == from.ip()
+                    && t.server != self.config.primary
+                    && pkt.is_bubble()
+                    && pkt.trailers.find(trailer_type::NONCE).is_some()
+                    && self.issued_by_us(&dst) =>
+            {
+                Ok(Admitted::SymmetricPeerBubble)
+            }
+            Some(_) => Err(DropReason::SourceMismatch),
+            None if self.issued_by_us(&dst) => Ok(Admitted::NativeToClient),
+            None => Err(DropReason::SourceMismatch),
+        }
+    }
+
+    /// An admitted packet for a global destination: to a Teredo peer, or (a client's
+    /// connectivity test) to a native host.
+    fn pass_on(
+        &mut self,
+        admitted: Admitted,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        icmp: Option<&Icmpv6Packet<&[u8]>>,
+        out: &mut [u8],
+    ) -> Result<ServerAction, DropReason> {
+        let ip = &pkt.ipv6;
+        let (src, dst) = (ip.src_addr(), ip.dst_addr());
         match TeredoAddr::decode_with_prefix(&dst, self.config.prefix) {
             Some(t) => {
-                if let Some(icmp) = &icmp {
+                if let Some(icmp) = icmp {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST, message::ECHO_REPLY])?;
                 }
                 let trailers = match admitted {
                     Admitted::SymmetricPeerBubble => Passed::SymmetricPeer,
                     _ => Passed::All,
                 };
-                self.forward_to_teredo(&t, from, &pkt, trailers, out)
+                self.forward_to_teredo(&t, from, pkt, trailers, out)
             }
             // Out of the tunnel to a native host: never to one of our own 6to4 or
             // ISATAP addresses, which would come back (RFC 6324 §3.3).
             None if routing_loop::embeds_own_ipv4(&dst, &self.own_addresses()) => Err(DropReason::RoutingLoop),
             // The direct connectivity test: a client's echo request to a native host.
-            None => match (admitted, &icmp) {
+            None => match (admitted, icmp) {
                 (Admitted::Client, Some(icmp)) => {
                     self.check_icmpv6_forward(icmp, &[message::ECHO_REQUEST])?;
                     // An echo request has code 0 (RFC 4443 §4.1): nothing else is a test.
@@ -467,6 +473,38 @@ impl Server {
         Ok(())
     }
 
+    /// Secure qualification (RFC 4380 §5.3.1 check 4, §5.3.2): the key a solicitation
+    /// is signed with and the confirmation byte to answer with (`None`: the server is
+    /// not secure). A client identifier the server holds, with a valid MAC, gets a
+    /// signed RA; a retired one, with a valid MAC under its retired key, a signed RA
+    /// whose confirmation byte is not zero, so that the client learns to get a new key.
+    /// Anything else gets nothing: an identifier the server does not hold (an unsigned
+    /// answer would qualify anyone who ignores the byte, and reflect RAs at forged
+    /// sources), a wrong MAC, no identifier at all.
+    fn credentials(
+        &self,
+        pkt: &TeredoPacket<'_>,
+        datagram: &[u8],
+    ) -> Result<Option<(&secure::Credentials, u8)>, DropReason> {
+        if !self.config.secure() {
+            return Ok(None);
+        }
+        // A nonce-only header carries no identifier: authentication is absent.
+        let auth = pkt.auth.as_ref().filter(|a| !a.client_id().is_empty()).ok_or(DropReason::AuthenticationFailed)?;
+        let id = auth.client_id();
+        let current = self.config.clients.iter().find(|c| c.client_id == id);
+        let retired = self.config.retired.iter().find(|c| c.client_id == id);
+        let (c, confirmation) = match (current, retired) {
+            (Some(c), _) => (c, 0),
+            (None, Some(c)) => (c, 1),
+            (None, None) => return Err(DropReason::UnknownClientId),
+        };
+        if !secure::verify(&c.secret, auth, datagram) {
+            return Err(DropReason::AuthenticationFailed);
+        }
+        Ok(Some((c, confirmation)))
+    }
+
     fn answer_solicitation(
         &mut self,
         local: Local,
@@ -490,33 +528,7 @@ impl Server {
         // answer from the other address, so only a cone NAT lets the answer in.
         let cone = src.octets()[8] & 0x80 != 0;
         let send_from = if cone { local.other() } else { local };
-        // Secure qualification (RFC 4380 §5.3.1 check 4, §5.3.2): a client identifier the
-        // server holds, with a valid MAC, gets a signed RA; a retired one, with a valid
-        // MAC under its retired key, a signed RA whose confirmation byte is not zero, so
-        // that the client learns to get a new key. Anything else gets nothing: an
-        // identifier the server does not hold (an unsigned answer would qualify anyone
-        // who ignores the byte, and reflect RAs at forged sources), a wrong MAC, no
-        // identifier at all.
-        let creds = match &pkt.auth {
-            _ if !self.config.secure() => None,
-            None => return Err(DropReason::AuthenticationFailed),
-            // A nonce-only header carries no identifier: authentication is absent.
-            Some(auth) if auth.client_id().is_empty() => return Err(DropReason::AuthenticationFailed),
-            Some(auth) => {
-                let id = auth.client_id();
-                let current = self.config.clients.iter().find(|c| c.client_id == id);
-                let retired = self.config.retired.iter().find(|c| c.client_id == id);
-                let (c, confirmation) = match (current, retired) {
-                    (Some(c), _) => (c, 0),
-                    (None, Some(c)) => (c, 1),
-                    (None, None) => return Err(DropReason::UnknownClientId),
-                };
-                if !secure::verify(&c.secret, auth, datagram) {
-                    return Err(DropReason::AuthenticationFailed);
-                }
-                Some((c, confirmation))
-            }
-        };
+        let creds = self.credentials(pkt, datagram)?;
         let zero_mac = [0u8; secure::MAC_LEN];
         let auth = pkt.auth_repr().map(|a| match creds {
             Some((c, confirmation)) => {
@@ -525,23 +537,7 @@ impl Server {
             None => AuthRepr::with_nonce(a.nonce),
         });
         let headers = TeredoHeaderRepr { auth, origin: Some(from) };
-        let ra = Icmpv6Repr::RouterAdvert(RouterAdvertRepr {
-            cur_hop_limit: 0,
-            flags: 0,
-            router_lifetime: 0,
-            reachable_time: 0,
-            retrans_time: 2000,
-            prefix_info: Some(PrefixInfo {
-                prefix_len: 64,
-                on_link: false,
-                autonomous: true,
-                valid_lifetime: u32::MAX,
-                preferred_lifetime: u32::MAX,
-                prefix: self.client_prefix(),
-            }),
-            prefix_info_count: 1,
-            mtu: Some(self.config.mtu),
-        });
+        let ra = Icmpv6Repr::RouterAdvert(RouterAdvertRepr::teredo(self.client_prefix(), self.config.mtu));
         let at = headers.emit(out)?;
         let ipv6 = Ipv6Repr {
             src_addr: self.link_local,
@@ -731,4 +727,21 @@ fn copy_routed(ip: &Ipv6Packet<&[u8]>, out: &mut [u8]) -> Result<usize, DropReas
     o.copy_from_slice(ip.packet());
     Ipv6Packet::new_unchecked(&mut o[..]).set_hop_limit(ip.hop_limit() - 1);
     Ok(len)
+}
+
+/// Check 2: bubbles and ICMPv6 only; ICMPv6 must stand alone (its message, for an
+/// ICMPv6 packet).
+fn bubble_or_icmpv6<'a>(pkt: &'a TeredoPacket<'_>) -> Result<Option<Icmpv6Packet<&'a [u8]>>, DropReason> {
+    if pkt.is_bubble() {
+        return Ok(None);
+    }
+    match pkt.ipv6.next_header() {
+        ip_protocol::ICMPV6 => Ok(Some(Icmpv6Packet::new_checked(pkt.ipv6.payload())?)),
+        ip_protocol::HOP_BY_HOP
+        | ip_protocol::ROUTING
+        | ip_protocol::FRAGMENT
+        | ip_protocol::DEST_OPTS
+        | ip_protocol::AH => Err(DropReason::ExtensionHeaders),
+        _ => Err(DropReason::NotBubbleOrIcmpv6),
+    }
 }

@@ -260,6 +260,30 @@ pub struct RouterAdvertRepr {
 }
 
 impl RouterAdvertRepr {
+    /// The advertisement a Teredo server answers a qualifying client's solicitation
+    /// with (RFC 4380 §5.2.1, §5.3.1): the client's /64 `prefix` (autonomous, not
+    /// on-link, lifetimes infinite), a 2 s retransmission timer, no router lifetime (the
+    /// server is no default router), and the tunnel's `mtu`.
+    pub fn teredo(prefix: Ipv6Addr, mtu: u32) -> RouterAdvertRepr {
+        RouterAdvertRepr {
+            cur_hop_limit: 0,
+            flags: 0,
+            router_lifetime: 0,
+            reachable_time: 0,
+            retrans_time: 2000,
+            prefix_info: Some(PrefixInfo {
+                prefix_len: 64,
+                on_link: false,
+                autonomous: true,
+                valid_lifetime: u32::MAX,
+                preferred_lifetime: u32::MAX,
+                prefix,
+            }),
+            prefix_info_count: 1,
+            mtu: Some(mtu),
+        }
+    }
+
     fn options_len(&self) -> usize {
         self.prefix_info.map_or(0, |_| ndisc_option::PREFIX_INFO_LEN) + self.mtu.map_or(0, |_| ndisc_option::MTU_LEN)
     }
@@ -517,23 +541,7 @@ mod tests {
     fn emit_writes_every_byte() {
         // Scratch buffers are reused: nothing left in them may leak into a message.
         let (s, d) = (a("fe80::1"), a("fe80::2"));
-        let ra = RouterAdvertRepr {
-            cur_hop_limit: 0,
-            flags: 0,
-            router_lifetime: 0,
-            reachable_time: 0,
-            retrans_time: 2000,
-            prefix_info: Some(PrefixInfo {
-                prefix_len: 64,
-                on_link: false,
-                autonomous: true,
-                valid_lifetime: 1,
-                preferred_lifetime: 1,
-                prefix: a("2001:0:4136:e378::"),
-            }),
-            prefix_info_count: 1,
-            mtu: Some(1280),
-        };
+        let ra = RouterAdvertRepr::teredo(a("2001:0:4136:e378::"), 1280);
         let inv = [0x60u8; 12];
         for repr in [
             Icmpv6Repr::RouterAdvert(ra),

@@ -137,7 +137,6 @@ mod tests {
     use super::*;
     use crate::icmpv6::{Icmpv6Packet, Icmpv6Repr, RouterAdvertRepr};
     use crate::ipv6::Ipv6Repr;
-    use crate::ndisc_option::PrefixInfo;
     use crate::teredo_addr::{self, server_link_local, RS_SOURCE_RESTRICTED};
     use std::vec::Vec;
 
@@ -158,23 +157,7 @@ mod tests {
     const SERVER: core::net::Ipv4Addr = core::net::Ipv4Addr::new(65, 54, 227, 120);
 
     fn reference_ra() -> RouterAdvertRepr {
-        RouterAdvertRepr {
-            cur_hop_limit: 0,
-            flags: 0,
-            router_lifetime: 0,
-            reachable_time: 0,
-            retrans_time: 2000,
-            prefix_info: Some(PrefixInfo {
-                prefix_len: 64,
-                on_link: false,
-                autonomous: true,
-                valid_lifetime: u32::MAX,
-                preferred_lifetime: u32::MAX,
-                prefix: teredo_addr::TeredoAddr::client_prefix(teredo_addr::PREFIX, SERVER),
-            }),
-            prefix_info_count: 1,
-            mtu: Some(1280),
-        }
+        RouterAdvertRepr::teredo(teredo_addr::TeredoAddr::client_prefix(teredo_addr::PREFIX, SERVER), 1280)
     }
 
     #[test]

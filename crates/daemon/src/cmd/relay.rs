@@ -149,6 +149,16 @@ struct WorkerShared<'a> {
 }
 
 impl WorkerShared<'_> {
+    /// Serving: announce through BIRD, if it is used (a drain before may have left the
+    /// protocol disabled).
+    fn announce(&self) {
+        let Some(bird) = &self.bird else { return };
+        match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enable() {
+            Ok(said) => tracing::info!("announcing through BIRD: \"{said}\""),
+            Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
+        }
+    }
+
     /// A host-specific relay serves the host's addresses as they are now: what the
     /// kernel said came or went since the last tick.
     fn follow_addresses(&self) {
@@ -488,6 +498,57 @@ fn relay_config(conf: &MiredoConf, iface: &Interface, hash_keys: (u64, u64)) -> 
     }
 }
 
+/// The kernel data path as `DataPath` asks for it, on interface `tun` for the service
+/// socket at `local` (`None`: the daemon moves every packet).
+fn start_kernel_path(conf: &MiredoConf, tun: &str, local: SocketAddrV4) -> Result<Option<KernelDataPath>, Failure> {
+    kernel_path::start(&kernel_path::Want {
+        mode: conf.data_path,
+        host_specific: conf.role == RelayType::Host,
+        client: false,
+        tun,
+        local,
+        peers: conf.peer_capacity,
+        prefix: conf.prefix,
+        decap_tc: conf.decap_tc,
+        direct: conf.kernel_forward_direct,
+    })
+    .map_err(Failure::runtime)
+}
+
+/// A socket pair to wake a sleeping thread with, both ends non-blocking.
+fn wake_pair() -> Result<(UnixStream, UnixStream), Failure> {
+    UnixStream::pair()
+        .and_then(|(a, b)| {
+            a.set_nonblocking(true)?;
+            b.set_nonblocking(true)?;
+            Ok((a, b))
+        })
+        .map_err(|e| Failure::runtime(format!("cannot make a wake-up socket: {e}")))
+}
+
+/// What the log says once the relay serves.
+fn serving_line(
+    conf: &MiredoConf,
+    interface: &str,
+    local: SocketAddrV4,
+    workers: usize,
+    shards: usize,
+    offloads: &impl std::fmt::Display,
+) -> String {
+    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
+    let role = match conf.role {
+        RelayType::Host => "host-specific relay",
+        RelayType::Restricted => "relay (restricted)",
+        _ => "relay",
+    };
+    format!(
+        "Teredo {role} on {interface} (UDP {local}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({shards} shards), {offloads}",
+        conf.mtu,
+        conf.peer_capacity,
+        if workers == 1 { "" } else { "s" },
+    )
+}
+
 /// Serve until SIGTERM/SIGINT (and, with BIRD, the drain after it).
 fn serve(
     conf: &MiredoConf,
@@ -509,32 +570,12 @@ fn serve(
     let offloads = iface.tuns[0].offloads();
     let (socks, local) = bind_sockets(conf, workers)?;
     // Loading and attaching eBPF programs needs the privileges confinement drops.
-    let mut kernel = kernel_path::start(&kernel_path::Want {
-        mode: conf.data_path,
-        host_specific: conf.role == RelayType::Host,
-        client: false,
-        tun: &iface.name,
-        local,
-        peers: conf.peer_capacity,
-        prefix: conf.prefix,
-        decap_tc: conf.decap_tc,
-        direct: conf.kernel_forward_direct,
-    })
-    .map_err(Failure::runtime)?;
+    let mut kernel = start_kernel_path(conf, &iface.name, local)?;
     let control_path = control.map(Into::into).unwrap_or_else(|| status_socket::default_path(&iface.name));
     // Made before the confinement, which makes no more sockets: worker 0's wake-up
     // by the others, and the route watch's by the workers' end.
-    let pair = || {
-        UnixStream::pair()
-            .and_then(|(a, b)| {
-                a.set_nonblocking(true)?;
-                b.set_nonblocking(true)?;
-                Ok((a, b))
-            })
-            .map_err(|e| Failure::runtime(format!("cannot make a wake-up socket: {e}")))
-    };
-    let wakes = (0..workers).map(|_| pair()).collect::<Result<Vec<_>, _>>()?;
-    let (wake_routes, routes_woken) = pair()?;
+    let wakes = (0..workers).map(|_| wake_pair()).collect::<Result<Vec<_>, _>>()?;
+    let (wake_routes, routes_woken) = wake_pair()?;
     let shell = Shell::open(Role::Relay, control_path, conf.metrics_address)?
         .keeping_kernel_maps(kernel.is_some())
         .reloading(reader);
@@ -545,20 +586,7 @@ fn serve(
     let mut cfg = relay_config(conf, &iface, hash_keys);
     cfg.kernel_path = kernel.is_some();
     let relay = SharedRelay::new(cfg.clone(), if workers == 1 { 1 } else { workers * SHARDS_PER_WORKER });
-    let prefix = TeredoAddr::client_prefix(conf.prefix, Ipv4Addr::UNSPECIFIED);
-    tracing::info!(
-        "Teredo {} on {} (UDP {local}), routing {prefix}/32, MTU {}, up to {} peers, {workers} worker{} ({} shards), {offloads}",
-        match conf.role {
-            RelayType::Host => "host-specific relay",
-            RelayType::Restricted => "relay (restricted)",
-            _ => "relay",
-        },
-        iface.name,
-        conf.mtu,
-        conf.peer_capacity,
-        if workers == 1 { "" } else { "s" },
-        relay.shards(),
-    );
+    tracing::info!("{}", serving_line(conf, &iface.name, local, workers, relay.shards(), &offloads));
     if let Some(k) = &kernel {
         tracing::info!("{}", k.describe());
     }
@@ -596,13 +624,7 @@ fn serve(
     let ios: Vec<WorkerIo> =
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
     shell.ready(&shared);
-    // Serving: announce (a drain before may have left the protocol disabled).
-    if let Some(bird) = &shared.bird {
-        match bird.lock().unwrap_or_else(std::sync::PoisonError::into_inner).enable() {
-            Ok(said) => tracing::info!("announcing through BIRD: \"{said}\""),
-            Err(e) => tracing::warn!("{e}: the prefix may not be announced"),
-        }
-    }
+    shared.announce();
     let result = run_workers(&shared, ios, routes);
     shell.stopping(&shared);
     result.and_then(|()| shell.outcome())

@@ -90,7 +90,7 @@ fn serve(
         p = TEREDO_PORT
     );
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
-    let mut rx = [
+    let rx = [
         (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
         (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
     ];
@@ -125,84 +125,125 @@ fn serve(
             Err(e) => tracing::error!("not announced: {e}"),
         }
     }
-    let mut packet = vec![0u8; 65536];
-    let mut drain_until: Option<std::time::Instant> = None;
-    loop {
-        if shell.stop_requested() {
-            // With BIRD: withdraw first, then answer what routing still sends here.
-            let until = *drain_until.get_or_insert_with(|| withdraw(bird.as_mut(), &shell, settings.drain_time));
-            if std::time::Instant::now() >= until || shell.stop_insisted() {
-                break;
+    let mut rounds = Rounds { rx, tun: tun.as_ref(), link_answers, packet: vec![0u8; 65536], drain_until: None };
+    rounds.run(&mut daemon, &shell, bird.as_mut(), settings.drain_time)?;
+    shell.stopping(&daemon);
+    shell.outcome()
+}
+
+/// The server's loop and what it reads from: its two sockets' batches, the relay
+/// part's TUN, the echo link's answers.
+struct Rounds<'a> {
+    rx: [(Local, RecvBatch); 2],
+    tun: Option<&'a Tun>,
+    /// The echo link's own descriptor: polled while the link itself is borrowed to send.
+    link_answers: Option<std::os::fd::OwnedFd>,
+    packet: Vec<u8>,
+    /// When the drain after a stop ends (BIRD withdrew the route).
+    drain_until: Option<std::time::Instant>,
+}
+
+/// What a wait found readable.
+struct Ready {
+    status: bool,
+    answers: bool,
+}
+
+impl Rounds<'_> {
+    /// Until a stop (and its drain) ends: the timers when due, a wait, what came.
+    fn run(
+        &mut self,
+        daemon: &mut ServerDaemon<'_>,
+        shell: &Shell<Confined>,
+        mut bird: Option<&mut BirdLink>,
+        drain_time: std::time::Duration,
+    ) -> Result<(), Failure> {
+        loop {
+            if shell.stop_requested() {
+                // With BIRD: withdraw first, then answer what routing still sends here.
+                let until = *self.drain_until.get_or_insert_with(|| withdraw(bird.as_deref_mut(), shell, drain_time));
+                if std::time::Instant::now() >= until || shell.stop_insisted() {
+                    return Ok(());
+                }
             }
-        }
-        shell.tick(&daemon);
-        let now = daemon.start.elapsed();
-        // The relay's bubbles are repeated and its peers expire on its timer, when due.
-        if daemon.machine.poll_timeout().is_some_and(|t| now >= t) {
-            daemon.machine.on_timer(now, &mut daemon.out);
-            daemon.out.flush();
+            shell.tick(&*daemon);
+            let now = daemon.start.elapsed();
+            // The relay's bubbles are repeated and its peers expire on its timer, when due.
+            if daemon.machine.poll_timeout().is_some_and(|t| now >= t) {
+                daemon.machine.on_timer(now, &mut daemon.out);
+                daemon.out.flush();
+                shell.busy();
+            }
+            let Some(ready) = self.wait(daemon, shell)? else { continue };
             shell.busy();
+            if ready.status {
+                shell.serve_status(&*daemon);
+            }
+            if ready.answers {
+                if let Some(link) = &mut daemon.out.echo_link {
+                    link.take_answers();
+                }
+            }
+            self.read(daemon)?;
         }
+    }
+
+    /// Asleep until something is readable (a signal too), the relay part's next
+    /// deadline, the shell's, or the drain's end (`None`: nothing came).
+    fn wait(&self, daemon: &ServerDaemon<'_>, shell: &Shell<Confined>) -> Result<Option<Ready>, Failure> {
         let mut fds = vec![
-            PollFd::new(rx[0].1.as_fd(), PollFlags::POLLIN),
-            PollFd::new(rx[1].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.rx[0].1.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.rx[1].1.as_fd(), PollFlags::POLLIN),
             PollFd::new(shell.status_fd(), PollFlags::POLLIN),
             PollFd::new(shell.signal_fd(), PollFlags::POLLIN),
         ];
-        if let Some(t) = &tun {
+        if let Some(t) = self.tun {
             fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
         }
         // The echo link's answers (refused, not sent), counted when they come; not
         // polled once the link is gone (its closed end would wake every poll).
         let answers_at = fds.len();
-        if let Some(fd) = link_answers.as_ref().filter(|_| !daemon.out.echo_link.as_ref().is_some_and(|l| l.gone)) {
+        let link_gone = daemon.out.echo_link.as_ref().is_some_and(|l| l.gone);
+        if let Some(fd) = self.link_answers.as_ref().filter(|_| !link_gone) {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
         }
-        // Asleep until something is readable (a signal too), the relay part's next
-        // deadline, the shell's, or the drain's end.
         let deadline = daemon.machine.poll_timeout().map(|t| daemon.start + t);
-        let until = [deadline, Some(shell.next_wake()), drain_until].into_iter().flatten().min();
+        let until = [deadline, Some(shell.next_wake()), self.drain_until].into_iter().flatten().min();
         let wake = until.map_or(std::time::Duration::ZERO, |u| u.saturating_duration_since(std::time::Instant::now()));
         if !wait::readable(&mut fds, wake)? {
-            continue;
+            return Ok(None);
         }
-        shell.busy();
-        if fds[2].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            shell.serve_status(&daemon);
-        }
-        if fds.get(answers_at).and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            if let Some(link) = &mut daemon.out.echo_link {
-                link.take_answers();
-            }
-        }
-        for (local, batch) in &mut rx {
+        let readable = |f: Option<&PollFd>| f.and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN));
+        Ok(Some(Ready { status: readable(fds.get(2)), answers: readable(fds.get(answers_at)) }))
+    }
+
+    /// What came on the sockets, then on the TUN, a bounded number per round each.
+    fn read(&mut self, daemon: &mut ServerDaemon<'_>) -> Result<(), Failure> {
+        for (local, batch) in &mut self.rx {
             let now = daemon.start.elapsed();
             drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
                 logging::outcome(daemon.machine.on_udp(now, *local, from, data, &mut daemon.out), "datagram", from);
             })?;
             daemon.out.flush();
         }
-        if let Some(t) = &tun {
-            // A bounded number per round, as for the sockets.
-            for _ in 0..BATCH * UDP_BATCHES_PER_ROUND {
-                match t.recv(&mut packet) {
-                    Ok(Some(n)) => {
-                        let now = daemon.start.elapsed();
-                        let outcome = daemon.machine.on_tun(now, &packet[..n], &mut daemon.out);
-                        logging::outcome(outcome, "packet", "the TUN");
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!("TUN read: {e}");
-                        break;
-                    }
+        let Some(t) = self.tun else { return Ok(()) };
+        for _ in 0..BATCH * UDP_BATCHES_PER_ROUND {
+            match t.recv(&mut self.packet) {
+                Ok(Some(n)) => {
+                    let now = daemon.start.elapsed();
+                    let outcome = daemon.machine.on_tun(now, &self.packet[..n], &mut daemon.out);
+                    logging::outcome(outcome, "packet", "the TUN");
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!("TUN read: {e}");
+                    break;
                 }
             }
-            daemon.out.flush();
         }
+        daemon.out.flush();
+        Ok(())
     }
-    shell.stopping(&daemon);
-    shell.outcome()
 }
 
 /// Tell BIRD to withdraw (when the server announces through it); the drain's end.

@@ -1,7 +1,7 @@
 //! `shipworm server` settings: Miredo's `miredo-server.conf` directives, plus the new
 //! ones in the same style, with command-line overrides.
 
-use crate::config::directives::{self as config, ConfigError, ConfigFile};
+use crate::config::directives::{self as config, ConfigError, ConfigFile, Directive};
 use crate::runtime::reload::SameSettings;
 use shipworm_proto::server::{ServerConfig, DEFAULT_MAX_FORWARDED_ICMPV6};
 use shipworm_wire::ipv4_scope::non_global_reason;
@@ -84,6 +84,65 @@ pub fn load(path: Option<&Path>, over: &ServerOverrides) -> Result<ServerSetting
     from_file(f, over)
 }
 
+/// The primary and secondary addresses (`ServerBindAddress`, `ServerBindAddress2`,
+/// the command line's winning), in a server configuration.
+fn addresses(
+    f: &ConfigFile,
+    over: &ServerOverrides,
+    bind: Option<&Directive>,
+    bind2: Option<&Directive>,
+) -> Result<ServerConfig, ConfigError> {
+    let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
+        config::ipv4(v).and_then(config::global_unicast).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
+    };
+    let primary = match (&over.bind, bind) {
+        (Some(v), _) => cli("server address", v)?,
+        (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
+        (None, None) => {
+            return Err(f.file_error("ServerBindAddress is required (the primary IPv4 address to serve on)"))
+        }
+    };
+    let mut proto = ServerConfig::new(primary);
+    match (&over.bind2, bind2) {
+        (Some(v), _) => proto.secondary = cli("secondary address", v)?,
+        (None, Some(d)) => proto.secondary = f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
+        (None, None) => {
+            if let Some(why) = non_global_reason(proto.secondary) {
+                return Err(f.file_error(format!(
+                    "the secondary address {} (primary + 1) is {why}; set ServerBindAddress2",
+                    proto.secondary
+                )));
+            }
+        }
+    }
+    if proto.secondary == proto.primary {
+        return Err(f.file_error("the secondary address must differ from the primary"));
+    }
+    Ok(proto)
+}
+
+/// The secure qualification keys (`SecureQualification`, `RetiredQualification`): an
+/// identifier listed twice, in either, is refused.
+fn keys(
+    f: &ConfigFile,
+    proto: &mut ServerConfig,
+    secure: &[Directive],
+    retired: &[Directive],
+) -> Result<(), ConfigError> {
+    for (d, is_retired) in secure.iter().map(|d| (d, false)).chain(retired.iter().map(|d| (d, true))) {
+        let c = f.secret_value(d, config::credentials)?;
+        if proto.clients.iter().chain(&proto.retired).any(|x| x.client_id == c.client_id) {
+            return Err(f.error(d, format!("client {} is listed twice", String::from_utf8_lossy(&c.client_id))));
+        }
+        if is_retired {
+            proto.retired.push(c);
+        } else {
+            proto.clients.push(c);
+        }
+    }
+    Ok(())
+}
+
 /// The settings of a file already split into directives, with the overrides.
 pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSettings, ConfigError> {
     f.refuse_unknown(DIRECTIVES)?;
@@ -104,32 +163,7 @@ pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSett
     let bird_protocol = f.take("BirdProtocol")?;
     let drain = f.take("DrainTime")?;
 
-    let cli = |what: &str, v: &str| -> Result<Ipv4Addr, ConfigError> {
-        config::ipv4(v).and_then(config::global_unicast).map_err(|why| f.file_error(format!("{what} {v}: {why}")))
-    };
-    let primary = match (&over.bind, &bind) {
-        (Some(v), _) => cli("server address", v)?,
-        (None, Some(d)) => f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
-        (None, None) => {
-            return Err(f.file_error("ServerBindAddress is required (the primary IPv4 address to serve on)"))
-        }
-    };
-    let mut proto = ServerConfig::new(primary);
-    match (&over.bind2, &bind2) {
-        (Some(v), _) => proto.secondary = cli("secondary address", v)?,
-        (None, Some(d)) => proto.secondary = f.value(d, |v| config::ipv4(v).and_then(config::global_unicast))?,
-        (None, None) => {
-            if let Some(why) = non_global_reason(proto.secondary) {
-                return Err(f.file_error(format!(
-                    "the secondary address {} (primary + 1) is {why}; set ServerBindAddress2",
-                    proto.secondary
-                )));
-            }
-        }
-    }
-    if proto.secondary == proto.primary {
-        return Err(f.file_error("the secondary address must differ from the primary"));
-    }
+    let mut proto = addresses(&f, over, bind.as_ref(), bind2.as_ref())?;
     if let Some(d) = &prefix {
         proto.prefix = f.value(d, config::teredo_prefix)?;
     }
@@ -141,17 +175,7 @@ pub fn from_file(mut f: ConfigFile, over: &ServerOverrides) -> Result<ServerSett
     } else {
         proto.max_forwarded_icmpv6 = DEFAULT_MAX_FORWARDED_ICMPV6;
     }
-    for (d, is_retired) in secure.iter().map(|d| (d, false)).chain(retired.iter().map(|d| (d, true))) {
-        let c = f.secret_value(d, config::credentials)?;
-        if proto.clients.iter().chain(&proto.retired).any(|x| x.client_id == c.client_id) {
-            return Err(f.error(d, format!("client {} is listed twice", String::from_utf8_lossy(&c.client_id))));
-        }
-        if is_retired {
-            proto.retired.push(c);
-        } else {
-            proto.clients.push(c);
-        }
-    }
+    keys(&f, &mut proto, &secure, &retired)?;
     let syslog_facility = facility.as_ref().map(|d| f.value(d, config::syslog_facility)).transpose()?;
     let user = over.user.clone().or_else(|| user.map(|d| d.value));
     let system_call_filter = filter

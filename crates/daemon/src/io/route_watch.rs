@@ -288,7 +288,6 @@ impl RouteWatch {
         meanwhile: &mut dyn FnMut(Changed) -> bool,
         each: &mut dyn FnMut(RouteNetlinkMessage),
     ) -> Result<(), Listing> {
-        use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
         let answer_type: u16 = match request {
             RouteNetlinkMessage::GetRule(_) => 32, // RTM_NEWRULE
             _ => 24,                               // RTM_NEWROUTE
@@ -336,51 +335,69 @@ impl RouteWatch {
             if !meanwhile(Changed::default()) {
                 return Err(Listing::Changed); // the caller turns the programs off
             }
-            let mut datagram = &self.buf[..];
-            while !datagram.is_empty() {
-                let word = |at: usize| {
-                    u32::from_ne_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]])
-                };
-                if datagram.len() < 16 || (word(0) as usize) < 16 || word(0) as usize > datagram.len() {
-                    return Err(failed("a listing of the host's routing came cut".into()));
-                }
-                let len = word(0) as usize;
-                let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
-                let flags = u16::from_ne_bytes([datagram[6], datagram[7]]);
-                let (seq, port) = (word(8), word(12));
-                let message = &datagram[..len];
-                datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
-                if seq != self.seq
-                    || port != self.port
-                    || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
-                {
-                    // A notification meanwhile: a change, seen after this listing (and
-                    // by `meanwhile` now).
-                    let c = Changed::of(message);
-                    self.noticed.add(c);
-                    if !meanwhile(c) {
-                        return Err(Listing::Changed); // the caller turns the programs off
-                    }
-                    continue;
-                }
-                if flags & NLM_F_DUMP_INTR != 0 {
-                    return Err(Listing::Changed);
-                }
-                let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(message)
-                    .map_err(|e| failed(format!("a listing of the host's routing did not parse: {e}")))?;
-                match m.payload {
-                    NetlinkPayload::InnerMessage(inner) => each(inner),
-                    NetlinkPayload::Done(d) if d.code == 0 => return Ok(()),
-                    NetlinkPayload::Done(d) => {
-                        return Err(failed(format!("the kernel ended a listing with error {}", d.code)))
-                    }
-                    NetlinkPayload::Error(e) => {
-                        return Err(failed(format!("the kernel refused to list its routing: {e:?}")))
-                    }
-                    _ => {}
-                }
+            let buf = std::mem::take(&mut self.buf);
+            let done = self.read_messages(&buf, answer_type, meanwhile, each);
+            self.buf = buf;
+            if done? {
+                return Ok(());
             }
         }
+    }
+
+    /// The messages of one datagram of a listing, answers to `answer_type` handed to
+    /// `each`, notifications meanwhile to `meanwhile`: true once the listing ended.
+    fn read_messages(
+        &mut self,
+        mut datagram: &[u8],
+        answer_type: u16,
+        meanwhile: &mut dyn FnMut(Changed) -> bool,
+        each: &mut dyn FnMut(RouteNetlinkMessage),
+    ) -> Result<bool, Listing> {
+        use rtnetlink::packet_core::{NLMSG_DONE, NLMSG_ERROR};
+        let failed = |why: String| Listing::Failed(why);
+        while !datagram.is_empty() {
+            let word =
+                |at: usize| u32::from_ne_bytes([datagram[at], datagram[at + 1], datagram[at + 2], datagram[at + 3]]);
+            if datagram.len() < 16 || (word(0) as usize) < 16 || word(0) as usize > datagram.len() {
+                return Err(failed("a listing of the host's routing came cut".into()));
+            }
+            let len = word(0) as usize;
+            let kind = u16::from_ne_bytes([datagram[4], datagram[5]]);
+            let flags = u16::from_ne_bytes([datagram[6], datagram[7]]);
+            let (seq, port) = (word(8), word(12));
+            let message = &datagram[..len];
+            datagram = &datagram[((len + 3) & !3).min(datagram.len())..];
+            if seq != self.seq
+                || port != self.port
+                || !(kind == answer_type || kind == NLMSG_DONE || kind == NLMSG_ERROR)
+            {
+                // A notification meanwhile: a change, seen after this listing (and
+                // by `meanwhile` now).
+                let c = Changed::of(message);
+                self.noticed.add(c);
+                if !meanwhile(c) {
+                    return Err(Listing::Changed); // the caller turns the programs off
+                }
+                continue;
+            }
+            if flags & NLM_F_DUMP_INTR != 0 {
+                return Err(Listing::Changed);
+            }
+            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(message)
+                .map_err(|e| failed(format!("a listing of the host's routing did not parse: {e}")))?;
+            match m.payload {
+                NetlinkPayload::InnerMessage(inner) => each(inner),
+                NetlinkPayload::Done(d) if d.code == 0 => return Ok(true),
+                NetlinkPayload::Done(d) => {
+                    return Err(failed(format!("the kernel ended a listing with error {}", d.code)))
+                }
+                NetlinkPayload::Error(e) => {
+                    return Err(failed(format!("the kernel refused to list its routing: {e:?}")))
+                }
+                _ => {}
+            }
+        }
+        Ok(false)
     }
 }
 

@@ -107,6 +107,18 @@ impl RecvBatch {
         RecvBatch { fd: socket.into(), a: Arrays::new(n, slot), filled: 0, ctrl: Box::new([]) }
     }
 
+    /// A batch for a service socket: [`coalescing`](Self::coalescing) unless a kernel
+    /// data path decapsulates its datagrams at tc ingress (`decap_at_tc`), which sees
+    /// them after GRO: rows joined for the socket would reach the program whole, and go
+    /// up to the daemon.
+    pub fn for_service(socket: impl Into<OwnedFd>, n: usize, slot: usize, decap_at_tc: bool) -> RecvBatch {
+        if decap_at_tc {
+            RecvBatch::new(socket, n, slot)
+        } else {
+            RecvBatch::coalescing(socket, n, slot)
+        }
+    }
+
     /// A batch on `socket` that asks the kernel to coalesce consecutive datagrams of
     /// one sender into rows (UDP_GRO, Linux 5.0): one trip up the stack and one message
     /// for the row, which [`datagrams`](Self::datagrams) splits again. Without it (an

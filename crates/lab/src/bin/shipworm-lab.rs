@@ -49,14 +49,8 @@ struct LabArgs {
 /// Roles shipworm can play today; the others are played by Miredo, and said so.
 const SHIPWORM_HAS: [(&str, bool); 3] = [("server", true), ("relay", true), ("client", true)];
 
-/// Run the subcommand.
-fn run(args: &LabArgs) -> Result<(), String> {
-    if args.cleanup {
-        let n = netns::remove_stale().map_err(|e| e.to_string())?;
-        println!("removed {n} namespace(s) left by earlier lab runs");
-        return Ok(());
-    }
-    let nat: NatKind = args.nat.parse()?;
+/// The shipworm binary to run: `--shipworm`, or the one beside this one.
+fn shipworm_binary(args: &LabArgs) -> Result<std::path::PathBuf, String> {
     let me = match &args.shipworm {
         Some(path) => path.clone(),
         None => {
@@ -69,6 +63,18 @@ fn run(args: &LabArgs) -> Result<(), String> {
             me.display()
         ));
     }
+    Ok(me)
+}
+
+/// Run the subcommand.
+fn run(args: &LabArgs) -> Result<(), String> {
+    if args.cleanup {
+        let n = netns::remove_stale().map_err(|e| e.to_string())?;
+        println!("removed {n} namespace(s) left by earlier lab runs");
+        return Ok(());
+    }
+    let nat: NatKind = args.nat.parse()?;
+    let me = shipworm_binary(args)?;
     let pick = |role: &str| -> Impl {
         let has = SHIPWORM_HAS.iter().any(|&(r, h)| r == role && h);
         let miredo_peer = args.peer.as_deref() == Some("miredo") && role != "client";
@@ -102,13 +108,12 @@ fn run(args: &LabArgs) -> Result<(), String> {
     match scenario::run(&s, &mut say) {
         Ok((mut lab, outcome)) => {
             if let Some(t) = TeredoAddr::decode(&outcome.address) {
+                let at = lab.clients[0].nat_public;
                 println!(
-                    "    address decoded: server {}, mapped {}, random bits {:#05x} (the lab's {} NAT is at {})",
+                    "    address decoded: server {}, mapped {}, random bits {:#05x} (the lab's {nat} NAT is at {at})",
                     t.server,
                     t.mapped,
                     t.flags.random_bits(),
-                    nat,
-                    lab.clients[0].nat_public,
                 );
                 match lab.client_status(0) {
                     Some(st) => println!("    NAT kind detected by the client: {}", st["nat"].as_str().unwrap_or("?")),

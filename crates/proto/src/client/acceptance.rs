@@ -114,17 +114,8 @@ impl<R: Random> Client<R> {
     ) -> Acceptance {
         let ip = &pkt.ipv6;
         let (src, dst) = (ip.src_addr(), ip.dst_addr());
-        if !self.our_address(&dst) {
-            return Acceptance::Refused(DropReason::LocalDestination);
-        }
-        if !src.is_forwardable() {
-            // Forged RAs and the like never reach the host stack, nor does anything
-            // posing as the host's own site (unique-local) or as loopback.
-            return Acceptance::Refused(DropReason::SourceMismatch);
-        }
-        // A random port hears only the peer it was opened for.
-        if port.is_some() && self.ports.get(&src).and_then(|e| e.local) != port {
-            return Acceptance::Refused(DropReason::SourceMismatch);
+        if let Err(r) = self.may_take(&src, &dst, port) {
+            return Acceptance::Refused(r);
         }
         // Also when the peer was trusted through another relay: that is how a relay
         // change is followed.
@@ -138,6 +129,47 @@ impl<R: Random> Client<R> {
             return Acceptance::TestReply;
         }
         let embedded = TeredoAddr::decode(&src);
+        if let Some(taken) = self.accept_known(now, from, pkt, embedded) {
+            return taken;
+        }
+        let with_nonce = Self::carries_nonce(pkt);
+        if self.take_at_embedded_mapping(now, from, src, embedded, with_nonce) {
+            return Acceptance::Embedded;
+        }
+        if embedded.is_none() && !pkt.is_bubble() {
+            return Acceptance::FirstContact;
+        }
+        Acceptance::Refused(DropReason::SourceMismatch)
+    }
+
+    /// Why a packet from `src` to `dst` (on random port `port`, if one) is not for us,
+    /// if it is not.
+    fn may_take(&self, src: &Ipv6Addr, dst: &Ipv6Addr, port: Option<NonZeroU16>) -> Result<(), DropReason> {
+        if !self.our_address(dst) {
+            return Err(DropReason::LocalDestination);
+        }
+        if !src.is_forwardable() {
+            // Forged RAs and the like never reach the host stack, nor does anything
+            // posing as the host's own site (unique-local) or as loopback.
+            return Err(DropReason::SourceMismatch);
+        }
+        // A random port hears only the peer it was opened for.
+        if port.is_some() && self.ports.get(src).and_then(|e| e.local) != port {
+            return Err(DropReason::SourceMismatch);
+        }
+        Ok(())
+    }
+
+    /// A packet from a peer we have an entry for, taken at its trusted mapping or
+    /// proving one (`None`: neither).
+    fn accept_known(
+        &mut self,
+        now: Duration,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        embedded: Option<TeredoAddr>,
+    ) -> Option<Acceptance> {
+        let src = pkt.ipv6.src_addr();
         let nonce = self.nonce_in(pkt);
         let with_nonce = Self::carries_nonce(pkt);
         match self.peers.get_mut(&src) {
@@ -148,7 +180,7 @@ impl<R: Random> Client<R> {
                 if !(p.holding && with_nonce) {
                     p.tries = 0;
                 }
-                return Acceptance::Trusted;
+                Some(Acceptance::Trusted)
             }
             // A nonce proves one exchange, once, and only while we are still reaching the
             // peer: a trusted peer's mapping is never moved by a guessed or replayed one.
@@ -179,17 +211,10 @@ impl<R: Random> Client<R> {
                 if !learned_port {
                     p.tries = 0;
                 }
-                return Acceptance::Proven { by_nonce, learned_port };
+                Some(Acceptance::Proven { by_nonce, learned_port })
             }
-            _ => {}
+            _ => None,
         }
-        if self.take_at_embedded_mapping(now, from, src, embedded, with_nonce) {
-            return Acceptance::Embedded;
-        }
-        if embedded.is_none() && !pkt.is_bubble() {
-            return Acceptance::FirstContact;
-        }
-        Acceptance::Refused(DropReason::SourceMismatch)
     }
 
     /// Rules 3 and 5: a Teredo source whose embedded mapping is where it came from, or

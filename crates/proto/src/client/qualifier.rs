@@ -470,21 +470,7 @@ impl<R: Random> Client<R> {
                     Wanted { from: s.secondary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
                 ) {
                     Ok(second) => {
-                        self.stats.advertisements += 1;
-                        let nat = if second.mapped != first.mapped {
-                            NatKind::Symmetric
-                        } else if self.q.cone_seen {
-                            NatKind::Cone
-                        } else {
-                            NatKind::Restricted
-                        };
-                        self.q.nat = nat;
-                        if nat == NatKind::Symmetric && !self.cfg.symmetric_nat_support {
-                            self.events.push_back(ClientEvent::Nat(nat));
-                            self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
-                        } else {
-                            self.come_up(now, server, first);
-                        }
+                        self.on_second_ra(now, server, (first, second), tx);
                         Ok(Action::Consumed)
                     }
                     Err(r) => self.ra_refused(r, s.primary),
@@ -501,20 +487,57 @@ impl<R: Random> Client<R> {
                     Wanted { from: s.primary, nonce, rs_src: RS_SOURCE_RESTRICTED, primary: s.primary },
                 ) {
                     Ok(ra) => {
-                        self.stats.advertisements += 1;
-                        self.q.last_server_rx = now;
-                        if ra.mapped != old.mapped || ra.prefix != old.prefix {
-                            // A new mapping: a new address; check the NAT again too.
-                            self.qualify(now, server, tx);
-                        } else {
-                            self.come_up(now, server, ra);
-                        }
+                        self.on_maintenance_ra(now, server, (old, ra), tx);
                         Ok(Action::Consumed)
                     }
                     Err(r) => self.ra_refused(r, s.primary),
                 }
             }
             _ => self.on_home_ra(now, idx, from, datagram, pkt, tx),
+        }
+    }
+
+    /// The secondary address's answer (`second`) after the primary's (`first`): the
+    /// NAT's kind, and up (or, behind a symmetric NAT without RFC 6081's support, down).
+    fn on_second_ra(
+        &mut self,
+        now: Duration,
+        server: usize,
+        (first, second): (Ra, Ra),
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        self.stats.advertisements += 1;
+        let nat = if second.mapped != first.mapped {
+            NatKind::Symmetric
+        } else if self.q.cone_seen {
+            NatKind::Cone
+        } else {
+            NatKind::Restricted
+        };
+        self.q.nat = nat;
+        if nat == NatKind::Symmetric && !self.cfg.symmetric_nat_support {
+            self.events.push_back(ClientEvent::Nat(nat));
+            self.go_down(now, "symmetric NAT: no Teredo address (RFC 4380)", None, tx);
+        } else {
+            self.come_up(now, server, first);
+        }
+    }
+
+    /// A maintenance solicitation's answer (`ra`) while up with `old`: the same mapping
+    /// and prefix keep the address; another means a new address, the NAT checked again.
+    fn on_maintenance_ra(
+        &mut self,
+        now: Duration,
+        server: usize,
+        (old, ra): (Ra, Ra),
+        tx: &mut (impl Transmit + Ports),
+    ) {
+        self.stats.advertisements += 1;
+        self.q.last_server_rx = now;
+        if ra.mapped != old.mapped || ra.prefix != old.prefix {
+            self.qualify(now, server, tx);
+        } else {
+            self.come_up(now, server, ra);
         }
     }
 

@@ -479,13 +479,15 @@ impl PeerTable {
         Ok(PeerMut::new(&mut self.slots[at], &mut self.cold))
     }
 
-    /// The trusted entries the next insertion into a full table would look at that
-    /// seem out of use: in a [`mirrored`](Self::mirrored) table, those the kernel may
-    /// have heard from since the table did (none while the table has room).
-    pub fn eviction_candidates(&self, now: Duration) -> impl Iterator<Item = Ipv6Addr> + '_ {
+    /// The trusted entries the insertion of `newcomer` into a full table would look at
+    /// that seem out of use: in a [`mirrored`](Self::mirrored) table, those the kernel
+    /// may have heard from since the table did (none while the table has room, nor for
+    /// a newcomer its address's share refuses).
+    pub fn eviction_candidates(&self, now: Duration, newcomer: &Ipv6Addr) -> impl Iterator<Item = Ipv6Addr> + '_ {
         let n = self.slots.len();
-        let probes =
-            if self.removed_trusted.is_some() && self.len >= self.capacity { EVICTION_PROBES.min(n) } else { 0 };
+        let refused = self.per_address.as_ref().is_some_and(|c| c.full(embedded_ipv4(newcomer)));
+        let evicts = self.removed_trusted.is_some() && self.len >= self.capacity && !refused;
+        let probes = if evicts { EVICTION_PROBES.min(n) } else { 0 };
         (0..probes)
             .map(move |k| &self.slots[(self.hand + k) % n])
             .filter(move |s| !s.is_empty() && s.trusted() && !s.in_use(now))

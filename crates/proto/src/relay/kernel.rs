@@ -6,9 +6,11 @@
 //!
 //! A client is listed while its entry is trusted and not waited for. Two workers may
 //! carry out their intents for one client in another order than they were made (each
-//! after its shard lock is gone): the daemon writes what [`SharedRelay::kernel_entry`]
-//! says the entry should be at that moment, one writer a client at a time, so the last
-//! write always follows the last change.
+//! after its shard lock is gone): for a listing, the daemon writes what
+//! [`SharedRelay::kernel_entry`] says the entry should be at that moment, one writer a
+//! shard at a time, so the last write always follows the last change; a removal the
+//! entry no longer wants is left to the listing that came after it (whose worker lets
+//! the client's queue go first).
 
 use super::*;
 use crate::transmit::{KernelIntent, KernelSeen};
@@ -44,12 +46,20 @@ pub(super) struct KernelAsks {
     answered: Vec<Ipv6Addr>,
     /// A question went out during this round.
     asked: bool,
+    /// The input spent its client-first token in an earlier round (it is not spent
+    /// again when the input comes back).
+    token: bool,
 }
 
 impl KernelAsks {
     /// Whether to ask about `peer` now.
     fn may_ask(&self, peer: &Ipv6Addr) -> bool {
         self.rounds < ASKING_ROUNDS && !self.answered.contains(peer)
+    }
+
+    /// Whether the input already holds a client-first token; it holds one from now on.
+    pub(super) fn take_token(&mut self) -> bool {
+        std::mem::replace(&mut self.token, true)
     }
 
     fn ask(&mut self, peer: Ipv6Addr, tx: &mut impl Transmit) {
@@ -66,6 +76,7 @@ impl KernelAsks {
         }
         self.rounds = 0;
         self.answered.clear();
+        self.token = false;
         outcome
     }
 }
@@ -92,18 +103,18 @@ impl SharedRelay {
         true
     }
 
-    /// An insertion into a full table is coming: the trusted entries it would weigh
-    /// that look out of use are asked about first, so that one only the kernel hears
-    /// from keeps its place. True if any was asked.
+    /// `newcomer` is about to be inserted into a full table: the trusted entries the
+    /// insertion would weigh that look out of use are asked about first, so that one
+    /// only the kernel hears from keeps its place. True if any was asked.
     pub(super) fn ask_before_eviction(
         &self,
         peers: &PeerTable,
         w: &mut RelayWorker,
-        now: Duration,
+        (now, newcomer): (Duration, &Ipv6Addr),
         tx: &mut impl Transmit,
     ) -> bool {
         let mut asked = false;
-        for peer in peers.eviction_candidates(now) {
+        for peer in peers.eviction_candidates(now, newcomer) {
             if w.kernel.may_ask(&peer) {
                 w.kernel.ask(peer, tx);
                 asked = true;
@@ -132,18 +143,20 @@ impl SharedRelay {
 
     /// What the kernel's list should hold for `peer` now: its mapping and last-heard
     /// time, or nothing. The daemon writes this, not the intent's own data, so that
-    /// intents carried out in another order than made still leave the list right.
+    /// intents carried out in another order than made still leave the list right. A
+    /// trusted client is listed unless waited for, and while it proves another port
+    /// (it is kept where it was trusted meanwhile).
     pub fn kernel_entry(&self, peer: &Ipv6Addr) -> Option<(SocketAddrV4, Duration)> {
         if !mirrors(&self.cfg) {
             return None;
         }
         let key = self.keys.key(peer);
         let p = lock(self.shard(&key)).peers.get_keyed(&key).map(|p| *p)?;
-        (p.trusted && !p.waiting && self.carried(peer)).then_some((p.mapped, p.last_rx))
+        (p.trusted && (!p.waiting || p.proving) && self.carried(peer)).then_some((p.mapped, p.last_rx))
     }
 
     /// Which of the daemon's writers to the kernel's list `peer` belongs to, out of
-    /// `writers` (a peer's intents are carried out one at a time).
+    /// `writers` (one per shard: a peer's intents are carried out one at a time).
     pub fn kernel_writer(&self, peer: &Ipv6Addr, writers: usize) -> usize {
         self.shard_index(&self.keys.key(peer)) % writers.max(1)
     }

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// Client `i`'s Teredo address and the mapping it embeds, each client an address of
+/// its own (198.51.100.1, 198.51.101.1, …), port 40000.
+fn client(i: u32) -> (Ipv6Addr, SocketAddrV4) {
+    let ip = std::net::Ipv4Addr::from(0xc633_6400 + (i << 8) + 1);
+    let o = ip.octets().map(|b| !b);
+    let (hi, lo) = (u16::from_be_bytes([o[0], o[1]]), u16::from_be_bytes([o[2], o[3]]));
+    (Ipv6Addr::new(0x2001, 0, 0x4136, 0xe378, 0x8000, !40000, hi, lo), SocketAddrV4::new(ip, 40000))
+}
+
 /// A relay with a kernel data path keeps the kernel's peer list to what it trusts: B
 /// enters once it answered from its mapping, stays while the kernel hears from it (the
 /// relay hears nothing then), and leaves once silent everywhere. A host-specific relay
@@ -72,22 +81,6 @@ fn a_full_table_keeps_the_peers_the_kernel_hears_from() {
     let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
     establish(&mut r, &mut w, secs(100));
     // Clients enter by their own packets, each from an address of its own.
-    let client = |i: u32| {
-        let ip = std::net::Ipv4Addr::from(0xc633_6400 + (i << 8) + 1); // 198.51.100.1, .101.1, …
-        let port = 40000u16;
-        let o = ip.octets().map(|b| !b);
-        let addr = Ipv6Addr::new(
-            0x2001,
-            0,
-            0x4136,
-            0xe378,
-            0x8000,
-            !port,
-            u16::from_be_bytes([o[0], o[1]]),
-            u16::from_be_bytes([o[2], o[3]]),
-        );
-        (addr, SocketAddrV4::new(ip, port))
-    };
     // The table fills at 150 s with clients that go silent after.
     for i in 0..cap as u32 - 1 {
         let (addr, from) = client(i);
@@ -195,19 +188,67 @@ fn intents_carried_out_out_of_order_still_leave_the_list_right() {
     relay.kernel_saw(&mut w2, secs(160), a(B), None, false, &mut out2);
     assert_eq!(relay.on_tun(&mut w2, secs(160), &pkt, &mut out2), Ok(Action::Queued));
     assert!(out2.kernel.as_ref().unwrap().peers.is_empty() && out1.kernel.as_ref().unwrap().peers.contains_key(&a(B)));
-    // Worker 2's removal written first, worker 1's listing after: by `kernel_entry`,
-    // the listing writes a removal too.
+    // Worker 2's removal written first, worker 1's listing after, as the daemon writes
+    // them: a listing writes what `kernel_entry` says (here a removal), a removal
+    // writes only if the entry wants none.
     let mut list = KernelModel::default();
-    for intent in [
+    let intents = [
         KernelIntent::Forget { peer: a(B) },
         KernelIntent::Trust { peer: a(B), mapped: sa(B_MAPPED), heard: secs(101) },
-    ] {
+    ];
+    for intent in intents {
         let (KernelIntent::Trust { peer, .. } | KernelIntent::Forget { peer }) = intent else { unreachable!() };
-        let now = relay.kernel_entry(&peer);
-        list.apply(
-            now.map_or(KernelIntent::Forget { peer }, |(mapped, heard)| KernelIntent::Trust { peer, mapped, heard }),
-            0,
-        );
+        match (relay.kernel_entry(&peer), intent) {
+            (Some((mapped, heard)), KernelIntent::Trust { .. }) => {
+                list.apply(KernelIntent::Trust { peer, mapped, heard }, 0)
+            }
+            (Some(_), _) => {}
+            (None, _) => list.apply(KernelIntent::Forget { peer }, 0),
+        }
     }
     assert!(list.peers.is_empty(), "B listed while the relay waits for it: {:?}", list.peers);
+}
+
+/// A first packet the client-first budget refuses costs the kernel no question: made-up
+/// clients pouring in at a full table are refused at the budget, before any look-up
+/// (the budget is spent once, not again when the input comes back with its answers).
+/// Seen failing with the questions asked before the budget: every refused packet asked
+/// about the idle entries it would have weighed.
+#[test]
+fn a_first_packet_over_the_budget_asks_the_kernel_nothing() {
+    use shipworm_proto::transmit::KernelModel;
+    let cap = 256;
+    let mut r = Relay::new(RelayConfig {
+        kernel_path: true,
+        capacity: cap,
+        hash_keys: (7, 9),
+        client_first_per_s: 20,
+        ..RelayConfig::default()
+    });
+    let mut w = Recorder { kernel: Some(KernelModel::default()), ..Recorder::default() };
+    // The table fills by bubble exchanges (no client-first budget spent), then falls
+    // silent.
+    for i in 0..cap as u32 {
+        let (addr, from) = client(i);
+        let _ = r.on_tun_answered(secs(100), &udp_packet(NATIVE, &addr.to_string()), &mut w);
+        let _ = r.on_udp_answered(secs(100), from, &bubble(&addr.to_string(), NATIVE), &mut w);
+    }
+    assert_eq!(r.peer_count(), cap, "the table is full");
+    let (mut refused, mut asked_by_admitted) = (0, 0);
+    for i in cap as u32..cap as u32 + 200 {
+        let (addr, from) = client(i);
+        let pkt = udp_packet(&addr.to_string(), NATIVE);
+        let outcome = r.on_udp(secs(700), from, &pkt, &mut w);
+        let reads = w.kernel.as_ref().unwrap().reads.len();
+        if outcome == Err(DropReason::RateLimited) {
+            refused += 1;
+            assert_eq!(reads, 0, "a refused first packet asked the kernel");
+            continue;
+        }
+        assert_eq!(outcome, Ok(Action::AskedKernel), "the full table's idle entries are asked about");
+        asked_by_admitted += 1;
+        r.answer_kernel(secs(700), &mut w);
+        assert_eq!(r.on_udp_answered(secs(700), from, &pkt, &mut w), Ok(Action::Forwarded), "admitted once answered");
+    }
+    assert!(refused >= 150 && asked_by_admitted > 0, "refused {refused}, admitted {asked_by_admitted}");
 }

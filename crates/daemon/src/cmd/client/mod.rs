@@ -147,6 +147,45 @@ fn client_config(
     cfg
 }
 
+/// The kernel data path as `DataPath` asks for it, on interface `tun` for the service
+/// port (`None`: the daemon moves every packet).
+fn start_kernel_path(conf: &MiredoConf, tun: &str, service_port: u16) -> Result<Option<KernelDataPath>, Failure> {
+    kernel_path::start(&kernel_path::Want {
+        mode: conf.data_path,
+        host_specific: false,
+        client: true,
+        tun,
+        local: SocketAddrV4::new(conf.bind_address, service_port),
+        peers: KERNEL_PEERS,
+        prefix: conf.prefix,
+        decap_tc: true,
+        direct: false,
+    })
+    .map_err(Failure::runtime)
+}
+
+/// What the log says once the client serves.
+fn log_serving(
+    opened: &Opened,
+    local: Option<SocketAddrV4>,
+    names: &ServerNames,
+    shell: &Shell<Confined>,
+    kernel: Option<&KernelDataPath>,
+) {
+    let local = local.map_or_else(|| "?".into(), |a| a.to_string());
+    let status = shell.control_path().display();
+    tracing::info!(
+        "Teredo client on {} (UDP {local}), server {}; status: {status}",
+        opened.tun.name(),
+        names.describe()
+    );
+    let helper = opened.iface.helper.pid();
+    tracing::info!("interface helper: pid {helper} (keeps CAP_NET_ADMIN; this process keeps none)");
+    if let Some(k) = kernel {
+        tracing::info!("{}", k.describe());
+    }
+}
+
 /// Run the client until SIGTERM/SIGINT.
 fn serve(
     conf: &MiredoConf,
@@ -162,18 +201,7 @@ fn serve(
     let local = opened.service.local_addr().ok().and_then(|a| a.as_socket_ipv4());
     let service_port = local.map_or(0, |a| a.port());
     // Loading and attaching eBPF programs needs the privileges confinement drops.
-    let kernel = kernel_path::start(&kernel_path::Want {
-        mode: conf.data_path,
-        host_specific: false,
-        client: true,
-        tun: opened.tun.name(),
-        local: SocketAddrV4::new(conf.bind_address, service_port),
-        peers: KERNEL_PEERS,
-        prefix: conf.prefix,
-        decap_tc: true,
-        direct: false,
-    })
-    .map_err(Failure::runtime)?;
+    let kernel = start_kernel_path(conf, opened.tun.name(), service_port)?;
     let control_path = control
         .map(Path::to_path_buf)
         .unwrap_or_else(|| crate::runtime::status_socket::default_path(opened.tun.name()));
@@ -192,32 +220,14 @@ fn serve(
     let random_ports = cfg.random_ports;
     let mut client = Client::new(cfg, urandom.try_clone()?);
     client.set_attached_subnets(&opened.iface.attached_subnets());
-    tracing::info!(
-        "Teredo client on {} (UDP {}), server {}; status: {}",
-        opened.tun.name(),
-        local.map_or_else(|| "?".into(), |a| a.to_string()),
-        names.describe(),
-        shell.control_path().display()
-    );
-    tracing::info!(
-        "interface helper: pid {} (keeps CAP_NET_ADMIN; this process keeps none)",
-        opened.iface.helper.pid()
-    );
-    if let Some(k) = &kernel {
-        tracing::info!("{}", k.describe());
-    }
+    log_serving(&opened, local, &names, &shell, kernel.as_ref());
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
     let mut d = ClientDaemon {
         client,
         names,
         mapping: Mapper::new(conf.port_mapping, service_port),
-        // The kernel path decapsulates at tc ingress, after GRO: rows GRO joined for
-        // the service socket would reach it whole, and go up.
-        rx_service: if kernel.is_some() {
-            RecvBatch::new(dup(&opened.service)?, BATCH, SLOT)
-        } else {
-            RecvBatch::coalescing(dup(&opened.service)?, BATCH, SLOT)
-        },
+        // The client's kernel path decapsulates at tc ingress.
+        rx_service: RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, kernel.is_some()),
         rx_probe: RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
         out: Output {
             batch: SendBatch::new(dup(&opened.service)?, BATCH, SLOT),

@@ -4,8 +4,10 @@
 //!
 //! Two workers may carry out intents for one client in another order than the relay
 //! made them. Each write is therefore of what the relay wants for the client at that
-//! moment ([`SharedRelay::kernel_entry`]), under the client's writer lock: whichever
-//! worker writes last writes the state after the last change.
+//! moment ([`SharedRelay::kernel_entry`]), under its shard's writer lock: whichever
+//! worker writes last writes the state after the last change. A removal the entry no
+//! longer wants writes nothing: every change that lists a client comes with a listing
+//! intent, carried out after it by the worker whose batch holds the client's queue.
 
 use super::*;
 use shipworm_proto::{Action, Outcome};
@@ -41,9 +43,15 @@ impl Output<'_> {
                     KernelIntent::Trust { peer, .. } | KernelIntent::Forget { peer } => {
                         let writer = &shared.kernel_writers[relay.kernel_writer(&peer, shared.kernel_writers.len())];
                         let _one_at_a_time = writer.lock().unwrap_or_else(PoisonError::into_inner);
+                        let listing = matches!(intent, KernelIntent::Trust { .. });
                         match relay.kernel_entry(&peer) {
                             // What was sent before goes first.
-                            Some((mapped, heard)) => kernel.trust_after(&mut self.batch, &peer, mapped, heard),
+                            Some((mapped, heard)) if listing => {
+                                kernel.trust_after(&mut self.batch, &peer, mapped, heard)
+                            }
+                            // A removal the entry no longer wants: the listing that came
+                            // after it writes (its worker holds the client's queue).
+                            Some(_) => {}
                             None => kernel.forget(&peer),
                         }
                     }

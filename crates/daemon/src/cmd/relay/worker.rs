@@ -48,13 +48,12 @@ fn worker_loop(shared: &WorkerShared<'_>, id: usize, io: &WorkerIo) -> Result<()
         id,
         tun,
         state: shared.relay.worker(),
-        // Rows coalesced on receive would reach a decapsulation at tc ingress whole,
-        // which leaves them to us: with it, datagrams come one by one.
-        rx: if shared.kernel.is_some_and(|k| k.decap == kernel_path::DecapHook::Tc) {
-            RecvBatch::new(dup()?, BATCH, SLOT)
-        } else {
-            RecvBatch::coalescing(dup()?, BATCH, SLOT)
-        },
+        rx: RecvBatch::for_service(
+            dup()?,
+            BATCH,
+            SLOT,
+            shared.kernel.is_some_and(|k| k.decap == kernel_path::DecapHook::Tc),
+        ),
         out: Output {
             tun,
             batch: SendBatch::new(dup()?, BATCH, SLOT),

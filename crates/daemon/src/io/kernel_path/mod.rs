@@ -142,6 +142,38 @@ fn contract() -> shipworm_kernel_path::Contract {
     shipworm_proto::kernel_figures::KERNEL_FIGURES.into()
 }
 
+/// The decapsulation on every Ethernet interface that takes it: their names and the
+/// hooks it runs at. Refused where none does.
+fn attach_decap(path: &mut KernelPath, nl: &Netlink, want: &Want<'_>) -> Result<(Vec<String>, Vec<DecapHook>), String> {
+    let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    // A client's interfaces that are down too: a phone's second radio comes up when it
+    // moves, and its packets are the client's to carry.
+    for (index, name) in nl.ethernet_links(want.client)? {
+        // A relay's decapsulated packets arrive there as IPv6: an interface without it
+        // would drop them (a client's go into the Teredo interface).
+        let v6_off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"));
+        if !want.client && v6_off.is_ok_and(|v| v.trim() == "1") {
+            refused.push(format!("{name} has IPv6 disabled"));
+            continue;
+        }
+        match path.attach_decap(index, &name, want.decap_tc) {
+            Ok(m) => {
+                interfaces.push(name);
+                modes.push(m);
+            }
+            Err(e) => refused.push(e.to_string()),
+        }
+    }
+    if interfaces.is_empty() {
+        let none = if want.client { "no Ethernet interface" } else { "no Ethernet interface is up" };
+        return Err(if refused.is_empty() { none.to_string() } else { refused.join("; ") });
+    }
+    for r in refused {
+        tracing::warn!("{r}: IPv4 arriving there goes through the daemon");
+    }
+    Ok((interfaces, modes))
+}
+
 fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
     kernel_at_least(if want.local.ip().is_unspecified() { (6, 7) } else { (6, 6) })?;
     let nl = Netlink::new()?;
@@ -180,32 +212,7 @@ fn attach(want: &Want<'_>) -> Result<KernelDataPath, String> {
         ..settings
     };
     let mut path = KernelPath::load(&settings).map_err(|e| e.to_string())?;
-    let (mut interfaces, mut modes, mut refused) = (Vec::new(), Vec::new(), Vec::new());
-    // A client's interfaces that are down too: a phone's second radio comes up when it
-    // moves, and its packets are the client's to carry.
-    for (index, name) in nl.ethernet_links(want.client)? {
-        // A relay's decapsulated packets arrive there as IPv6: an interface without it
-        // would drop them (a client's go into the Teredo interface).
-        let v6_off = std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6"));
-        if !want.client && v6_off.is_ok_and(|v| v.trim() == "1") {
-            refused.push(format!("{name} has IPv6 disabled"));
-            continue;
-        }
-        match path.attach_decap(index, &name, want.decap_tc) {
-            Ok(m) => {
-                interfaces.push(name);
-                modes.push(m);
-            }
-            Err(e) => refused.push(e.to_string()),
-        }
-    }
-    if interfaces.is_empty() {
-        let none = if want.client { "no Ethernet interface" } else { "no Ethernet interface is up" };
-        return Err(if refused.is_empty() { none.to_string() } else { refused.join("; ") });
-    }
-    for r in refused {
-        tracing::warn!("{r}: IPv4 arriving there goes through the daemon");
-    }
+    let (interfaces, modes) = attach_decap(&mut path, &nl, want)?;
     path.attach_encap(want.tun).map_err(|e| e.to_string())?;
     // The encapsulation's route look-up is made as if a packet arrived on the Teredo
     // interface, which the kernel refuses where IPv4 forwarding is off: on for it alone,
