@@ -12,8 +12,11 @@
 //! from it and first sent it since ([`Action::AskedKernel`]), so its validity and a
 //! native peer's silence are judged on every packet, whichever path carried them.
 //!
-//! `Client::kernel` is what the client told the list (each peer's mapping and the
-//! last-heard time written with it): its own record, so that it writes only changes.
+//! [`KernelList`] is the part that keeps it: what the client told the list (each
+//! peer's mapping and the last-heard time written with it, its own record, so that it
+//! writes only changes), the question an input is waiting on, the peers to take out.
+//! The client says what each peer should be ([`Client::kernel_target`], from the
+//! table); the part decides what to write.
 
 use super::*;
 use crate::transmit::{until_decided, KernelIntent, KernelSeen, Recorder};
@@ -30,22 +33,142 @@ const REWRITE_HEARD: Duration = Duration::from_millis(250);
 /// valid in the table's eyes too, and a full table never pushes it out first.
 const REFRESH_PER_SWEEP: usize = 4096;
 
+/// What the client told the kernel's peer list, and what it asks of it.
+#[derive(Debug, Default)]
+pub(super) struct KernelList {
+    /// Each listed peer's mapping and the last-heard time written with it.
+    listed: HashMap<Ipv6Addr, (SocketAddrV4, Duration)>,
+    /// The peer the input in hand asked about, and the answer once it came.
+    asked: Option<(Ipv6Addr, Option<KernelSeen>)>,
+    /// Listed peers to take out at the next chance (the table was replaced, or where
+    /// peers are sent to changed), what the kernel saw of them read back first.
+    orphans: Vec<Ipv6Addr>,
+    /// Where the next sweep's read-back of listed peers starts.
+    cursor: usize,
+    /// The address the programs match ([`Client::set_kernel_address`]).
+    address: Option<Ipv6Addr>,
+}
+
+impl KernelList {
+    /// Peers in the list.
+    pub(super) fn len(&self) -> usize {
+        self.listed.len()
+    }
+
+    /// Something waits to be taken out.
+    pub(super) fn has_orphans(&self) -> bool {
+        !self.orphans.is_empty()
+    }
+
+    /// An input about `peer` comes: if the list carries it, what the kernel heard and
+    /// sent counts first, so it is asked for (true: the input ends as
+    /// [`Action::AskedKernel`], to be handed again with the answer in). One question
+    /// an input.
+    fn ask(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) -> bool {
+        if self.asked.is_some() || !self.listed.contains_key(peer) {
+            return false;
+        }
+        tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
+        self.asked = Some((*peer, None));
+        true
+    }
+
+    /// The kernel's answer about `peer`, kept for the input that asked.
+    fn answer(&mut self, peer: &Ipv6Addr, seen: Option<KernelSeen>) {
+        if let Some(asked) = self.asked.as_mut().filter(|(p, _)| p == peer) {
+            asked.1 = seen;
+        }
+    }
+
+    /// The input is decided: its question, if any, is done with.
+    fn done(&mut self) {
+        self.asked = None;
+    }
+
+    /// `peer`'s entry in the list brought to `want` (where the kernel may send to it
+    /// and take its packets from, with its last-heard time; `None`: nowhere).
+    fn sync(&mut self, peer: &Ipv6Addr, want: Option<(SocketAddrV4, Duration)>, tx: &mut impl Transmit) {
+        match (want, self.listed.get(peer).copied()) {
+            (Some((to, heard)), Some((listed, written))) if to == listed => {
+                if heard < written + REWRITE_HEARD {
+                    return;
+                }
+                // What the kernel had heard when this input asked.
+                let kernel_heard = self.asked.filter(|(p, _)| p == peer).and_then(|(_, seen)| seen).map(|s| s.heard);
+                match kernel_heard {
+                    // The kernel heard it as late: nothing to write (a write would also
+                    // clear its first unanswered send since).
+                    Some(h) if h >= heard => {
+                        self.listed.insert(*peer, (to, h));
+                    }
+                    _ => self.trust(peer, to, heard, tx),
+                }
+            }
+            (Some((to, heard)), _) => self.trust(peer, to, heard, tx),
+            (None, Some(_)) => {
+                // What it heard and sent is read back before it goes.
+                tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
+                tx.kernel(KernelIntent::Forget { peer: *peer });
+                self.listed.remove(peer);
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn trust(&mut self, peer: &Ipv6Addr, mapped: SocketAddrV4, heard: Duration, tx: &mut impl Transmit) {
+        tx.kernel(KernelIntent::Trust { peer: *peer, mapped, heard });
+        self.listed.insert(*peer, (mapped, heard));
+    }
+
+    /// Every listed peer leaves the list at the next chance.
+    pub(super) fn orphan_all(&mut self) {
+        self.orphans.extend(self.listed.drain().map(|(a, _)| a));
+    }
+
+    /// Listed peers the table `removed`, and the orphans, leave the list (an orphan
+    /// still in the table with what the kernel heard and sent read back first).
+    fn settle(&mut self, removed: Vec<Ipv6Addr>, tx: &mut impl Transmit) {
+        let orphans = std::mem::take(&mut self.orphans);
+        for &peer in &orphans {
+            tx.kernel(KernelIntent::Read { peer, sweep: false });
+        }
+        let gone = removed.into_iter().filter(|peer| self.listed.remove(peer).is_some());
+        for peer in orphans.into_iter().chain(gone) {
+            tx.kernel(KernelIntent::Forget { peer });
+        }
+    }
+
+    /// A sweep: the next few listed peers' times read back.
+    fn refresh(&mut self, tx: &mut impl Transmit) {
+        if self.cursor >= self.listed.len() {
+            self.cursor = 0;
+        }
+        let next = self.listed.keys().skip(self.cursor).take(REFRESH_PER_SWEEP);
+        let mut n = 0;
+        for &peer in next {
+            tx.kernel(KernelIntent::Read { peer, sweep: false });
+            n += 1;
+        }
+        self.cursor += n;
+    }
+}
+
 impl<R: Random> Client<R> {
     /// The address the daemon gave the programs (`None`: none yet, or none now): peers
     /// are listed only while it is the client's, so that between a new address and the
     /// daemon's carrying it out no packet moves for the old one.
     pub fn set_kernel_address(&mut self, address: Option<Ipv6Addr>) {
-        self.kernel_address = address;
+        self.kernel.address = address;
     }
 
     /// Where the kernel may send to `peer` and take its packets from, if anywhere.
     fn kernel_target(&self, peer: &Ipv6Addr) -> Option<(SocketAddrV4, Duration)> {
-        if self.address().is_none() || self.kernel_address != self.address() {
+        if self.address().is_none() || self.kernel.address != self.address() {
             return None;
         }
         let p = self.peers.get(peer)?;
         let plain = p.trusted && !p.waiting && p.nonce().is_none() && p.queue().is_empty();
-        if !plain || p.mapped.ip().is_unspecified() || self.retests.contains(peer) {
+        if !plain || p.mapped.ip().is_unspecified() || self.waiting.is_retest(peer) {
             return None;
         }
         if self.ports.via(peer) != Source::Service || self.peer_target(peer, p.mapped) != p.mapped {
@@ -54,21 +177,14 @@ impl<R: Random> Client<R> {
         Some((p.mapped, p.last_rx))
     }
 
-    /// An input about `peer` comes: if the kernel carries it, what the kernel heard
-    /// and sent counts first, so it is asked for (true: the input ends as
-    /// [`Action::AskedKernel`], to be handed again with the answer in).
+    /// See [`KernelList::ask`].
     pub(super) fn kernel_ask(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) -> bool {
-        if self.kernel_asked.is_some() || !self.kernel.contains_key(peer) {
-            return false;
-        }
-        tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
-        self.kernel_asked = Some((*peer, None));
-        true
+        self.kernel.ask(peer, tx)
     }
 
-    /// The input is decided: its question, if any, is done with.
+    /// The input is decided.
     pub(super) fn kernel_done(&mut self) {
-        self.kernel_asked = None;
+        self.kernel.done();
     }
 
     /// What the kernel saw of `peer` (`None`: not in its list), asked by a
@@ -83,9 +199,7 @@ impl<R: Random> Client<R> {
         sweep: bool,
         tx: &mut impl Transmit,
     ) {
-        if let Some(asked) = self.kernel_asked.as_mut().filter(|(p, _)| *p == peer) {
-            asked.1 = seen;
-        }
+        self.kernel.answer(&peer, seen);
         if let (Some(seen), Some(mut p)) = (seen, self.peers.get_mut(&peer)) {
             if seen.heard > p.last_rx {
                 p.last_rx = seen.heard;
@@ -104,76 +218,18 @@ impl<R: Random> Client<R> {
     /// Bring the kernel's entry for `peer` in line with the table.
     pub(super) fn kernel_sync(&mut self, peer: &Ipv6Addr, tx: &mut impl Transmit) {
         let want = self.kernel_target(peer);
-        let have = self.kernel.get(peer).copied();
-        match (want, have) {
-            (Some((to, heard)), Some((listed, written))) if to == listed => {
-                if heard >= written + REWRITE_HEARD {
-                    // What the kernel had heard when this input asked.
-                    let kernel_heard =
-                        self.kernel_asked.filter(|(p, _)| p == peer).and_then(|(_, seen)| seen).map(|s| s.heard);
-                    match kernel_heard {
-                        // The kernel heard it as late: nothing to write (a write would
-                        // also clear its first unanswered send since).
-                        Some(h) if h >= heard => {
-                            self.kernel.insert(*peer, (to, h));
-                        }
-                        _ => {
-                            tx.kernel(KernelIntent::Trust { peer: *peer, mapped: to, heard });
-                            self.kernel.insert(*peer, (to, heard));
-                        }
-                    }
-                }
-            }
-            (Some((to, heard)), _) => {
-                tx.kernel(KernelIntent::Trust { peer: *peer, mapped: to, heard });
-                self.kernel.insert(*peer, (to, heard));
-            }
-            (None, Some(_)) => {
-                // What it heard and sent is read back before it goes.
-                tx.kernel(KernelIntent::Read { peer: *peer, sweep: false });
-                tx.kernel(KernelIntent::Forget { peer: *peer });
-                self.kernel.remove(peer);
-            }
-            (None, None) => {}
-        }
+        self.kernel.sync(peer, want, tx);
     }
 
-    /// Every listed peer leaves the kernel's list at the next chance (the table was
-    /// replaced, or where peers are sent to changed).
-    pub(super) fn kernel_orphan_all(&mut self) {
-        self.kernel_orphans.extend(self.kernel.drain().map(|(a, _)| a));
-    }
-
-    /// Listed peers the table removed, or that were orphaned, leave the kernel's list
-    /// (an orphan still in the table with what the kernel heard and sent read back
-    /// first).
+    /// Listed peers the table removed, or that were orphaned, leave the kernel's list.
     pub(super) fn kernel_settle(&mut self, tx: &mut impl Transmit) {
         let removed = self.peers.take_removed_trusted();
-        let orphans = std::mem::take(&mut self.kernel_orphans);
-        for &peer in &orphans {
-            tx.kernel(KernelIntent::Read { peer, sweep: false });
-        }
-        let gone = removed.into_iter().filter(|peer| self.kernel.remove(peer).is_some());
-        for peer in orphans.into_iter().chain(gone) {
-            tx.kernel(KernelIntent::Forget { peer });
-        }
+        self.kernel.settle(removed, tx);
     }
 
     /// A sweep: the next few listed peers' times read back.
     pub(super) fn kernel_refresh(&mut self, tx: &mut impl Transmit) {
-        if self.kernel.is_empty() {
-            return;
-        }
-        if self.kernel_cursor >= self.kernel.len() {
-            self.kernel_cursor = 0;
-        }
-        let next = self.kernel.keys().skip(self.kernel_cursor).take(REFRESH_PER_SWEEP);
-        let mut n = 0;
-        for &peer in next {
-            tx.kernel(KernelIntent::Read { peer, sweep: false });
-            n += 1;
-        }
-        self.kernel_cursor += n;
+        self.kernel.refresh(tx);
     }
 
     /// [`Client::on_udp`] with the daemon's part played over `w`'s kernel model: handed

@@ -3,6 +3,77 @@
 
 use super::*;
 
+/// Our announcements on the link: the schedule (RFC 4380 §5.2.8's every 200 to 300 s,
+/// and before it, after coming up with a new address, one at once and
+/// [`ANNOUNCE_REPEATS`] more [`RETRY`] apart), the last one sent, and one outside the
+/// schedule deferred for the spacing. Never two within [`ANSWER_SPACING`].
+#[derive(Debug, Default)]
+pub(super) struct Announcer {
+    last: Option<Duration>,
+    next: Duration,
+    /// Announcements of the schedule still to repeat, [`RETRY`] apart, after coming up.
+    repeats: u8,
+    /// An announcement outside the schedule, waiting for the spacing since our last.
+    deferred: Option<Duration>,
+}
+
+impl Announcer {
+    /// A new address: one at once, then the repeats.
+    pub(super) fn restart(&mut self, now: Duration) {
+        *self = Announcer { next: now, repeats: ANNOUNCE_REPEATS, ..Announcer::default() };
+    }
+
+    /// An announcement outside the schedule: true if it may go now; otherwise it waits
+    /// until `spacing` after the last (deferred, not dropped: a peer that came up since
+    /// our last one, the reason to announce again, has not heard it).
+    fn may_go_within(&mut self, now: Duration, spacing: Duration) -> bool {
+        let Some(last) = self.last.filter(|&t| now.saturating_sub(t) < spacing) else { return true };
+        let at = last + spacing;
+        self.deferred = Some(self.deferred.map_or(at, |d| d.min(at)));
+        false
+    }
+
+    /// Whether the schedule's announcement is due now and may go; one that would come
+    /// within the spacing of the last waits for it, keeping its place.
+    fn scheduled_due(&mut self, now: Duration) -> bool {
+        if now < self.next {
+            return false;
+        }
+        if let Some(last) = self.last.filter(|&t| now.saturating_sub(t) < ANSWER_SPACING) {
+            self.next = last + ANSWER_SPACING;
+            return false;
+        }
+        true
+    }
+
+    /// The schedule's announcement went at `now`: the next is a repeat, or `period`
+    /// later (asked only then: it draws random bits).
+    fn scheduled_sent(&mut self, now: Duration, period: impl FnOnce() -> Duration) {
+        self.next = if self.repeats > 0 {
+            self.repeats -= 1;
+            now + RETRY
+        } else {
+            now + period()
+        };
+    }
+
+    /// A deferred announcement is due.
+    fn deferred_due(&self, now: Duration) -> bool {
+        self.deferred.is_some_and(|d| now >= d)
+    }
+
+    /// One went at `now`: whatever waited for the spacing is served by it.
+    fn sent(&mut self, now: Duration) {
+        self.last = Some(now);
+        self.deferred = None;
+    }
+
+    /// When the next is due, scheduled or deferred.
+    fn due(&self) -> Duration {
+        self.deferred.map_or(self.next, |d| d.min(self.next))
+    }
+}
+
 impl<R: Random> Client<R> {
     /// A discovery bubble heard on the link (RFC 4380 §5.2.8): from a Teredo address
     /// behind our own NAT (its address embeds our public one, Miredo's check) and from
@@ -55,12 +126,9 @@ impl<R: Random> Client<R> {
     /// heard it. The schedule (the repeats after coming up, then every 200 to 300 s)
     /// is not moved by it.
     pub(super) fn announce_within(&mut self, now: Duration, spacing: Duration, tx: &mut (impl Transmit + Ports)) {
-        if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < spacing) {
-            let at = last + spacing;
-            self.deferred_announce = Some(self.deferred_announce.map_or(at, |d| d.min(at)));
-            return;
+        if self.announcer.may_go_within(now, spacing) {
+            self.send_announcement(now, tx);
         }
-        self.send_announcement(now, tx);
     }
 
     /// The announcements due at `now`: a deferred one, and the schedule's — RFC 4380
@@ -69,20 +137,12 @@ impl<R: Random> Client<R> {
     /// within [`ANSWER_SPACING`]: a scheduled one that would be waits for it, keeping
     /// its place in the schedule.
     pub(super) fn announce_when_due(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        if now >= self.next_announce {
-            if let Some(last) = self.last_announce.filter(|&t| now.saturating_sub(t) < ANSWER_SPACING) {
-                self.next_announce = last + ANSWER_SPACING;
-            } else if self.send_announcement(now, tx) {
-                self.next_announce = if self.announce_repeats > 0 {
-                    self.announce_repeats -= 1;
-                    now + RETRY
-                } else {
-                    now + Duration::from_secs(200 + self.rng.below(101))
-                };
-            }
+        if self.announcer.scheduled_due(now) && self.send_announcement(now, tx) {
+            let rng = &mut self.rng;
+            self.announcer.scheduled_sent(now, || Duration::from_secs(200 + rng.below(101)));
         }
         // A deferred one, unless the schedule's just served it.
-        if self.deferred_announce.is_some_and(|d| now >= d) {
+        if self.announcer.deferred_due(now) {
             self.announce_within(now, ANSWER_SPACING, tx);
         }
     }
@@ -93,7 +153,7 @@ impl<R: Random> Client<R> {
         if !self.cfg.local_discovery || self.address().is_none() {
             return None;
         }
-        Some(self.deferred_announce.map_or(self.next_announce, |d| d.min(self.next_announce)))
+        Some(self.announcer.due())
     }
 
     /// One announcement to the link, if we have an address and local discovery is on.
@@ -105,9 +165,7 @@ impl<R: Random> Client<R> {
         let n = emit_bubble(&me, &ALL_NODES, 1, &mut self.scratch).expect("fits");
         tx.send(Source::Service, GROUP, &self.scratch[..n], None);
         self.stats.bubbles += 1;
-        self.last_announce = Some(now);
-        // Whatever waited for the spacing is served by this one.
-        self.deferred_announce = None;
+        self.announcer.sent(now);
         true
     }
 

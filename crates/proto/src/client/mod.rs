@@ -66,7 +66,7 @@ use shipworm_wire::teredo_addr::{self, Flags, TeredoAddr, RS_SOURCE_CONE, RS_SOU
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
 use shipworm_wire::teredo_trailer::{emit_alternate_addresses, trailer_type, DiscoveryType, TrailerRepr};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::num::{NonZeroU16, NonZeroU32};
 use std::time::Duration;
@@ -82,6 +82,7 @@ mod random_ports;
 mod reaching;
 mod status;
 mod timer;
+mod waiting;
 
 use bubbles::{Path, Trailers};
 pub use config::{ClientConfig, ServerAddrs};
@@ -148,14 +149,10 @@ pub struct Client<R: Random> {
     /// The bubbles each peer was sent lately, kept apart from its entry (RFC 4380
     /// §5.2.6: 4 of a kind per 300 s without a direct answer).
     bubbles_spent: BubbleBudget,
-    pending: VecDeque<Ipv6Addr>,
-    /// When the waiting list's next retry is due, or earlier (see `timer`).
-    pending_due: Option<Duration>,
+    /// The peers being reached, and when their next try is due.
+    waiting: waiting::WaitingList,
     /// When the table is next swept of idle peers (and listed peers' times read back).
     next_sweep: Duration,
-    /// Native peers under a test of ours (they fell silent while we sent): each is on
-    /// the waiting list too, and leaves this set when it leaves the list.
-    retests: HashSet<Ipv6Addr>,
     first_contacts: FirstContacts,
     /// The service socket's own address and port, where peers behind the same NAT
     /// reach us (RFC 6081 §5.6).
@@ -169,14 +166,10 @@ pub struct Client<R: Random> {
     /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
     /// UPnP-enabled symmetric NAT, reached with PCP).
     mapped_inbound: bool,
-    /// Peers heard by local discovery, and when we last and next announce ourselves.
+    /// Peers heard by local discovery.
     local_peers: LocalPeers,
-    last_announce: Option<Duration>,
-    next_announce: Duration,
-    /// Announcements of the schedule still to repeat, [`RETRY`] apart, after coming up.
-    announce_repeats: u8,
-    /// An announcement outside the schedule, waiting for the spacing since our last.
-    deferred_announce: Option<Duration>,
+    /// Our announcements on the link.
+    announcer: link::Announcer,
     events: VecDeque<ClientEvent>,
     icmp: RateLimit,
     /// The IPv4 subnets this host is attached to (network, mask): peers whose address
@@ -184,18 +177,8 @@ pub struct Client<R: Random> {
     attached: Vec<(u32, u32)>,
     stats: ClientStats,
     scratch: Vec<u8>,
-    /// What the client told the kernel data path's peer list (`kernel_path`): each
-    /// listed peer's mapping and the last-heard time written with it.
-    kernel: HashMap<Ipv6Addr, (SocketAddrV4, Duration)>,
-    /// The peer the input in hand asked the kernel about, and the answer once it came.
-    kernel_asked: Option<(Ipv6Addr, Option<crate::transmit::KernelSeen>)>,
-    /// Peers the kernel's list holds that the table no longer does (it was replaced),
-    /// taken out at the next chance.
-    kernel_orphans: Vec<Ipv6Addr>,
-    /// Where the next tick's read-back of listed peers starts.
-    kernel_cursor: usize,
-    /// The address the programs match ([`Client::set_kernel_address`]).
-    kernel_address: Option<Ipv6Addr>,
+    /// The kernel data path's peer list as the client keeps it (`kernel_path`).
+    kernel: kernel::KernelList,
 }
 
 fn keys(cfg: &ClientConfig) -> KeyedHash {
@@ -227,28 +210,19 @@ impl<R: Random> Client<R> {
             local_peers: LocalPeers::new(256, keys(&cfg)),
             cfg,
             rng,
-            pending: VecDeque::new(),
-            pending_due: None,
+            waiting: waiting::WaitingList::default(),
             next_sweep: Duration::ZERO,
-            retests: HashSet::new(),
             local: None,
             closing: Vec::new(),
             port_mapping: None,
             mapped_inbound: false,
-            last_announce: None,
-            next_announce: Duration::ZERO,
-            announce_repeats: 0,
-            deferred_announce: None,
+            announcer: link::Announcer::default(),
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
             attached: Vec::new(),
             stats: ClientStats::default(),
             scratch: vec![0u8; 2048],
-            kernel: HashMap::new(),
-            kernel_asked: None,
-            kernel_orphans: Vec::new(),
-            kernel_cursor: 0,
-            kernel_address: None,
+            kernel: kernel::KernelList::default(),
         }
     }
 
@@ -300,7 +274,7 @@ impl<R: Random> Client<R> {
         };
         if was != self.mapped_inbound {
             // Where some peers are sent to changes (`peer_target`).
-            self.kernel_orphan_all();
+            self.kernel.orphan_all();
         }
     }
 
@@ -337,7 +311,7 @@ impl<R: Random> Client<R> {
 
     /// Peers waiting for an answer (bubbles or a connectivity test).
     pub fn waiting_peers(&self) -> usize {
-        self.pending.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
+        self.waiting.iter().filter(|a| self.peers.get(a).is_some_and(|p| p.waiting)).count()
     }
 
     /// Bytes held in the peers' queues (a walk over the table).
@@ -588,7 +562,7 @@ impl<R: Random> Client<R> {
         p.waiting = true;
         drop(p);
         if newly {
-            self.pending.push_back(dst);
+            self.waiting.join(dst);
         }
         let outcome = if queued { Ok(Action::Queued) } else { self.dropped(DropReason::QueueFull) };
         self.try_to_reach(now, dst, tx);

@@ -274,9 +274,8 @@ impl<R: Random> Client<R> {
     /// heard on the link go too (another network, another link).
     pub(super) fn forget_peers(&mut self) {
         self.peers = peer_table(&self.cfg);
-        self.kernel_orphan_all();
-        self.pending.clear();
-        self.retests.clear();
+        self.kernel.orphan_all();
+        self.waiting.clear();
         self.local_peers.clear();
         for peer in self.ports.peers() {
             if let Some(e) = self.ports.remove(&peer) {
@@ -308,10 +307,7 @@ impl<R: Random> Client<R> {
         self.cfg.servers = servers;
         self.port_mapping = None;
         self.mapped_inbound = false;
-        self.last_announce = None;
-        self.next_announce = Duration::ZERO;
-        self.deferred_announce = None;
-        self.announce_repeats = 0;
+        self.announcer = link::Announcer::default();
     }
 
     pub(super) fn come_up(&mut self, now: Duration, server: usize, ra: Ra) {
@@ -335,10 +331,7 @@ impl<R: Random> Client<R> {
         self.update_mapped_inbound();
         if changed {
             // Tell the link at once: a peer there may be calling us already.
-            self.next_announce = now;
-            self.last_announce = None;
-            self.deferred_announce = None;
-            self.announce_repeats = ANNOUNCE_REPEATS;
+            self.announcer.restart(now);
         }
         self.q.last_server_rx = now;
         self.q.maint = None;

@@ -10,9 +10,8 @@ impl<R: Random> Client<R> {
     /// with it the bytes its queues hold. The oldest waiting peer gives way, its
     /// packets lost; a trusted one keeps its entry.
     pub(super) fn make_room_to_wait(&mut self) {
-        while self.pending.len() >= self.cfg.pending_capacity.max(1) {
-            let Some(old) = self.pending.pop_front() else { break };
-            self.retests.remove(&old);
+        while self.waiting.len() >= self.cfg.pending_capacity.max(1) {
+            let Some(old) = self.waiting.give_way() else { break };
             // A stale list entry (answered or gone since) is passed over: what it may hold
             // is the timer's to settle, or a packet just held for a new wait.
             let Some(lost) = self.peers.give_way(&old) else { continue };
@@ -23,7 +22,7 @@ impl<R: Random> Client<R> {
     }
 
     pub(super) fn flush(&mut self, addr: &Ipv6Addr, to: SocketAddrV4, tx: &mut (impl Transmit + Ports)) {
-        self.retests.remove(addr);
+        self.waiting.ended(addr);
         let Some(mut p) = self.peers.get_mut(addr) else {
             return;
         };
@@ -81,7 +80,7 @@ impl<R: Random> Client<R> {
         p.waiting = true;
         drop(p);
         if newly {
-            self.pending.push_back(src);
+            self.waiting.join(src);
             self.stats.first_contacts += 1;
         }
         self.try_to_reach(now, src, tx);
@@ -123,19 +122,16 @@ impl<R: Random> Client<R> {
     /// (forged first contacts cannot hold it off); it takes no room from the waiting
     /// list either: with the list full, a later packet tries again.
     pub(super) fn retest(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
-        let room = self.cfg.pending_capacity.max(1);
-        if self.pending.len() >= room || self.retests.len() >= room {
+        if self.peers.get(&dst).is_none_or(|p| p.waiting) {
+            return;
+        }
+        if !self.waiting.join_retest(dst, self.cfg.pending_capacity.max(1)) {
             return;
         }
         let Some(mut p) = self.peers.get_mut(&dst) else { return };
-        if p.waiting {
-            return;
-        }
         p.waiting = true;
         p.tries = 0;
         drop(p);
-        self.retests.insert(dst);
-        self.pending.push_back(dst);
         self.stats.silent_retests += 1;
         self.try_to_reach(now, dst, tx);
         self.waits(&dst, now);
@@ -165,7 +161,7 @@ impl<R: Random> Client<R> {
         // that budget.
         if teredo.is_none()
             && p.queue().is_empty()
-            && !self.retests.contains(&dst)
+            && !self.waiting.is_retest(&dst)
             && !self.first_contacts.allow_test(now)
         {
             return;
@@ -329,7 +325,7 @@ impl<R: Random> Client<R> {
 
     pub(super) fn give_up(&mut self, now: Duration, dst: Ipv6Addr, tx: &mut (impl Transmit + Ports)) {
         self.discard_held(&dst);
-        self.retests.remove(&dst);
+        self.waiting.ended(&dst);
         // A peer still valid through its relay keeps it: a test that another relay's
         // (maybe forged) packets started and that failed says nothing against it.
         let kept = self.peers.get_mut(&dst).filter(|p| p.is_valid(now)).map(|mut p| {
@@ -359,26 +355,26 @@ impl<R: Random> Client<R> {
 
     /// Time for the waiting peers: the next try for each one due, or giving up.
     pub(super) fn retry_waiting(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        for _ in 0..self.pending.len() {
-            let Some(dst) = self.pending.pop_front() else {
+        for _ in 0..self.waiting.len() {
+            let Some(dst) = self.waiting.next() else {
                 break;
             };
             let Some(p) = self.peers.get(&dst) else {
                 self.discard_held(&dst);
-                self.retests.remove(&dst);
+                self.waiting.ended(&dst);
                 continue;
             };
             if !p.waiting {
                 // Settled another way (its trusted relay spoke): what another relay
                 // brought stays unproven.
                 self.discard_held(&dst);
-                self.retests.remove(&dst);
+                self.waiting.ended(&dst);
                 continue;
             }
             if p.queue().is_empty()
                 && TeredoAddr::decode(&dst).is_none()
                 && !self.first_contacts.contains(&dst)
-                && !self.retests.contains(&dst)
+                && !self.waiting.is_retest(&dst)
             {
                 // A first contact whose held packets expired: nothing left to test for
                 // (keeps forged sources from spending the echo budget). Our own test of
@@ -387,10 +383,10 @@ impl<R: Random> Client<R> {
                 continue;
             }
             if p.tries > 0 && now.saturating_sub(p.last_tx) < RETRY {
-                self.pending.push_back(dst);
+                self.waiting.join(dst);
             } else if p.tries < PEER_TRIES {
                 self.try_to_reach(now, dst, tx);
-                self.pending.push_back(dst);
+                self.waiting.join(dst);
             } else {
                 self.give_up(now, dst, tx);
             }

@@ -20,13 +20,13 @@ impl<R: Random> Client<R> {
     /// packet or a call comes): the daemon sleeps until then or until I/O. It may be
     /// early, never late; a time already past means at once.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        let settle = !self.kernel_orphans.is_empty() || self.peers.has_removed_trusted();
-        let sweep = (!self.peers.is_empty() || !self.kernel.is_empty()).then_some(self.next_sweep);
+        let settle = self.kernel.has_orphans() || self.peers.has_removed_trusted();
+        let sweep = (!self.peers.is_empty() || self.kernel.len() > 0).then_some(self.next_sweep);
         // A connectivity test ends within its tries; anything older lost its entry.
         let contacts = self.first_contacts.oldest().map(|t| t + RETRY * (u32::from(PEER_TRIES) + 1));
         [
             self.qualifier_due(),
-            self.pending_due,
+            self.waiting.due(),
             sweep,
             settle.then_some(Duration::ZERO),
             self.random_ports_due(),
@@ -55,7 +55,7 @@ impl<R: Random> Client<R> {
         // Worked out again, after every step that may have changed the list: the
         // waiting peers' next tries (entries whose peer answered or went are dropped
         // at the next run, whenever it comes).
-        self.pending_due = self.pending.iter().filter_map(|a| self.retry_at(a, now)).min();
+        self.waiting.set_due(self.waiting.iter().filter_map(|a| self.retry_at(a, now)).min());
     }
 
     /// When waiting peer `peer`'s next try is due: two seconds after its last, or soon
@@ -72,6 +72,6 @@ impl<R: Random> Client<R> {
     /// next try.
     pub(super) fn waits(&mut self, peer: &Ipv6Addr, now: Duration) {
         let at = self.retry_at(peer, now).unwrap_or(now);
-        self.pending_due = Some(self.pending_due.map_or(at, |d| d.min(at)));
+        self.waiting.due_by(at);
     }
 }
