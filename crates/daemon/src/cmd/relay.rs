@@ -365,6 +365,12 @@ pub(crate) fn relay_counters(
     );
     t.counter("unreachable_peers", "Peers given up, their bubbles unanswered.", s.unreachable_peers);
     t.counter("icmpv6_errors", "ICMPv6 errors sent.", s.icmp_errors);
+    t.counter(
+        "cookies_sent",
+        "Cookie bubbles sent to clients whose first packet the client-first budget refused.",
+        s.cookies_sent,
+    );
+    t.counter("cookies_proved", "Clients entered by echoing their cookie.", s.cookies_proved);
     t.gauge("peers", "Peers in the table.", peers as u64);
     t.gauge("waiting_peers", "Peers waiting for a bubble's answer.", waiting as u64);
     t.drops(&s.drops);

@@ -11,6 +11,7 @@ use crate::cmd::echo_link::EchoLink;
 use crate::config::server::{ServerOverrides, ServerSettings};
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
+use crate::io::tun_batch::{TunReader, TunWriter};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::config_reader::{self, ConfigReader};
@@ -110,9 +111,9 @@ fn serve(
         out: Output {
             echo_link,
             tun: tun.as_ref(),
+            tun_out: TunWriter::default(),
             batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
             native_errors: 0,
-            tun_errors: 0,
         },
         cfg,
         interface,
@@ -125,7 +126,7 @@ fn serve(
             Err(e) => tracing::error!("not announced: {e}"),
         }
     }
-    let mut rounds = Rounds { rx, tun: tun.as_ref(), link_answers, packet: vec![0u8; 65536], drain_until: None };
+    let mut rounds = Rounds { rx, tun: tun.as_ref(), link_answers, tun_in: TunReader::default(), drain_until: None };
     rounds.run(&mut daemon, &shell, bird.as_mut(), settings.drain_time)?;
     shell.stopping(&daemon);
     shell.outcome()
@@ -138,7 +139,7 @@ struct Rounds<'a> {
     tun: Option<&'a Tun>,
     /// The echo link's own descriptor: polled while the link itself is borrowed to send.
     link_answers: Option<std::os::fd::OwnedFd>,
-    packet: Vec<u8>,
+    tun_in: TunReader,
     /// When the drain after a stop ends (BIRD withdrew the route).
     drain_until: Option<std::time::Instant>,
 }
@@ -227,19 +228,14 @@ impl Rounds<'_> {
             daemon.out.flush();
         }
         let Some(t) = self.tun else { return Ok(()) };
-        for _ in 0..BATCH * UDP_BATCHES_PER_ROUND {
-            match t.recv(&mut self.packet) {
-                Ok(Some(n)) => {
-                    let now = daemon.start.elapsed();
-                    let outcome = daemon.machine.on_tun(now, &self.packet[..n], &mut daemon.out);
-                    logging::outcome(outcome, "packet", "the TUN");
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!("TUN read: {e}");
-                    break;
-                }
-            }
+        // A bounded number per round, as for the sockets.
+        let now = daemon.start.elapsed();
+        let read = drain::tun(t, &mut self.tun_in, BATCH * UDP_BATCHES_PER_ROUND, |packet| {
+            logging::outcome(daemon.machine.on_tun(now, packet, &mut daemon.out), "packet", "the TUN");
+        });
+        // A read the device refused ends the round's reading, not the server.
+        if let Err(e) = read {
+            tracing::debug!("{}", e.message);
         }
         daemon.out.flush();
         Ok(())
@@ -414,12 +410,16 @@ struct Output<'a> {
     batches: [SendBatch; 2],
     /// Native packets with no way out (never: the server has its link or its interface).
     native_errors: u64,
-    /// Packets the TUN refused.
-    tun_errors: u64,
+    /// What goes out through the TUN, batched as the other roles' (it counts what the
+    /// device refused).
+    tun_out: TunWriter,
 }
 
 impl Output<'_> {
     fn flush(&mut self) {
+        if let Some(t) = self.tun {
+            self.tun_out.flush(t);
+        }
         for b in &mut self.batches {
             if !b.is_empty() {
                 b.flush();
@@ -432,7 +432,7 @@ impl Output<'_> {
             udp_send: self.batches.iter().map(SendBatch::failed).sum(),
             raw_send: self.native_errors + self.echo_link.as_ref().map_or(0, |l| l.failed),
             raw_refused: self.echo_link.as_ref().map_or(0, |l| l.refused),
-            tun_write: self.tun_errors,
+            tun_write: self.tun_out.failed(),
             ..IoErrors::default()
         }
     }
@@ -454,11 +454,7 @@ impl Transmit for Output<'_> {
     }
     fn deliver(&mut self, packet: &[u8]) {
         match self.tun {
-            Some(t) => {
-                if t.send(packet).is_err() {
-                    self.tun_errors += 1;
-                }
-            }
+            Some(t) => self.tun_out.push(t, packet),
             None => match &mut self.echo_link {
                 // Counted by the link when it does not go.
                 Some(link) => {

@@ -105,6 +105,11 @@ pub struct RelayStats {
     pub unreachable_peers: u64,
     /// ICMPv6 errors sent.
     pub icmp_errors: u64,
+    /// Cookie bubbles sent to clients whose first packet the client-first budget
+    /// refused, and clients entered by echoing one.
+    pub cookies_sent: u64,
+    /// See [`RelayStats::cookies_sent`].
+    pub cookies_proved: u64,
     /// Drops by reason.
     pub drops: DropCounters,
 }
@@ -120,6 +125,8 @@ impl RelayStats {
         self.bubbles_withheld += other.bubbles_withheld;
         self.unreachable_peers += other.unreachable_peers;
         self.icmp_errors += other.icmp_errors;
+        self.cookies_sent += other.cookies_sent;
+        self.cookies_proved += other.cookies_proved;
         self.drops.add(&other.drops);
     }
 }

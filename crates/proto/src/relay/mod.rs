@@ -46,12 +46,14 @@ use std::time::Duration;
 
 mod admission;
 mod config;
+mod cookie;
 mod held;
 mod kernel;
 mod single;
 mod timer;
 
 pub use config::{RelayConfig, RelayStats, Served};
+pub use cookie::COOKIE_WINDOW;
 
 use crate::bubble_budget::{self, BubbleBudget};
 use admission::{admit, Admission, Datagram};
@@ -709,6 +711,16 @@ impl SharedRelay {
     ) -> Outcome {
         let embedded = t.mapped == from;
         if pkt.is_bubble() {
+            // The echo of a cookie a first packet over budget drew, from the mapping
+            // it came from.
+            let echo = match pkt.trailers.get(trailer_type::NONCE) {
+                Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
+                _ => None,
+            };
+            let src = pkt.ipv6.src_addr();
+            if t.mapped.ip() == from.ip() && echo.is_some_and(|n| self.cookie_echoed(&src, from, n, now)) {
+                return self.enter_by_cookie(shard, w, now, (key, t, from), tx);
+            }
             return w.dropped(if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch });
         }
         if t.mapped.ip() != from.ip() {
@@ -724,7 +736,9 @@ impl SharedRelay {
             return w.dropped(r);
         }
         // The token is spent once, whatever the kernel is asked before the entry comes.
+        // Over budget, a cookie proves the client without state (`cookie`).
         if !w.kernel.take_token() && !self.client_first_allowed(from, now) {
+            self.send_cookie(w, now, (&src, &dst), (from, t), tx);
             return w.dropped(DropReason::RateLimited);
         }
         if self.ask_before_eviction(&shard.peers, w, (now, &src), tx) {

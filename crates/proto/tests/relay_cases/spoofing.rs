@@ -190,3 +190,60 @@ fn an_answer_echoing_the_relays_nonce_wins_over_one_without_it() {
     wrong.extend_from_slice(&[1, 4, 0, 0, 0, 1]);
     assert_eq!(r.on_udp(secs(4), sa("198.51.100.8:5000"), &wrong, &mut w), Err(DropReason::SourceMismatch));
 }
+
+/// `bubble(src, dst)` with RFC 6081's Nonce trailer `nonce`.
+fn bubble_with_nonce(src: &str, dst: &str, nonce: u32) -> Vec<u8> {
+    let mut b = bubble(src, dst);
+    b.extend_from_slice(&[shipworm_wire::teredo_trailer::trailer_type::NONCE, 4]);
+    b.extend_from_slice(&nonce.to_be_bytes());
+    b
+}
+
+/// Forged first packets from ever new sources (each from the mapping the made-up
+/// address it claims embeds) empty the client-first budget; a genuine client an anycast
+/// change brings still gets in. Its first packet over budget draws a cookie bubble
+/// through its server, and the relay keeps nothing for it; its direct bubble echoing
+/// the cookie from the mapping its packet came from enters it. A forged echo (another
+/// nonce, another port, a cookie two windows old) enters nobody. Seen failing with the
+/// cookie left out: every one of B's packets was refused as over budget.
+#[test]
+fn a_genuine_client_gets_in_when_forged_first_packets_empty_the_budget() {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr};
+    use shipworm_wire::teredo_packet::TeredoPacket;
+    use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+    let mut r = Relay::new(RelayConfig { client_first_per_s: 20, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    let server = std::net::Ipv4Addr::new(192, 0, 2, 1);
+    for i in 0..200u16 {
+        let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(203, 0, 113, (i % 250 + 1) as u8), 40000 + i);
+        let forged = TeredoAddr { prefix: 0x2001_0000, server, flags: Flags(0), mapped }.to_ipv6();
+        let _ = r.on_udp(secs(100), mapped, &udp_packet(&forged.to_string(), NATIVE), &mut w);
+    }
+    let entered = r.peer_count();
+    assert!(entered <= 40, "the budget let {entered} in");
+    // B's first packet: over budget, refused, and answered with a cookie through its
+    // server alone.
+    w.sent.clear();
+    let b_server = SocketAddrV4::new(TeredoAddr::decode(&a(B)).unwrap().server, 3544);
+    assert_eq!(r.on_udp(secs(100), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Err(DropReason::RateLimited));
+    assert_eq!(w.sent.len(), 1, "{:?}", w.sent);
+    assert_eq!(w.sent[0].to, b_server);
+    let cookie = TeredoPacket::parse(&w.sent[0].payload).unwrap();
+    assert!(cookie.is_bubble() && cookie.ipv6.dst_addr() == a(B) && cookie.ipv6.src_addr() == a(NATIVE));
+    let Some(TrailerRepr::Nonce(n)) = cookie.trailers.get(trailer_type::NONCE) else { panic!("no cookie") };
+    let n = u32::from_be_bytes(n);
+    assert_eq!(r.peer_count(), entered, "nothing kept for B");
+    // Forged echoes enter nobody.
+    let refused = |r: &mut Relay, at: u64, from: &str, nonce: u32| {
+        let o = r.on_udp(secs(at), sa(from), &bubble_with_nonce(B, NATIVE, nonce), &mut Recorder::default());
+        assert!(o.is_err(), "entered by {from} with {nonce:#x} at {at} s: {o:?}");
+    };
+    refused(&mut r, 101, B_MAPPED, n ^ 1);
+    refused(&mut r, 101, "198.51.100.7:3545", n);
+    refused(&mut r, 125, B_MAPPED, n);
+    assert_eq!(r.peer_count(), entered);
+    // B's echo from its mapping enters it; its next packet goes on.
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble_with_nonce(B, NATIVE, n), &mut w), Ok(Action::Consumed));
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
+    assert_eq!((r.stats().cookies_sent, r.stats().cookies_proved), (200 - entered as u64 + 1, 1));
+}
