@@ -716,6 +716,8 @@ mod fuzz;
 
 #[path = "client_cases/lossy_link.rs"]
 mod lossy_link;
+#[path = "client_cases/relay_cookie.rs"]
+mod relay_cookie;
 #[path = "client_cases/secure_qualification.rs"]
 mod secure_qualification;
 #[path = "client_cases/server_list.rs"]

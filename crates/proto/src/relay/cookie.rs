@@ -85,15 +85,9 @@ impl SharedRelay {
         peer.trusted = true;
         peer.last_rx = now;
         peer.sealed = from != t.mapped;
-        let inserted = shard.peers.insert(peer, now).map(drop);
-        kernel_forget_removed(&mut shard.peers, tx);
-        match inserted {
-            Ok(()) => {}
-            Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
-            Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
+        if let Err(r) = self.enter_client(shard, key, peer, now, tx) {
+            return w.dropped(r);
         }
-        self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
-        self.entered(self.shard_index(key), now);
         self.kernel_trust(tx, &client, from, now);
         w.stats.cookies_proved += 1;
         Ok(Action::Consumed)

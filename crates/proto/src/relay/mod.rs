@@ -752,16 +752,9 @@ impl SharedRelay {
             peer.trusted = true;
             peer.last_rx = now;
         }
-        let inserted = shard.peers.insert(peer, now).map(drop);
-        // An entry evicted to make room leaves the kernel's list whatever came of it.
-        kernel_forget_removed(&mut shard.peers, tx);
-        match inserted {
-            Ok(()) => {}
-            Err(TableFull::AddressFull) => return w.dropped(DropReason::AddressFull),
-            Err(TableFull::Full) => return w.dropped(DropReason::TableFull),
+        if let Err(r) = self.enter_client(shard, key, peer, now, tx) {
+            return w.dropped(r);
         }
-        self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
-        self.entered(self.shard_index(key), now);
         if embedded {
             self.kernel_trust(tx, &src, from, now);
             tx.deliver(ip.packet());
@@ -770,6 +763,28 @@ impl SharedRelay {
             return Ok(Action::Forwarded);
         }
         self.wait_for_proof(shard, w, now, (key, src, from), ip, tx)
+    }
+
+    /// A client's new entry `peer` into the table (its shard's lines and timer told);
+    /// an entry evicted to make room leaves the kernel's list whatever came of it.
+    fn enter_client(
+        &self,
+        shard: &mut Shard,
+        key: &Key,
+        peer: Peer,
+        now: Duration,
+        tx: &mut impl Transmit,
+    ) -> Result<(), DropReason> {
+        let inserted = shard.peers.insert(peer, now).map(drop);
+        kernel_forget_removed(&mut shard.peers, tx);
+        match inserted {
+            Ok(()) => {}
+            Err(TableFull::AddressFull) => return Err(DropReason::AddressFull),
+            Err(TableFull::Full) => return Err(DropReason::TableFull),
+        }
+        self.lines[self.shard_index(key)].set(shard.peers.prefetcher());
+        self.entered(self.shard_index(key), now);
+        Ok(())
     }
 
     /// Whether a client's packet that needs a port proved (its first, or one from
