@@ -76,12 +76,14 @@ pub struct PeerPorts {
 pub struct PortTable {
     map: HashMap<Ipv6Addr, PeerPorts, KeyedHash>,
     cap: usize,
+    /// Local ports of forgotten peers, to close at the next chance.
+    closing: Vec<NonZeroU16>,
 }
 
 impl PortTable {
     /// A table of at most `cap` peers.
     pub fn new(cap: usize, keys: KeyedHash) -> PortTable {
-        PortTable { map: HashMap::with_hasher(keys), cap }
+        PortTable { map: HashMap::with_hasher(keys), cap, closing: Vec::new() }
     }
 
     /// Nothing here: the packet path skips the table.
@@ -117,6 +119,22 @@ impl PortTable {
         // Made now: its age counts from here (touched again only by what proves the
         // peer, never by an announcement anyone could repeat).
         Some(self.map.entry(peer).or_insert_with(|| PeerPorts { touched: now, ..PeerPorts::default() }))
+    }
+
+    /// Forget every peer (learned under a mapping that is gone): their local ports are
+    /// closed at the next chance ([`take_closing`](Self::take_closing)).
+    pub fn forget_all(&mut self) {
+        self.closing.extend(self.map.drain().filter_map(|(_, e)| e.local));
+    }
+
+    /// Local ports waiting to be closed.
+    pub fn has_closing(&self) -> bool {
+        !self.closing.is_empty()
+    }
+
+    /// The local ports to close now.
+    pub fn take_closing(&mut self) -> Vec<NonZeroU16> {
+        std::mem::take(&mut self.closing)
     }
 
     /// Forget `peer`; its local port, if any, is the caller's to close.

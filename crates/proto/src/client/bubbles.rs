@@ -166,6 +166,6 @@ impl<R: Random> Client<R> {
             return [None; 2];
         }
         let differs = |a: Option<SocketAddrV4>| a.filter(|a| *a != ra.mapped);
-        [differs(self.local), differs(self.port_mapping)]
+        [differs(self.local), differs(self.port_mapping.mapping)]
     }
 }

@@ -146,7 +146,7 @@ impl<R: Random> Client<R> {
         // With our port mapped, a peer whose origin is not its embedded mapping (a
         // symmetric NAT) gets one at its embedded mapping too: if it holds a mapping as
         // well, that one passes (RFC 6081 §5.3.4.2).
-        let extra = b.answer_indirect && self.mapped_inbound && !trusted;
+        let extra = b.answer_indirect && self.port_mapping.inbound && !trusted;
         if let Some(t) = b.teredo.filter(|t| extra && t.mapped != o && t.mapped.ip() == o.ip()) {
             if self.unreachable_embedded(*t.mapped.ip()).is_none() {
                 self.send_bubble(me, &src, echo, Path::service(t.mapped), tx);

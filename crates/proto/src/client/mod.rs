@@ -139,6 +139,26 @@ pub enum Via {
     Discovery,
 }
 
+/// A port mapping on our NAT (PCP) for the service port.
+#[derive(Debug, Default, Clone, Copy)]
+struct PortMapping {
+    /// The public endpoint it gives the service port.
+    mapping: Option<SocketAddrV4>,
+    /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
+    /// UPnP-enabled symmetric NAT, reached with PCP).
+    inbound: bool,
+}
+
+impl PortMapping {
+    /// The mapping counts while it is `ours`, the one our address embeds: true when
+    /// that changed.
+    fn follow(&mut self, ours: Option<SocketAddrV4>) -> bool {
+        let was = self.inbound;
+        self.inbound = self.mapping.is_some() && self.mapping == ours;
+        was != self.inbound
+    }
+}
+
 /// The client state machine.
 pub struct Client<R: Random> {
     cfg: ClientConfig,
@@ -159,13 +179,9 @@ pub struct Client<R: Random> {
     local: Option<SocketAddrV4>,
     /// Random ports, ours and peers' (RFC 6081 §5.4, §5.5).
     ports: PortTable,
-    /// Random ports to close at the next chance (their peers were forgotten).
-    closing: Vec<NonZeroU16>,
-    /// The public endpoint a port mapping on our NAT (PCP) gives the service port.
-    port_mapping: Option<SocketAddrV4>,
-    /// Our address embeds that mapping: anyone can send to it (RFC 6081 §5.3's
-    /// UPnP-enabled symmetric NAT, reached with PCP).
-    mapped_inbound: bool,
+    /// A port mapping on our NAT (PCP) for the service port, and whether our address
+    /// embeds it.
+    port_mapping: PortMapping,
     /// Peers heard by local discovery.
     local_peers: LocalPeers,
     /// Our announcements on the link.
@@ -213,9 +229,7 @@ impl<R: Random> Client<R> {
             waiting: waiting::WaitingList::default(),
             next_sweep: Duration::ZERO,
             local: None,
-            closing: Vec::new(),
-            port_mapping: None,
-            mapped_inbound: false,
+            port_mapping: PortMapping::default(),
             announcer: link::Announcer::default(),
             events: VecDeque::new(),
             icmp: RateLimit::new(10),
@@ -262,17 +276,16 @@ impl<R: Random> Client<R> {
     /// of the very port the server saw), or `None`. It counts only while it is the
     /// mapping our address embeds.
     pub fn set_port_mapping(&mut self, mapping: Option<SocketAddrV4>) {
-        self.port_mapping = mapping;
+        self.port_mapping.mapping = mapping;
         self.update_mapped_inbound();
     }
 
     fn update_mapped_inbound(&mut self) {
-        let was = self.mapped_inbound;
-        self.mapped_inbound = match (&self.q.phase, self.port_mapping) {
-            (Phase::Up { ra, .. }, Some(m)) => ra.mapped == m,
-            _ => false,
+        let ours = match &self.q.phase {
+            Phase::Up { ra, .. } => Some(ra.mapped),
+            _ => None,
         };
-        if was != self.mapped_inbound {
+        if self.port_mapping.follow(ours) {
             // Where some peers are sent to changes (`peer_target`).
             self.kernel.orphan_all();
         }
@@ -283,7 +296,7 @@ impl<R: Random> Client<R> {
     /// embedded mapping: the bet of RFC 6081 §5.3.4.3 that it holds a mapping too,
     /// since its other ports answer only the endpoint they wrote to.
     fn peer_target(&self, peer: &Ipv6Addr, to: SocketAddrV4) -> SocketAddrV4 {
-        if !self.mapped_inbound {
+        if !self.port_mapping.inbound {
             return to;
         }
         // Only another port of the address the peer was proven at: an address of its
@@ -357,7 +370,7 @@ impl<R: Random> Client<R> {
             random_ports: self.ports.open_ports(),
             random_port_peers: self.ports.routed_peers(),
             extensions: self.extensions(),
-            mapped_inbound: self.mapped_inbound,
+            mapped_inbound: self.port_mapping.inbound,
             key_retired: self.q.key_retired,
         }
     }

@@ -277,11 +277,7 @@ impl<R: Random> Client<R> {
         self.kernel.orphan_all();
         self.waiting.clear();
         self.local_peers.clear();
-        for peer in self.ports.peers() {
-            if let Some(e) = self.ports.remove(&peer) {
-                self.closing.extend(e.local);
-            }
-        }
+        self.ports.forget_all();
         let lost = self.first_contacts.clear();
         self.stats.drops.count_n(DropReason::ConnectivityTestFailed, lost);
     }
@@ -305,8 +301,7 @@ impl<R: Random> Client<R> {
         self.forget_peers();
         self.q = Qualification::new(&servers);
         self.cfg.servers = servers;
-        self.port_mapping = None;
-        self.mapped_inbound = false;
+        self.port_mapping = PortMapping::default();
         self.announcer = link::Announcer::default();
     }
 
@@ -371,7 +366,7 @@ impl<R: Random> Client<R> {
         }
         self.q.maint = None;
         self.q.home = None;
-        self.mapped_inbound = false;
+        self.port_mapping.inbound = false;
         match next_server {
             Some(s) => {
                 self.qualify(now, s, tx);

@@ -121,7 +121,7 @@ impl<R: Random> Client<R> {
         // A mapped port needs no prediction: anyone reaches it.
         let wanted = self.cfg.symmetric_nat_support
             && self.q.nat == NatKind::Symmetric
-            && !self.mapped_inbound
+            && !self.port_mapping.inbound
             && self.peers.get(&dst).is_some_and(|p| !p.trusted)
             && self.ports.get(&dst).is_none_or(|e| e.local.is_none());
         if !wanted {
@@ -216,7 +216,7 @@ impl<R: Random> Client<R> {
     /// When [`Client::tend_random_ports`] next has something to do: a port to close,
     /// a forgotten peer's, a stale one's, an echo test's end, a port's refresh.
     pub(super) fn random_ports_due(&self) -> Option<Duration> {
-        if !self.closing.is_empty() {
+        if self.ports.has_closing() {
             return Some(Duration::ZERO);
         }
         let mut next: Option<Duration> = None;
@@ -240,7 +240,7 @@ impl<R: Random> Client<R> {
     /// bubbles to peers reached through a random port (§5.4.2.1: every 30 s without
     /// data, 20 at most), and ports whose peer is gone are closed.
     pub(super) fn tend_random_ports(&mut self, now: Duration, tx: &mut (impl Transmit + Ports)) {
-        for port in self.closing.drain(..) {
+        for port in self.ports.take_closing() {
             tx.close_port(port);
         }
         if self.ports.is_empty() {

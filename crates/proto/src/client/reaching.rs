@@ -193,7 +193,7 @@ impl<R: Random> Client<R> {
         // answer then clashes with it and is dropped or comes in under another port.
         let (mapped, echo) = (p.mapped, p.nonce_received);
         let opening = p.tries == 0 && self.q.nat != NatKind::Cone && self.cfg.opening_bubble_ttl > 0;
-        let direct = !self.mapped_inbound || p.trusted;
+        let direct = !self.port_mapping.inbound || p.trusted;
         // A peer on our link (RFC 4380 §5.2.4 case 3), or behind our NAT.
         self.reach_on_link(now, me, dst, tx);
         let echo_running = self.open_random_port(now, me, dst, t, tx);
