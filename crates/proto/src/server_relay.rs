@@ -85,8 +85,8 @@ impl ServerRelay {
         self.relay.poll_timeout()
     }
 
-    /// What a pure server would refuse and a relay handles: well formed, for a native
-    /// destination, and not the echo request of a connectivity test (the server's to
+    /// What a pure server would refuse and a relay handles: well formed, an answer to
+    /// the relay's bubbles or for a native destination, and not the echo request of a connectivity test (the server's to
     /// forward, RFC 4380 §5.3.1). An echo request past the server's forwarding cap is
     /// no test but a user's large ping: the relay's, as any data. What does not parse
     /// stays with the server, which counts it.
@@ -94,6 +94,11 @@ impl ServerRelay {
         let Ok(pkt) = TeredoPacket::parse(datagram) else { return false };
         let ip = &pkt.ipv6;
         let dst = ip.dst_addr();
+        // An answer to the relay part's bubbles comes addressed to their link-local
+        // source (a pure server takes no bubble to a link-local address).
+        if pkt.is_bubble() && dst.is_unicast_link_local() {
+            return true;
+        }
         if !dst.is_global_scope() || TeredoAddr::decode_with_prefix(&dst, self.server.config().prefix).is_some() {
             return false;
         }

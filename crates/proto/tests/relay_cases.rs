@@ -62,13 +62,14 @@ fn case41_queue_bubble_via_server_then_flush_to_the_mapping() {
     let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
     assert_eq!(r.on_tun(secs(100), &pkt, &mut w), Ok(Action::Queued));
-    // One indirect bubble, to B's server, from the packet's source to B.
+    // One indirect bubble, to B's server, from a link-local address of the relay's
+    // (RFC 4380 §5.4.1: "a local IPv6 address") to B.
     assert_eq!(w.sent.len(), 1);
     let Sent { to, payload: b, .. } = &w.sent[0];
     assert_eq!(*to, sa(B_SERVER));
     let p = TeredoPacket::parse(b).unwrap();
     assert!(p.is_bubble());
-    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (a(NATIVE), a(B)));
+    assert!(p.ipv6.src_addr().is_unicast_link_local() && p.ipv6.dst_addr() == a(B));
     assert!(w.delivered.is_empty());
     // B answers with a bubble from its mapping: the queued packet goes there, intact.
     w.sent.clear();
@@ -159,11 +160,15 @@ fn symmetric_nat_client_is_learned_from_its_bubble() {
     let mut w = Recorder::default();
     let pkt = udp_packet(NATIVE, B);
     assert_eq!(r.on_tun(secs(10), &pkt, &mut w), Ok(Action::Queued));
+    // B answers our bubble as RFC 4380 clients do: to its source.
+    let ours = TeredoPacket::parse(&w.sent[0].payload).unwrap().ipv6.src_addr();
     w.sent.clear();
-    // Data from another port is still refused; the answering bubble is not.
+    // Data from another port is still refused, and so is a bubble addressed elsewhere
+    // (anyone behind B's address could send it); the answering bubble is not.
     let other = sa("198.51.100.7:61000");
     assert_eq!(r.on_udp(secs(10), other, &udp_packet(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
-    assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Ok(Action::Consumed));
+    assert_eq!(r.on_udp(secs(10), other, &bubble(B, NATIVE), &mut w), Err(DropReason::SourceMismatch));
+    assert_eq!(r.on_udp(secs(10), other, &bubble(B, &ours.to_string()), &mut w), Ok(Action::Consumed));
     assert_eq!(w.sent, vec![Sent::service(other, pkt.clone())], "queue flushed to the learned port");
     // From now on that port is the peer's, both ways.
     assert_eq!(r.on_udp(secs(11), other, &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
@@ -228,7 +233,10 @@ fn a_symmetric_nat_clients_first_packets_are_held_until_its_port_is_proved() {
     let indirect = w.sent.pop().expect("a bubble through the client's server");
     assert_eq!(indirect.to, sa(B_SERVER));
     let p = TeredoPacket::parse(&indirect.payload).unwrap();
-    assert_eq!((p.ipv6.src_addr(), p.ipv6.dst_addr()), (a(NATIVE), a(B)), "from the host the client speaks to");
+    assert!(
+        p.ipv6.src_addr().is_unicast_link_local() && p.ipv6.dst_addr() == a(B),
+        "from a link-local address of ours"
+    );
     let Some(TrailerRepr::Nonce(nonce)) = p.trailers.get(trailer_type::NONCE) else { panic!("no nonce") };
     let mut echo = bubble(B, NATIVE);
     echo.extend_from_slice(&[1, 4]);

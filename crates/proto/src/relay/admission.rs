@@ -17,6 +17,9 @@ pub(super) struct Datagram {
     /// The Nonce trailer it carries, if a bubble (RFC 6081 §5.2.4: a client's direct
     /// bubble echoes ours).
     pub(super) echo: Option<NonZeroU32>,
+    /// A bubble addressed to our bubbles' source for the client (`bubble_source`): an
+    /// answer from someone who saw one of our bubbles.
+    pub(super) to_us: bool,
 }
 
 /// What becomes of a datagram from a client with an entry.
@@ -62,11 +65,12 @@ pub(super) fn admit(p: &Peer, d: &Datagram, now: Duration) -> Admission {
     // behind the same address).
     let by_nonce = d.echo.is_some() && d.echo == p.nonce_sent && same_address;
     // Without a nonce (Miredo's clients), another port of the embedded address is taken
-    // while we wait for an answer: a symmetric NAT's. Not while a port the client spoke
-    // from is being proved: only the nonce proves it (a host behind the same address
-    // cannot see it), for the whole wait, whether its held packets are still there or
-    // were pushed out.
-    let answer = p.waiting && !p.proving && d.bubble && d.echo.is_none() && same_address;
+    // while we wait for an answer: a symmetric NAT's, and only by an answer addressed to
+    // our bubbles' source, which a host behind the same address spraying bubbles in the
+    // client's name has never seen. Not while a port the client spoke from is being
+    // proved: only the nonce proves it, for the whole wait, whether its held packets
+    // are still there or were pushed out.
+    let answer = p.waiting && !p.proving && d.bubble && d.echo.is_none() && d.to_us && same_address;
     if embedded && !by_nonce {
         if proved_elsewhere {
             return Admission::Refused(DropReason::SourceMismatch);
@@ -121,7 +125,7 @@ mod tests {
     }
 
     fn datagram(from: SocketAddrV4, bubble: bool, echo: Option<NonZeroU32>) -> Datagram {
-        Datagram { from, embeds: EMBEDS, bubble, echo }
+        Datagram { from, embeds: EMBEDS, bubble, echo, to_us: bubble }
     }
 
     /// The entry trusted at a port our nonce proved.
@@ -158,11 +162,19 @@ mod tests {
                 datagram(OTHER_PORT, true, NONCE),
                 Admission::Client { proved: true, fresh: false, seal: Some(true) },
             ),
-            // A nonce-less answer from another port while we wait (a symmetric NAT's).
+            // A nonce-less answer from another port while we wait (a symmetric NAT's),
+            // addressed to our bubbles' source.
             (
                 entry(true, None),
                 datagram(OTHER_PORT, true, None),
                 Admission::Client { proved: false, fresh: false, seal: Some(false) },
+            ),
+            // ... but not one addressed elsewhere: a host behind the same address
+            // spraying bubbles in the client's name, which never saw ours.
+            (
+                entry(true, None),
+                Datagram { to_us: false, ..datagram(OTHER_PORT, true, None) },
+                Admission::Refused(DropReason::SourceMismatch),
             ),
             // ... but not for a client whose packets are held: only the nonce proves it.
             (

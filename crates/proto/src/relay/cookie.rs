@@ -4,16 +4,17 @@
 //! genuine clients an anycast change brings would then be refused. Over budget, the
 //! relay keeps nothing for such a packet: it sends the client, through the client's
 //! server only, a bubble whose Nonce is a keyed hash of the client's address, the
-//! mapping the packet came from and the time ([`COOKIE_WINDOW`]). A client that speaks
-//! RFC 6081 echoes it in a direct bubble from that mapping; the echo proves the mapping
-//! is the client's (a forger never sees the bubble), and enters the client there.
+//! mapping the packet came from and the time ([`COOKIE_WINDOW`]), and whose source is a
+//! link-local address made of another such hash. A client that speaks RFC 6081 echoes
+//! the Nonce in a direct bubble from that mapping; one that speaks RFC 4380 alone
+//! (Miredo's) answers the bubble to its source. Either proves the mapping is the
+//! client's (a forger never sees the bubble), and enters the client there.
 //!
 //! What it costs: a bubble per refused first packet, within the rate each server
 //! target gets ([`BUBBLES_PER_TARGET`]), no state, no held packet (the client's
 //! next one goes through). What it assumes: the client echoes the Nonce of a bubble
-//! that comes from a native address through its server, as RFC 6081 §5.2.4 asks
-//! (shipworm and Windows do; Miredo 1.2.6 answers without the Nonce, and stays
-//! refused while the budget is empty).
+//! through its server, as RFC 6081 §5.2.4 asks, or answers the bubble to its source, as
+//! RFC 4380 clients do (Miredo's relay's bubbles come from such an address too).
 
 use super::*;
 
@@ -28,18 +29,28 @@ impl SharedRelay {
         NonZeroU32::new(h as u32).unwrap_or(NonZeroU32::MIN)
     }
 
+    /// The source of the cookie bubble for `client` at `from` in `window`.
+    fn cookie_source(&self, client: &Ipv6Addr, from: SocketAddrV4, window: u64) -> Ipv6Addr {
+        self.keyed_link_local((
+            b"first-packet cookie source",
+            u128::from(*client),
+            u32::from(*from.ip()),
+            from.port(),
+            window,
+        ))
+    }
+
     fn window(now: Duration) -> u64 {
         now.as_secs() / COOKIE_WINDOW.as_secs()
     }
 
     /// A client's first packet from `from` that the budget refused: a cookie bubble to
-    /// it through its server `t.server`, from the native host `native` it wrote to,
-    /// within the bubble rate the server gets.
+    /// it through its server `t.server`, within the bubble rate the server gets.
     pub(super) fn send_cookie(
         &self,
         w: &mut RelayWorker,
         now: Duration,
-        (client, native): (&Ipv6Addr, &Ipv6Addr),
+        client: &Ipv6Addr,
         (from, t): (SocketAddrV4, &TeredoAddr),
         tx: &mut impl Transmit,
     ) {
@@ -47,8 +58,9 @@ impl SharedRelay {
             w.stats.drops.count(DropReason::RateLimited);
             return;
         }
-        let nonce = self.cookie(client, from, Self::window(now));
-        let Ok(n) = emit_bubble(native, client, 0, &mut w.scratch) else { return };
+        let window = Self::window(now);
+        let nonce = self.cookie(client, from, window);
+        let Ok(n) = emit_bubble(&self.cookie_source(client, from, window), client, 0, &mut w.scratch) else { return };
         w.scratch[n..n + 2].copy_from_slice(&[trailer_type::NONCE, 4]);
         w.scratch[n + 2..n + 6].copy_from_slice(&nonce.get().to_be_bytes());
         tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n + 6], None);
@@ -56,11 +68,25 @@ impl SharedRelay {
         w.stats.cookies_sent += 1;
     }
 
-    /// Whether `echo`, in a bubble from `client` at `from`, is the cookie sent for that
-    /// mapping in this window or the last.
-    pub(super) fn cookie_echoed(&self, client: &Ipv6Addr, from: SocketAddrV4, echo: NonZeroU32, now: Duration) -> bool {
+    /// Whether bubble `pkt` from `client` at `from` answers the cookie sent for that
+    /// mapping in this window or the last: it echoes its Nonce, or is addressed to its
+    /// source.
+    pub(super) fn cookie_answered(
+        &self,
+        client: &Ipv6Addr,
+        from: SocketAddrV4,
+        pkt: &TeredoPacket<'_>,
+        now: Duration,
+    ) -> bool {
+        let echo = match pkt.trailers.get(trailer_type::NONCE) {
+            Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
+            _ => None,
+        };
+        let to = pkt.ipv6.dst_addr();
         let window = Self::window(now);
-        [window, window.saturating_sub(1)].into_iter().any(|w| self.cookie(client, from, w) == echo)
+        [window, window.saturating_sub(1)].into_iter().any(|w| {
+            echo.is_some_and(|n| self.cookie(client, from, w) == n) || to == self.cookie_source(client, from, w)
+        })
     }
 
     /// A client without an entry echoed its cookie from `from`: entered there, trusted

@@ -438,7 +438,7 @@ impl SharedRelay {
         if listed && mirrors(&self.cfg) {
             tx.kernel(KernelIntent::Forget { peer: dst });
         }
-        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, ip.src_addr(), tx);
+        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, tx);
         if newly {
             self.waits(self.shard_index(key), &shard.peers, &dst, now);
         }
@@ -458,7 +458,6 @@ impl SharedRelay {
         w: &mut RelayWorker,
         now: Duration,
         dst: &Ipv6Addr,
-        src: Ipv6Addr,
         tx: &mut impl Transmit,
     ) -> bool {
         let Some(mut p) = peers.get_mut(dst) else {
@@ -506,7 +505,7 @@ impl SharedRelay {
         let direct = direct.filter(|_| spent.spend(now, *dst, bubble_budget::Kind::Direct));
         let indirect = spent.spend(now, *dst, bubble_budget::Kind::Indirect);
         w.stats.bubbles_withheld += u64::from(!indirect) + u64::from(self.cfg.direct_bubbles && direct.is_none());
-        let n = emit_bubble(&src, dst, 0, &mut w.scratch).expect("scratch holds a bubble");
+        let n = emit_bubble(&self.bubble_source(dst), dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         if let Some(mapped) = direct {
             tx.send(Source::Service, mapped, &w.scratch[..n], None);
             w.stats.bubbles += 1;
@@ -519,6 +518,26 @@ impl SharedRelay {
         tx.send(Source::Service, SocketAddrV4::new(t.server, TEREDO_PORT), &w.scratch[..n + 6], None);
         w.stats.bubbles += 1;
         true
+    }
+
+    /// The source of our bubbles to `client` (RFC 4380 §5.4.1: "a local IPv6
+    /// address"): a link-local address whose interface identifier is a keyed hash of
+    /// the client's address, as Miredo's relay makes it. A client answers a bubble to
+    /// its source, so an answer addressed there comes from someone who saw one of our
+    /// bubbles, which go to the client's mapping and through its server only: what
+    /// proves a nonce-less answer (Miredo's client, RFC 4380 alone) from a port its
+    /// address does not embed, where a host behind the same address could otherwise
+    /// answer in its name.
+    fn bubble_source(&self, client: &Ipv6Addr) -> Ipv6Addr {
+        self.keyed_link_local((b"bubble source", u128::from(*client)))
+    }
+
+    /// A link-local address whose interface identifier is a keyed hash of `what`
+    /// (modified EUI-64: local, individual).
+    fn keyed_link_local(&self, what: impl std::hash::Hash) -> Ipv6Addr {
+        let mut iid = std::hash::BuildHasher::hash_one(&self.nonce_keys, what).to_be_bytes();
+        iid[0] &= 0xfc;
+        Ipv6Addr::from((0xfe80u128 << 112) | u128::from(u64::from_be_bytes(iid)))
     }
 
     /// A UDP datagram from a Teredo client.
@@ -563,7 +582,8 @@ impl SharedRelay {
         let held = {
             let mut shard = lock(self.shard(&key));
             let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
-            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo };
+            let to_us = pkt.is_bubble() && ip.dst_addr() == self.bubble_source(&src);
+            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, to_us };
             let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d, now)) else {
                 return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
@@ -711,14 +731,10 @@ impl SharedRelay {
     ) -> Outcome {
         let embedded = t.mapped == from;
         if pkt.is_bubble() {
-            // The echo of a cookie a first packet over budget drew, from the mapping
+            // The answer to a cookie a first packet over budget drew, from the mapping
             // it came from.
-            let echo = match pkt.trailers.get(trailer_type::NONCE) {
-                Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
-                _ => None,
-            };
             let src = pkt.ipv6.src_addr();
-            if t.mapped.ip() == from.ip() && echo.is_some_and(|n| self.cookie_echoed(&src, from, n, now)) {
+            if t.mapped.ip() == from.ip() && self.cookie_answered(&src, from, pkt, now) {
                 return self.enter_by_cookie(shard, w, now, (key, t, from), tx);
             }
             return w.dropped(if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch });
@@ -738,7 +754,7 @@ impl SharedRelay {
         // The token is spent once, whatever the kernel is asked before the entry comes.
         // Over budget, a cookie proves the client without state (`cookie`).
         if !w.kernel.take_token() && !self.client_first_allowed(from, now) {
-            self.send_cookie(w, now, (&src, &dst), (from, t), tx);
+            self.send_cookie(w, now, &src, (from, t), tx);
             return w.dropped(DropReason::RateLimited);
         }
         if self.ask_before_eviction(&shard.peers, w, (now, &src), tx) {
@@ -835,7 +851,7 @@ impl SharedRelay {
         shard.pending.push_back(src);
         hold(&mut shard.held, w, (src, from), now, ip.packet());
         // The bubbles' source: the native host the client speaks to.
-        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, ip.dst_addr(), tx);
+        self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, tx);
         self.waits(self.shard_index(key), &shard.peers, &src, now);
         self.due_at(self.shard_index(key), now + HELD_FOR);
         Ok(Action::Queued)

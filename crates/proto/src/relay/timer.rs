@@ -152,16 +152,11 @@ impl SharedRelay {
                 shard.pending.push_back(dst);
                 continue;
             }
-            // The bubbles' source: the native host of a queued packet, or the one a
-            // held packet of the client's goes to.
-            let src = p.queue().first().and_then(|pk| Ipv6Packet::new_checked(pk).ok()).map(|ip| ip.src_addr());
-            let src = src.or_else(|| {
-                let h = shard.held.iter().find(|h| h.client == dst)?;
-                Ipv6Packet::new_checked(&h.packet[..]).ok().map(|ip| ip.dst_addr())
-            });
-            match src {
-                Some(src) if p.tries < MAX_BUBBLES => {
-                    self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, src, tx);
+            // Something waits for the client: a queued packet, or a held one of its own.
+            let waits_for = p.queue().first().is_some() || shard.held.iter().any(|h| h.client == dst);
+            match waits_for {
+                true if p.tries < MAX_BUBBLES => {
+                    self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &dst, tx);
                     due(shard.peers.get(&dst).map_or(now, |p| retry_at((p.tries, p.last_tx), now)));
                     shard.pending.push_back(dst);
                 }
