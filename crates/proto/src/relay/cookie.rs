@@ -10,9 +10,18 @@
 //! (Miredo's) answers the bubble to its source. Either proves the mapping is the
 //! client's (a forger never sees the bubble), and enters the client there.
 //!
-//! What it costs: a bubble per refused first packet, within the rate each server
-//! target gets ([`BUBBLES_PER_TARGET`]), no state, no held packet (the client's
-//! next one goes through). What it assumes: the client echoes the Nonce of a bubble
+//! What it costs: a bubble per refused first packet, within a rate of cookies per
+//! server apart from the bubbles' (a tenth of [`BUBBLES_PER_TARGET`]), which also
+//! bounds the entries cookies let in: an attacker who names a server of its own in
+//! made-up addresses and answers their cookies from forged mappings gets that
+//! server's share, and nobody else's. No state, no held packet (the client's next one
+//! goes through).
+//!
+//! The answer must be addressed to the cookie's source (62 bits a forger must guess);
+//! a Nonce, if it carries one, must be the cookie's too, and then seals the entry
+//! where it is not the embedded mapping. The cookie is the same for a mapping within
+//! its window, not a fresh random value each bubble as RFC 6081 §5.2.4.1 asks of a
+//! client's nonce: it is what lets the relay keep nothing. What it assumes: the client echoes the Nonce of a bubble
 //! through its server, as RFC 6081 §5.2.4 asks, or answers the bubble to its source, as
 //! RFC 4380 clients do (Miredo's relay's bubbles come from such an address too).
 
@@ -54,7 +63,7 @@ impl SharedRelay {
         (from, t): (SocketAddrV4, &TeredoAddr),
         tx: &mut impl Transmit,
     ) {
-        if !self.bubble_rate.lock().unwrap_or_else(PoisonError::into_inner).allow(t.server, now) {
+        if !self.cookie_allowed(t.server, now) {
             w.stats.drops.count(DropReason::RateLimited);
             return;
         }
@@ -68,41 +77,53 @@ impl SharedRelay {
         w.stats.cookies_sent += 1;
     }
 
+    /// One more cookie, or entry by a cookie, for clients of `server`.
+    fn cookie_allowed(&self, server: std::net::Ipv4Addr, now: Duration) -> bool {
+        self.cookie_rate.lock().unwrap_or_else(PoisonError::into_inner).allow(server, now)
+    }
+
     /// Whether bubble `pkt` from `client` at `from` answers the cookie sent for that
-    /// mapping in this window or the last: it echoes its Nonce, or is addressed to its
-    /// source.
+    /// mapping in this window or the last: addressed to its source, and echoing its
+    /// Nonce if it carries one. `Some(true)`: the Nonce was echoed too.
     pub(super) fn cookie_answered(
         &self,
         client: &Ipv6Addr,
         from: SocketAddrV4,
         pkt: &TeredoPacket<'_>,
         now: Duration,
-    ) -> bool {
+    ) -> Option<bool> {
         let echo = match pkt.trailers.get(trailer_type::NONCE) {
             Some(TrailerRepr::Nonce(n)) => NonZeroU32::new(u32::from_be_bytes(n)),
             _ => None,
         };
         let to = pkt.ipv6.dst_addr();
         let window = Self::window(now);
-        [window, window.saturating_sub(1)].into_iter().any(|w| {
-            echo.is_some_and(|n| self.cookie(client, from, w) == n) || to == self.cookie_source(client, from, w)
+        [window, window.saturating_sub(1)].into_iter().find_map(|w| {
+            let addressed = to == self.cookie_source(client, from, w);
+            let echoed = echo.map(|n| self.cookie(client, from, w) == n);
+            (addressed && echoed != Some(false)).then_some(echoed == Some(true))
         })
     }
 
-    /// A client without an entry echoed its cookie from `from`: entered there, trusted
-    /// (sealed where `from` is not the mapping its address embeds: our nonce proved
-    /// it), and into the kernel's list.
+    /// A client without an entry answered its cookie from `from` (`echoed`: with the
+    /// Nonce): entered there, trusted (sealed where `from` is not the mapping its
+    /// address embeds and the Nonce proved it), within its server's share of cookies,
+    /// and into the kernel's list.
     pub(super) fn enter_by_cookie(
         &self,
         shard: &mut Shard,
         w: &mut RelayWorker,
         now: Duration,
-        (key, t, from): (&Key, &TeredoAddr, SocketAddrV4),
+        (key, t, from, echoed): (&Key, &TeredoAddr, SocketAddrV4, bool),
         tx: &mut impl Transmit,
     ) -> Outcome {
         let client = key.addr;
         if let Err(r) = self.tunnel_destination(t) {
             return w.dropped(r);
+        }
+        // Spent once, whatever the kernel is asked before the entry comes.
+        if !w.kernel.take_token() && !self.cookie_allowed(t.server, now) {
+            return w.dropped(DropReason::RateLimited);
         }
         if self.ask_before_eviction(&shard.peers, w, (now, &client), tx) {
             return Ok(Action::AskedKernel);
@@ -110,7 +131,7 @@ impl SharedRelay {
         let mut peer = Peer::new(client, from, now);
         peer.trusted = true;
         peer.last_rx = now;
-        peer.sealed = from != t.mapped;
+        peer.sealed = echoed && from != t.mapped;
         if let Err(r) = self.enter_client(shard, key, peer, now, tx) {
             return w.dropped(r);
         }

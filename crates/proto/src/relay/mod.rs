@@ -149,6 +149,10 @@ pub struct SharedRelay {
     /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
     /// lock, never the other way round.
     bubble_rate: Mutex<AddressRate>,
+    /// Cookies per server (`cookie`), and the entries they let in: apart from the
+    /// bubbles', so that forged first packets naming a server spend neither its
+    /// clients' bubbles nor more than its share of entries.
+    cookie_rate: Mutex<AddressRate>,
     /// A host-specific relay's served addresses, as the host's change (empty for a relay).
     host_addresses: RwLock<Vec<Ipv6Addr>>,
 }
@@ -239,6 +243,12 @@ impl SharedRelay {
                 cfg.bubbles_per_target.0,
                 cfg.bubbles_per_target.1,
                 (k1.rotate_left(17), k0.rotate_left(29)),
+            )),
+            cookie_rate: Mutex::new(AddressRate::new(
+                BUBBLE_RATE_BUCKETS,
+                (cfg.bubbles_per_target.0 / 10).max(1),
+                (cfg.bubbles_per_target.1 / 10).max(1),
+                (k0.rotate_left(37), k1.rotate_left(3)),
             )),
             host_addresses: RwLock::new(match &cfg.served {
                 Served::Only(v) => v.iter().copied().take(HOST_ADDRESSES_CAP).collect(),
@@ -505,7 +515,7 @@ impl SharedRelay {
         let direct = direct.filter(|_| spent.spend(now, *dst, bubble_budget::Kind::Direct));
         let indirect = spent.spend(now, *dst, bubble_budget::Kind::Indirect);
         w.stats.bubbles_withheld += u64::from(!indirect) + u64::from(self.cfg.direct_bubbles && direct.is_none());
-        let n = emit_bubble(&self.bubble_source(dst), dst, 0, &mut w.scratch).expect("scratch holds a bubble");
+        let n = emit_bubble(&self.bubble_source(dst, nonce), dst, 0, &mut w.scratch).expect("scratch holds a bubble");
         if let Some(mapped) = direct {
             tx.send(Source::Service, mapped, &w.scratch[..n], None);
             w.stats.bubbles += 1;
@@ -520,16 +530,16 @@ impl SharedRelay {
         true
     }
 
-    /// The source of our bubbles to `client` (RFC 4380 §5.4.1: "a local IPv6
-    /// address"): a link-local address whose interface identifier is a keyed hash of
-    /// the client's address, as Miredo's relay makes it. A client answers a bubble to
-    /// its source, so an answer addressed there comes from someone who saw one of our
-    /// bubbles, which go to the client's mapping and through its server only: what
-    /// proves a nonce-less answer (Miredo's client, RFC 4380 alone) from a port its
-    /// address does not embed, where a host behind the same address could otherwise
-    /// answer in its name.
-    fn bubble_source(&self, client: &Ipv6Addr) -> Ipv6Addr {
-        self.keyed_link_local((b"bubble source", u128::from(*client)))
+    /// The source of our bubbles to `client` in the round of `nonce` (RFC 4380 §5.4.1:
+    /// "a local IPv6 address"): a link-local address whose interface identifier is a
+    /// keyed hash of the client's address and the round's nonce, as Miredo's relay
+    /// makes one of the address. A client answers a bubble to its source, so an answer
+    /// addressed there comes from someone who saw one of this round's bubbles, which go
+    /// to the client's mapping and through its server only: what proves a nonce-less
+    /// answer (Miredo's client, RFC 4380 alone) from a port its address does not embed,
+    /// where a host behind the same address could otherwise answer in its name.
+    fn bubble_source(&self, client: &Ipv6Addr, nonce: NonZeroU32) -> Ipv6Addr {
+        self.keyed_link_local((b"bubble source", u128::from(*client), nonce.get()))
     }
 
     /// A link-local address whose interface identifier is a keyed hash of `what`
@@ -582,9 +592,12 @@ impl SharedRelay {
         let held = {
             let mut shard = lock(self.shard(&key));
             let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
-            let to_us = pkt.is_bubble() && ip.dst_addr() == self.bubble_source(&src);
-            let d = Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, to_us };
-            let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d, now)) else {
+            let d = |p: &Peer| {
+                let ours = p.nonce_sent.map(|n| self.bubble_source(&src, n));
+                let to_us = pkt.is_bubble() && ours == Some(ip.dst_addr());
+                Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, to_us }
+            };
+            let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d(&p), now)) else {
                 return self.client_first(&mut shard, w, now, from, &pkt, (&key, &t), tx);
             };
             match admission {
@@ -716,8 +729,9 @@ impl SharedRelay {
     /// takes over its clients so). From another port of the embedded address (a
     /// symmetric NAT's), the packet is held and the port proved as for any new peer: a
     /// bubble through the client's server with a nonce, which the client's direct
-    /// bubble echoes from that port. Anything else, and bubbles, are dropped; new
-    /// entries come at a bounded rate.
+    /// bubble echoes from that port. New entries come at a bounded rate; over it, a
+    /// cookie proves the client without state (`cookie`), and a bubble answering one
+    /// enters it. Anything else, and other bubbles, are dropped.
     #[allow(clippy::too_many_arguments)]
     fn client_first(
         &self,
@@ -734,8 +748,9 @@ impl SharedRelay {
             // The answer to a cookie a first packet over budget drew, from the mapping
             // it came from.
             let src = pkt.ipv6.src_addr();
-            if t.mapped.ip() == from.ip() && self.cookie_answered(&src, from, pkt, now) {
-                return self.enter_by_cookie(shard, w, now, (key, t, from), tx);
+            let answered = self.cookie_answered(&src, from, pkt, now).filter(|_| t.mapped.ip() == from.ip());
+            if let Some(echoed) = answered {
+                return self.enter_by_cookie(shard, w, now, (key, t, from, echoed), tx);
             }
             return w.dropped(if embedded { DropReason::NoPeerEntry } else { DropReason::SourceMismatch });
         }
@@ -850,7 +865,6 @@ impl SharedRelay {
         }
         shard.pending.push_back(src);
         hold(&mut shard.held, w, (src, from), now, ip.packet());
-        // The bubbles' source: the native host the client speaks to.
         self.send_bubbles((&mut shard.peers, &mut shard.spent), w, now, &src, tx);
         self.waits(self.shard_index(key), &shard.peers, &src, now);
         self.due_at(self.shard_index(key), now + HELD_FOR);

@@ -235,20 +235,25 @@ fn a_genuine_client_gets_in_when_forged_first_packets_empty_the_budget() {
     assert!(cookie.is_bubble() && cookie.ipv6.dst_addr() == a(B) && cookie.ipv6.src_addr().is_unicast_link_local());
     let Some(TrailerRepr::Nonce(n)) = cookie.trailers.get(trailer_type::NONCE) else { panic!("no cookie") };
     let n = u32::from_be_bytes(n);
+    let source = cookie.ipv6.src_addr().to_string();
     assert_eq!(r.peer_count(), entered, "nothing kept for B");
-    // Forged echoes enter nobody.
-    let refused = |r: &mut Relay, at: u64, from: &str, nonce: u32| {
-        let o = r.on_udp(secs(at), sa(from), &bubble_with_nonce(B, NATIVE, nonce), &mut Recorder::default());
-        assert!(o.is_err(), "entered by {from} with {nonce:#x} at {at} s: {o:?}");
+    // Forged answers enter nobody: a wrong nonce, another port, a cookie two windows
+    // old, the right nonce addressed elsewhere than the cookie's source.
+    let refused = |r: &mut Relay, at: u64, from: &str, to: &str, nonce: u32| {
+        let o = r.on_udp(secs(at), sa(from), &bubble_with_nonce(B, to, nonce), &mut Recorder::default());
+        assert!(o.is_err(), "entered by {from} to {to} with {nonce:#x} at {at} s: {o:?}");
     };
-    refused(&mut r, 101, B_MAPPED, n ^ 1);
-    refused(&mut r, 101, "198.51.100.7:3545", n);
-    refused(&mut r, 125, B_MAPPED, n);
+    refused(&mut r, 101, B_MAPPED, &source, n ^ 1);
+    refused(&mut r, 101, "198.51.100.7:3545", &source, n);
+    refused(&mut r, 125, B_MAPPED, &source, n);
+    refused(&mut r, 101, B_MAPPED, NATIVE, n);
     assert_eq!(r.peer_count(), entered);
-    // B's echo from its mapping enters it; its next packet goes on.
-    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble_with_nonce(B, NATIVE, n), &mut w), Ok(Action::Consumed));
+    // B's answer from its mapping enters it; its next packet goes on.
+    assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &bubble_with_nonce(B, &source, n), &mut w), Ok(Action::Consumed));
     assert_eq!(r.on_udp(secs(101), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut w), Ok(Action::Forwarded));
-    assert_eq!((r.stats().cookies_sent, r.stats().cookies_proved), (200 - entered as u64 + 1, 1));
+    // The forged packets drew cookies within their server's share (a burst of 100),
+    // B's server had its own.
+    assert_eq!((r.stats().cookies_sent, r.stats().cookies_proved), (100 + 1, 1));
 }
 
 /// The answer to the last bubble `w` holds for `client`: swapped addresses, as an RFC
@@ -315,4 +320,46 @@ fn a_neighbour_spraying_bubbles_in_a_clients_name_gets_none_of_its_packets() {
     w.sent.clear();
     assert_eq!(r.on_udp(secs(11), b_port, &answer, &mut w), Ok(Action::Consumed));
     assert_eq!(w.sent, vec![Sent::service(b_port, down)]);
+}
+
+/// An attacker that names a server of its own in made-up addresses sees their cookies,
+/// and answers them from the forged mappings: it gets that server's share of cookies
+/// and entries (100 at once, 50 a second, one budget), no more, and a genuine client of
+/// another server still gets its cookie and gets in. (From the review of the cookie:
+/// with the bubbles' rate instead of a share of its own, 299 cookies went to the
+/// attacker's server at once: seen.)
+#[test]
+fn an_attacker_answering_its_own_servers_cookies_gets_that_servers_share() {
+    use shipworm_wire::teredo_addr::{Flags, TeredoAddr};
+    use shipworm_wire::teredo_packet::TeredoPacket;
+    let mut r = Relay::new(RelayConfig { client_first_per_s: 1, hash_keys: (7, 9), ..RelayConfig::default() });
+    let mut w = Recorder::default();
+    let own = std::net::Ipv4Addr::new(203, 0, 113, 200);
+    let forged: Vec<(Ipv6Addr, SocketAddrV4)> = (0..300u16)
+        .map(|i| {
+            let mapped = SocketAddrV4::new(std::net::Ipv4Addr::new(198, 51, 100, (i % 250 + 1) as u8), 20000 + i);
+            (TeredoAddr { prefix: 0x2001_0000, server: own, flags: Flags(0), mapped }.to_ipv6(), mapped)
+        })
+        .collect();
+    for (addr, mapped) in &forged {
+        let _ = r.on_udp(secs(100), *mapped, &udp_packet(&addr.to_string(), NATIVE), &mut w);
+    }
+    // It answers every cookie its server got, each from its forged mapping.
+    let cookies: Vec<TeredoPacket<'_>> =
+        w.sent.iter().filter(|s| *s.to.ip() == own).filter_map(|s| TeredoPacket::parse(&s.payload).ok()).collect();
+    assert!(cookies.len() <= 100, "{} cookies to one server at once", cookies.len());
+    let before = r.peer_count();
+    for c in &cookies {
+        let client = c.ipv6.dst_addr();
+        let (_, mapped) = forged.iter().find(|(a, _)| *a == client).unwrap();
+        let answer = bubble(&client.to_string(), &c.ipv6.src_addr().to_string());
+        let _ = r.on_udp(secs(100), *mapped, &answer, &mut Recorder::default());
+    }
+    let entered = r.peer_count() - before;
+    assert!(cookies.len() + entered <= 100, "{} cookies and {entered} entries from one server's share", cookies.len());
+    // B, a client of another server, still gets its cookie and gets in.
+    let mut wb = Recorder::default();
+    assert_eq!(r.on_udp(secs(100), sa(B_MAPPED), &udp_packet(B, NATIVE), &mut wb), Err(DropReason::RateLimited));
+    let answer = answer_to_last_bubble(&wb, B);
+    assert_eq!(r.on_udp(secs(100), sa(B_MAPPED), &answer, &mut wb), Ok(Action::Consumed));
 }
