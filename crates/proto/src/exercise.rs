@@ -142,6 +142,9 @@ impl World {
             queue_bytes: QUEUE_BYTES,
             icmp_source: Some(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
             hash_keys: (seed, !seed),
+            // A budget a script can empty, so that first packets over it draw cookies
+            // (`relay::cookie`), which the client answers.
+            client_first_per_s: 2,
             ..RelayConfig::default()
         };
         let mut client_cfg = ClientConfig::new(vec![ServerAddrs::new(SERVER)]);
@@ -293,6 +296,17 @@ impl World {
         self.deliver(Datagram { from, to, data });
     }
 
+    /// A first packet to the native host in the name of a made-up client, from the
+    /// mapping its address embeds (a forged source): a few empty the relay's
+    /// client-first budget, and the client's own first packets then draw cookies.
+    fn forged_first_packet(&mut self, s: &mut Script<'_>) {
+        use shipworm_wire::teredo_addr::{Flags, TeredoAddr};
+        let mapped = SocketAddrV4::new(Ipv4Addr::new(198, 51, 100, s.byte().max(1)), 1024 + s.u16() % 60_000);
+        let addr = TeredoAddr { prefix: 0x2001_0000, server: SERVER, flags: Flags(0), mapped }.to_ipv6();
+        let data = echo(addr, NATIVE, Icmpv6Repr::EchoRequest { ident: 2, seq_no: 0, data: b"forged" });
+        self.deliver(Datagram { from: mapped, to: RELAY, data });
+    }
+
     /// The client's host pings the native host (the relay's path).
     fn ping_native(&mut self, s: &mut Script<'_>) {
         if let Some(me) = self.client.address() {
@@ -405,6 +419,8 @@ pub struct Reached {
     pub relay_peers: usize,
     /// Echo replies the client handed its host.
     pub host_packets: usize,
+    /// Cookies the relay sent (first packets over its budget), and clients they let in.
+    pub relay_cookies: (u64, u64),
 }
 
 /// Run the script in `data` against a new world.
@@ -417,7 +433,7 @@ pub fn world(data: &[u8]) -> Reached {
         if s.is_empty() {
             break;
         }
-        match s.byte() % 10 {
+        match s.byte() % 11 {
             0 | 1 => {
                 if let Some(d) = w.flight.pop_front() {
                     w.deliver(d);
@@ -444,6 +460,7 @@ pub fn world(data: &[u8]) -> Reached {
                 w.timers();
             }
             8 => w.ping_native(&mut s),
+            9 => w.forged_first_packet(&mut s),
             _ => {
                 let mut out = w.out();
                 w.client.on_network_change(w.now, &mut out);
@@ -452,5 +469,11 @@ pub fn world(data: &[u8]) -> Reached {
         }
         w.check();
     }
-    Reached { qualified: w.client.address().is_some(), relay_peers: w.relay.peer_count(), host_packets: w.host_packets }
+    let st = w.relay.stats();
+    Reached {
+        qualified: w.client.address().is_some(),
+        relay_peers: w.relay.peer_count(),
+        host_packets: w.host_packets,
+        relay_cookies: (st.cookies_sent, st.cookies_proved),
+    }
 }

@@ -149,5 +149,118 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }),
         });
     }
+    cases.push(forged_sources(&me));
     cases
+}
+
+/// A Teredo datagram carrying an echo request from `src` to `dst` (identifier `ident`,
+/// sequence number `seq`), as a client would send it.
+fn echo_in_teredo(src: std::net::Ipv6Addr, dst: std::net::Ipv6Addr, ident: u16, seq: u16) -> Vec<u8> {
+    use shipworm_wire::icmpv6::Icmpv6Repr;
+    use shipworm_wire::ipv6::Ipv6Repr;
+    let echo = Icmpv6Repr::EchoRequest { ident, seq_no: seq, data: b"forged" };
+    let mut b = vec![0u8; 40 + echo.buffer_len()];
+    Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: echo.buffer_len(), hop_limit: 64 }
+        .emit(&mut b)
+        .expect("fits");
+    echo.emit(&src, &dst, &mut b[40..]).expect("fits");
+    b
+}
+
+/// Forged sources at the relay (#60): datagrams in a trusted client's name, from another
+/// port of its public address (a host behind the same NAT: the NAT box itself here) and
+/// from another address (the server's host), each carrying an echo request to the
+/// native host. None reaches it, whichever path takes them (the relay's kernel data
+/// path, its default in the lab, or the daemon); the client's own echo requests, with
+/// the same identifier, do (the listener hears what crosses). Seen failing with the
+/// relay taking any port of the embedded address for a trusted client: the forgeries
+/// from the NAT box were heard.
+fn forged_sources(me: &std::path::Path) -> Case {
+    let me = Impl::Shipworm(me.to_path_buf());
+    Case {
+        waits: false,
+        name: "forged sources at the relay: another port or address of a trusted client reaches no native host".into(),
+        expect: Expect::Pass,
+        run: Box::new(move || {
+            use shipworm_lab::{netns, Lab, LabSpec, HOST6_V6, RELAY_V4};
+            use std::net::{SocketAddrV4, UdpSocket};
+            use std::time::Duration;
+            let mut lab = Lab::build(&LabSpec::nats(vec![(NatKind::PortRestricted, 1)])).map_err(|e| e.to_string())?;
+            lab.start_server(&me).map_err(|e| e.to_string())?;
+            lab.start_relay(&me).map_err(|e| e.to_string())?;
+            lab.start_client(0, &me).map_err(|e| e.to_string())?;
+            let address = lab.wait_qualified(0, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+            let (client, nat, srv, h6) = (lab.clients[0].ns.clone(), lab.ns("nat1"), lab.ns("srv"), lab.ns("h6"));
+            let public = lab.clients[0].nat_public;
+            // The client talks to the native host first: the relay trusts it.
+            let first = traffic::ping(&client, HOST6_V6, 2, 3).map_err(|e| e.to_string())?;
+            if first.received == 0 {
+                return Err(Failed::at(5, format!("step 5: the client's pings got no answer: {first:?}")));
+            }
+            let ident = traffic::stream_ident() ^ 0x0f0f;
+            let start = Instant::now();
+            let listen = {
+                let h6 = h6.clone();
+                std::thread::spawn(move || traffic::echo_requests_heard(&h6, ident, Duration::from_secs(4), start))
+            };
+            // The client's own: sequence numbers from 0.
+            let own = {
+                let client = client.clone();
+                std::thread::spawn(move || {
+                    traffic::ping_stream_from(
+                        &client,
+                        HOST6_V6,
+                        Duration::from_millis(100),
+                        Duration::from_secs(2),
+                        start + Duration::from_millis(200),
+                        ident,
+                    )
+                })
+            };
+            // The forgeries: sequence numbers from 1000, 20 from each place.
+            let forge = |ns: String, from: SocketAddrV4| {
+                std::thread::spawn(move || -> Result<(), String> {
+                    netns::enter(&ns).map_err(|e| e.to_string())?;
+                    let sock = UdpSocket::bind(from).map_err(|e| format!("bind {from} in {ns}: {e}"))?;
+                    std::thread::sleep(Duration::from_millis(300));
+                    for seq in 0..20u16 {
+                        let datagram = echo_in_teredo(address, HOST6_V6, ident, 1000 + seq);
+                        sock.send_to(&datagram, SocketAddrV4::new(RELAY_V4, 3545)).map_err(|e| e.to_string())?;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Ok(())
+                })
+            };
+            let other_port = forge(nat.clone(), SocketAddrV4::new(public, 45_000));
+            let other_address = forge(srv.clone(), SocketAddrV4::new(shipworm_lab::SERVER_V4, 45_000));
+            for (what, t) in [("another port", other_port), ("another address", other_address)] {
+                t.join()
+                    .map_err(|_| "a forger panicked".to_string())?
+                    .map_err(|e| format!("forging from {what}: {e}"))?;
+            }
+            let own = own.join().map_err(|_| "the client's stream panicked".to_string())?.map_err(|e| e.to_string())?;
+            let heard = listen.join().map_err(|_| "the listener panicked".to_string())?.map_err(|e| e.to_string())?;
+            let forged: Vec<u16> = heard.iter().map(|&(seq, _)| seq).filter(|&s| s >= 1000).collect();
+            let genuine = heard.iter().filter(|&&(seq, _)| seq < 1000).count();
+            if genuine == 0 {
+                return Err(Failed::at(
+                    6,
+                    format!(
+                        "step 6: none of the client's {} echo requests was heard: the listener proves nothing",
+                        own.len()
+                    ),
+                ));
+            }
+            if !forged.is_empty() {
+                return Err(Failed::at(7, format!("step 7: forged echo requests reached the native host: {forged:?}")));
+            }
+            let status = lab.relay_status().unwrap_or_default();
+            Ok(format!(
+                "the client's {genuine}/{} echo requests heard at the native host, 0 of 40 forged (20 from {public}:45000, 20 from {}:45000); relay dropped {}",
+                own.len(),
+                shipworm_lab::SERVER_V4,
+                status["counters"]["dropped"]
+            ))
+        }),
+    }
 }
