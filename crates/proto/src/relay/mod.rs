@@ -592,9 +592,10 @@ impl SharedRelay {
         let held = {
             let mut shard = lock(self.shard(&key));
             let held = !shard.held.is_empty() && shard.held.iter().any(|h| h.client == src);
+            // The hash only for a bubble: data, the packet path's bulk, pays nothing for it.
             let d = |p: &Peer| {
-                let ours = p.nonce_sent.map(|n| self.bubble_source(&src, n));
-                let to_us = pkt.is_bubble() && ours == Some(ip.dst_addr());
+                let to_us =
+                    pkt.is_bubble() && p.nonce_sent.is_some_and(|n| ip.dst_addr() == self.bubble_source(&src, n));
                 Datagram { from, embeds: t.mapped, bubble: pkt.is_bubble(), echo, to_us }
             };
             let Some(admission) = shard.peers.get_keyed(&key).map(|p| admit(&p, &d(&p), now)) else {
