@@ -1,8 +1,9 @@
 //! The fuzz harness of the role state machines: a little world of one server, one
 //! relay and one client wired together, driven by arbitrary bytes read as a script —
 //! deliver, drop or replay what the parties sent each other, inject datagrams and TUN
-//! packets from anyone (spoofing the parties too), mutate what was sent, step time, move
-//! the client to another network. Real outputs travel, so the script reaches the deep
+//! packets from anyone (spoofing the parties too), forge made-up clients' first packets
+//! at the relay (emptying its budget, so that cookies go out), mutate what was sent, step
+//! time, move the client to another network. Real outputs travel, so the script reaches the deep
 //! states (qualified, peers trusted, queues held) that noise alone never would. After
 //! every step the caps must hold; a panic anywhere is a finding.
 //!
@@ -143,8 +144,9 @@ impl World {
             icmp_source: Some(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 1)),
             hash_keys: (seed, !seed),
             // A budget a script can empty, so that first packets over it draw cookies
-            // (`relay::cookie`), which the client answers.
-            client_first_per_s: 2,
+            // (`relay::cookie`), or (a seed bit) one it cannot, so that forged first
+            // packets can fill the table and its caps.
+            client_first_per_s: if (seed >> 32) & 1 == 0 { 2 } else { 1000 },
             ..RelayConfig::default()
         };
         let mut client_cfg = ClientConfig::new(vec![ServerAddrs::new(SERVER)]);

@@ -29,6 +29,19 @@ fn the_world_reaches_qualification_trusted_peers_and_echo_replies() {
     assert!(r.host_packets >= 1, "{r:?}");
 }
 
+/// Made-up clients' first packets (op 9, forged from the mappings their addresses
+/// embed) empty the relay's client-first budget in a world whose seed asks for a small
+/// one: the next draw cookies, so the harness reaches that path.
+#[test]
+fn forged_first_packets_draw_cookies_once_the_budget_is_spent() {
+    let mut s = vec![0x5e, 0xed, 0x00, 0x00];
+    for k in 1..=8u8 {
+        s.extend([9u8, k, 0, k]);
+    }
+    let r: Reached = exercise::world(&s);
+    assert!(r.relay_cookies.0 >= 1, "{r:?}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 

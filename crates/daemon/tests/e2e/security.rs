@@ -178,7 +178,8 @@ fn echo_in_teredo(src: std::net::Ipv6Addr, dst: std::net::Ipv6Addr, ident: u16, 
 fn forged_sources(me: &std::path::Path) -> Case {
     let me = Impl::Shipworm(me.to_path_buf());
     Case {
-        waits: false,
+        // Mostly the listener's 9 s.
+        waits: true,
         name: "forged sources at the relay: another port or address of a trusted client reaches no native host".into(),
         expect: Expect::Pass,
         run: Box::new(move || {
@@ -197,11 +198,20 @@ fn forged_sources(me: &std::path::Path) -> Case {
             if first.received == 0 {
                 return Err(Failed::at(5, format!("step 5: the client's pings got no answer: {first:?}")));
             }
+            // What the relay's programs saw come from a listed peer at another mapping:
+            // every forgery must reach the relay, or the case proves nothing.
+            let elsewhere = |lab: &Lab| {
+                let st = lab.relay_status().unwrap_or_default();
+                st["counters"]["kernel_path_packets"]["decap"]["other_mapping"].as_u64().unwrap_or(0)
+            };
+            let elsewhere_before = elsewhere(&lab);
             let ident = traffic::stream_ident() ^ 0x0f0f;
             let start = Instant::now();
+            // Past the 8 s a forgery from another port may be held while its port is
+            // proved: one let go when the hold ends would be heard too.
             let listen = {
                 let h6 = h6.clone();
-                std::thread::spawn(move || traffic::echo_requests_heard(&h6, ident, Duration::from_secs(4), start))
+                std::thread::spawn(move || traffic::echo_requests_heard(&h6, ident, Duration::from_secs(9), start))
             };
             // The client's own: sequence numbers from 0.
             let own = {
@@ -254,9 +264,18 @@ fn forged_sources(me: &std::path::Path) -> Case {
             if !forged.is_empty() {
                 return Err(Failed::at(7, format!("step 7: forged echo requests reached the native host: {forged:?}")));
             }
+            // Counters are published within a quarter second.
+            std::thread::sleep(Duration::from_millis(500));
+            let reached = elsewhere(&lab).saturating_sub(elsewhere_before);
+            if reached < 40 {
+                return Err(Failed::at(
+                    8,
+                    format!("step 8: the relay saw {reached} of the 40 forgeries arrive: nothing was tested"),
+                ));
+            }
             let status = lab.relay_status().unwrap_or_default();
             Ok(format!(
-                "the client's {genuine}/{} echo requests heard at the native host, 0 of 40 forged (20 from {public}:45000, 20 from {}:45000); relay dropped {}",
+                "the client's {genuine}/{} echo requests heard at the native host, 0 of 40 forged (20 from {public}:45000, 20 from {}:45000), all 40 seen arriving by the relay's programs ({reached}); relay dropped {}",
                 own.len(),
                 shipworm_lab::SERVER_V4,
                 status["counters"]["dropped"]
