@@ -10,11 +10,12 @@
 use crate::cli;
 use crate::cmd::bird_link::BirdLink;
 use crate::config::miredo::{MiredoConf, RelayType};
+use crate::io::batch::{DatagramOutput, PacketOutput};
 use crate::io::kernel_path::{self, KernelDataPath, KernelPeerList, Switch};
 use crate::io::netlink::{AddressChange, AddressWatch, Netlink};
 use crate::io::route_watch::RouteWatch;
 use crate::io::tun::Tun;
-use crate::io::tun_batch::{TunReader, TunWriter};
+use crate::io::tun_batch::{ReadCounts, TunInput, TunOutput};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::busy_poll::BusyPoll;
@@ -24,12 +25,12 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
+use crate::runtime::role_loop::{self, Around, Inputs, Turned, Watched};
 use crate::runtime::shell::{Confined, Reports, Shell, PUBLISH_EVERY};
 use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
+use crate::runtime::wait;
 use crate::runtime::Failure;
-use crate::runtime::{drain, wait};
-use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::relay::{
     KernelIntent, RelayConfig, RelayStats, RelayWorker, Served, SharedRelay, Source, Transmit,
 };
@@ -58,9 +59,8 @@ const SHARDS_PER_WORKER: usize = 64;
 /// The relay's output: UDP into a send batch, IPv6 packets into a TUN batch (each
 /// flushed when full and after each side of a round).
 struct Output<'a> {
-    tun: &'a Tun,
     batch: SendBatch,
-    tun_out: TunWriter,
+    tun: TunOutput<'a>,
     /// The kernel data path's peer list (`DataPath`), if it runs.
     kernel: Option<KernelPeerList>,
     /// What the relay wants of that list, carried out once its call returned
@@ -69,17 +69,17 @@ struct Output<'a> {
 }
 
 impl Output<'_> {
-    fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
+    fn io_errors(&self, read: ReadCounts) -> IoErrors {
         IoErrors {
             udp_send: self.batch.failed(),
-            tun_write: self.tun_out.failed(),
-            tun_read: tun_in.refused(),
+            tun_write: self.tun.failed(),
+            tun_read: read.refused,
             ..IoErrors::default()
         }
     }
 
-    fn offloads(&self, tun_in: &TunReader) -> TunOffloadCounts {
-        TunOffloadCounts { super_packets_read: tun_in.super_packets(), joined_writes: self.tun_out.written().1 }
+    fn offloads(&self, read: ReadCounts) -> TunOffloadCounts {
+        TunOffloadCounts { super_packets_read: read.super_packets, joined_writes: self.tun.joined_writes() }
     }
 }
 
@@ -90,7 +90,7 @@ impl Transmit for Output<'_> {
         self.batch.push(to, payload);
     }
     fn deliver(&mut self, packet: &[u8]) {
-        self.tun_out.push(self.tun, packet);
+        self.tun.push(packet);
     }
     fn kernel(&mut self, intent: KernelIntent) {
         if self.kernel.is_some() {
@@ -138,9 +138,6 @@ struct WorkerShared<'a> {
     drain_time: Duration,
     /// When the drain ends: set by the first worker to see the stop.
     drain_until: OnceLock<Instant>,
-    /// A host-specific relay's watch on the host's IPv6 addresses, and the prefix whose
-    /// addresses (the relay's own Teredo ones) it never serves.
-    addresses: Option<(Mutex<AddressWatch>, u32)>,
     /// The kernel data path (`DataPath`), if it runs.
     kernel: Option<&'a KernelDataPath>,
     /// One lock per part of the peers: the kernel's entry for a client is written by
@@ -160,10 +157,10 @@ impl WorkerShared<'_> {
     }
 
     /// A host-specific relay serves the host's addresses as they are now: what the
-    /// kernel said came or went since the last tick.
-    fn follow_addresses(&self) {
-        let Some((watch, prefix)) = &self.addresses else { return };
-        let changes = watch.lock().unwrap_or_else(std::sync::PoisonError::into_inner).changes();
+    /// kernel said came or went since the last look (never those of `prefix`, the
+    /// relay's own Teredo ones).
+    fn follow_addresses(&self, watch: &mut AddressWatch, prefix: u32) {
+        let changes = watch.changes();
         if changes.is_empty() {
             return;
         }
@@ -177,7 +174,7 @@ impl WorkerShared<'_> {
                 }
                 AddressChange::Added(a)
                     if a.is_forwardable()
-                        && TeredoAddr::decode_with_prefix(&a, *prefix).is_none()
+                        && TeredoAddr::decode_with_prefix(&a, prefix).is_none()
                         && !served.contains(&a) =>
                 {
                     if !relisted {
@@ -623,7 +620,6 @@ fn serve(
         bird,
         drain_time: conf.drain_time,
         drain_until: OnceLock::new(),
-        addresses: addresses.map(|(w, p)| (Mutex::new(w), p)),
         kernel: kernel.as_ref(),
         kernel_writers: (0..relay.shards()).map(|_| Mutex::new(())).collect(),
     };
@@ -631,7 +627,7 @@ fn serve(
         socks.into_iter().zip(std::mem::take(&mut iface.tuns)).map(|(sock, tun)| WorkerIo { sock, tun }).collect();
     shell.ready(&shared);
     shared.announce();
-    let result = run_workers(&shared, ios, routes);
+    let result = run_workers(&shared, ios, routes, addresses);
     shell.stopping(&shared);
     result.and_then(|()| shell.outcome())
 }
@@ -643,6 +639,7 @@ fn run_workers(
     shared: &WorkerShared<'_>,
     ios: Vec<WorkerIo>,
     routes: Option<(RouteWatch, u32, Switch)>,
+    addresses: Option<(AddressWatch, u32)>,
 ) -> Result<(), Failure> {
     let workers_done = AtomicBool::new(false);
     let results: Vec<Result<(), Failure>> = std::thread::scope(|s| {
@@ -672,7 +669,9 @@ fn run_workers(
         let mut results = Vec::new();
         let mut others = Vec::new();
         for (i, io) in ios {
-            match std::thread::Builder::new().name(format!("relay-{i}")).spawn_scoped(s, move || worker(shared, i, &io))
+            match std::thread::Builder::new()
+                .name(format!("relay-{i}"))
+                .spawn_scoped(s, move || worker(shared, i, &io, None))
             {
                 Ok(h) => others.push(h),
                 Err(e) => {
@@ -683,7 +682,7 @@ fn run_workers(
                 }
             }
         }
-        results.push(worker(shared, 0, &io0));
+        results.push(worker(shared, 0, &io0, addresses));
         results
             .extend(others.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Failure::runtime("worker panicked")))));
         workers_done.store(true, Ordering::Relaxed);

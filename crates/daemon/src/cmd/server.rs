@@ -9,9 +9,10 @@ use crate::cli;
 use crate::cmd::bird_link::BirdLink;
 use crate::cmd::echo_link::EchoLink;
 use crate::config::server::{ServerOverrides, ServerSettings};
+use crate::io::batch::{Backend, DatagramOutput, Linux, PacketOutput};
 use crate::io::netlink::Netlink;
 use crate::io::tun::Tun;
-use crate::io::tun_batch::{TunReader, TunWriter};
+use crate::io::tun_batch::{TunInput, TunOutput};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::config_reader::{self, ConfigReader};
@@ -20,12 +21,11 @@ use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
 use crate::runtime::report::IoErrors;
+use crate::runtime::role_loop::{self, Inputs, Turned, Watched};
 use crate::runtime::shell::{Confined, Reports, Shell};
 use crate::runtime::status_socket;
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
-use crate::runtime::{drain, wait};
-use nix::poll::{PollFd, PollFlags};
 use shipworm_proto::outcome::Outcome;
 use shipworm_proto::relay::{RelayConfig, RelayStats};
 use shipworm_proto::server::{Local, Server, ServerConfig, ServerStats};
@@ -35,10 +35,11 @@ use shipworm_wire::teredo_addr::{TeredoAddr, TEREDO_PORT};
 use socket2::Socket;
 use std::net::SocketAddrV4;
 use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
 
 /// Datagrams per system call.
 const BATCH: usize = 32;
-/// Batches read from one address per round at most (see `runtime::drain`).
+/// Batches read from one address per round at most (see `runtime::role_loop`).
 const UDP_BATCHES_PER_ROUND: usize = 8;
 
 /// `shipworm server`: load the file (command-line addresses and user win), then serve.
@@ -91,10 +92,7 @@ fn serve(
         p = TEREDO_PORT
     );
     let dup = |s: &Socket| s.try_clone().map_err(|e| Failure::runtime(format!("cannot duplicate a socket: {e}")));
-    let rx = [
-        (Local::Primary, RecvBatch::new(dup(&primary)?, BATCH, SLOT)),
-        (Local::Secondary, RecvBatch::new(dup(&secondary)?, BATCH, SLOT)),
-    ];
+    let datagrams = vec![RecvBatch::new(dup(&primary)?, BATCH, SLOT), RecvBatch::new(dup(&secondary)?, BATCH, SLOT)];
     let (machine, tun, interface) = match relay {
         Some((relay_cfg, tun)) => {
             let name = tun.name().to_string();
@@ -106,18 +104,17 @@ fn serve(
     // The link's own descriptor, once: polled while the link itself is borrowed to send.
     let link_answers = echo_link.as_ref().map(|l| l.as_fd().try_clone_to_owned()).transpose();
     let link_answers = link_answers.map_err(|e| Failure::runtime(format!("echo link: {e}")))?;
-    let mut daemon = ServerDaemon {
+    let mut daemon: ServerDaemon<Linux<'_>> = ServerDaemon {
         machine,
         out: Output {
             echo_link,
-            tun: tun.as_ref(),
-            tun_out: TunWriter::default(),
+            tun: tun.as_ref().map(TunOutput::new),
             batches: [SendBatch::new(primary, BATCH, SLOT), SendBatch::new(secondary, BATCH, SLOT)],
             native_errors: 0,
         },
         cfg,
         interface,
-        start: std::time::Instant::now(),
+        start: Instant::now(),
     };
     shell.ready(&daemon);
     if let Some(b) = &mut bird {
@@ -126,125 +123,123 @@ fn serve(
             Err(e) => tracing::error!("not announced: {e}"),
         }
     }
-    let mut rounds = Rounds { rx, tun: tun.as_ref(), link_answers, tun_in: TunReader::default(), drain_until: None };
-    rounds.run(&mut daemon, &shell, bird.as_mut(), settings.drain_time)?;
+    let mut inputs = Inputs { datagrams, packets: tun.as_ref().map(TunInput::new) };
+    let drain_time = settings.drain_time;
+    let mut around = ServerAround { shell: &shell, bird: bird.as_mut(), drain_time, link_answers, drain_until: None };
+    role_loop::run(&mut daemon, &mut inputs, &mut around)?;
     shell.stopping(&daemon);
     shell.outcome()
 }
 
-/// The server's loop and what it reads from: its two sockets' batches, the relay
-/// part's TUN, the echo link's answers.
-struct Rounds<'a> {
-    rx: [(Local, RecvBatch); 2],
-    tun: Option<&'a Tun>,
+/// What runs around the server's rounds: the shell (signals, status, chores), the
+/// echo link's answers, and a stop's drain while BIRD withdraws the route.
+struct ServerAround<'a> {
+    shell: &'a Shell<Confined>,
+    bird: Option<&'a mut BirdLink>,
+    drain_time: Duration,
     /// The echo link's own descriptor: polled while the link itself is borrowed to send.
     link_answers: Option<std::os::fd::OwnedFd>,
-    tun_in: TunReader,
     /// When the drain after a stop ends (BIRD withdrew the route).
-    drain_until: Option<std::time::Instant>,
+    drain_until: Option<Instant>,
 }
 
-/// What a wait found readable.
-struct Ready {
-    status: bool,
-    answers: bool,
-}
-
-impl Rounds<'_> {
-    /// Until a stop (and its drain) ends: the timers when due, a wait, what came.
-    fn run(
-        &mut self,
-        daemon: &mut ServerDaemon<'_>,
-        shell: &Shell<Confined>,
-        mut bird: Option<&mut BirdLink>,
-        drain_time: std::time::Duration,
-    ) -> Result<(), Failure> {
-        loop {
-            if shell.stop_requested() {
-                // With BIRD: withdraw first, then answer what routing still sends here.
-                let until = *self.drain_until.get_or_insert_with(|| withdraw(bird.as_deref_mut(), shell, drain_time));
-                if std::time::Instant::now() >= until || shell.stop_insisted() {
-                    return Ok(());
-                }
-            }
-            shell.tick(&*daemon);
-            let now = daemon.start.elapsed();
-            // The relay's bubbles are repeated and its peers expire on its timer, when due.
-            if daemon.machine.poll_timeout().is_some_and(|t| now >= t) {
-                daemon.machine.on_timer(now, &mut daemon.out);
-                daemon.out.flush();
-                shell.busy();
-            }
-            let Some(ready) = self.wait(daemon, shell)? else { continue };
-            shell.busy();
-            if ready.status {
-                shell.serve_status(&*daemon);
-            }
-            if ready.answers {
-                if let Some(link) = &mut daemon.out.echo_link {
-                    link.take_answers();
-                }
-            }
-            self.read(daemon)?;
+impl<B: Backend> role_loop::Around<ServerDaemon<B>> for ServerAround<'_> {
+    /// A stop ends the loop, after its drain: with BIRD, withdraw first, then answer
+    /// what routing still sends here.
+    fn done(&mut self, _daemon: &mut ServerDaemon<B>) -> Result<bool, Failure> {
+        if !self.shell.stop_requested() {
+            return Ok(false);
         }
+        let (bird, shell, drain) = (self.bird.as_deref_mut(), self.shell, self.drain_time);
+        let until = *self.drain_until.get_or_insert_with(|| withdraw(bird, shell, drain));
+        Ok(Instant::now() >= until || self.shell.stop_insisted())
     }
 
-    /// Asleep until something is readable (a signal too), the relay part's next
-    /// deadline, the shell's, or the drain's end (`None`: nothing came).
-    fn wait(&self, daemon: &ServerDaemon<'_>, shell: &Shell<Confined>) -> Result<Option<Ready>, Failure> {
-        let mut fds = vec![
-            PollFd::new(self.rx[0].1.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.rx[1].1.as_fd(), PollFlags::POLLIN),
-            PollFd::new(shell.status_fd(), PollFlags::POLLIN),
-            PollFd::new(shell.signal_fd(), PollFlags::POLLIN),
-        ];
-        if let Some(t) = self.tun {
-            fds.push(PollFd::new(t.as_fd(), PollFlags::POLLIN));
-        }
-        // The echo link's answers (refused, not sent), counted when they come; not
-        // polled once the link is gone (its closed end would wake every poll).
-        let answers_at = fds.len();
+    fn wake_at(&mut self, _daemon: &ServerDaemon<B>) -> Option<Instant> {
+        [Some(self.shell.next_wake()), self.drain_until].into_iter().flatten().min()
+    }
+
+    /// The status socket, signals, and the echo link's answers (refused, not sent),
+    /// counted when they come; not polled once the link is gone (its closed end would
+    /// wake every poll).
+    fn watch<'a>(&'a self, daemon: &'a ServerDaemon<B>, fds: &mut Watched<'a>) {
+        fds.extend([self.shell.status_fd(), self.shell.signal_fd()]);
         let link_gone = daemon.out.echo_link.as_ref().is_some_and(|l| l.gone);
         if let Some(fd) = self.link_answers.as_ref().filter(|_| !link_gone) {
-            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+            fds.push(fd.as_fd());
         }
-        let deadline = daemon.machine.poll_timeout().map(|t| daemon.start + t);
-        let until = [deadline, Some(shell.next_wake()), self.drain_until].into_iter().flatten().min();
-        let wake = until.map_or(std::time::Duration::ZERO, |u| u.saturating_duration_since(std::time::Instant::now()));
-        if !wait::readable(&mut fds, wake)? {
-            return Ok(None);
-        }
-        let readable = |f: Option<&PollFd>| f.and_then(|f| f.revents()).is_some_and(|r| r.contains(PollFlags::POLLIN));
-        Ok(Some(Ready { status: readable(fds.get(2)), answers: readable(fds.get(answers_at)) }))
     }
 
-    /// What came on the sockets, then on the TUN, a bounded number per round each.
-    fn read(&mut self, daemon: &mut ServerDaemon<'_>) -> Result<(), Failure> {
-        for (local, batch) in &mut self.rx {
-            let now = daemon.start.elapsed();
-            drain::udp(batch, UDP_BATCHES_PER_ROUND, |from, data| {
-                logging::outcome(daemon.machine.on_udp(now, *local, from, data, &mut daemon.out), "datagram", from);
-            })?;
-            daemon.out.flush();
+    fn woke(&mut self, daemon: &mut ServerDaemon<B>, readable: &[bool], any: bool) -> Result<(), Failure> {
+        if any {
+            self.shell.busy();
         }
-        let Some(t) = self.tun else { return Ok(()) };
-        // A bounded number per round, as for the sockets.
-        let now = daemon.start.elapsed();
-        let read = drain::tun(t, &mut self.tun_in, BATCH * UDP_BATCHES_PER_ROUND, |packet| {
-            logging::outcome(daemon.machine.on_tun(now, packet, &mut daemon.out), "packet", "the TUN");
-        });
-        // A read the device refused ends the round's reading, not the server.
-        if let Err(e) = read {
-            tracing::debug!("{}", e.message);
+        if readable.first() == Some(&true) {
+            self.shell.serve_status(&*daemon);
         }
-        daemon.out.flush();
+        if readable.get(2) == Some(&true) {
+            if let Some(link) = &mut daemon.out.echo_link {
+                link.take_answers();
+            }
+        }
+        Ok(())
+    }
+
+    fn after_round(
+        &mut self,
+        daemon: &mut ServerDaemon<B>,
+        _inputs: &Inputs<B::DatagramsIn, B::PacketsIn>,
+        round: Turned,
+    ) -> Result<(), Failure> {
+        if round.timers {
+            self.shell.busy();
+        }
+        self.shell.tick(&*daemon);
+        Ok(())
+    }
+}
+
+impl<B: Backend> role_loop::Role for ServerDaemon<B> {
+    type Datagrams = B::DatagramsIn;
+    type Packets = B::PacketsIn;
+    const DATAGRAM_BATCHES: usize = UDP_BATCHES_PER_ROUND;
+    const PACKETS: usize = BATCH * UDP_BATCHES_PER_ROUND;
+
+    /// The relay part's: its bubbles are repeated and its peers expire on its timer.
+    fn deadline(&self) -> Option<Instant> {
+        self.machine.poll_timeout().map(|t| self.start + t)
+    }
+
+    /// Input 0 is the primary address's socket, 1 the secondary's.
+    fn on_datagram(&mut self, now: Instant, input: usize, from: SocketAddrV4, data: &[u8]) {
+        let local = if input == 0 { Local::Primary } else { Local::Secondary };
+        let now = now.saturating_duration_since(self.start);
+        logging::outcome(self.machine.on_udp(now, local, from, data, &mut self.out), "datagram", from);
+    }
+
+    fn on_packet(&mut self, now: Instant, packet: &[u8]) {
+        let now = now.saturating_duration_since(self.start);
+        logging::outcome(self.machine.on_tun(now, packet, &mut self.out), "packet", "the TUN");
+    }
+
+    fn on_deadline(&mut self, now: Instant) {
+        self.machine.on_timer(now.saturating_duration_since(self.start), &mut self.out);
+    }
+
+    fn flush(&mut self) {
+        self.out.flush();
+    }
+
+    /// A read the device refused ends the round's reading, not the server.
+    fn packets_failed(&mut self, e: Failure) -> Result<(), Failure> {
+        tracing::debug!("{}", e.message);
         Ok(())
     }
 }
 
 /// Tell BIRD to withdraw (when the server announces through it); the drain's end.
-fn withdraw(bird: Option<&mut BirdLink>, shell: &Shell<Confined>, drain: std::time::Duration) -> std::time::Instant {
-    let now = std::time::Instant::now();
+fn withdraw(bird: Option<&mut BirdLink>, shell: &Shell<Confined>, drain: Duration) -> Instant {
+    let now = Instant::now();
     let Some(bird) = bird else { return now };
     shell.stopping_after(drain);
     match bird.disable() {
@@ -306,7 +301,7 @@ impl Machine {
         local: Local,
         from: SocketAddrV4,
         d: &[u8],
-        tx: &mut Output,
+        tx: &mut impl Transmit,
     ) -> Outcome {
         match self {
             Machine::Server(s) => s.on_udp(now, local, from, d, tx),
@@ -314,7 +309,7 @@ impl Machine {
         }
     }
 
-    fn on_tun(&mut self, now: std::time::Duration, packet: &[u8], tx: &mut Output) -> Outcome {
+    fn on_tun(&mut self, now: std::time::Duration, packet: &[u8], tx: &mut impl Transmit) -> Outcome {
         match self {
             // No TUN without the relay part.
             Machine::Server(_) => Err(shipworm_proto::DropReason::NotServed),
@@ -322,7 +317,7 @@ impl Machine {
         }
     }
 
-    fn on_timer(&mut self, now: std::time::Duration, tx: &mut Output) {
+    fn on_timer(&mut self, now: std::time::Duration, tx: &mut impl Transmit) {
         if let Machine::Both(b) = self {
             b.on_timer(now, tx);
         }
@@ -356,16 +351,16 @@ fn bind_addresses(cfg: &ServerConfig) -> Result<(Socket, Socket), Failure> {
 }
 
 /// The server at work: its state machine, its output, what it serves.
-struct ServerDaemon<'a> {
+struct ServerDaemon<B: Backend> {
     machine: Machine,
-    out: Output<'a>,
+    out: Output<B>,
     cfg: ServerConfig,
     /// The relay part's interface, when the server relays.
     interface: Option<String>,
-    start: std::time::Instant,
+    start: Instant,
 }
 
-impl Reports for ServerDaemon<'_> {
+impl<B: Backend> Reports for ServerDaemon<B> {
     fn counters(&self) -> Counters {
         let relay = match &self.machine {
             Machine::Both(b) => Some((b.relay().stats(), b.relay().peer_count(), b.relay().pending_len())),
@@ -400,45 +395,39 @@ impl Reports for ServerDaemon<'_> {
 /// The server's output: answers and forwards from either address in a send batch
 /// each (flushed when full and after each batch received), echoes to native IPv6
 /// through the raw socket's holder.
-struct Output<'a> {
+struct Output<B: Backend> {
     /// A pure server's way to native IPv6 (a relaying one has its interface).
     echo_link: Option<EchoLink>,
     /// The relay part's interface: when the server relays, everything native leaves
-    /// through it (written to it, the kernel forwards it as a router).
-    tun: Option<&'a Tun>,
+    /// through it (written to it, the kernel forwards it as a router), batched as the
+    /// other roles' (it counts what the device refused).
+    tun: Option<B::PacketsOut>,
     /// The primary address's batch, then the secondary's.
-    batches: [SendBatch; 2],
+    batches: [B::DatagramsOut; 2],
     /// Native packets with no way out (never: the server has its link or its interface).
     native_errors: u64,
-    /// What goes out through the TUN, batched as the other roles' (it counts what the
-    /// device refused).
-    tun_out: TunWriter,
 }
 
-impl Output<'_> {
+impl<B: Backend> Output<B> {
     fn flush(&mut self) {
-        if let Some(t) = self.tun {
-            self.tun_out.flush(t);
+        if let Some(t) = &mut self.tun {
+            t.flush();
         }
-        for b in &mut self.batches {
-            if !b.is_empty() {
-                b.flush();
-            }
-        }
+        self.batches.iter_mut().for_each(DatagramOutput::flush);
     }
 
     fn io_errors(&self) -> IoErrors {
         IoErrors {
-            udp_send: self.batches.iter().map(SendBatch::failed).sum(),
+            udp_send: self.batches.iter().map(DatagramOutput::failed).sum(),
             raw_send: self.native_errors + self.echo_link.as_ref().map_or(0, |l| l.failed),
             raw_refused: self.echo_link.as_ref().map_or(0, |l| l.refused),
-            tun_write: self.tun_out.failed(),
+            tun_write: self.tun.as_ref().map_or(0, PacketOutput::failed),
             ..IoErrors::default()
         }
     }
 }
 
-impl Transmit for Output<'_> {
+impl<B: Backend> Transmit for Output<B> {
     fn send(&mut self, from: Source, to: SocketAddrV4, payload: &[u8], ttl: Option<u8>) {
         // The server answers from either address, with the sockets' TTL.
         debug_assert!(ttl.is_none(), "the server sends with its sockets' TTL");
@@ -453,8 +442,8 @@ impl Transmit for Output<'_> {
         }
     }
     fn deliver(&mut self, packet: &[u8]) {
-        match self.tun {
-            Some(t) => self.tun_out.push(t, packet),
+        match &mut self.tun {
+            Some(t) => t.push(packet),
             None => match &mut self.echo_link {
                 // Counted by the link when it does not go.
                 Some(link) => {
@@ -545,5 +534,155 @@ mod counters_tests {
         assert_eq!(j["relay_peers"], 5);
         assert_eq!(j["dropped"]["rate_limited"], 2, "one drop row per reason: {j}");
         assert_eq!(j["io_errors"]["tun_write"], 8);
+    }
+}
+
+#[cfg(test)]
+mod in_memory {
+    //! The server's whole loop (`role_loop`) over the in-memory backend: a server and a
+    //! server that relays, driven as the daemon drives them, without root or sockets.
+    use super::*;
+    use crate::io::memory::{DatagramsIn, DatagramsOut, Memory, PacketsIn, PacketsOut};
+    use shipworm_proto::DropReason;
+    use shipworm_wire::icmpv6::Icmpv6Repr;
+    use shipworm_wire::ipv6::Ipv6Repr;
+    use shipworm_wire::teredo_addr::{Flags, RS_SOURCE_CONE, RS_SOURCE_RESTRICTED};
+    use shipworm_wire::teredo_packet::{emit_bubble, TeredoHeaderRepr, TeredoPacket};
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    const PRIMARY: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+    const CLIENT: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 5), 40000);
+    const OTHER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(203, 0, 113, 9), 50000);
+    const NATIVE: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 6);
+
+    fn daemon(machine: Machine, relays: bool) -> ServerDaemon<Memory> {
+        ServerDaemon {
+            machine,
+            out: Output {
+                echo_link: None,
+                tun: relays.then(PacketsOut::default),
+                batches: [DatagramsOut::default(), DatagramsOut::default()],
+                native_errors: 0,
+            },
+            cfg: ServerConfig::new(PRIMARY),
+            interface: None,
+            start: Instant::now(),
+        }
+    }
+
+    fn inputs(
+        primary: Vec<(SocketAddrV4, Vec<u8>)>,
+        secondary: Vec<(SocketAddrV4, Vec<u8>)>,
+    ) -> Inputs<DatagramsIn, PacketsIn> {
+        let side = |q: Vec<_>| DatagramsIn { queue: q.into(), batches: 0 };
+        Inputs { datagrams: vec![side(primary), side(secondary)], packets: Some(PacketsIn::default()) }
+    }
+
+    fn ipv6(src: Ipv6Addr, dst: Ipv6Addr, hop: u8, icmp: &Icmpv6Repr) -> Vec<u8> {
+        let n = icmp.buffer_len();
+        let mut b = vec![0u8; 40 + n];
+        Ipv6Repr { src_addr: src, dst_addr: dst, next_header: 58, payload_len: n, hop_limit: hop }
+            .emit(&mut b)
+            .unwrap();
+        icmp.emit(&src, &dst, &mut b[40..]).unwrap();
+        b
+    }
+
+    /// A solicitation; with the cone flag, the client asks for the answer from the
+    /// other address (RFC 4380 §5.2.1).
+    fn rs(cone: bool) -> Vec<u8> {
+        let mut b = vec![0u8; 100];
+        let at = TeredoHeaderRepr { auth: None, origin: None }.emit(&mut b).unwrap();
+        b.truncate(at);
+        let src = if cone { RS_SOURCE_CONE } else { RS_SOURCE_RESTRICTED };
+        b.extend(ipv6(src, "ff02::2".parse().unwrap(), 255, &Icmpv6Repr::RouterSolicit));
+        b
+    }
+
+    /// The ICMPv6 type of what a datagram carries, and its origin indication.
+    fn carried(d: &[u8]) -> (u8, Option<SocketAddrV4>) {
+        let p = TeredoPacket::parse(d).expect("a Teredo packet");
+        (p.ipv6.payload().first().copied().unwrap_or(0), p.origin)
+    }
+
+    #[test]
+    fn the_loop_answers_each_solicitation_from_the_address_it_asks_for() {
+        let mut d = daemon(Machine::Server(Box::new(Server::new(ServerConfig::new(PRIMARY)))), false);
+        let mut inputs = inputs(vec![(CLIENT, rs(false))], vec![(OTHER, rs(false))]);
+        role_loop::round(&mut d, &mut inputs).unwrap();
+        let [primary, secondary] = &mut d.out.batches;
+        assert_eq!(primary.sent.len(), 1, "one advertisement from the primary address");
+        assert_eq!(secondary.sent.len(), 1, "one from the secondary");
+        assert_eq!(primary.sent[0].0, CLIENT);
+        assert_eq!(secondary.sent[0].0, OTHER);
+        // Router advertisements (134), each naming the mapping it answers.
+        assert_eq!(carried(&primary.sent[0].1), (134, Some(CLIENT)));
+        assert_eq!(carried(&secondary.sent[0].1), (134, Some(OTHER)));
+        // The cone test: to the primary, answered from the secondary.
+        primary.sent.clear();
+        secondary.sent.clear();
+        inputs.datagrams[0].queue.push_back((CLIENT, rs(true)));
+        role_loop::round(&mut d, &mut inputs).unwrap();
+        assert_eq!(d.out.batches[0].sent.len(), 0);
+        assert_eq!(d.out.batches[1].sent.iter().map(|s| s.0).collect::<Vec<_>>(), [CLIENT]);
+        assert_eq!(d.machine.server().stats().advertisements, 3);
+    }
+
+    #[test]
+    fn a_flood_of_solicitations_is_answered_at_its_sources_rate_and_the_rest_counted() {
+        let cfg = ServerConfig::new(PRIMARY);
+        let burst = cfg.solicitations_per_address.1 as usize;
+        let mut d = daemon(Machine::Server(Box::new(Server::new(cfg))), false);
+        let mut inputs = inputs(vec![(CLIENT, rs(false)); 500], Vec::new());
+        let mut handled = 0;
+        while !inputs.datagrams[0].queue.is_empty() {
+            handled += role_loop::round(&mut d, &mut inputs).unwrap().handled;
+        }
+        assert_eq!(handled, 500);
+        let answered = d.out.batches[0].sent.len();
+        assert!(answered <= burst + 1, "{answered} advertisements for one address's flood (burst {burst})");
+        let drops = d.machine.server().stats().drops.get(DropReason::RateLimited);
+        assert_eq!(
+            answered as u64 + drops,
+            500,
+            "each solicitation answered or counted: {answered} answered, {:?}",
+            d.machine.server().stats().drops
+        );
+    }
+
+    #[test]
+    fn a_server_that_relays_holds_a_native_packet_until_its_client_answers_the_bubble() {
+        let relay = RelayConfig { hash_keys: (1, 2), ..RelayConfig::default() };
+        let both = ServerRelay::new(ServerConfig::new(PRIMARY), relay);
+        let mut d = daemon(Machine::Both(Box::new(both)), true);
+        let client = TeredoAddr {
+            prefix: shipworm_wire::teredo_addr::PREFIX,
+            server: PRIMARY,
+            flags: Flags::default(),
+            mapped: CLIENT,
+        }
+        .to_ipv6();
+        let echo = Icmpv6Repr::EchoRequest { ident: 7, seq_no: 1, data: b"through the loop" };
+        let mut inputs = inputs(Vec::new(), Vec::new());
+        inputs.packets.as_mut().unwrap().queue.push_back(ipv6(NATIVE, client, 64, &echo));
+        role_loop::round(&mut d, &mut inputs).unwrap();
+        let sent = std::mem::take(&mut d.out.batches[0].sent);
+        assert!(!sent.is_empty(), "the client is bubbled");
+        assert!(
+            sent.iter().all(|(to, b)| *to == CLIENT && TeredoPacket::parse(b).unwrap().is_bubble()),
+            "bubbles only, to the client's mapping, while it has not answered: {sent:?}"
+        );
+        // The client answers the bubble to its source, from the mapping its address embeds.
+        let bubble = TeredoPacket::parse(&sent[0].1).unwrap();
+        let mut answer = vec![0u8; 40];
+        emit_bubble(&client, &bubble.ipv6.src_addr(), 0, &mut answer).unwrap();
+        inputs.datagrams[0].queue.push_back((CLIENT, answer));
+        role_loop::round(&mut d, &mut inputs).unwrap();
+        let data: Vec<_> =
+            d.out.batches[0].sent.iter().filter(|(_, b)| !TeredoPacket::parse(b).unwrap().is_bubble()).collect();
+        assert_eq!(data.len(), 1, "the held packet, once: {:?}", d.out.batches[0].sent);
+        assert_eq!(data[0].0, CLIENT);
+        assert_eq!(TeredoPacket::parse(&data[0].1).unwrap().ipv6.src_addr(), NATIVE);
+        assert!(d.out.tun.as_ref().unwrap().written.is_empty(), "nothing went native");
     }
 }

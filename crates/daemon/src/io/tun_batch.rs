@@ -12,11 +12,13 @@
 //!
 //! Without offloads both are today's path: one read and one write per packet.
 
+use crate::io::batch::{PacketInput, PacketOutput};
 use crate::io::tun::Tun;
 use shipworm_wire::coalescing::{Row, MAX_ROW_LEN};
 use shipworm_wire::segmentation::{complete_checksum, SuperPacket};
 use shipworm_wire::vnet_hdr::{self, VnetHdr};
 use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// Room for the largest read: a header and a 64 KiB super-packet.
 const READ_BUF: usize = vnet_hdr::HEADER_LEN + MAX_ROW_LEN;
@@ -263,6 +265,77 @@ impl TunWriter {
     /// Packets written, and writes that carried a joined row.
     pub fn written(&self) -> (u64, u64) {
         (self.written, self.joined_writes)
+    }
+}
+
+/// What a reader counted, for the reports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadCounts {
+    /// Reads the kernel framed in a way we could not take.
+    pub refused: u64,
+    /// Reads that carried a super-packet.
+    pub super_packets: u64,
+}
+
+/// A TUN queue's read side as the loops see it: the device and its reader.
+pub struct TunInput<'a> {
+    pub tun: &'a Tun,
+    pub reader: TunReader,
+}
+
+impl<'a> TunInput<'a> {
+    pub fn new(tun: &'a Tun) -> Self {
+        TunInput { tun, reader: TunReader::default() }
+    }
+}
+
+impl TunInput<'_> {
+    pub fn counts(&self) -> ReadCounts {
+        ReadCounts { refused: self.reader.refused(), super_packets: self.reader.super_packets() }
+    }
+}
+
+impl PacketInput for TunInput<'_> {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.tun.as_fd())
+    }
+
+    fn name(&self) -> &str {
+        self.tun.name()
+    }
+
+    fn read(&mut self, max: usize, f: impl FnMut(&[u8])) -> io::Result<usize> {
+        self.reader.drain(self.tun, max, f)
+    }
+}
+
+/// A TUN queue's write side as the roles' outputs hold it: the device and its writer.
+pub struct TunOutput<'a> {
+    pub tun: &'a Tun,
+    pub writer: TunWriter,
+}
+
+impl<'a> TunOutput<'a> {
+    pub fn new(tun: &'a Tun) -> Self {
+        TunOutput { tun, writer: TunWriter::default() }
+    }
+}
+
+impl PacketOutput for TunOutput<'_> {
+    fn push(&mut self, packet: &[u8]) {
+        self.writer.push(self.tun, packet);
+    }
+
+    fn flush(&mut self) {
+        self.writer.flush(self.tun);
+    }
+
+    fn failed(&self) -> u64 {
+        self.writer.failed()
+    }
+
+    fn joined_writes(&self) -> u64 {
+        self.writer.written().1
     }
 }
 

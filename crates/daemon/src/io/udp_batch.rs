@@ -5,6 +5,7 @@
 //! socket (a duplicate descriptor where one socket both receives and sends), so a
 //! caller cannot hand it the wrong one, and counts what the kernel refused.
 
+use crate::io::batch::{DatagramInput, DatagramOutput, AHEAD};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -97,6 +98,41 @@ pub struct RecvBatch {
 impl AsFd for RecvBatch {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+impl DatagramInput for RecvBatch {
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
+    fn read<C: ?Sized>(
+        &mut self,
+        max_batches: usize,
+        on: &mut C,
+        ahead: impl Fn(&C, &[u8]),
+        mut f: impl FnMut(&mut C, SocketAddrV4, &[u8]),
+    ) -> io::Result<usize> {
+        let mut total = 0;
+        for _ in 0..max_batches {
+            let n = self.recv()?;
+            let mut coming = (0..n).flat_map(|i| self.datagrams(i));
+            coming.by_ref().take(AHEAD).for_each(|d| ahead(on, d));
+            for i in 0..n {
+                let (from, _) = self.get(i);
+                for data in self.datagrams(i) {
+                    if let Some(next) = coming.next() {
+                        ahead(on, next);
+                    }
+                    f(on, from, data);
+                    total += 1;
+                }
+            }
+            if n < self.capacity() {
+                break;
+            }
+        }
+        Ok(total)
     }
 }
 
@@ -300,6 +336,22 @@ pub struct SendBatch {
 impl AsFd for SendBatch {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+impl DatagramOutput for SendBatch {
+    fn push(&mut self, to: SocketAddrV4, payload: &[u8]) {
+        SendBatch::push(self, to, payload);
+    }
+
+    fn flush(&mut self) {
+        if !self.is_empty() {
+            SendBatch::flush(self);
+        }
+    }
+
+    fn failed(&self) -> u64 {
+        SendBatch::failed(self)
     }
 }
 
@@ -523,6 +575,49 @@ impl SendBatch {
 mod tests {
     use super::*;
     use std::net::UdpSocket;
+
+    /// [`DatagramInput::read`] with a closure for each side.
+    fn read(batch: &mut RecvBatch, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        batch.read(max, &mut (), |_, _| {}, |_, _, d| f(d)).unwrap()
+    }
+
+    #[test]
+    fn a_flood_is_read_a_bounded_number_of_batches_at_a_time() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..40u8 {
+            tx.send_to(&[i], rx.local_addr().unwrap()).unwrap();
+        }
+        let mut batch = RecvBatch::new(rx, 8, 64);
+        let mut seen = Vec::new();
+        assert_eq!(read(&mut batch, 2, |d| seen.push(d[0])), 16, "two batches of eight, no more");
+        assert_eq!(read(&mut batch, 100, |d| seen.push(d[0])), 24, "the rest, then a short batch ends it");
+        assert_eq!(seen, (0..40).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn each_datagram_is_shown_ahead_a_fixed_distance_before_it_is_handled() {
+        let (tx, rx) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+        rx.set_nonblocking(true).unwrap();
+        let sent = (AHEAD + 12) as u8;
+        for i in 0..sent {
+            tx.send_to(&[i], rx.local_addr().unwrap()).unwrap();
+        }
+        let shown = std::cell::RefCell::new(Vec::new());
+        let mut handled = Vec::new();
+        let mut batch = RecvBatch::new(rx, 64, 64);
+        batch
+            .read(10, &mut handled, |h: &Vec<u8>, d| shown.borrow_mut().push((h.len(), d[0])), |h, _, d| h.push(d[0]))
+            .unwrap();
+        assert_eq!(handled, (0..sent).collect::<Vec<u8>>());
+        let shown = shown.into_inner();
+        assert_eq!(shown.len(), usize::from(sent), "every datagram shown ahead");
+        for (handled_before, i) in shown {
+            // Shown AHEAD handlings before its own (all at once for the first ones).
+            assert_eq!(handled_before, usize::from(i).saturating_sub(AHEAD), "datagram {i}");
+        }
+    }
 
     #[test]
     fn batch_round_trip_on_loopback() {

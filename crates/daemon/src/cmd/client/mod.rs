@@ -11,6 +11,7 @@ mod interface;
 mod kernel_intents;
 mod output;
 mod report;
+mod rounds;
 
 #[cfg(test)]
 pub(crate) use report::counters;
@@ -23,22 +24,22 @@ use crate::io::netlink::{Netlink, NetworkWatch};
 use crate::io::port_mapping::Mapper;
 use crate::io::random_ports::RandomPorts;
 use crate::io::tun::Tun;
-use crate::io::tun_batch::{TunReader, TunWriter};
+use crate::io::tun_batch::{ReadCounts, TunInput, TunOutput};
 use crate::io::udp_batch::{RecvBatch, SendBatch, SLOT};
 use crate::runtime::bind;
 use crate::runtime::config_reader::{self, ConfigReader};
 use crate::runtime::logging;
 use crate::runtime::pidfile::PidFile;
 use crate::runtime::random::OsRandom;
+use crate::runtime::role_loop::{self, Inputs};
 use crate::runtime::server_names::{replace_now, ServerNames};
 use crate::runtime::shell::{Confined, Shell};
 use crate::runtime::syscalls::Role;
 use crate::runtime::Failure;
-use crate::runtime::{drain, wait};
 use discovery::{local_address, Discovery};
 use interface::Interface;
-use nix::poll::{PollFd, PollFlags};
 use output::Output;
+use rounds::ClientAround;
 use shipworm_proto::client::{
     Client, ClientConfig, ClientEvent, ClientState, NatKind, ServerAddrs, Via, LINK_LOCAL, SERVERS_CHANGED,
 };
@@ -46,12 +47,11 @@ use shipworm_wire::teredo_addr::TeredoAddr;
 use socket2::Socket;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 use std::num::NonZeroU16;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const BATCH: usize = 32;
-/// UDP batches read from one socket per round at most (see `runtime::drain`).
+/// UDP batches read from one socket per round at most (see `runtime::role_loop`).
 const UDP_BATCHES_PER_ROUND: usize = 8;
 /// Peers the kernel data path holds at most (a client's few; the rest go through the
 /// daemon).
@@ -226,15 +226,11 @@ fn serve(
         client,
         names,
         mapping: Mapper::new(conf.port_mapping, service_port),
-        // The client's kernel path decapsulates at tc ingress.
-        rx_service: RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, kernel.is_some()),
-        rx_probe: RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
         out: Output {
             batch: SendBatch::new(dup(&opened.service)?, BATCH, SLOT),
             probe: &opened.probe,
-            tun: &opened.tun,
+            tun: TunOutput::new(&opened.tun),
             probe_errors: 0,
-            tun_out: TunWriter::default(),
             ports: RandomPorts::new(conf.bind_address, random_ports),
             kernel: kernel.as_ref().map(|k| k.peers(started.elapsed())),
             intents: Vec::new(),
@@ -245,7 +241,7 @@ fn serve(
         discovery: opened.discovery.take(),
         watch: opened.watch,
         urandom,
-        tun_in: TunReader::default(),
+        tun_read: ReadCounts::default(),
         buf: vec![0u8; SLOT],
         started,
         run_timers: true,
@@ -254,7 +250,15 @@ fn serve(
         service_port,
     };
     shell.ready(&d);
-    let result = d.run(&shell);
+    let mut inputs = Inputs {
+        datagrams: vec![
+            // The client's kernel path decapsulates at tc ingress.
+            RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, kernel.is_some()),
+            RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
+        ],
+        packets: Some(TunInput::new(&opened.tun)),
+    };
+    let result = role_loop::run(&mut d, &mut inputs, &mut ClientAround::new(&shell));
     shell.stopping(&d);
     d.mapping.release_all();
     result.and_then(|()| shell.outcome())
@@ -266,14 +270,13 @@ struct ClientDaemon<'a> {
     names: ServerNames,
     /// The port mapping asked of the NAT (PCP or UPnP), behind a symmetric NAT.
     mapping: Mapper,
-    rx_service: RecvBatch,
-    rx_probe: RecvBatch,
     out: Output<'a>,
     iface: Interface,
     discovery: Option<Discovery>,
     watch: NetworkWatch,
     urandom: OsRandom,
-    tun_in: TunReader,
+    /// What the TUN's reader counted, as of the last round (for the reports).
+    tun_read: ReadCounts,
     buf: Vec<u8>,
     started: Instant,
     /// Run the timers at the next round whatever their deadlines (the servers changed:
@@ -289,83 +292,12 @@ struct ClientDaemon<'a> {
     kernel_address: Option<Ipv6Addr>,
 }
 
-/// What a wait found readable beside the service and probe sockets and the TUN, which
-/// are always read.
-struct Readable {
-    /// Anything at all (a signal too).
-    any: bool,
-    status: bool,
-    discovery: bool,
-    ports: Vec<NonZeroU16>,
-}
-
 impl ClientDaemon<'_> {
-    /// The loop: wait (until something is readable or the next deadline), take what
-    /// came, the timers when due, send, follow the events, and the shell's chores.
-    fn run(&mut self, shell: &Shell<Confined>) -> Result<(), Failure> {
-        while !shell.stop_requested() {
-            let readable = self.wait(shell)?;
-            self.iface.check_helper()?;
-            if self.watch.changed() {
-                self.on_network_change();
-            }
-            self.read(&readable)?;
-            let timers = self.run_timers || self.timers_due().is_some_and(|t| Instant::now() >= t);
-            if timers {
-                self.timers();
-            }
-            if timers || readable.any {
-                shell.busy();
-            }
-            self.out.carry_out(&mut self.client, self.started.elapsed());
-            self.out.flush();
-            self.follow_events()?;
-            if readable.status {
-                shell.serve_status(self);
-            }
-            shell.tick(self);
-        }
-        Ok(())
-    }
-
     /// When the timers next have something to do: the state machine's deadline, the
     /// names' lookups, the port mapping's renewal (`None`: nothing until I/O).
     fn timers_due(&self) -> Option<Instant> {
         let proto = self.client.poll_timeout().map(|d| self.started + d);
         [proto, self.names.next_due(), self.mapping.next_due()].into_iter().flatten().min()
-    }
-
-    /// Sleep until something is readable (a signal too) or the next deadline, the
-    /// timers' or the shell's. Random ports (rare: peers behind symmetric NATs) join the
-    /// poll only when open, so the common round allocates nothing.
-    fn wait(&self, shell: &Shell<Confined>) -> Result<Readable, Failure> {
-        let until = self.timers_due().map_or(shell.next_wake(), |t| t.min(shell.next_wake()));
-        let wait = if self.run_timers { Duration::ZERO } else { until.saturating_duration_since(Instant::now()) };
-        let status = shell.status_fd();
-        let fds = [
-            PollFd::new(self.rx_service.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.rx_probe.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.out.tun.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.watch.as_fd(), PollFlags::POLLIN),
-            PollFd::new(status, PollFlags::POLLIN),
-            PollFd::new(self.discovery.as_ref().map_or(status, |d| d.as_fd()), PollFlags::POLLIN),
-            PollFd::new(self.iface.helper.as_fd(), PollFlags::POLLIN),
-            PollFd::new(shell.signal_fd(), PollFlags::POLLIN),
-        ];
-        let readable = |f: &PollFd| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN));
-        if self.out.ports.is_empty() {
-            let mut fds = fds;
-            let any = wait::readable(&mut fds, wait)?;
-            return Ok(Readable { any, status: readable(&fds[4]), discovery: readable(&fds[5]), ports: Vec::new() });
-        }
-        let ports: Vec<u16> = self.out.ports.fds().map(|(p, _)| p).collect();
-        let fixed = fds.len();
-        let mut all: Vec<PollFd> = fds.into_iter().collect();
-        all.extend(self.out.ports.fds().map(|(_, fd)| PollFd::new(fd, PollFlags::POLLIN)));
-        let any = wait::readable(&mut all, wait)?;
-        let ready =
-            ports.iter().zip(&all[fixed..]).filter(|(_, f)| readable(f)).filter_map(|(&p, _)| NonZeroU16::new(p));
-        Ok(Readable { any, status: readable(&all[4]), discovery: readable(&all[5]), ports: ready.collect() })
     }
 
     /// The network changed: the old gateway's mapping means nothing on the new network
@@ -390,18 +322,13 @@ impl ClientDaemon<'_> {
         self.names.resolve_all(Instant::now());
     }
 
-    /// Everything that came: the service and probe sockets a bounded number of batches,
-    /// a batch's worth from the discovery socket and each random port, the TUN a batch.
-    fn read(&mut self, readable: &Readable) -> Result<(), Failure> {
+    /// What came on the discovery socket and on the random ports the wait found
+    /// readable, a batch's worth each (the service and probe sockets and the TUN are
+    /// the loop's inputs).
+    fn read_others(&mut self, discovery: bool, ports: &[NonZeroU16]) {
         let now = self.started.elapsed();
         let (client, out) = (&mut self.client, &mut self.out);
-        for (via, rx) in [(Via::Service, &mut self.rx_service), (Via::Probe, &mut self.rx_probe)] {
-            drain::udp(rx, UDP_BATCHES_PER_ROUND, |from, data| {
-                let outcome = out.decide(client, now, |c, out| c.on_udp(now, via, from, data, out));
-                logging::outcome(outcome, "datagram", from);
-            })?;
-        }
-        if let Some(d) = self.discovery.as_ref().filter(|_| readable.discovery) {
+        if let Some(d) = self.discovery.as_ref().filter(|_| discovery) {
             for _ in 0..BATCH {
                 let Some((n, from)) = d.recv(&mut self.buf) else { break };
                 let data = &self.buf[..n];
@@ -409,7 +336,7 @@ impl ClientDaemon<'_> {
                 logging::outcome(outcome, "announcement", from);
             }
         }
-        for &port in &readable.ports {
+        for &port in ports {
             for _ in 0..BATCH {
                 let Some((n, from)) = out.ports.recv(port.get(), &mut self.buf) else { break };
                 let data = &self.buf[..n];
@@ -417,13 +344,6 @@ impl ClientDaemon<'_> {
                 logging::outcome(outcome, "datagram", from);
             }
         }
-        out.tun_out.flush(out.tun);
-        let tun = out.tun;
-        drain::tun(tun, &mut self.tun_in, BATCH, |packet| {
-            let outcome = out.decide(client, now, |c, out| c.on_tun(now, packet, out));
-            logging::outcome(outcome, "packet", "the host");
-        })?;
-        Ok(())
     }
 
     /// When due: the state machine's timers, the names' lookups, the port mapping, and

@@ -2,10 +2,10 @@
 //! (flushed when full and after each round), the probe socket for the NAT test (a
 //! datagram now and then), and the random ports for peers behind symmetric NATs.
 
+use crate::io::batch::PacketOutput;
 use crate::io::kernel_path::KernelPeerList;
 use crate::io::random_ports::RandomPorts;
-use crate::io::tun::Tun;
-use crate::io::tun_batch::{TunReader, TunWriter};
+use crate::io::tun_batch::{ReadCounts, TunOutput};
 use crate::io::udp_batch::SendBatch;
 use crate::runtime::report::{IoErrors, TunOffloadCounts};
 use shipworm_proto::transmit::{KernelIntent, Ports, Source, Transmit};
@@ -17,10 +17,9 @@ use std::num::NonZeroU16;
 pub struct Output<'a> {
     pub batch: SendBatch,
     pub probe: &'a Socket,
-    pub tun: &'a Tun,
+    pub tun: TunOutput<'a>,
     /// Datagrams the probe socket could not send.
     pub probe_errors: u64,
-    pub tun_out: TunWriter,
     /// Random ports for peers behind symmetric NATs (RFC 6081 §5.4, §5.5).
     pub ports: RandomPorts,
     /// The kernel data path's peer list, if it runs.
@@ -31,24 +30,24 @@ pub struct Output<'a> {
 }
 
 impl Output<'_> {
-    /// What the kernel refused, with what `tun_in` could not read.
-    pub fn io_errors(&self, tun_in: &TunReader) -> IoErrors {
+    /// What the kernel refused, with what the TUN's reader could not read.
+    pub fn io_errors(&self, read: ReadCounts) -> IoErrors {
         IoErrors {
             udp_send: self.batch.failed() + self.probe_errors + self.ports.failures,
-            tun_write: self.tun_out.failed(),
-            tun_read: tun_in.refused(),
+            tun_write: self.tun.failed(),
+            tun_read: read.refused,
             ..IoErrors::default()
         }
     }
 
     /// What the TUN offloads did.
-    pub fn offloads(&self, tun_in: &TunReader) -> TunOffloadCounts {
-        TunOffloadCounts { super_packets_read: tun_in.super_packets(), joined_writes: self.tun_out.written().1 }
+    pub fn offloads(&self, read: ReadCounts) -> TunOffloadCounts {
+        TunOffloadCounts { super_packets_read: read.super_packets, joined_writes: self.tun.joined_writes() }
     }
 
     /// Send what waits in the batches.
     pub fn flush(&mut self) {
-        self.tun_out.flush(self.tun);
+        self.tun.flush();
         if !self.batch.is_empty() {
             self.batch.flush();
         }
@@ -75,7 +74,7 @@ impl Transmit for Output<'_> {
     }
 
     fn deliver(&mut self, packet: &[u8]) {
-        self.tun_out.push(self.tun, packet);
+        self.tun.push(packet);
     }
 
     fn kernel(&mut self, intent: KernelIntent) {

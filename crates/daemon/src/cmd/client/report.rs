@@ -75,7 +75,7 @@ pub(crate) fn counters(
 impl Reports for ClientDaemon<'_> {
     fn counters(&self) -> Counters {
         let s = self.client.status();
-        let (io, tun) = (self.out.io_errors(&self.tun_in), self.out.offloads(&self.tun_in));
+        let (io, tun) = (self.out.io_errors(self.tun_read), self.out.offloads(self.tun_read));
         let kernel = self.kernel.map(|k| (k.counters(), k.refused.load(std::sync::atomic::Ordering::Relaxed)));
         counters(self.client.stats(), s.peers, s.first_contacts, &io, &tun, kernel.as_ref())
     }
@@ -114,7 +114,7 @@ impl Reports for ClientDaemon<'_> {
             "peers": s.peers,
             "data_path": crate::runtime::report::data_path_json(self.kernel),
             "kernel_peers": self.client.kernel_peers(),
-            "tun_offloads": self.out.tun.offloads().to_string(),
+            "tun_offloads": self.out.tun.tun.offloads().to_string(),
             "counters": self.counters().json(),
         })
         .to_string()
