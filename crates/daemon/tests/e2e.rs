@@ -34,6 +34,7 @@ mod windows_like;
 use shipworm_lab::scenario::{self, Scenario, Side};
 use shipworm_lab::traffic;
 use shipworm_lab::{Impl, NatKind, SoftwareSums};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -56,6 +57,23 @@ enum Expect {
     /// Passes, or fails at this step for this reason: a peer's own timing decides which
     /// (a failure at any other step is a failure).
     PassOrFail(u32, &'static str),
+}
+
+impl Case {
+    /// A case expected to pass, run in one of the jobs' turns.
+    fn passing(name: impl Into<String>, run: impl Fn() -> Result<String, Failed> + Send + 'static) -> Case {
+        Case { waits: false, name: name.into(), expect: Expect::Pass, run: Box::new(run) }
+    }
+}
+
+/// A case written as a function of the binary under test: its name, whether it
+/// mostly waits, what it is expected to do, and the function.
+type Single = (&'static str, bool, Expect, fn(&Path) -> Result<String, Failed>);
+
+/// The case a row of a topic's table stands for.
+fn one(me: &Path, (name, waits, expect, run): Single) -> Case {
+    let me = me.to_path_buf();
+    Case { waits, name: name.to_string(), expect, run: Box::new(move || run(&me)) }
 }
 
 struct Case {

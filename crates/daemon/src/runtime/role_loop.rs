@@ -49,6 +49,10 @@ pub trait Role {
     fn on_deadline(&mut self, now: Instant);
     /// Send what the decisions queued.
     fn flush(&mut self);
+    /// After each datagram input's reading: by default, send what it queued.
+    fn after_input(&mut self) {
+        self.flush();
+    }
     /// A read the packet input failed with: the loop's end, unless the role says the
     /// round's reading ends there.
     fn packets_failed(&mut self, e: Failure) -> Result<(), Failure> {
@@ -105,24 +109,27 @@ pub fn run<R: Role>(
     around: &mut impl Around<R>,
 ) -> Result<(), Failure> {
     while !around.done(role)? {
-        if around.spin() {
+        // A wait that ended with nothing readable (a deadline, a signal) reads nothing.
+        let read = if around.spin() {
             std::thread::yield_now();
+            true
         } else {
-            wait(role, inputs, around)?;
-        }
-        let turned = round(role, inputs)?;
+            wait(role, inputs, around)?
+        };
+        let turned = turn(role, inputs, read)?;
         around.after_round(role, inputs, turned)?;
     }
     Ok(())
 }
 
 /// Sleep until an input or a watched descriptor is readable, the role's deadline or
-/// `around`'s wake-up; then tell `around` what woke.
+/// `around`'s wake-up (not at all while an input holds what no descriptor announces);
+/// then tell `around` what woke. Returns whether anything was readable.
 fn wait<R: Role>(
     role: &mut R,
     inputs: &Inputs<R::Datagrams, R::Packets>,
     around: &mut impl Around<R>,
-) -> Result<(), Failure> {
+) -> Result<bool, Failure> {
     let until = [role.deadline(), around.wake_at(role)].into_iter().flatten().min();
     let pending = inputs.datagrams.iter().any(DatagramInput::pending)
         || inputs.packets.as_ref().is_some_and(PacketInput::pending);
@@ -142,26 +149,40 @@ fn wait<R: Role>(
         let mut fds: SmallVec<[PollFd<'_>; 16]> = own.map(|fd| PollFd::new(fd, PollFlags::POLLIN)).collect();
         let first_watched = fds.len();
         fds.extend(watched.iter().map(|fd| PollFd::new(*fd, PollFlags::POLLIN)));
-        let any = wait::readable(&mut fds, timeout)? || pending;
+        let any = if pending {
+            // The watched descriptors looked at, the inputs read at once.
+            wait::readable_now(&mut fds)?;
+            true
+        } else {
+            wait::readable(&mut fds, timeout)?
+        };
         let readable: SmallVec<[bool; 16]> =
             fds[first_watched..].iter().map(|f| f.revents().is_some_and(|r| r.contains(PollFlags::POLLIN))).collect();
         (any, readable)
     };
-    around.woke(role, &readable, any)
+    around.woke(role, &readable, any)?;
+    Ok(any)
 }
 
 /// One round: each datagram input a bounded number of batches (sent after each), the
-/// packet input, the timers when due, and what they queued.
+/// packet input, the timers when due, and what they queued (tests drive a role with it).
+#[cfg(test)]
 pub fn round<R: Role>(role: &mut R, inputs: &mut Inputs<R::Datagrams, R::Packets>) -> Result<Turned, Failure> {
+    turn(role, inputs, true)
+}
+
+/// A round, reading the inputs only if `read`.
+fn turn<R: Role>(role: &mut R, inputs: &mut Inputs<R::Datagrams, R::Packets>, read: bool) -> Result<Turned, Failure> {
     let mut handled = 0;
-    for (i, input) in inputs.datagrams.iter_mut().enumerate() {
+    let datagrams = if read { &mut inputs.datagrams[..] } else { &mut [] };
+    for (i, input) in datagrams.iter_mut().enumerate() {
         let now = Instant::now();
         handled += input
             .read(R::DATAGRAM_BATCHES, role, R::ahead, |r, from, data| r.on_datagram(now, i, from, data))
             .map_err(|e| Failure::runtime(format!("receive: {e}")))?;
-        role.flush();
+        role.after_input();
     }
-    if let Some(packets) = &mut inputs.packets {
+    if let Some(packets) = inputs.packets.as_mut().filter(|_| read) {
         let now = Instant::now();
         match packets.read(R::PACKETS, |packet| role.on_packet(now, packet)) {
             Ok(n) => handled += n,

@@ -16,6 +16,15 @@ pub fn readable(fds: &mut [PollFd<'_>], timeout: Duration) -> Result<bool, Failu
     }
 }
 
+/// Which of `fds` are ready now, without waiting. Returns whether any is.
+pub fn readable_now(fds: &mut [PollFd<'_>]) -> Result<bool, Failure> {
+    match poll(fds, PollTimeout::ZERO) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(Failure::runtime(format!("poll: {e}"))),
+    }
+}
+
 /// Read and forget what a non-blocking wake-up socket holds (its bytes only say "look
 /// again"), so that it stops being readable.
 pub fn take_wake_ups(sock: &std::os::unix::net::UnixStream) {

@@ -259,6 +259,8 @@ fn serve(
         packets: Some(TunInput::new(&opened.tun)),
     };
     let result = role_loop::run(&mut d, &mut inputs, &mut ClientAround::new(&shell));
+    // What the TUN's reader counted, for the exit report, whatever ended the loop.
+    d.tun_read = inputs.packets.as_ref().map(TunInput::counts).unwrap_or_default();
     shell.stopping(&d);
     d.mapping.release_all();
     result.and_then(|()| shell.outcome())

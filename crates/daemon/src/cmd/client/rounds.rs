@@ -104,12 +104,10 @@ impl<'a> Around<ClientDaemon<'a>> for ClientAround<'_> {
     /// The helper's health and the network watch first (a change qualifies again),
     /// then the discovery socket and the random ports that were readable.
     fn woke(&mut self, d: &mut ClientDaemon<'a>, readable: &[bool], any: bool) -> Result<(), Failure> {
-        d.iface.check_helper()?;
-        if d.watch.changed() {
-            d.on_network_change();
-        }
         let ready = |i: usize| readable.get(i) == Some(&true);
         self.status = ready(STATUS);
+        // The ports readable, named while the list is the one watched (before anything
+        // below may open or close one).
         let ports: SmallVec<[NonZeroU16; 8]> = d
             .out
             .ports
@@ -119,6 +117,10 @@ impl<'a> Around<ClientDaemon<'a>> for ClientAround<'_> {
             .filter(|(_, &r)| r)
             .filter_map(|(p, _)| NonZeroU16::new(p))
             .collect();
+        d.iface.check_helper()?;
+        if d.watch.changed() {
+            d.on_network_change();
+        }
         d.read_others(ready(DISCOVERY) && d.discovery.is_some(), &ports);
         if any {
             self.shell.busy();

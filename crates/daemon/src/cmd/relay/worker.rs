@@ -145,6 +145,12 @@ impl<'a> role_loop::Role for Worker<'a> {
         self.out.tun.flush();
         DatagramOutput::flush(&mut self.out.batch);
     }
+
+    /// The TUN's packets only: what the UDP side queued leaves with the TUN side's in
+    /// one send at the round's end.
+    fn after_input(&mut self) {
+        self.out.tun.flush();
+    }
 }
 
 impl Around<Worker<'_>> for Rounds {
@@ -238,7 +244,8 @@ impl Around<Worker<'_>> for Rounds {
             }
             self.addresses_changed = false;
             // Requests that came while the worker was busy polling, too.
-            if shared.shell.tick(shared) || std::mem::take(&mut self.status) {
+            let asked = std::mem::take(&mut self.status);
+            if shared.shell.tick(shared) || asked {
                 shared.shell.serve_status(shared);
             }
         }
