@@ -1,8 +1,16 @@
 //! A Teredo client scripted from the RFC texts as Windows sends its packets (RFC 6081
-//! documents Windows' extensions; no Windows machine is in the lab): a router
-//! solicitation with a Source Link-Layer Address option, indirect bubbles with a Nonce
-//! and a Random Port trailer (either type code), direct bubbles echoing the nonce they
-//! answer. It is a socket in a client's namespace and a small automaton, not a Teredo
+//! documents Windows' extensions; no Windows machine is in the lab): an address with
+//! random flag bits (RFC 5991 §3.1, Windows Vista SP1 and later), a fresh Nonce in each
+//! indirect bubble (RFC 6081 §5.2.4.1), direct bubbles echoing the nonce they answer
+//! (§5.2.4.2), trust only for a direct bubble echoing its own (§5.2.4.3), a random
+//! port of its own whose number its indirect bubbles announce (§5.4: a second socket,
+//! so that only a peer reading the trailer reaches it there), the peer's announced
+//! port answered from that random port (§5.4.4.3), and Server Load Reduction's
+//! solicitations answered (§5.7.4.2). A router solicitation with a Source Link-Layer
+//! Address option is a tolerance case (RFC 4861 §4.1 allows the option), not a claim
+//! about what Windows sends.
+//!
+//! It is sockets in a client's namespace and a small automaton, not a Teredo
 //! implementation: it answers bubbles and echo requests as RFC 4380 §5.2 and RFC 6081
 //! §5.2.4 say, so that shipworm's server, relay and client can be run against it.
 
@@ -14,7 +22,7 @@ use shipworm_wire::ipv6::{Ipv6AddrExt, Ipv6Repr};
 use shipworm_wire::teredo_addr::{Flags, TeredoAddr, PREFIX, RS_SOURCE_RESTRICTED, TEREDO_PORT};
 use shipworm_wire::teredo_auth::AuthRepr;
 use shipworm_wire::teredo_packet::{emit_bubble, TeredoPacket};
-use shipworm_wire::teredo_trailer::{trailer_type, TrailerRepr};
+use shipworm_wire::teredo_trailer::{trailer_type, DiscoveryType, TrailerRepr};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -27,41 +35,97 @@ pub enum RandomPortCode {
     Iana,
 }
 
-/// The nonce of the scripted client's indirect bubbles (a script has no secrets).
-pub const CALL_NONCE: [u8; 4] = [0x0b, 0xad, 0xf0, 0x0d];
-
 /// The identifier of the scripted client's own echo requests.
 pub const PING_IDENT: u16 = 0x5744;
+
+/// Which of the scripted client's sockets a datagram came in on or leaves from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The port its address embeds.
+    Primary,
+    /// Its random port (RFC 6081 §5.4).
+    Random,
+}
 
 /// What arrived at the scripted peer.
 #[derive(Debug, Clone)]
 pub struct Heard {
     /// The UDP source.
     pub from: SocketAddrV4,
+    /// The socket it arrived on.
+    pub on: Via,
     /// The origin indication, if any (an indirect bubble through our server).
     pub origin: Option<SocketAddrV4>,
     /// IPv6 source.
     pub src: Ipv6Addr,
     /// The Nonce trailer, if any.
     pub nonce: Option<[u8; 4]>,
+    /// The Random Port trailer, if any (type 0x05 or 0x02).
+    pub random_port: Option<u16>,
+    /// A neighbour-discovery option trailer asking for an answer (SLR, RFC 6081 §4.4).
+    pub solicitation: bool,
     /// A bubble (no payload).
     pub bubble: bool,
     /// An ICMPv6 echo: (request?, identifier, sequence).
     pub echo: Option<(bool, u16, u16)>,
 }
 
+/// A peer proven by a direct bubble echoing our nonce: where, and on which socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trusted {
+    pub peer: Ipv6Addr,
+    pub at: SocketAddrV4,
+    pub via: Via,
+}
+
+/// What it keeps of a Teredo peer (RFC 6081 §5.2.1, §5.4.1).
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    addr: Ipv6Addr,
+    /// The nonce of our last indirect bubble to it, which its direct bubble must echo.
+    nonce_sent: [u8; 4],
+    /// The port its indirect bubble announced (Peer Random Port).
+    random_port: Option<u16>,
+    /// The socket everything to it leaves from: the random port once we called it
+    /// from there.
+    via: Via,
+    /// When we last called it (bubbles go 2 s apart at least, RFC 4380 §5.2.6: a
+    /// nonce a peer is still answering is not replaced at once).
+    called: Option<Instant>,
+}
+
+/// Echo requests from peers not trusted yet, held until they are (RFC 4380 §5.2.3:
+/// a Teredo peer's data is not taken before the bubbles prove it), at most this many.
+const HELD: usize = 8;
+
 /// A scripted Teredo client, qualified at its server.
 pub struct ScriptedClient {
     sock: UdpSocket,
+    /// Its random port's socket and number, once opened.
+    random: Option<(UdpSocket, u16)>,
     server: Ipv4Addr,
     /// Its Teredo address.
     pub address: Ipv6Addr,
     /// Its mapping, as the server reported it.
     pub mapped: SocketAddrV4,
-    /// The nonce of its last indirect bubble, which a direct answer must echo.
-    nonce_sent: [u8; 4],
+    peers: Vec<Peer>,
     /// Peers proven by our nonce, and where.
-    pub trusted: Vec<(Ipv6Addr, SocketAddrV4)>,
+    pub trusted: Vec<Trusted>,
+    /// Echo requests waiting for their sender's proof: (source, where from, socket, ident, seq, data).
+    held: Vec<(Ipv6Addr, SocketAddrV4, Via, u16, u16, Vec<u8>)>,
+    /// Server Load Reduction solicitations answered.
+    pub solicitations_answered: usize,
+    /// Echo requests answered (at once, or once their sender was proven).
+    pub echoes_answered: usize,
+}
+
+/// Random bytes from the kernel (a script's nonces and flag bits must not be guessable
+/// by the peer under test either).
+fn random<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    read.expect("/dev/urandom");
+    b
 }
 
 fn io(what: &str) -> impl Fn(std::io::Error) -> LabError + '_ {
@@ -94,38 +158,94 @@ impl ScriptedClient {
                 && p.ipv6.payload().first() == Some(&message::ROUTER_ADVERT);
             if from.ip() == &server && echoed && ra {
                 let mapped = p.origin.ok_or_else(|| LabError::new("the RA has no origin indication".into()))?;
-                let address = TeredoAddr { prefix: PREFIX, server, flags: Flags(0), mapped }.to_ipv6();
-                return Ok(ScriptedClient { sock, server, address, mapped, nonce_sent: [0; 4], trusted: Vec::new() });
+                // RFC 5991 §3.1: 12 random bits, the cone bit clear (§3.2); never all
+                // zero, so that a peer that mistook them for something is seen to.
+                let bits = u16::from_be_bytes(random::<2>()) & 0x0fff;
+                let flags = Flags::new(false, bits.max(1));
+                let address = TeredoAddr { prefix: PREFIX, server, flags, mapped }.to_ipv6();
+                return Ok(ScriptedClient {
+                    sock,
+                    random: None,
+                    server,
+                    address,
+                    mapped,
+                    peers: Vec::new(),
+                    trusted: Vec::new(),
+                    held: Vec::new(),
+                    solicitations_answered: 0,
+                    echoes_answered: 0,
+                });
             }
         }
         err(format!("no router advertisement from {server} to an RS with a link-layer address option"))
     }
 
-    /// An indirect bubble to Teredo peer `to` through its server, with a fresh Nonce
-    /// and, if asked, a Random Port trailer naming our mapped port (RFC 6081 §5.2.4.1,
-    /// §5.4.4.2), and the direct bubble that goes with it (RFC 4380 §5.2.6).
-    pub fn call(&mut self, to: Ipv6Addr, random_port: Option<RandomPortCode>) -> Result<()> {
-        let peer = TeredoAddr::decode(&to).ok_or_else(|| LabError::new(format!("{to} is not a Teredo address")))?;
-        self.nonce_sent = CALL_NONCE;
-        let mut trailers = Vec::new();
-        trailers.extend_from_slice(&[trailer_type::NONCE, 4]);
-        trailers.extend_from_slice(&self.nonce_sent);
-        if let Some(code) = random_port {
-            let t = match code {
-                RandomPortCode::Section4 => 0x05,
-                RandomPortCode::Iana => 0x02,
-            };
-            trailers.extend_from_slice(&[t, 2]);
-            trailers.extend_from_slice(&self.mapped.port().to_be_bytes());
-        }
-        self.send(peer.mapped, &bubble(self.address, to, &[]))?;
-        self.send(SocketAddrV4::new(peer.server, TEREDO_PORT), &bubble(self.address, to, &trailers))
+    /// Open its random port (RFC 6081 §5.4.4.2 a): a second socket on local port
+    /// `port`, whose number the NAT keeps (the lab's port-restricted NAT preserves free
+    /// ports), so that the number announced is where the peer must answer.
+    pub fn open_random_port(&mut self, ns: &str, port: u16) -> Result<()> {
+        let sock = crate::nat_probe::socket_in(ns, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))?;
+        sock.set_nonblocking(true).map_err(io("non-blocking"))?;
+        // Both sockets are read in turn: the primary one's wait kept short.
+        self.sock.set_read_timeout(Some(Duration::from_millis(10))).map_err(io("timeout"))?;
+        self.random = Some((sock, port));
+        Ok(())
     }
 
-    /// Send an echo request to `to` at `at` (a trusted peer's endpoint, or our server
-    /// for a native host).
-    pub fn ping(&self, to: Ipv6Addr, at: SocketAddrV4, seq: u16) -> Result<()> {
-        self.send(at, &echo(self.address, to, true, PING_IDENT, seq, b"scripted"))
+    /// The nonce its last indirect bubble to `peer` carried.
+    pub fn nonce_sent(&self, peer: Ipv6Addr) -> Option<[u8; 4]> {
+        self.peers.iter().find(|p| p.addr == peer).map(|p| p.nonce_sent)
+    }
+
+    fn peer(&mut self, addr: Ipv6Addr) -> &mut Peer {
+        if let Some(i) = self.peers.iter().position(|p| p.addr == addr) {
+            return &mut self.peers[i];
+        }
+        self.peers.push(Peer { addr, nonce_sent: [0; 4], random_port: None, via: Via::Primary, called: None });
+        self.peers.last_mut().expect("pushed")
+    }
+
+    /// Call Teredo peer `to`: an indirect bubble through its server with a fresh Nonce
+    /// (RFC 6081 §5.2.4.1) and, with a random port open, a Random Port trailer of type
+    /// `code` naming it (§5.4.4.2 b), and a direct bubble. With a random port the direct
+    /// bubble leaves from it, to the mapping the peer's address embeds, opening our NAT
+    /// there and nowhere else (short-lived: it dies before the peer's NAT, which
+    /// Linux would otherwise remember and move the peer's answer to another port); its
+    /// primary port sends the peer nothing, so only a peer that reads the trailer
+    /// reaches it. Without one, as RFC 4380 §5.2.6: the direct bubble from the primary
+    /// port.
+    pub fn call(&mut self, to: Ipv6Addr, code: RandomPortCode) -> Result<()> {
+        let peer = TeredoAddr::decode(&to).ok_or_else(|| LabError::new(format!("{to} is not a Teredo address")))?;
+        let nonce = random::<4>();
+        let via = if self.random.is_some() { Via::Random } else { Via::Primary };
+        let p = self.peer(to);
+        p.nonce_sent = nonce;
+        p.via = via;
+        p.called = Some(Instant::now());
+        let mut trailers = [&[trailer_type::NONCE, 4][..], &nonce[..]].concat();
+        match &self.random {
+            Some((sock, port)) => {
+                let t = match code {
+                    RandomPortCode::Section4 => 0x05,
+                    RandomPortCode::Iana => 0x02,
+                };
+                trailers.extend_from_slice(&[t, 2]);
+                trailers.extend_from_slice(&port.to_be_bytes());
+                let ttl = sock.ttl().map_err(io("ttl"))?;
+                sock.set_ttl(OPENING_TTL).map_err(io("ttl"))?;
+                let sent = sock.send_to(&bubble(self.address, to, &[]), peer.mapped);
+                sock.set_ttl(ttl).map_err(io("ttl"))?;
+                sent.map_err(io("send"))?;
+            }
+            None => self.send(Via::Primary, peer.mapped, &bubble(self.address, to, &[]))?,
+        }
+        self.send(Via::Primary, SocketAddrV4::new(peer.server, TEREDO_PORT), &bubble(self.address, to, &trailers))
+    }
+
+    /// Send an echo request to `to` at `at` from socket `via` (a trusted peer's
+    /// endpoint, or our server for a native host).
+    pub fn ping(&self, to: Ipv6Addr, via: Via, at: SocketAddrV4, seq: u16) -> Result<()> {
+        self.send(via, at, &echo(self.address, to, true, PING_IDENT, seq, b"scripted"))
     }
 
     /// Our server's endpoint.
@@ -133,44 +253,84 @@ impl ScriptedClient {
         SocketAddrV4::new(self.server, TEREDO_PORT)
     }
 
-    fn send(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
-        self.sock.send_to(payload, to).map(drop).map_err(io("send"))
+    fn send(&self, via: Via, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
+        let sock = match (via, &self.random) {
+            (Via::Random, Some((s, _))) => s,
+            _ => &self.sock,
+        };
+        sock.send_to(payload, to).map(drop).map_err(io("send"))
     }
 
-    /// Hear and answer for `within`, as a Windows client would: an indirect bubble
-    /// (through our server, with an origin indication) gets a direct bubble to the
-    /// origin echoing its nonce, and, from a Teredo peer we do not trust yet, our own
-    /// indirect bubble with a nonce; a direct bubble echoing our nonce proves its
-    /// sender where it came from; an echo request to us is answered where it came from.
+    /// The next datagram on either socket, within the primary socket's read timeout.
+    fn recv(&self, buf: &mut [u8]) -> Option<(usize, SocketAddrV4, Via)> {
+        if let Some((s, _)) = &self.random {
+            if let Ok((n, SocketAddr::V4(from))) = s.recv_from(buf) {
+                return Some((n, from, Via::Random));
+            }
+        }
+        match self.sock.recv_from(buf) {
+            Ok((n, SocketAddr::V4(from))) => Some((n, from, Via::Primary)),
+            _ => None,
+        }
+    }
+
+    /// Hear and answer for `within`, as a Windows client would:
+    /// - an indirect bubble (through our server, with an origin indication) gets a
+    ///   direct bubble to the origin echoing its nonce (§5.2.4.2), from the random port
+    ///   when the peer announced one of its own, which then gets that bubble too, with
+    ///   our Random Port trailer (§5.4.4.3, §5.4.4.4); from a Teredo peer we do not
+    ///   trust yet, our own indirect bubble follows (fresh nonce, our random port);
+    /// - a direct bubble from the mapping its source embeds, or echoing our nonce,
+    ///   proves its sender where it came from, on the socket it came to (§5.2.4.4,
+    ///   §5.4.4.5); one asking for an answer (SLR) from a
+    ///   trusted peer gets a direct bubble with an advertisement (§5.7.4.2);
+    /// - an echo request is answered where it came from if the sender is trusted there
+    ///   or is not a Teredo address, else held until it is (a few at most).
+    ///
     /// Returns what was heard, and stops early once `done` says so.
-    pub fn answer(&mut self, within: Duration, mut done: impl FnMut(&Heard) -> bool) -> Result<Vec<Heard>> {
+    pub fn answer(&mut self, within: Duration, mut done: impl FnMut(&Heard, &Self) -> bool) -> Result<Vec<Heard>> {
         let deadline = Instant::now() + within;
         let mut heard = Vec::new();
         let mut buf = [0u8; 2048];
         while Instant::now() < deadline {
-            let Ok((n, SocketAddr::V4(from))) = self.sock.recv_from(&mut buf) else { continue };
+            let Some((n, from, on)) = self.recv(&mut buf) else { continue };
             let Ok(p) = TeredoPacket::parse(&buf[..n]) else { continue };
-            let h = hear(from, &p);
+            let h = hear(from, on, &p);
             if p.ipv6.dst_addr() != self.address {
                 continue;
             }
             if let Some(origin) = h.origin.filter(|_| h.bubble) {
-                let echo: Vec<u8> =
-                    h.nonce.map(|n| [&[trailer_type::NONCE, 4][..], &n[..]].concat()).unwrap_or_default();
-                self.send(origin, &bubble(self.address, h.src, &echo))?;
-                let trusted = self.trusted.iter().any(|(a, _)| *a == h.src);
-                if !trusted && TeredoAddr::decode(&h.src).is_some() && !h.src.is_link_local() {
-                    self.call(h.src, Some(RandomPortCode::Section4))?;
+                self.answer_indirect(&h, origin)?;
+                let stop = done(&h, self);
+                heard.push(h);
+                if stop {
+                    break;
                 }
-            } else if h.bubble && h.nonce == Some(self.nonce_sent) {
-                self.trusted.retain(|(a, _)| *a != h.src);
-                self.trusted.push((h.src, from));
+                continue;
+            }
+            // What proves its sender (any packet from its embedded mapping, RFC 4380
+            // §5.2.3; a direct bubble echoing our nonce, RFC 6081 §5.2.4.4) makes it
+            // trusted there, and releases what it sent before.
+            if self.proves(&h) && !self.trusted_at(h.src, from, on) {
+                self.trusted.retain(|t| t.peer != h.src);
+                self.trusted.push(Trusted { peer: h.src, at: from, via: on });
+                self.release(h.src)?;
+            }
+            if h.bubble && h.solicitation && self.trusted_at(h.src, from, on) {
+                let ad = [trailer_type::NEIGHBOR_DISCOVERY, 4, 1, 0, 0, 0];
+                self.send(on, from, &bubble(self.address, h.src, &ad))?;
+                self.solicitations_answered += 1;
             } else if let Some((true, ident, seq)) = h.echo {
                 // The request's data back, as a host's stack does (ping checks it).
-                let data = p.ipv6.payload().get(8..).unwrap_or_default();
-                self.send(from, &echo(self.address, h.src, false, ident, seq, data))?;
+                let data = p.ipv6.payload().get(8..).unwrap_or_default().to_vec();
+                if TeredoAddr::decode(&h.src).is_none() || self.trusted_at(h.src, from, on) {
+                    self.send(on, from, &echo(self.address, h.src, false, ident, seq, &data))?;
+                    self.echoes_answered += 1;
+                } else if self.held.len() < HELD {
+                    self.held.push((h.src, from, on, ident, seq, data));
+                }
             }
-            let stop = done(&h);
+            let stop = done(&h, self);
             heard.push(h);
             if stop {
                 break;
@@ -178,14 +338,87 @@ impl ScriptedClient {
         }
         Ok(heard)
     }
+
+    /// What proves its sender: a packet from the mapping its Teredo address embeds
+    /// (RFC 4380 §5.2.3; RFC 6081 §5.2.4.4 a), or a direct bubble from elsewhere echoing
+    /// the nonce we last sent it (§5.2.4.4 b).
+    fn proves(&self, h: &Heard) -> bool {
+        let embedded = TeredoAddr::decode(&h.src).is_some_and(|t| t.mapped == h.from);
+        embedded || (h.bubble && self.nonce_sent(h.src).is_some_and(|n| h.nonce == Some(n)))
+    }
+
+    fn trusted_at(&self, peer: Ipv6Addr, from: SocketAddrV4, on: Via) -> bool {
+        self.trusted.iter().any(|t| t.peer == peer && t.at == from && t.via == on)
+    }
+
+    /// An indirect bubble from `h.src`, through our server from `origin`.
+    fn answer_indirect(&mut self, h: &Heard, origin: SocketAddrV4) -> Result<()> {
+        let echo: Vec<u8> = h.nonce.map(|n| [&[trailer_type::NONCE, 4][..], &n[..]].concat()).unwrap_or_default();
+        if let Some(port) = h.random_port {
+            self.peer(h.src).random_port = Some(port);
+        }
+        let p = *self.peer(h.src);
+        // To its origin from the socket it is ours to use; and, when it announced a
+        // random port, to that too (§5.4.4.3): from ours, naming it, when we have one,
+        // else from the primary port.
+        self.send(p.via, origin, &bubble(self.address, h.src, &echo))?;
+        // Where it proved itself, if elsewhere (RFC 6081 §5.2.4.4 d: its mapping now).
+        if let Some(t) = self.trusted.iter().find(|t| t.peer == h.src && t.at != origin).copied() {
+            self.send(t.via, t.at, &bubble(self.address, h.src, &echo))?;
+        }
+        if let Some(theirs) = p.random_port {
+            let to = SocketAddrV4::new(*origin.ip(), theirs);
+            match &self.random {
+                Some((_, ours)) => {
+                    let mut trailers = echo.clone();
+                    trailers.extend_from_slice(&[0x05, 2]);
+                    trailers.extend_from_slice(&ours.to_be_bytes());
+                    self.send(Via::Random, to, &bubble(self.address, h.src, &trailers))?;
+                }
+                None => self.send(Via::Primary, to, &bubble(self.address, h.src, &echo))?,
+            }
+        }
+        let trusted = self.trusted.iter().any(|t| t.peer == h.src);
+        let spaced = p.called.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
+        if !trusted && spaced && TeredoAddr::decode(&h.src).is_some() && !h.src.is_link_local() {
+            self.call(h.src, RandomPortCode::Section4)?;
+        }
+        Ok(())
+    }
+
+    /// What `peer` sent before it was proven, answered now at the place it is proven.
+    fn release(&mut self, peer: Ipv6Addr) -> Result<()> {
+        let held = std::mem::take(&mut self.held);
+        for (src, from, on, ident, seq, data) in held {
+            if src == peer && self.trusted_at(src, from, on) {
+                self.send(on, from, &echo(self.address, src, false, ident, seq, &data))?;
+                self.echoes_answered += 1;
+            } else if src != peer {
+                self.held.push((src, from, on, ident, seq, data));
+            }
+        }
+        Ok(())
+    }
 }
 
-fn hear(from: SocketAddrV4, p: &TeredoPacket<'_>) -> Heard {
+/// The TTL of a bubble that opens our own NAT only (the lab's NAT is the first hop, the
+/// core router the second).
+const OPENING_TTL: u32 = 2;
+
+fn hear(from: SocketAddrV4, on: Via, p: &TeredoPacket<'_>) -> Heard {
     let src = p.ipv6.src_addr();
     let nonce = match p.trailers.get(trailer_type::NONCE) {
         Some(TrailerRepr::Nonce(n)) => Some(n),
         _ => None,
     };
+    let random_port = [trailer_type::RANDOM_PORT, trailer_type::RANDOM_PORT_IANA].into_iter().find_map(|k| {
+        let t = p.trailers.find(k)?;
+        (t.value.len() == 2).then(|| u16::from_be_bytes([t.value[0], t.value[1]]))
+    });
+    let solicitation = matches!(
+        p.trailers.get(trailer_type::NEIGHBOR_DISCOVERY),
+        Some(TrailerRepr::NeighborDiscovery(DiscoveryType::Solicitation))
+    );
     let echo = (p.ipv6.next_header() == ip_protocol::ICMPV6)
         .then(|| Icmpv6Packet::new_checked(p.ipv6.payload()).ok())
         .flatten()
@@ -194,7 +427,7 @@ fn hear(from: SocketAddrV4, p: &TeredoPacket<'_>) -> Heard {
             message::ECHO_REPLY => Some((false, i.echo_ident(), i.echo_seq_no())),
             _ => None,
         });
-    Heard { from, origin: p.origin, src, nonce, bubble: p.is_bubble(), echo }
+    Heard { from, on, origin: p.origin, src, nonce, random_port, solicitation, bubble: p.is_bubble(), echo }
 }
 
 fn bubble(src: Ipv6Addr, dst: Ipv6Addr, trailers: &[u8]) -> Vec<u8> {

@@ -25,35 +25,81 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }),
         });
     }
+    // It calls from a random port of its own that only its trailer names (RFC 6081
+    // §5.4): a client that ignored the trailer would answer where the caller's NAT lets
+    // nothing in (seen: with shipworm's client reading no Random Port trailer, every
+    // cell below but Miredo's fails at step 5). Behind a port-restricted or
+    // port-preserving symmetric NAT too: the §6.2/§6.3 cells (issue #59.6).
     let codes = [(RandomPortCode::Section4, "0x05, §4.5"), (RandomPortCode::Iana, "0x02, §9")];
-    for (client, (code, what)) in [(&ours, codes[0]), (&ours, codes[1]), (&impls[1], codes[0])] {
+    let callers = [
+        (&ours, NatKind::AddressRestricted, codes[0]),
+        (&ours, NatKind::AddressRestricted, codes[1]),
+        (&ours, NatKind::PortRestricted, codes[0]),
+        (&ours, NatKind::PortPreservingSymmetric, codes[0]),
+        (&ours, NatKind::SequentialSymmetric, codes[0]),
+        (&impls[1], NatKind::AddressRestricted, codes[0]),
+    ];
+    for (client, callee, (code, what)) in callers {
         let (server, client) = (ours.clone(), client.clone());
         let expect = match client {
             Impl::Shipworm(_) => Expect::Pass,
             Impl::Miredo => Expect::Fail(
                 5,
-                "Miredo's client speaks no RFC 6081: its direct bubble echoes no nonce, so a client that needs one (§5.2.4.3) never takes it",
+                "Miredo's client speaks no RFC 6081: it reads no Random Port trailer (its answers go to the mapping the caller's address embeds, where the caller's NAT lets nothing in) and its direct bubble echoes no nonce (§5.2.4.3)",
             ),
         };
         cases.push(Case {
             waits: false,
-            name: format!("Windows-like client calls client={client}: Nonce and Random Port ({what}) in its indirect bubble (RFC 6081 §5.2.4, §5.4.4)"),
+            name: format!("Windows-like client calls client={client} behind {callee}: from a random port that only its Random Port trailer ({what}) names, with a fresh Nonce (RFC 6081 §5.2.4, §5.4.4)"),
             expect,
             run: Box::new(move || {
-                let (_lab, ms) = windows_like::calls(&server, &client, code).map_err(Failed::from)?;
-                Ok(format!("bubbles exchanged and an echo answered in {ms:.1} ms"))
+                let (_lab, ms) = windows_like::calls(&server, &client, callee, code).map_err(Failed::from)?;
+                Ok(format!("proven on its random port, an echo answered there in {ms:.1} ms"))
             }),
         });
     }
-    for client in &impls {
+    // Called: behind a port-restricted NAT the client's direct bubble comes from the
+    // mapping its address embeds, which proves it (RFC 6081 §5.2.4.4 a); behind a
+    // symmetric one from another port, where only the nonce it echoes does (b: seen
+    // failing with shipworm's client echoing none).
+    let called = [
+        (&ours, NatKind::PortRestricted),
+        (&impls[1], NatKind::PortRestricted),
+        (&ours, NatKind::Symmetric),
+        (&impls[1], NatKind::Symmetric),
+    ];
+    for (client, nat) in called {
         let (server, client) = (ours.clone(), client.clone());
+        let expect = match (&client, nat) {
+            (Impl::Miredo, NatKind::Symmetric) => Expect::Fail(
+                5,
+                "Miredo's client speaks no RFC 6081: its direct bubble, from a port its address does not embed, echoes no nonce, so nothing proves it (§5.2.4.4)",
+            ),
+            _ => Expect::Pass,
+        };
         cases.push(Case {
             waits: false,
-            name: format!("client={client} calls a Windows-like client: it answers with a direct bubble echoing the nonce and an indirect one of its own (RFC 6081 §5.2.4.2)"),
+            name: format!("client={client} behind {nat} calls a Windows-like client: its direct bubble proves it, from its embedded mapping or echoing the nonce (RFC 6081 §5.2.4.2, §5.2.4.4)"),
+            expect,
+            run: Box::new(move || {
+                let (_lab, ms) = windows_like::is_called(&server, &client, nat).map_err(Failed::from)?;
+                Ok(format!("first echo answered in {ms:.1} ms"))
+            }),
+        });
+    }
+    // Server Load Reduction both ways: shipworm's client solicits a peer gone quiet,
+    // the scripted client answers (fails with `ServerLoadReduction no`: step 6, the
+    // client's indirect bubble goes through the server, seen).
+    {
+        let (server, client) = (ours.clone(), ours.clone());
+        cases.push(Case {
+            waits: true,
+            name: "client=shipworm refreshes a Windows-like peer quiet for 32 s with a direct solicitation, answered (RFC 6081 §5.7)".into(),
             expect: Expect::Pass,
             run: Box::new(move || {
-                let (_lab, ms) = windows_like::is_called(&server, &client).map_err(Failed::from)?;
-                Ok(format!("first echo answered in {ms:.1} ms"))
+                let idle = std::time::Duration::from_secs(32);
+                let (_lab, n, ms) = windows_like::slr_after_idle(&server, &client, idle, "").map_err(Failed::from)?;
+                Ok(format!("{n} solicitation(s) answered, no indirect bubble; the echo after the idle time answered in {ms:.1} ms"))
             }),
         });
     }
