@@ -132,7 +132,10 @@ fn the_nonce_of_an_exchange_that_ended_moves_no_trusted_peer() {
 /// RFC 6081's Random Port trailer is 0x05 in §4.5 and 0x02 in §9's IANA table: a peer's
 /// indirect bubble announcing its random port under either makes the client bubble that
 /// port (its embedded port says nothing of where the peer's NAT opened). Reading 0x05
-/// alone, the 0x02 row fails: no bubble reaches the announced port.
+/// alone, the 0x02 row fails: no bubble reaches the announced port. The client, behind
+/// a NAT that keeps one mapping (not symmetric), answers there from its service port,
+/// whose mapping the peer's random port was opened towards (§6.2; issue #59.6: a
+/// bubble from a random port of its own would meet a closed NAT), echoing the nonce.
 #[test]
 fn a_random_port_announced_under_either_type_is_bubbled() {
     let (_, me) = qualified();
@@ -158,6 +161,15 @@ fn a_random_port_announced_under_either_type_is_bubbled() {
             "trailer type {kind:#04x}: no bubble to the announced port {announced}: {:?}",
             w.udp().iter().map(|(to, _)| *to).collect::<Vec<_>>()
         );
+        for d in w.sent.iter().filter(|d| d.to == announced) {
+            assert_eq!(d.from, Source::Service, "from the service port");
+            let p = TeredoPacket::parse(&d.payload).unwrap();
+            assert_eq!(
+                p.trailers.find(1).map(|t| t.value.to_vec()),
+                Some(vec![0xde, 0xad, 0xbe, 0x01]),
+                "the nonce echoed"
+            );
+        }
     }
 }
 
