@@ -6,7 +6,8 @@
 //! port of its own whose number its indirect bubbles announce (§5.4: a second socket,
 //! so that only a peer reading the trailer reaches it there), the peer's announced
 //! port answered from that random port (§5.4.4.3), and Server Load Reduction's
-//! solicitations answered (§5.7.4.2). A router solicitation with a Source Link-Layer
+//! solicitations answered (§5.7.4.2), its server solicited again every randomized
+//! refresh interval while it listens (RFC 6081 §5.1.1). A router solicitation with a Source Link-Layer
 //! Address option is a tolerance case (RFC 4861 §4.1 allows the option), not a claim
 //! about what Windows sends.
 //!
@@ -117,6 +118,17 @@ pub struct ScriptedClient {
     pub solicitations_answered: usize,
     /// Echo requests answered (at once, or once their sender was proven).
     pub echoes_answered: usize,
+    /// When it next solicits its server, its randomized refresh interval on (RFC 4380
+    /// §5.2.5, RFC 6081 §5.1.1: 75–100 % of 30 s).
+    refresh_at: Instant,
+    /// Router solicitations sent to keep its mapping.
+    pub refreshes: usize,
+}
+
+/// The randomized refresh interval: 75–100 % of RFC 4380's 30 s.
+fn refresh_interval() -> Duration {
+    let r = u64::from(u16::from_be_bytes(random::<2>()));
+    Duration::from_millis(22_500 + r * 7_500 / 65_535)
 }
 
 /// Random bytes from the kernel (a script's nonces and flag bits must not be guessable
@@ -174,6 +186,8 @@ impl ScriptedClient {
                     held: Vec::new(),
                     solicitations_answered: 0,
                     echoes_answered: 0,
+                    refresh_at: Instant::now() + refresh_interval(),
+                    refreshes: 0,
                 });
             }
         }
@@ -293,6 +307,12 @@ impl ScriptedClient {
         let mut heard = Vec::new();
         let mut buf = [0u8; 2048];
         while Instant::now() < deadline {
+            if Instant::now() >= self.refresh_at {
+                let rs = router_solicitation(random::<8>());
+                self.send(Via::Primary, self.server(), &rs)?;
+                self.refresh_at = Instant::now() + refresh_interval();
+                self.refreshes += 1;
+            }
             let Some((n, from, on)) = self.recv(&mut buf) else { continue };
             let Ok(p) = TeredoPacket::parse(&buf[..n]) else { continue };
             let h = hear(from, on, &p);

@@ -5,23 +5,38 @@
 //! unrelated addresses may share one. They then share its rate, stricter and never
 //! looser, and an attacker cannot choose whom they share with. Each bucket is one time
 //! stamp (the generic cell rate algorithm: the moment the bucket would be empty again),
-//! so admitting is one comparison and no refill arithmetic can round a rate away.
+//! so admitting is one comparison and no refill arithmetic can round a rate away. The
+//! stamps are atomics: the relay's workers share one set without a lock (a worker
+//! deciding under its shard's lock never waits for another's).
 
 use crate::peer_table::KeyedHash;
 use core::hash::BuildHasher;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Token buckets for IPv4 addresses: `rate` a second each, bursts of `burst`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct AddressRate {
     /// Per bucket, when (ns of virtual time) it would be empty again.
-    empty_at: Box<[u64]>,
+    empty_at: Box<[AtomicU64]>,
     hasher: KeyedHash,
     /// Nanoseconds one admission costs.
     interval: u64,
     /// How far ahead of now a bucket may run: the burst.
     tolerance: u64,
+}
+
+impl Clone for AddressRate {
+    /// A copy of the buckets as they stand.
+    fn clone(&self) -> Self {
+        AddressRate {
+            empty_at: self.empty_at.iter().map(|b| AtomicU64::new(b.load(Ordering::Relaxed))).collect(),
+            hasher: self.hasher,
+            interval: self.interval,
+            tolerance: self.tolerance,
+        }
+    }
 }
 
 impl AddressRate {
@@ -30,23 +45,44 @@ impl AddressRate {
     pub fn new(buckets: usize, rate: u32, burst: u32, keys: (u64, u64)) -> AddressRate {
         let interval = 1_000_000_000 / u64::from(rate.max(1));
         AddressRate {
-            empty_at: vec![0; buckets.next_power_of_two()].into_boxed_slice(),
+            empty_at: (0..buckets.next_power_of_two()).map(|_| AtomicU64::new(0)).collect(),
             hasher: KeyedHash::new(keys.0, keys.1),
             interval,
             tolerance: interval * u64::from(burst.max(1)),
         }
     }
 
+    /// One bucket for everyone: `rate` a second in all, bursts of `burst`.
+    pub fn total(rate: u32, burst: u32) -> AddressRate {
+        AddressRate::new(1, rate, burst, (0, 0))
+    }
+
     /// Whether `addr` may have one more at `now`; counts it if so.
-    pub fn allow(&mut self, addr: Ipv4Addr, now: Duration) -> bool {
-        let now = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
+    pub fn allow(&self, addr: Ipv4Addr, now: Duration) -> bool {
         let i = (self.hasher.hash_one(u32::from(addr)) as usize) & (self.empty_at.len() - 1);
-        let at = self.empty_at[i].max(now);
-        if at + self.interval > now + self.tolerance {
-            return false;
+        self.take(&self.empty_at[i], now)
+    }
+
+    /// For a [`total`](Self::total) rate: whether one more may go at `now`.
+    pub fn allow_any(&self, now: Duration) -> bool {
+        self.take(&self.empty_at[0], now)
+    }
+
+    /// Spend one of `bucket`'s admissions, if it has one: the stamp moved on by one
+    /// interval, by whichever caller gets there first.
+    fn take(&self, bucket: &AtomicU64, now: Duration) -> bool {
+        let now = u64::try_from(now.as_nanos()).unwrap_or(u64::MAX);
+        let mut stamp = bucket.load(Ordering::Relaxed);
+        loop {
+            let at = stamp.max(now);
+            if at.saturating_add(self.interval) > now.saturating_add(self.tolerance) {
+                return false;
+            }
+            match bucket.compare_exchange_weak(stamp, at + self.interval, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(seen) => stamp = seen,
+            }
         }
-        self.empty_at[i] = at + self.interval;
-        true
     }
 }
 
@@ -60,7 +96,7 @@ mod tests {
 
     #[test]
     fn one_address_gets_its_burst_then_its_rate_and_no_more() {
-        let mut r = AddressRate::new(64, 10, 5, (1, 2));
+        let r = AddressRate::new(64, 10, 5, (1, 2));
         let a = Ipv4Addr::new(192, 0, 2, 1);
         let t0 = Duration::from_secs(100);
         assert_eq!((0..1000).filter(|_| r.allow(a, t0)).count(), 5);
@@ -72,8 +108,23 @@ mod tests {
     }
 
     #[test]
+    fn threads_sharing_the_buckets_admit_no_more_than_one_thread_would() {
+        let r = AddressRate::new(64, 10, 50, (5, 6));
+        let a = Ipv4Addr::new(192, 0, 2, 9);
+        let t = Duration::from_secs(7);
+        let admitted: usize = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..4).map(|_| s.spawn(|| (0..10_000).filter(|_| r.allow(a, t)).count())).collect();
+            threads.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 50, "the burst, once, whoever asked");
+        let total = AddressRate::total(100, 20);
+        assert_eq!((0..1000).filter(|_| total.allow_any(t)).count(), 20);
+        assert!(total.allow_any(t + ms(10)), "one more every 10 ms");
+    }
+
+    #[test]
     fn a_flood_from_one_address_leaves_the_others_their_rate() {
-        let mut r = AddressRate::new(4096, 10, 5, (3, 4));
+        let r = AddressRate::new(4096, 10, 5, (3, 4));
         let flooder = Ipv4Addr::new(203, 0, 113, 9);
         let t0 = Duration::from_secs(1);
         for i in 0..100_000u64 {

@@ -136,8 +136,9 @@ pub fn slr_after_idle(server: &Impl, client: &Impl, idle: Duration, extra: &str)
         let what = format!("no answer within 5 s; the scripted client heard: {heard:?}");
         return Err(step(5, "first contact client → scripted client", LabError::new(what)));
     }
-    // Quiet: neither side sends (the scripted client reads nothing meanwhile).
-    std::thread::sleep(idle);
+    // Quiet: neither side sends to the other (the scripted client keeps its server's
+    // mapping with its refreshes meanwhile, as a Windows client would).
+    w.answer(idle, |_, _| false).map_err(|e| step(6, "the quiet time", e))?;
     let before = w.solicitations_answered;
     let (second, heard) = round(&mut w);
     let indirect = heard.iter().filter(|h| h.bubble && h.origin.is_some()).count();

@@ -79,7 +79,7 @@ impl SharedRelay {
 
     /// One more cookie, or entry by a cookie, for clients of `server`.
     fn cookie_allowed(&self, server: std::net::Ipv4Addr, now: Duration) -> bool {
-        self.cookie_rate.lock().unwrap_or_else(PoisonError::into_inner).allow(server, now)
+        self.cookie_rate.allow(server, now)
     }
 
     /// Whether bubble `pkt` from `client` at `from` answers the cookie sent for that

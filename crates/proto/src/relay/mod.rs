@@ -145,14 +145,14 @@ pub struct SharedRelay {
     /// Peers entered by their own first packet, a second (see
     /// [`RelayConfig::client_first_per_s`]), and per public address, so that one
     /// address cannot spend everyone's.
-    client_first: Mutex<(RateLimit, AddressRate)>,
+    client_first: (AddressRate, AddressRate),
     /// Bubbles per target IPv4 address (server or mapping); taken under a shard's
     /// lock, never the other way round.
-    bubble_rate: Mutex<AddressRate>,
+    bubble_rate: AddressRate,
     /// Cookies per server (`cookie`), and the entries they let in: apart from the
     /// bubbles', so that forged first packets naming a server spend neither its
     /// clients' bubbles nor more than its share of entries.
-    cookie_rate: Mutex<AddressRate>,
+    cookie_rate: AddressRate,
     /// A host-specific relay's served addresses, as the host's change (empty for a relay).
     host_addresses: RwLock<Vec<Ipv6Addr>>,
 }
@@ -229,27 +229,27 @@ impl SharedRelay {
             timers: (0..n).map(|_| timer::ShardTimer::new()).collect(),
             next_due: std::sync::atomic::AtomicU64::new(u64::MAX),
             icmp: Mutex::new(RateLimit::new(cfg.icmp_rate)),
-            client_first: Mutex::new((
-                RateLimit::new(cfg.client_first_per_s),
+            client_first: (
+                AddressRate::total(cfg.client_first_per_s, cfg.client_first_per_s),
                 AddressRate::new(
                     BUBBLE_RATE_BUCKETS,
                     (cfg.client_first_per_s / 20).max(1),
                     (cfg.client_first_per_s / 10).max(1),
                     (k0.rotate_left(53), k1.rotate_left(11)),
                 ),
-            )),
-            bubble_rate: Mutex::new(AddressRate::new(
+            ),
+            bubble_rate: AddressRate::new(
                 BUBBLE_RATE_BUCKETS,
                 cfg.bubbles_per_target.0,
                 cfg.bubbles_per_target.1,
                 (k1.rotate_left(17), k0.rotate_left(29)),
-            )),
-            cookie_rate: Mutex::new(AddressRate::new(
+            ),
+            cookie_rate: AddressRate::new(
                 BUBBLE_RATE_BUCKETS,
                 (cfg.bubbles_per_target.0 / 10).max(1),
                 (cfg.bubbles_per_target.1 / 10).max(1),
                 (k0.rotate_left(37), k1.rotate_left(3)),
-            )),
+            ),
             host_addresses: RwLock::new(match &cfg.served {
                 Served::Only(v) => v.iter().copied().take(HOST_ADDRESSES_CAP).collect(),
                 Served::AnyGlobal => Vec::new(),
@@ -489,13 +489,10 @@ impl SharedRelay {
         // however many addresses name it. Over it, the peer keeps its budget and waits
         // for a later try.
         let direct = self.cfg.direct_bubbles.then_some(p.mapped);
-        {
-            let mut rate = self.bubble_rate.lock().unwrap_or_else(PoisonError::into_inner);
-            if !rate.allow(t.server, now) || direct.is_some_and(|m| !rate.allow(*m.ip(), now)) {
-                drop(rate);
-                w.stats.drops.count(DropReason::RateLimited);
-                return false;
-            }
+        let rate = &self.bubble_rate;
+        if !rate.allow(t.server, now) || direct.is_some_and(|m| !rate.allow(*m.ip(), now)) {
+            w.stats.drops.count(DropReason::RateLimited);
+            return false;
         }
         // RFC 6081 §5.2.4's Nonce, one for each round of reaching the peer: a client that
         // speaks RFC 6081 echoes it in its direct bubble, and that answer wins over any
@@ -823,9 +820,8 @@ impl SharedRelay {
     /// another port than its entry's) may start the proof: the client-first budget,
     /// per IPv4 source and in all.
     fn client_first_allowed(&self, from: SocketAddrV4, now: Duration) -> bool {
-        let mut limits = self.client_first.lock().unwrap_or_else(PoisonError::into_inner);
-        let (all, per_address) = &mut *limits;
-        per_address.allow(*from.ip(), now) && all.allow(now)
+        let (all, per_address) = &self.client_first;
+        per_address.allow(*from.ip(), now) && all.allow_any(now)
     }
 
     /// Data from another port of the address a trusted client embeds ([`Admission::Prove`]):
