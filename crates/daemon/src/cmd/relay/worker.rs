@@ -50,8 +50,6 @@ struct Rounds {
     addresses: Option<(AddressWatch, u32)>,
     /// Worker 0 saw the host's addresses change.
     addresses_changed: bool,
-    /// The status socket was readable at the last wait.
-    status: bool,
     busy: BusyPoll,
     /// When this round began (after its wait, or its spin).
     round_start: Instant,
@@ -87,7 +85,6 @@ fn worker_loop(
         changed_since: None,
         addresses,
         addresses_changed: true,
-        status: false,
         // Busy polling where it pays (`runtime::busy_poll`): right after traffic, when
         // the next packet is due within the window, look again at once, yielding the
         // core between looks, rather than sleep.
@@ -203,8 +200,11 @@ impl Around<Worker<'_>> for Rounds {
         }
         if w.id == 0 {
             shared.asleep_until.store(0, Ordering::SeqCst);
-            self.status = ready(1);
             self.addresses_changed |= ready(3);
+            // Answered at once, before the round's reading (a requester waits less).
+            if ready(1) {
+                shared.shell.serve_status(shared);
+            }
         }
         Ok(())
     }
@@ -244,8 +244,7 @@ impl Around<Worker<'_>> for Rounds {
             }
             self.addresses_changed = false;
             // Requests that came while the worker was busy polling, too.
-            let asked = std::mem::take(&mut self.status);
-            if shared.shell.tick(shared) || asked {
+            if shared.shell.tick(shared) {
                 shared.shell.serve_status(shared);
             }
         }
