@@ -13,6 +13,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
     let impls = [Impl::Shipworm(me.to_path_buf()), Impl::Miredo];
     let ours = Impl::Shipworm(me.to_path_buf());
     let mut cases: Vec<Case> = Vec::new();
+    // A tolerance case (RFC 4861 §4.1 allows the option; no source says Windows sends
+    // it): seen failing with shipworm's server refusing a solicitation with options.
     for server in &impls {
         let server = server.clone();
         cases.push(Case {
@@ -105,6 +107,8 @@ pub fn cases(me: &std::path::Path) -> Vec<Case> {
             }),
         });
     }
+    // Seen failing with shipworm's relay sending no indirect bubble (the client's NAT
+    // then never opens to it).
     for relay in &impls {
         let (server, relay) = (ours.clone(), relay.clone());
         cases.push(Case {
