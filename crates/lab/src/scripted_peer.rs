@@ -36,6 +36,15 @@ pub enum RandomPortCode {
     Iana,
 }
 
+impl RandomPortCode {
+    fn trailer_type(self) -> u8 {
+        match self {
+            RandomPortCode::Section4 => trailer_type::RANDOM_PORT,
+            RandomPortCode::Iana => trailer_type::RANDOM_PORT_IANA,
+        }
+    }
+}
+
 /// The identifier of the scripted client's own echo requests.
 pub const PING_IDENT: u16 = 0x5744;
 
@@ -84,9 +93,15 @@ pub struct Trusted {
 struct Peer {
     addr: Ipv6Addr,
     /// The nonce of our last indirect bubble to it, which its direct bubble must echo.
-    nonce_sent: [u8; 4],
-    /// The port its indirect bubble announced (Peer Random Port).
+    nonce_sent: Option<[u8; 4]>,
+    /// The nonce of its last indirect bubble, which our direct bubbles echo (§5.2.4.2).
+    nonce_received: Option<[u8; 4]>,
+    /// The port its indirect bubble announced (Peer Random Port), and the trailer type
+    /// our own announcements to it use (the one we called it with).
     random_port: Option<u16>,
+    code: RandomPortCode,
+    /// When we last heard from it or sent it anything (§5.4.4.4's 30 s).
+    last: Instant,
     /// The socket everything to it leaves from: the random port once we called it
     /// from there.
     via: Via,
@@ -119,13 +134,14 @@ pub struct ScriptedClient {
     /// Echo requests answered (at once, or once their sender was proven).
     pub echoes_answered: usize,
     /// When it next solicits its server, its randomized refresh interval on (RFC 4380
-    /// §5.2.5, RFC 6081 §5.1.1: 75–100 % of 30 s).
+    /// §5.2.5; RFC 6081 §5.1.1).
     refresh_at: Instant,
     /// Router solicitations sent to keep its mapping.
     pub refreshes: usize,
 }
 
-/// The randomized refresh interval: 75–100 % of RFC 4380's 30 s.
+/// The randomized refresh interval: RFC 4380's 75–100 % of 30 s (within RFC 6081
+/// §5.1.1's 50–150 %).
 fn refresh_interval() -> Duration {
     let r = u64::from(u16::from_be_bytes(random::<2>()));
     Duration::from_millis(22_500 + r * 7_500 / 65_535)
@@ -208,14 +224,25 @@ impl ScriptedClient {
 
     /// The nonce its last indirect bubble to `peer` carried.
     pub fn nonce_sent(&self, peer: Ipv6Addr) -> Option<[u8; 4]> {
-        self.peers.iter().find(|p| p.addr == peer).map(|p| p.nonce_sent)
+        self.peers.iter().find(|p| p.addr == peer).and_then(|p| p.nonce_sent)
     }
 
     fn peer(&mut self, addr: Ipv6Addr) -> &mut Peer {
         if let Some(i) = self.peers.iter().position(|p| p.addr == addr) {
             return &mut self.peers[i];
         }
-        self.peers.push(Peer { addr, nonce_sent: [0; 4], random_port: None, via: Via::Primary, called: None });
+        // Everything to a peer leaves from the random port while one is open.
+        let via = if self.random.is_some() { Via::Random } else { Via::Primary };
+        self.peers.push(Peer {
+            addr,
+            nonce_sent: None,
+            nonce_received: None,
+            random_port: None,
+            code: RandomPortCode::Section4,
+            last: Instant::now(),
+            via,
+            called: None,
+        });
         self.peers.last_mut().expect("pushed")
     }
 
@@ -233,25 +260,26 @@ impl ScriptedClient {
         let nonce = random::<4>();
         let via = if self.random.is_some() { Via::Random } else { Via::Primary };
         let p = self.peer(to);
-        p.nonce_sent = nonce;
+        p.nonce_sent = Some(nonce);
         p.via = via;
+        p.code = code;
         p.called = Some(Instant::now());
+        p.last = Instant::now();
+        // The direct bubble echoes the peer's nonce, if its indirect bubble had one.
+        let direct: Vec<u8> =
+            p.nonce_received.map(|n| [&[trailer_type::NONCE, 4][..], &n[..]].concat()).unwrap_or_default();
         let mut trailers = [&[trailer_type::NONCE, 4][..], &nonce[..]].concat();
         match &self.random {
             Some((sock, port)) => {
-                let t = match code {
-                    RandomPortCode::Section4 => 0x05,
-                    RandomPortCode::Iana => 0x02,
-                };
-                trailers.extend_from_slice(&[t, 2]);
+                trailers.extend_from_slice(&[code.trailer_type(), 2]);
                 trailers.extend_from_slice(&port.to_be_bytes());
                 let ttl = sock.ttl().map_err(io("ttl"))?;
                 sock.set_ttl(OPENING_TTL).map_err(io("ttl"))?;
-                let sent = sock.send_to(&bubble(self.address, to, &[]), peer.mapped);
+                let sent = sock.send_to(&bubble(self.address, to, &direct), peer.mapped);
                 sock.set_ttl(ttl).map_err(io("ttl"))?;
                 sent.map_err(io("send"))?;
             }
-            None => self.send(Via::Primary, peer.mapped, &bubble(self.address, to, &[]))?,
+            None => self.send(Via::Primary, peer.mapped, &bubble(self.address, to, &direct))?,
         }
         self.send(Via::Primary, SocketAddrV4::new(peer.server, TEREDO_PORT), &bubble(self.address, to, &trailers))
     }
@@ -319,6 +347,9 @@ impl ScriptedClient {
             if p.ipv6.dst_addr() != self.address {
                 continue;
             }
+            if let Some(peer) = self.peers.iter_mut().find(|p| p.addr == h.src) {
+                peer.last = Instant::now();
+            }
             if let Some(origin) = h.origin.filter(|_| h.bubble) {
                 self.answer_indirect(&h, origin)?;
                 let stop = done(&h, self);
@@ -374,10 +405,18 @@ impl ScriptedClient {
     /// An indirect bubble from `h.src`, through our server from `origin`.
     fn answer_indirect(&mut self, h: &Heard, origin: SocketAddrV4) -> Result<()> {
         let echo: Vec<u8> = h.nonce.map(|n| [&[trailer_type::NONCE, 4][..], &n[..]].concat()).unwrap_or_default();
+        let p = self.peer(h.src);
+        // §5.2.4.3: its nonce kept (none: none kept).
+        p.nonce_received = h.nonce;
+        // §5.4.4.4: the first port it announces is kept; another only once the two of
+        // us have been quiet for 30 s.
         if let Some(port) = h.random_port {
-            self.peer(h.src).random_port = Some(port);
+            if p.random_port.is_none() || p.last.elapsed() >= Duration::from_secs(30) {
+                p.random_port = Some(port);
+            }
         }
-        let p = *self.peer(h.src);
+        p.last = Instant::now();
+        let p = *p;
         // To its origin from the socket it is ours to use; and, when it announced a
         // random port, to that too (§5.4.4.3): from ours, naming it, when we have one,
         // else from the primary port.
@@ -386,12 +425,13 @@ impl ScriptedClient {
         if let Some(t) = self.trusted.iter().find(|t| t.peer == h.src && t.at != origin).copied() {
             self.send(t.via, t.at, &bubble(self.address, h.src, &echo))?;
         }
-        if let Some(theirs) = p.random_port {
-            let to = SocketAddrV4::new(*origin.ip(), theirs);
+        if let (Some(theirs), Some(t)) = (p.random_port, TeredoAddr::decode(&h.src)) {
+            // To the address its Teredo address embeds (§5.4.4.3).
+            let to = SocketAddrV4::new(*t.mapped.ip(), theirs);
             match &self.random {
                 Some((_, ours)) => {
                     let mut trailers = echo.clone();
-                    trailers.extend_from_slice(&[0x05, 2]);
+                    trailers.extend_from_slice(&[p.code.trailer_type(), 2]);
                     trailers.extend_from_slice(&ours.to_be_bytes());
                     self.send(Via::Random, to, &bubble(self.address, h.src, &trailers))?;
                 }
@@ -401,7 +441,7 @@ impl ScriptedClient {
         let trusted = self.trusted.iter().any(|t| t.peer == h.src);
         let spaced = p.called.is_none_or(|t| t.elapsed() >= Duration::from_secs(2));
         if !trusted && spaced && TeredoAddr::decode(&h.src).is_some() && !h.src.is_link_local() {
-            self.call(h.src, RandomPortCode::Section4)?;
+            self.call(h.src, p.code)?;
         }
         Ok(())
     }

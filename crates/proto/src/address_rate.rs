@@ -52,9 +52,14 @@ impl AddressRate {
         }
     }
 
-    /// One bucket for everyone: `rate` a second in all, bursts of `burst`.
+    /// One bucket for everyone: `rate` a second in all, bursts of `burst`; a rate of
+    /// zero admits nothing.
     pub fn total(rate: u32, burst: u32) -> AddressRate {
-        AddressRate::new(1, rate, burst, (0, 0))
+        let mut r = AddressRate::new(1, rate, burst, (0, 0));
+        if rate == 0 {
+            r.interval = u64::MAX;
+        }
+        r
     }
 
     /// Whether `addr` may have one more at `now`; counts it if so.
@@ -75,10 +80,11 @@ impl AddressRate {
         let mut stamp = bucket.load(Ordering::Relaxed);
         loop {
             let at = stamp.max(now);
-            if at.saturating_add(self.interval) > now.saturating_add(self.tolerance) {
+            if self.interval == u64::MAX || at.saturating_add(self.interval) > now.saturating_add(self.tolerance) {
                 return false;
             }
-            match bucket.compare_exchange_weak(stamp, at + self.interval, Ordering::Relaxed, Ordering::Relaxed) {
+            let next = at.saturating_add(self.interval);
+            match bucket.compare_exchange_weak(stamp, next, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return true,
                 Err(seen) => stamp = seen,
             }
@@ -117,6 +123,11 @@ mod tests {
             threads.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert_eq!(admitted, 50, "the burst, once, whoever asked");
+        assert!(!AddressRate::total(0, 5).allow_any(t), "a rate of zero admits nothing");
+        let far = Duration::from_nanos(u64::MAX - 3);
+        let r = AddressRate::new(4, 10, 2, (1, 1));
+        // At the clock's end (584 years on) the stamps saturate: no overflow panic.
+        let _ = (0..5).filter(|_| r.allow(a, far)).count();
         let total = AddressRate::total(100, 20);
         assert_eq!((0..1000).filter(|_| total.allow_any(t)).count(), 20);
         assert!(total.allow_any(t + ms(10)), "one more every 10 ms");

@@ -64,10 +64,11 @@ pub fn calls(server: &Impl, client: &Impl, callee: NatKind, code: RandomPortCode
         return Err(step(5, "the bubble exchange", LabError::new(what)));
     }
     w.ping(peer, t.via, t.at, 1).map_err(|e| step(6, "ping the client", e))?;
-    let heard = w
-        .answer(Duration::from_secs(3), |h, _| h.echo == Some((false, PING_IDENT, 1)))
-        .map_err(|e| step(6, "hear the reply", e))?;
-    if !heard.iter().any(|h| h.echo == Some((false, PING_IDENT, 1))) {
+    // The reply counts from where the client was proven only.
+    let reply =
+        |h: &crate::scripted_peer::Heard| h.echo == Some((false, PING_IDENT, 1)) && h.from == t.at && h.on == t.via;
+    let heard = w.answer(Duration::from_secs(3), |h, _| reply(h)).map_err(|e| step(6, "hear the reply", e))?;
+    if !heard.iter().any(reply) {
         return Err(step(6, "echo request to the client", LabError::new("no echo reply within 3 s".into())));
     }
     Ok((lab, t0.elapsed().as_secs_f64() * 1000.0))
@@ -125,13 +126,15 @@ pub fn slr_after_idle(server: &Impl, client: &Impl, idle: Duration, extra: &str)
         std::thread::scope(|s| {
             let answering = s.spawn(move || {
                 let before = w.echoes_answered;
-                w.answer(Duration::from_secs(6), |_, w| w.echoes_answered > before).unwrap_or_default()
+                w.answer(Duration::from_secs(6), |_, w| w.echoes_answered > before)
             });
             let ping = traffic::ping(&ns, address, 1, 5).ok().and_then(|p| p.rtts_ms.first().copied());
-            (ping, answering.join().unwrap_or_default())
+            let heard = answering.join().map_err(|_| LabError::new("the scripted client's thread panicked".into()));
+            (ping, heard.and_then(|h| h))
         })
     };
     let (first, heard) = round(&mut w);
+    let heard = heard.map_err(|e| step(5, "the scripted client", e))?;
     if first.is_none() {
         let what = format!("no answer within 5 s; the scripted client heard: {heard:?}");
         return Err(step(5, "first contact client → scripted client", LabError::new(what)));
@@ -141,6 +144,7 @@ pub fn slr_after_idle(server: &Impl, client: &Impl, idle: Duration, extra: &str)
     w.answer(idle, |_, _| false).map_err(|e| step(6, "the quiet time", e))?;
     let before = w.solicitations_answered;
     let (second, heard) = round(&mut w);
+    let heard = heard.map_err(|e| step(6, "the scripted client", e))?;
     let indirect = heard.iter().filter(|h| h.bubble && h.origin.is_some()).count();
     let answered = w.solicitations_answered - before;
     if indirect > 0 || answered == 0 {
