@@ -5,6 +5,7 @@
 //! product: the `shipworm` binary it measures is found next to this one.
 
 mod buffers;
+mod builds;
 mod cpu_trials;
 mod cpus;
 mod end_to_end;
@@ -56,6 +57,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "PATH")]
     pub shipworm: Option<std::path::PathBuf>,
 
+    /// Measure even a build users do not run (this program's or the `shipworm`
+    /// binary's below opt-level 2, as the test command builds them); without it a run
+    /// other than `--quick` refuses one.
+    #[arg(long)]
+    pub any_build: bool,
+
     /// Measure one part alone (default: the whole benchmark).
     #[command(subcommand)]
     pub part: Option<Part>,
@@ -103,6 +110,9 @@ fn main() -> ExitCode {
     let args = BenchArgs::parse();
     relay_config::forward_through_stack(args.forward == "stack");
     if let Some(Part::PeerTable { peers }) = args.part {
+        if let Err(f) = builds::check(None, args.quick || args.any_build) {
+            return exit_code(Err(f));
+        }
         let f = measure::peer_table(peers as usize);
         println!("{f}");
         eprintln!("one look-up at a time: {:.0}/s; entry {} bytes", f.single_lookup_per_s, f.entry_bytes);

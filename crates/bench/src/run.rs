@@ -230,6 +230,7 @@ pub(crate) fn shipworm_binary(args: &crate::BenchArgs) -> Result<std::path::Path
             path.display()
         )));
     }
+    crate::builds::check(Some(&path), args.quick || args.any_build)?;
     Ok(path)
 }
 

@@ -4,12 +4,17 @@ use clap::{Args, Parser, Subcommand};
 
 /// `shipworm --version`: the version, and whether the kernel data path is built in.
 #[cfg(feature = "kernel-path")]
-const LONG_VERSION: &str =
-    concat!(env!("CARGO_PKG_VERSION"), "\nkernel data path: built in (eBPF programs; DataPath auto uses them)");
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nkernel data path: built in (eBPF programs; DataPath auto uses them)\nbuild: opt-level ",
+    env!("SHIPWORM_OPT_LEVEL")
+);
 #[cfg(not(feature = "kernel-path"))]
 const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
-    "\nkernel data path: not built in (built with --no-default-features: every packet goes through the daemon)"
+    "\nkernel data path: not built in (built with --no-default-features: every packet goes through the daemon)",
+    "\nbuild: opt-level ",
+    env!("SHIPWORM_OPT_LEVEL")
 );
 
 /// shipworm — IPv6 for hosts behind IPv4 NATs, tunnelled over UDP (Teredo, RFC 4380,
