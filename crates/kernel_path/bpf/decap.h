@@ -95,9 +95,97 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	return MOVE;
 }
 
+// The ones' complement sum (unfolded, in memory order) of the `len` bytes at `p`, all
+// before `end`, or -1 where they are not (or are more than 1,536). In chunks whose
+// sizes the verifier knows: bpf_csum_diff's must be constants.
+static __always_inline __s64 sum_bytes(void *p, __u32 len, void *end)
+{
+	__u64 sum = 0;
+	if (len > 1536)
+		return -1;
+	for (int i = 0; i < 3 && len >= 512; i++) {
+		if (p + 512 > end)
+			return -1;
+		sum += (__u32)bpf_csum_diff(0, 0, p, 512, 0);
+		p += 512;
+		len -= 512;
+	}
+#define SUM_CHUNK(n)                                                    \
+	if (len & (n)) {                                                \
+		if (p + (n) > end)                                      \
+			return -1;                                      \
+		sum += (__u32)bpf_csum_diff(0, 0, p, (n), 0);           \
+		p += (n);                                               \
+	}
+	SUM_CHUNK(256)
+	SUM_CHUNK(128)
+	SUM_CHUNK(64)
+	SUM_CHUNK(32)
+	SUM_CHUNK(16)
+	SUM_CHUNK(8)
+	SUM_CHUNK(4)
+#undef SUM_CHUNK
+	if (len & 2) {
+		if (p + 2 > end)
+			return -1;
+		sum += *(__u16 *)p;
+		p += 2;
+	}
+	if (len & 1) {
+		if (p + 1 > end)
+			return -1;
+		sum += *(__u8 *)p; // the last byte, padded with a zero after it (little endian)
+	}
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	return (__u32)((sum & 0xffffffff) + (sum >> 32));
+}
+
+// Whether IPv6 packet `ip6` (in the frame before `end`) carries a TCP, UDP or ICMPv6
+// message right after its header whose own checksum holds.
+static __always_inline int inner_sum_holds(struct ipv6hdr *ip6, void *end)
+{
+	__u8 nh = ip6->nexthdr;
+	if (nh != IPPROTO_TCP && nh != IPPROTO_UDP && nh != IPPROTO_ICMPV6)
+		return 0;
+	if (nh == IPPROTO_UDP) {
+		struct udphdr *u = (void *)(ip6 + 1);
+		if ((void *)(u + 1) > end || !u->check)
+			return 0;
+	}
+	__s64 body = sum_bytes(ip6 + 1, bpf_ntohs(ip6->payload_len), end);
+	if (body < 0)
+		return 0;
+	const __u16 *w = (const __u16 *)&ip6->saddr; // both addresses: 16 words
+	__u32 sum = 0;
+	for (int i = 0; i < 16; i++)
+		sum += w[i];
+	sum += ip6->payload_len + bpf_htons(nh);
+	return fold(fold((__u32)body) + sum) == 0xffff;
+}
+
+// Whether a client may take `data`'s trusted datagram out of its tunnel here, in the
+// driver, marking it for tc ingress (`frozen.decapsulated`); otherwise tc ingress
+// decapsulates it alone, as on a driver without XDP. Here, before GRO, the inner TCP
+// segments of a flow are joined into one packet for the host's TCP, where a datagram
+// taken out at tc ingress (after GRO) goes up alone. GRO, and the host after it, may
+// trust the driver's "checksum verified", which was said of the datagram: a UDP
+// checksum covers the inner packet too, but a zero one (none, which a driver may call
+// verified) covers nothing, so the inner packet's own sum is checked here first
+// (one that does not hold, or is still to be taken, goes to tc ingress).
+static __always_inline int client_takes(void *data, void *end)
+{
+	struct udphdr *udp = data + ETH_HLEN + sizeof(struct iphdr);
+	if ((void *)(udp + 1) > end)
+		return 0;
+	return udp->check || inner_sum_holds((void *)(udp + 1), end);
+}
+
 // From a trusted client to the native IPv6 network, in the driver (XDP): the outer
 // IPv4 and UDP headers go, the Ethernet header stays (its type becomes IPv6), and the
-// kernel forwards the IPv6 packet as if it had arrived so.
+// kernel forwards the IPv6 packet as if it had arrived so. On a client, from a trusted
+// peer to the client: the same, its Ethernet source the mark for tc ingress to hand it
+// on to the Teredo interface (`client_takes`); what it leaves, tc ingress judges and
+// counts.
 SEC("xdp")
 int teredo_decap(struct xdp_md *ctx)
 {
@@ -106,8 +194,9 @@ int teredo_decap(struct xdp_md *ctx)
 	__u32 inner = 0;
 	struct config *cfg = 0;
 	int what = classify(data, end, (__u32)(end - data), &inner, &cfg);
-	// A client's packets go into its Teredo interface, which only tc can reach.
-	if (what < 0 || !cfg || frozen.client)
+	if (what < 0 || !cfg)
+		return XDP_PASS;
+	if (frozen.client && (what != MOVE || !client_takes(data, end)))
 		return XDP_PASS;
 	if (what != MOVE) {
 		count(what, 1);
@@ -129,7 +218,13 @@ int teredo_decap(struct xdp_md *ctx)
 	if ((void *)(eth + 1) > end)
 		return XDP_DROP; // cannot happen: the packet only got shorter at its head
 	__builtin_memcpy(eth->h_dest, dst, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, src, ETH_ALEN);
+	if (frozen.client) {
+		// Read as volatile, each byte: a plain copy would take the object's zeros.
+		for (int i = 0; i < ETH_ALEN; i++)
+			eth->h_source[i] = frozen.decapsulated[i];
+	} else {
+		__builtin_memcpy(eth->h_source, src, ETH_ALEN);
+	}
 	eth->h_proto = bpf_htons(ETH_P_IPV6);
 	count(DECAP_FORWARDED, 1);
 	count(DECAP_BYTES, inner);

@@ -14,9 +14,71 @@
 // taken down, written with the outer headers. Without that route, or over its MTU, the
 // packet goes on untouched (TC_ACT_OK); `quiet`: a program further on counts what
 // becomes of it.
+// The ones' complement sum an outer UDP checksum takes of the IPv6 packet at `l2`
+// (unfolded, in memory order), got without reading its payload: its header's (the
+// first 8 bytes as `head6` has them, if given), plus its transport part's, which a
+// finished TCP, UDP or ICMPv6 checksum makes the complement of the pseudo-header's
+// (the kernel's own tunnels' "local checksum offload"). 0 where that cannot be told:
+// a train (each piece's sum is taken later), another next header, a UDP packet
+// without a sum, and a sum still to be taken (the field then holds the pseudo-
+// header's sum alone, as a sender on this host leaves it for the NIC; a finished sum
+// equals it for about one packet in 65,535, which then goes without an outer sum).
+static __always_inline __u32 inner_sum(struct __sk_buff *skb, __u32 l2, const __u8 *head6)
+{
+	if (skb->gso_size)
+		return 0;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ipv6hdr *ip6 = data + l2;
+	if ((void *)(ip6 + 1) > end)
+		return 0;
+	__u32 at;
+	if (ip6->nexthdr == IPPROTO_TCP)
+		at = offsetof(struct tcphdr, check);
+	else if (ip6->nexthdr == IPPROTO_UDP)
+		at = offsetof(struct udphdr, check);
+	else if (ip6->nexthdr == IPPROTO_ICMPV6)
+		at = 2; // RFC 4443 §2.1
+	else
+		return 0;
+	__u16 *field = (void *)(ip6 + 1) + at;
+	if ((void *)(field + 1) > end)
+		return 0;
+	__u16 check = *field;
+	if (!check && ip6->nexthdr == IPPROTO_UDP)
+		return 0;
+	const __u16 *w = (const __u16 *)&ip6->saddr; // both addresses: 16 words
+	__u32 addresses = 0;
+	for (int i = 0; i < 16; i++)
+		addresses += w[i];
+	__u32 upper = addresses + bpf_htons(ip6->nexthdr);
+	__u16 pseudo = fold(upper + ip6->payload_len);
+	if (check == pseudo || check == fold(upper)) // a train's pseudo sum has no length
+		return 0;
+	const __u16 *first = head6 ? (const __u16 *)head6 : (const __u16 *)ip6;
+	__u32 sum = addresses + (__u16)~pseudo;
+	for (int i = 0; i < 4; i++)
+		sum += first[i];
+	return sum;
+}
+
+// The outer UDP checksum of `ip`'s datagram `udp` around a packet of inner sum
+// `inner` (`inner_sum`; 0: none, which RFC 768 allows over IPv4).
+static __always_inline __u16 outer_udp_check(__u32 inner, const struct iphdr *ip, const struct udphdr *udp)
+{
+	if (!inner)
+		return 0;
+	__u32 sum = inner + (ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
+		    bpf_htons(IPPROTO_UDP) + udp->len + udp->source + udp->dest + udp->len;
+	__u16 check = ~fold(sum);
+	return check ? check : 0xffff; // a sum of zero is sent as all ones
+}
+
 static __always_inline int encapsulate(struct __sk_buff *skb, const struct config *cfg, struct peer *p, __u32 l2,
 				       __u32 len, __u32 piece, __u64 now, const __u8 *head6, __u32 via, int quiet)
 {
+	// Taken before the headers move.
+	__u32 inner = inner_sum(skb, l2, head6);
 	__be32 to = p->ip;
 	__be16 to_port = p->port;
 	__u32 out_len = piece + OUTER_LEN;
@@ -102,9 +164,12 @@ routed:
 	h.udp.source = frozen.port;
 	h.udp.dest = to_port;
 	h.udp.len = bpf_htons(len + sizeof(struct udphdr));
-	// No UDP checksum (RFC 768 allows it over IPv4): the IPv6 packet's own transport
-	// checksum covers what it carries end to end.
-	h.udp.check = 0;
+	// A UDP checksum where the inner packet's own makes it cheap: a receiver that
+	// trusts its NIC's verdict on the datagram may then trust it for the packet inside
+	// (a client's XDP decapsulation takes only such datagrams, ahead of GRO); none
+	// otherwise (RFC 768 allows it over IPv4), the inner packet's own checksum still
+	// covering what it carries.
+	h.udp.check = outer_udp_check(inner, &h.ip, &h.udp);
 	__u32 size = OUTER_LEN;
 	if (head6) {
 		__builtin_memcpy(h.ip6, head6, sizeof(h.ip6));

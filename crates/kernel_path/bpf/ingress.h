@@ -6,6 +6,20 @@
 #ifndef SHIPWORM_INGRESS_H
 #define SHIPWORM_INGRESS_H
 
+// Whether a client's XDP decapsulation took `skb` out of its tunnel: its Ethernet
+// source is the mark.
+static __always_inline int decapsulated_here(struct __sk_buff *skb)
+{
+	struct ethhdr *eth = (void *)(long)skb->data;
+	if ((void *)(eth + 1) > (void *)(long)skb->data_end)
+		return 0;
+	const volatile __u8 *mark = frozen.decapsulated;
+	int same = 1;
+	for (int i = 0; i < ETH_ALEN; i++)
+		same &= eth->h_source[i] == mark[i];
+	return same;
+}
+
 // At tc ingress: the decapsulation where the driver has no XDP (or when told), and
 // always a client's and a direct relay's; a direct relay's encapsulation of native
 // packets too. On the socket buffer, after receive steering and GRO (a row GRO joined
@@ -15,11 +29,14 @@
 // direct relay's leaves by its IPv6 route with its hop limit taken down, as the host's
 // forwarding would send it; anything that route does not cover (another kind of route,
 // too big, a frame not for this host) goes to the host's forwarding as on a relay that
-// is not direct.
+// is not direct. A client's packet its XDP decapsulation marked (GRO may have joined it
+// with its flow's next ones since) goes on to the Teredo interface as it is.
 SEC("classifier")
 int teredo_ingress(struct __sk_buff *skb)
 {
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (frozen.client)
+			return decapsulated_here(skb) ? bpf_redirect(frozen.tun, BPF_F_INGRESS) : TC_ACT_OK;
 		__u32 zero = 0;
 		struct config *cfg = bpf_map_lookup_elem(&config, &zero);
 		if (!cfg || !cfg->enabled || !frozen.direct || frozen.client)

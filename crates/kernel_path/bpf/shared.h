@@ -16,6 +16,7 @@
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <linux/pkt_cls.h>
+#include <linux/tcp.h>
 #include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
@@ -68,6 +69,13 @@ struct frozen {
 	__u64 silence_ns;     // a client's native peer sent to this long without a word
 	                      // back is tested again by userland: its packets go up
 	__u8 teredo[2][4];    // the Teredo prefixes (RFC 4380's, and the experimental one)
+	__u8 decapsulated[6]; // a client's: the Ethernet source its XDP decapsulation
+	                      // writes on a packet, for tc ingress to hand that packet,
+	                      // joined by GRO with its flow's next ones, to the Teredo
+	                      // interface (random at load, a unicast, locally administered
+	                      // address: a frame from the wire would have to guess it, and
+	                      // no frame that carries it leaves the host)
+	__u8 spare2[2];
 };
 
 const volatile struct frozen frozen = {};
@@ -231,6 +239,13 @@ static __always_inline __u16 ipv4_checksum(const struct iphdr *ip)
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	return (__u16)~sum;
+}
+
+// Folds a ones' complement sum to 16 bits.
+static __always_inline __u16 fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)((sum & 0xffff) + (sum >> 16));
 }
 
 // Whether `a` is the client's address `b` (never while it has none: `b` is then zero).

@@ -65,6 +65,8 @@ fn the_shared_layouts_match_the_programs_btf() {
         ("heard_grain_ns", offset_of!(FrozenValue, heard_grain_ns)),
         ("silence_ns", offset_of!(FrozenValue, silence_ns)),
         ("teredo", offset_of!(FrozenValue, teredo)),
+        ("decapsulated", offset_of!(FrozenValue, decapsulated)),
+        ("spare2", offset_of!(FrozenValue, spare2)),
     ];
     let config = [
         ("local", offset_of!(ConfigValue, local)),

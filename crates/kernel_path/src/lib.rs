@@ -288,12 +288,14 @@ impl KernelPath {
             direct: u8::from(direct),
             spare: [0; 3],
             tun: settings.client_tun.or(relay_tun).unwrap_or(0),
-            slot_key: slot_key()?,
+            slot_key: random_key()?,
             slot_mask: slots - 1,
             validity_ns: nanos(settings.contract.validity),
             heard_grain_ns: nanos(settings.contract.heard_grain),
             silence_ns: nanos(settings.contract.silence),
             teredo: settings.contract.teredo_prefixes,
+            decapsulated: decapsulated_mark()?,
+            spare2: [0; 2],
         };
         let mut bpf = EbpfLoader::new()
             .set_global("frozen", &frozen, true)
@@ -346,17 +348,32 @@ impl KernelPath {
     }
 
     /// Attach the decapsulation to the IPv4 interface `ifindex`, `name`: XDP in the
-    /// driver where it has it (unless `tc` is asked, or this is a client's, whose
-    /// packets only tc can hand to its Teredo interface, or a direct relay's, whose
-    /// packets only tc can send out of another), tc ingress otherwise.
+    /// driver where it has it (unless `tc` is asked, or this is a direct relay's, whose
+    /// packets only tc can send out of another), tc ingress otherwise. A client's: tc
+    /// ingress always (only tc can hand a packet to its Teredo interface), and XDP in
+    /// the driver before it where the driver has it, a client's `tc` ignored (XDP
+    /// decapsulates before GRO, so that a TCP flow's segments reach the host joined).
     pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
-        let tc = tc || self.client() || self.direct();
+        let client = self.client();
+        if client {
+            // tc first: XDP's marked packets must find it there.
+            self.attach_tc(
+                "teredo_ingress",
+                name,
+                TcAttachType::Ingress,
+                "teredo_decap (tc ingress, and XDP in the driver)",
+            )?;
+        }
+        let tc = !client && (tc || self.direct());
         let xdp: &mut Xdp = self.program("teredo_decap")?;
         if !tc {
             if let Ok(id) = xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE) {
                 self.links.push(("teredo_decap", LinkId::Xdp(id)));
                 return Ok(DecapHook::Xdp);
             }
+        }
+        if client {
+            return Ok(DecapHook::Tc);
         }
         self.attach_tc(
             "teredo_ingress",
@@ -495,8 +512,9 @@ impl Maps {
     }
 }
 
-/// A secret key for the programs' slot hash, from the kernel's random source.
-fn slot_key() -> Result<[u32; 2], Error> {
+/// A secret for the programs (the slot hash's key, a client's decapsulation mark), from
+/// the kernel's random source.
+fn random_key() -> Result<[u32; 2], Error> {
     let mut b = [0u8; 8];
     // SAFETY: the buffer is 8 writable bytes.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
@@ -504,6 +522,14 @@ fn slot_key() -> Result<[u32; 2], Error> {
         return Err(Error::Load(format!("getrandom: {}", io::Error::last_os_error())));
     }
     Ok([u32::from_ne_bytes([b[0], b[1], b[2], b[3]]), u32::from_ne_bytes([b[4], b[5], b[6], b[7]])])
+}
+
+/// A client's mark on what its XDP decapsulation took out of the tunnel: a random
+/// unicast, locally administered Ethernet address.
+fn decapsulated_mark() -> Result<[u8; 6], Error> {
+    let [a, b] = random_key()?;
+    let (a, b) = (a.to_ne_bytes(), b.to_ne_bytes());
+    Ok([(a[0] & 0xfc) | 0x02, a[1], a[2], a[3], b[0], b[1]])
 }
 
 /// Whether this kernel may preempt a running program for another on the same CPU: a

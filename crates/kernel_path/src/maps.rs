@@ -46,6 +46,8 @@ pub(crate) struct FrozenValue {
     pub heard_grain_ns: u64,
     pub silence_ns: u64,
     pub teredo: [[u8; 4]; 2],
+    pub decapsulated: [u8; 6],
+    pub spare2: [u8; 2],
 }
 
 // SAFETY: plain integers and byte arrays, `repr(C)`, no padding (the checks below and
@@ -69,7 +71,7 @@ pub(crate) struct ConfigValue {
 // The programs' own build checks each field's offset against these (the test
 // `the_shared_layouts_match_the_programs_btf`); the sizes here only keep a quick eye.
 const _: () = assert!(std::mem::size_of::<PeerValue>() == 24);
-const _: () = assert!(std::mem::size_of::<FrozenValue>() == 64);
+const _: () = assert!(std::mem::size_of::<FrozenValue>() == 72);
 const _: () = assert!(std::mem::size_of::<ConfigValue>() == 44);
 
 /// Makes `Counter` from the list in `counter_list.rs` (build.rs makes the C enum from

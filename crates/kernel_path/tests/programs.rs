@@ -66,6 +66,87 @@ fn ipv6(src: &str, dst: &str, hop_limit: u8, payload: &[u8]) -> Vec<u8> {
     v
 }
 
+/// The ones' complement sum of `bytes` (an odd last byte padded), unfolded.
+fn sum16(bytes: &[u8]) -> u32 {
+    bytes.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))).sum()
+}
+
+fn fold16(mut sum: u32) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Whether IPv6 packet `p`'s own transport checksum (TCP, UDP, ICMPv6 right after the
+/// header) holds; None for another next header or a UDP packet without one.
+fn inner_sum_holds(p: &[u8]) -> Option<bool> {
+    let (nh, len, body) = (p[6], u16::from_be_bytes([p[4], p[5]]), &p[40..]);
+    let at = match nh {
+        6 => 16,
+        17 => 6,
+        58 => 2,
+        _ => return None,
+    };
+    if nh == 17 && body.get(at..at + 2) == Some(&[0, 0]) {
+        return None;
+    }
+    Some(fold16(sum16(&p[8..40]) + u32::from(len) + u32::from(nh) + sum16(body)) == 0xffff)
+}
+
+/// IPv6 packet `p` with its transport checksum made right (TCP, UDP, ICMPv6).
+fn with_inner_sum(mut p: Vec<u8>) -> Vec<u8> {
+    let at = 40
+        + match p[6] {
+            6 => 16,
+            17 => 6,
+            _ => 2,
+        };
+    p[at..at + 2].copy_from_slice(&[0, 0]);
+    let len = u16::from_be_bytes([p[4], p[5]]);
+    let sum = !fold16(sum16(&p[8..40]) + u32::from(len) + u32::from(p[6]) + sum16(&p[40..]));
+    p[at..at + 2].copy_from_slice(&(if sum == 0 { 0xffff } else { sum }).to_be_bytes());
+    p
+}
+
+/// The outer UDP header of a datagram the kernel path sent from `from` to `to`, around
+/// IPv6 packet `inner`: its ports, after checking its checksum, which the programs
+/// derive from the inner packet's own, so that it holds exactly when that one does,
+/// and is none (zero) where there is none to derive it from.
+fn outer_udp(name: &str, ip: &Ipv4Packet<&[u8]>, from: Ipv4Addr, to: Ipv4Addr, inner: &[u8]) -> (u16, u16) {
+    let udp = UdpPacket::new_checked(ip.payload()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    let d = udp.into_inner();
+    let check = u16::from_be_bytes([d[6], d[7]]);
+    let pseudo = sum16(&from.octets()) + sum16(&to.octets()) + 17 + d.len() as u32;
+    let holds = fold16(pseudo + sum16(d)) == 0xffff;
+    match inner_sum_holds(inner) {
+        None => assert_eq!(check, 0, "{name}: an outer sum where the inner packet gives none"),
+        Some(inner_holds) => {
+            assert_eq!(holds, inner_holds, "{name}: the outer sum holds, the inner's does not, or the reverse")
+        }
+    }
+    (u16::from_be_bytes([d[0], d[1]]), u16::from_be_bytes([d[2], d[3]]))
+}
+
+/// An IPv6 TCP segment from `src` to `dst` carrying `data`, its checksum left zero.
+fn tcp6(src: &str, dst: &str, data: &[u8]) -> Vec<u8> {
+    let mut segment = vec![0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0];
+    segment.extend_from_slice(data);
+    let mut p = ipv6(src, dst, 64, &segment);
+    p[6] = 6;
+    p
+}
+
+/// `tcp6`'s segment as a sender on the host leaves it for its NIC to finish: the
+/// checksum field holding the pseudo-header's sum alone.
+fn tcp6_pending(src: &str, dst: &str, data: &[u8]) -> Vec<u8> {
+    let mut p = tcp6(src, dst, data);
+    let len = u16::from_be_bytes([p[4], p[5]]);
+    let pseudo = fold16(sum16(&p[8..40]) + u32::from(len) + 6);
+    p[56..58].copy_from_slice(&pseudo.to_be_bytes());
+    p
+}
+
 fn udp6(src: &str, dst: &str) -> Vec<u8> {
     ipv6(src, dst, 64, &[0x12, 0x34, 0x56, 0x78, 0, 12, 0, 0, 1, 2, 3, 4])
 }
@@ -383,6 +464,10 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
         let cases: Vec<(&str, Vec<u8>, bool)> = vec![
             ("plain", udp6(NATIVE, C), true),
             ("large", ipv6(NATIVE, C, 64, &[7u8; 1232]), true),
+            ("UDP with its sum", with_inner_sum(udp6(NATIVE, C)), true),
+            ("large UDP with its sum", with_inner_sum(ipv6(NATIVE, C, 64, &[7u8; 1232])), true),
+            ("TCP with its sum", with_inner_sum(tcp6(NATIVE, C, &[9u8; 1000])), true),
+            ("TCP, its sum still to be taken", tcp6_pending(NATIVE, C, &[9u8; 1000]), true),
             ("from 6to4", udp6("2002:c000:201::1", C), false),
             ("from ISATAP", udp6("2001:db8::200:5efe:c000:201", C), false),
             ("to an unknown client", udp6(NATIVE, "2001:0:4136:e378:8000:63bf:3fff:fdd3"), false),
@@ -409,10 +494,9 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
             assert_eq!((repr.src_addr, repr.dst_addr, repr.protocol, repr.ttl), (RELAY_V4, *C_MAPPED.ip(), 17, 64));
             assert_eq!(repr.payload_len, 8 + packet.len());
             assert!(!ip.dont_frag(), "{name}: sent without DF, as the service socket does");
-            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
-            let u = UdpRepr::parse(&udp, &RELAY_V4, C_MAPPED.ip()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-            assert_eq!((u.src_port, u.dst_port), (3544, C_MAPPED.port()));
-            assert_eq!(udp.payload(), &packet[..], "{name}");
+            let ports = outer_udp(name, &ip, RELAY_V4, *C_MAPPED.ip(), &packet);
+            assert_eq!(ports, (3544, C_MAPPED.port()));
+            assert_eq!(&ip.payload()[8..], &packet[..], "{name}");
         }
         // Silent for 30 s in the kernel's eyes: up to the relay, which bubbles.
         k.peers().trust(&a(C), C_MAPPED, monotonic_ns() - 31_000_000_000).unwrap();
@@ -420,7 +504,7 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
         let out = k.test_run(Program::Encap, &input).unwrap();
         assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "a stale peer is the relay's");
         let c = k.counters().unwrap();
-        assert_eq!(c[Counter::EncapForwarded as usize], 2);
+        assert_eq!(c[Counter::EncapForwarded as usize], 6);
         assert_eq!(c[Counter::EncapStale as usize], 1);
         assert_eq!(c[Counter::EncapSource as usize], 2);
     });
@@ -532,14 +616,23 @@ fn load_client_with(w: &Recorder, me: Ipv6Addr) -> KernelPath {
 /// Runs the client's decapsulation on one frame to its service port; asserts it against
 /// the client. Returns whether it moved.
 fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder, name: &str, input: &[u8]) -> bool {
-    // XDP never moves a client's packets: only tc reaches its Teredo interface.
+    // XDP takes out of its tunnel what tc ingress would, whose UDP checksum is set or,
+    // without one, whose inner packet's own sum holds, and marks it for tc ingress (its
+    // Ethernet source); anything else it leaves as it was, to tc ingress.
     let xdp = k.test_run(Program::DecapXdp, input).unwrap();
-    assert_eq!((xdp.verdict, &xdp.packet[..]), (XDP_PASS, input), "{name}: XDP moved a client's packet");
-    let Some(out) = tc_ingress(k, 0, name, input) else { return false };
+    assert_eq!(xdp.verdict, XDP_PASS, "{name}: every packet goes on, moved or not");
+    let xdp_moved = xdp.packet != input;
+    let Some(out) = tc_ingress(k, 0, name, input) else {
+        assert!(!xdp_moved, "{name}: XDP moved what tc cannot run on");
+        return false;
+    };
     if out.verdict == TC_ACT_OK {
         assert_eq!(out.packet, input, "{name}: changed, yet left for userland");
+        assert!(!xdp_moved, "{name}: XDP moved what tc ingress leaves to userland");
         return false;
     }
+    let covered = input[40..42] != [0, 0] || inner_sum_holds(&input[42..]) == Some(true);
+    assert_eq!(xdp_moved, covered, "{name}: XDP moves what tc ingress does, if a checksum it can vouch for covers it");
     assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}: into the Teredo interface");
     let ip = Ipv4Packet::new_checked(&input[14..]).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
     let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
@@ -555,6 +648,21 @@ fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder,
     // The Ethernet header goes with the redirect into the Teredo interface, which has
     // none: only the IPv6 packet after it counts.
     assert_eq!(&out.packet[14..], &w.delivered[0][..], "{name}: not what the client delivers");
+    if xdp_moved {
+        // The same packet to the same Ethernet destination, its type IPv6, from the mark:
+        // which tc ingress hands on to the Teredo interface as it is.
+        assert_eq!(&xdp.packet[..6], &input[..6], "{name}: XDP's Ethernet destination");
+        assert_eq!(xdp.packet[6] & 0x03, 0x02, "{name}: the mark, a unicast local address");
+        assert_eq!(&xdp.packet[12..14], &[0x86, 0xdd], "{name}: XDP's frame type");
+        assert_eq!(&xdp.packet[14..], &out.packet[14..], "{name}: XDP's packet differs from tc's");
+        let handed = k.test_run(Program::TcIngress(0), &xdp.packet).unwrap();
+        assert_eq!((handed.verdict, &handed.packet), (TC_ACT_REDIRECT, &xdp.packet), "{name}: XDP's, at tc");
+        // Any other source, tc ingress leaves to the host.
+        let mut forged = xdp.packet.clone();
+        forged[11] ^= 1;
+        let left = k.test_run(Program::TcIngress(0), &forged).unwrap();
+        assert_eq!((left.verdict, &left.packet), (TC_ACT_OK, &forged), "{name}: another source, at tc");
+    }
     true
 }
 
@@ -592,6 +700,47 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
         }
     }
     assert_eq!(moved, ["plain", "hop limit 1"], "what the kernel moved into the Teredo interface");
+    // Without a UDP checksum: tc ingress moves it, XDP only where the inner packet's
+    // own sum holds (a driver's verdict on a missing sum would vouch for nothing), for
+    // every length the sum's chunks take apart.
+    let unsummed = |inner: Vec<u8>| {
+        let mut f = frame_to(C_MAPPED, to_me, &inner);
+        f[40..42].copy_from_slice(&[0, 0]);
+        f
+    };
+    let mut xdp_took = 0;
+    for n in [0, 1, 2, 3, 5, 511, 512, 513, 1024, 1100, 1211] {
+        let good = unsummed(with_inner_sum(tcp6(C, &me_s, &vec![0xa5; n])));
+        assert!(check_client_frame(&mut k, &mut c, &mut w, &format!("no UDP checksum, TCP of {n} bytes"), &good));
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() ^= 0x40;
+        assert!(check_client_frame(
+            &mut k,
+            &mut c,
+            &mut w,
+            &format!("no UDP checksum, a bad TCP sum, {n} bytes"),
+            &bad
+        ));
+        let pending = unsummed(tcp6_pending(C, &me_s, &vec![0xa5; n]));
+        assert!(check_client_frame(
+            &mut k,
+            &mut c,
+            &mut w,
+            &format!("no UDP checksum, TCP sum pending, {n} bytes"),
+            &pending
+        ));
+        xdp_took += usize::from(k.test_run(Program::DecapXdp, &good).unwrap().packet != good);
+    }
+    assert_eq!(xdp_took, 11, "XDP took every TCP segment whose own sum holds");
+    assert!(check_client_frame(&mut k, &mut c, &mut w, "no UDP checksum, UDP without one", &unsummed(udp6(C, &me_s))));
+    // A native IPv6 packet to the client's address on the Ethernet interface carries no
+    // mark: tc ingress leaves it to the host, as it arrived.
+    let mut native = frame_to(C_MAPPED, to_me, &[]);
+    native.truncate(12);
+    native.extend([0x86, 0xdd]);
+    native.extend(udp6(C, &me_s));
+    let out = k.test_run(Program::TcIngress(0), &native).unwrap();
+    assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &native), "an unmarked IPv6 frame");
     // To the relay's port, not the client's: not ours.
     assert!(!check_client_frame(&mut k, &mut c, &mut w, "to port 3544", &frame(C_MAPPED, &udp6(C, &me_s))));
 
@@ -640,10 +789,9 @@ fn a_clients_encapsulation_sends_only_what_the_client_sends_and_watches_native_p
             let ip = Ipv4Packet::new_checked(&out.packet[14..]).unwrap();
             let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: {e:?}"));
             assert_eq!((repr.src_addr, repr.dst_addr, repr.protocol), (RELAY_V4, *C_MAPPED.ip(), 17), "{name}");
-            let udp = UdpPacket::new_checked(ip.payload()).unwrap();
-            let u = UdpRepr::parse(&udp, &RELAY_V4, C_MAPPED.ip()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-            assert_eq!((u.src_port, u.dst_port), (CLIENT_PORT, C_MAPPED.port()), "{name}: from the client's port");
-            assert_eq!(udp.payload(), &packet[..], "{name}");
+            let ports = outer_udp(name, &ip, RELAY_V4, *C_MAPPED.ip(), &packet);
+            assert_eq!(ports, (CLIENT_PORT, C_MAPPED.port()), "{name}: from the client's port");
+            assert_eq!(&ip.payload()[8..], &packet[..], "{name}");
         }
 
         // A native host through its relay: sent to while it answers; after a second of

@@ -596,7 +596,8 @@ mod tests {
         assert!(!load_text("RelayType relay\nKernelForward stack\n").unwrap().kernel_forward_direct);
         let bad = load_text("RelayType relay\nKernelForward fast\n").unwrap_err();
         assert!(bad.contains("KernelForward fast: expected stack or direct"), "{bad}");
-        // A client has one too; it always decapsulates at tc, so DecapHook is not its.
+        // A client has one too; it decapsulates in XDP where the driver has it, handing on
+        // at tc ingress always, and DecapHook is not its.
         let client = load_text("RelayType client\nServerAddress 192.0.2.1\nDataPath user\nDecapHook tc\n").unwrap();
         assert_eq!(client.data_path, DataPath::User);
         assert!(client.warnings.iter().any(|w| w.contains("DecapHook is for relays")), "{:?}", client.warnings);

@@ -250,10 +250,13 @@ fn serve(
         service_port,
     };
     shell.ready(&d);
+    let decap_at_tc = d.kernel.is_some_and(|k| k.decap == kernel_path::DecapHook::Tc);
     let mut inputs = Inputs {
         datagrams: vec![
-            // The client's kernel path decapsulates at tc ingress.
-            RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, kernel.is_some()),
+            // Rows for the socket only where XDP decapsulates on every interface: tc
+            // ingress, after GRO, would take a row of a trusted peer's datagrams for
+            // one packet and send it up whole.
+            RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, decap_at_tc),
             RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
         ],
         packets: Some(TunInput::new(&opened.tun)),
