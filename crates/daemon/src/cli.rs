@@ -2,15 +2,16 @@
 
 use clap::{Args, Parser, Subcommand};
 
-/// `shipworm --version`: the version, and whether the kernel data path is built in.
+/// `shipworm --version`: the version, whether the kernel data path is built in, and how
+/// optimised the build is (which the benchmark reads).
 #[cfg(feature = "kernel-path")]
-const LONG_VERSION: &str = concat!(
+pub(crate) const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\nkernel data path: built in (eBPF programs; DataPath auto uses them)\nbuild: opt-level ",
     env!("SHIPWORM_OPT_LEVEL")
 );
 #[cfg(not(feature = "kernel-path"))]
-const LONG_VERSION: &str = concat!(
+pub(crate) const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     "\nkernel data path: not built in (built with --no-default-features: every packet goes through the daemon)",
     "\nbuild: opt-level ",

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 /// Each page's file name and text.
 fn pages() -> Vec<(String, Vec<u8>)> {
-    let top = crate::cli::Cli::command();
+    // Without the build's line (its opt-level): the pages are the same for every build.
+    let version = crate::cli::LONG_VERSION.split("\nbuild:").next().unwrap_or_default();
+    let top = crate::cli::Cli::command().long_version(version);
     let render = |cmd: clap::Command, extra: &str| {
         let mut text = Vec::new();
         clap_mangen::Man::new(cmd).section("8").render(&mut text).expect("rendering to memory");
