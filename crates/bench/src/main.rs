@@ -96,6 +96,15 @@ pub enum Part {
     /// status socket (2,000 requests a second), over `--rounds` rounds; writes
     /// OUT/report.md (default results/status-flood). Root.
     StatusFlood,
+    /// The kernel data path's peer map alone, as the full run measures it: filled with
+    /// 1,000 and with `--peers` peers, a fresh map each of `--rounds` passes, the
+    /// decapsulation's time a packet over peers across it and the map's bytes a peer;
+    /// prints them. Root.
+    PeerMap {
+        /// Peers of the large map.
+        #[arg(long, default_value_t = 10_000_000, value_parser = clap::value_parser!(u64).range(1_000..=100_000_000))]
+        peers: u64,
+    },
     /// The end-to-end chains' TCP alone (client→native and back, two transfers each
     /// way), shipworm's and Miredo's alternately over `--rounds` rounds; prints each
     /// round's Mbit/s. Root.
@@ -147,6 +156,15 @@ fn main() -> ExitCode {
             })
         });
         return exit_code(run);
+    }
+    if let Some(Part::PeerMap { peers }) = args.part {
+        if let Err(f) = builds::check(None, args.quick || args.any_build) {
+            return exit_code(Err(f));
+        }
+        let rounds = if args.quick { 1 } else { args.rounds.max(1) } as u32;
+        let probes = if args.quick { 500 } else { 20_000 };
+        let run = kernel_path::map_figures(&[1_000, peers as usize], probes, rounds, &mut |l: &str| println!("{l}"));
+        return exit_code(run.map(drop).map_err(error::Failure::runtime));
     }
     if let Some(Part::Chain { bytes }) = args.part {
         return exit_code(run::chains_tcp(&args, bytes));
