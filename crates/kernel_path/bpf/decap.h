@@ -134,33 +134,44 @@ static __always_inline __s64 sum_bytes(void *p, __u32 len, void *end)
 	if (len & 1) {
 		if (p + 1 > end)
 			return -1;
-		sum += *(__u8 *)p; // the last byte, padded with a zero after it (little endian)
+		sum += bpf_htons((__u16)(*(__u8 *)p) << 8); // the last byte, a zero after it
 	}
 	sum = (sum & 0xffffffff) + (sum >> 32);
 	return (__u32)((sum & 0xffffffff) + (sum >> 32));
 }
 
 // Whether IPv6 packet `ip6` (in the frame before `end`) carries a TCP, UDP or ICMPv6
-// message right after its header whose own checksum holds.
+// message right after its header whose own checksum holds, summing all of it.
 static __always_inline int inner_sum_holds(struct ipv6hdr *ip6, void *end)
 {
-	__u8 nh = ip6->nexthdr;
-	if (nh != IPPROTO_TCP && nh != IPPROTO_UDP && nh != IPPROTO_ICMPV6)
+	__u32 addresses = 0;
+	__u16 check = 0;
+	if (!transport_sums(ip6, end, &addresses, &check))
 		return 0;
-	if (nh == IPPROTO_UDP) {
-		struct udphdr *u = (void *)(ip6 + 1);
-		if ((void *)(u + 1) > end || !u->check)
-			return 0;
-	}
 	__s64 body = sum_bytes(ip6 + 1, bpf_ntohs(ip6->payload_len), end);
 	if (body < 0)
 		return 0;
-	const __u16 *w = (const __u16 *)&ip6->saddr; // both addresses: 16 words
-	__u32 sum = 0;
-	for (int i = 0; i < 16; i++)
-		sum += w[i];
-	sum += ip6->payload_len + bpf_htons(nh);
-	return fold(fold((__u32)body) + sum) == 0xffff;
+	__u32 pseudo = addresses + ip6->payload_len + bpf_htons(ip6->nexthdr);
+	return fold(fold((__u32)body) + pseudo) == 0xffff;
+}
+
+// Whether datagram `udp` of `ip4`, around IPv6 packet `ip6`, has a UDP checksum that
+// holds exactly when the inner packet's own does: when the datagram's sum, with the
+// transport part's taken as the complement of its pseudo-header's (what a finished
+// inner sum makes it), comes out right. A few additions over the headers; a sender
+// that derives its outer sum from the inner one (shipworm's encapsulation) or sums the
+// whole datagram (a socket) passes it when the inner sum holds.
+static __always_inline int outer_sum_vouches(struct iphdr *ip4, struct udphdr *udp, struct ipv6hdr *ip6, void *end)
+{
+	__u32 addresses = 0;
+	__u16 check = 0;
+	if (!udp->check || !transport_sums(ip6, end, &addresses, &check))
+		return 0;
+	__u16 pseudo6 = fold(addresses + ip6->payload_len + bpf_htons(ip6->nexthdr));
+	__u32 sum = (ip4->saddr & 0xffff) + (ip4->saddr >> 16) + (ip4->daddr & 0xffff) + (ip4->daddr >> 16) +
+		    bpf_htons(IPPROTO_UDP) + udp->len + udp->source + udp->dest + udp->len + udp->check + addresses +
+		    head_words(ip6) + (__u16)~pseudo6;
+	return fold(sum) == 0xffff;
 }
 
 // Whether a client may take `data`'s trusted datagram out of its tunnel here, in the
@@ -168,16 +179,20 @@ static __always_inline int inner_sum_holds(struct ipv6hdr *ip6, void *end)
 // decapsulates it alone, as on a driver without XDP. Here, before GRO, the inner TCP
 // segments of a flow are joined into one packet for the host's TCP, where a datagram
 // taken out at tc ingress (after GRO) goes up alone. GRO, and the host after it, may
-// trust the driver's "checksum verified", which was said of the datagram: a UDP
-// checksum covers the inner packet too, but a zero one (none, which a driver may call
-// verified) covers nothing, so the inner packet's own sum is checked here first
-// (one that does not hold, or is still to be taken, goes to tc ingress).
+// trust the driver's "checksum verified", which was said of the datagram, for the
+// inner packet: so the program takes only a datagram for which that verdict would
+// mean the inner sum holds (`outer_sum_vouches`: a zero sum, which a driver may call
+// verified, vouches for nothing), or whose inner sum it checked itself; anything else
+// (an inner sum that does not hold, or is still to be taken) goes to tc ingress, which
+// leaves the host to check it.
 static __always_inline int client_takes(void *data, void *end)
 {
-	struct udphdr *udp = data + ETH_HLEN + sizeof(struct iphdr);
-	if ((void *)(udp + 1) > end)
+	struct iphdr *ip4 = data + ETH_HLEN;
+	struct udphdr *udp = (void *)(ip4 + 1);
+	struct ipv6hdr *ip6 = (void *)(udp + 1);
+	if ((void *)(ip6 + 1) > end)
 		return 0;
-	return udp->check || inner_sum_holds((void *)(udp + 1), end);
+	return outer_sum_vouches(ip4, udp, ip6, end) || inner_sum_holds(ip6, end);
 }
 
 // From a trusted client to the native IPv6 network, in the driver (XDP): the outer

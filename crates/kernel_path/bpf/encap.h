@@ -20,9 +20,10 @@
 // finished TCP, UDP or ICMPv6 checksum makes the complement of the pseudo-header's
 // (the kernel's own tunnels' "local checksum offload"). 0 where that cannot be told:
 // a train (each piece's sum is taken later), another next header, a UDP packet
-// without a sum, and a sum still to be taken (the field then holds the pseudo-
-// header's sum alone, as a sender on this host leaves it for the NIC; a finished sum
-// equals it for about one packet in 65,535, which then goes without an outer sum).
+// without a sum (`transport_sums`), and a sum still to be taken (the field then holds
+// the pseudo-header's sum alone, as a sender on this host leaves it for the NIC; a
+// finished sum equals it for about one packet in 65,535, which then goes without an
+// outer sum).
 static __always_inline __u32 inner_sum(struct __sk_buff *skb, __u32 l2, const __u8 *head6)
 {
 	if (skb->gso_size)
@@ -30,36 +31,15 @@ static __always_inline __u32 inner_sum(struct __sk_buff *skb, __u32 l2, const __
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data + l2;
-	if ((void *)(ip6 + 1) > end)
-		return 0;
-	__u32 at;
-	if (ip6->nexthdr == IPPROTO_TCP)
-		at = offsetof(struct tcphdr, check);
-	else if (ip6->nexthdr == IPPROTO_UDP)
-		at = offsetof(struct udphdr, check);
-	else if (ip6->nexthdr == IPPROTO_ICMPV6)
-		at = 2; // RFC 4443 §2.1
-	else
-		return 0;
-	__u16 *field = (void *)(ip6 + 1) + at;
-	if ((void *)(field + 1) > end)
-		return 0;
-	__u16 check = *field;
-	if (!check && ip6->nexthdr == IPPROTO_UDP)
-		return 0;
-	const __u16 *w = (const __u16 *)&ip6->saddr; // both addresses: 16 words
 	__u32 addresses = 0;
-	for (int i = 0; i < 16; i++)
-		addresses += w[i];
+	__u16 check = 0;
+	if (!transport_sums(ip6, end, &addresses, &check))
+		return 0;
 	__u32 upper = addresses + bpf_htons(ip6->nexthdr);
 	__u16 pseudo = fold(upper + ip6->payload_len);
 	if (check == pseudo || check == fold(upper)) // a train's pseudo sum has no length
 		return 0;
-	const __u16 *first = head6 ? (const __u16 *)head6 : (const __u16 *)ip6;
-	__u32 sum = addresses + (__u16)~pseudo;
-	for (int i = 0; i < 4; i++)
-		sum += first[i];
-	return sum;
+	return addresses + head_words(head6 ? (const void *)head6 : (const void *)ip6) + (__u16)~pseudo;
 }
 
 // The outer UDP checksum of `ip`'s datagram `udp` around a packet of inner sum

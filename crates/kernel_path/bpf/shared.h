@@ -248,6 +248,48 @@ static __always_inline __u16 fold(__u32 sum)
 	return (__u16)((sum & 0xffff) + (sum >> 16));
 }
 
+// What IPv6 packet `ip6`'s header gives of its sums (in memory order), for a TCP, UDP or
+// ICMPv6 message right after that header: `*addresses`, the sum of both addresses'
+// 16-bit words, unfolded; `*check`, the transport checksum field. 0 for another next
+// header, or a UDP message without a sum or whose length is not the payload's (its sum
+// would not cover what follows it).
+static __always_inline int transport_sums(struct ipv6hdr *ip6, void *end, __u32 *addresses, __u16 *check)
+{
+	if ((void *)(ip6 + 1) > end)
+		return 0;
+	__u8 nh = ip6->nexthdr;
+	__u32 at;
+	if (nh == IPPROTO_TCP) {
+		at = offsetof(struct tcphdr, check);
+	} else if (nh == IPPROTO_UDP) {
+		struct udphdr *u = (void *)(ip6 + 1);
+		if ((void *)(u + 1) > end || !u->check || u->len != ip6->payload_len)
+			return 0;
+		at = offsetof(struct udphdr, check);
+	} else if (nh == IPPROTO_ICMPV6) {
+		at = 2; // RFC 4443 §2.1
+	} else {
+		return 0;
+	}
+	__u16 *field = (void *)(ip6 + 1) + at;
+	if ((void *)(field + 1) > end)
+		return 0;
+	*check = *field;
+	const __u16 *w = (const __u16 *)&ip6->saddr; // both addresses: 16 words
+	__u32 sum = 0;
+	for (int i = 0; i < 16; i++)
+		sum += w[i];
+	*addresses = sum;
+	return 1;
+}
+
+// The 16-bit words of IPv6 header `h`'s first 8 bytes, summed.
+static __always_inline __u32 head_words(const void *h)
+{
+	const __u16 *w = h;
+	return (__u32)w[0] + w[1] + w[2] + w[3];
+}
+
 // Whether `a` is the client's address `b` (never while it has none: `b` is then zero).
 static __always_inline int same_address(const struct in6_addr *a, const __u8 *b)
 {

@@ -351,37 +351,47 @@ impl KernelPath {
     /// driver where it has it (unless `tc` is asked, or this is a direct relay's, whose
     /// packets only tc can send out of another), tc ingress otherwise. A client's: tc
     /// ingress always (only tc can hand a packet to its Teredo interface), and XDP in
-    /// the driver before it where the driver has it, a client's `tc` ignored (XDP
-    /// decapsulates before GRO, so that a TCP flow's segments reach the host joined).
+    /// the driver where it has it, a client's `tc` ignored (XDP decapsulates before GRO,
+    /// so that a TCP flow's segments reach the host joined).
     pub fn attach_decap(&mut self, ifindex: u32, name: &str, tc: bool) -> Result<DecapHook, Error> {
         let client = self.client();
-        if client {
-            // tc first: XDP's marked packets must find it there.
-            self.attach_tc(
-                "teredo_ingress",
-                name,
-                TcAttachType::Ingress,
-                "teredo_decap (tc ingress, and XDP in the driver)",
-            )?;
-        }
         let tc = !client && (tc || self.direct());
         let xdp: &mut Xdp = self.program("teredo_decap")?;
+        let mut hook = DecapHook::Tc;
         if !tc {
             if let Ok(id) = xdp.attach_to_if_index(ifindex, XdpFlags::DRV_MODE) {
                 self.links.push(("teredo_decap", LinkId::Xdp(id)));
-                return Ok(DecapHook::Xdp);
+                if !client {
+                    return Ok(DecapHook::Xdp);
+                }
+                hook = DecapHook::Xdp;
             }
         }
-        if client {
-            return Ok(DecapHook::Tc);
-        }
-        self.attach_tc(
+        // A client's XDP link comes first, so that it goes first: the links are dropped
+        // in order and a killed process's descriptors closed in ascending order, and
+        // XDP's marked packets must not outlive the tc program that hands them on (they
+        // would reach the host on the Ethernet interface). Before the client has an
+        // address, which it has not at load, XDP moves nothing.
+        let attached = self.attach_tc(
             "teredo_ingress",
             name,
             TcAttachType::Ingress,
-            "teredo_decap (XDP in the driver, or tc ingress)",
-        )?;
-        Ok(DecapHook::Tc)
+            if client {
+                "teredo_decap (tc ingress, after XDP in the driver)"
+            } else {
+                "teredo_decap (XDP in the driver, or tc ingress)"
+            },
+        );
+        if let Err(e) = attached {
+            if hook == DecapHook::Xdp {
+                if let Some(("teredo_decap", LinkId::Xdp(id))) = self.links.pop() {
+                    let xdp: &mut Xdp = self.program("teredo_decap")?;
+                    let _ = xdp.detach(id);
+                }
+            }
+            return Err(e);
+        }
+        Ok(hook)
     }
 
     /// Attach the encapsulating program to the Teredo interface's egress (tcx), and the

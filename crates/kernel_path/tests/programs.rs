@@ -79,7 +79,8 @@ fn fold16(mut sum: u32) -> u16 {
 }
 
 /// Whether IPv6 packet `p`'s own transport checksum (TCP, UDP, ICMPv6 right after the
-/// header) holds; None for another next header or a UDP packet without one.
+/// header) holds; None for another next header, or a UDP packet without one or whose
+/// length is not the payload's.
 fn inner_sum_holds(p: &[u8]) -> Option<bool> {
     let (nh, len, body) = (p[6], u16::from_be_bytes([p[4], p[5]]), &p[40..]);
     let at = match nh {
@@ -88,7 +89,7 @@ fn inner_sum_holds(p: &[u8]) -> Option<bool> {
         58 => 2,
         _ => return None,
     };
-    if nh == 17 && body.get(at..at + 2) == Some(&[0, 0]) {
+    if nh == 17 && (body.get(at..at + 2) == Some(&[0, 0]) || body.get(4..6) != Some(&len.to_be_bytes()[..])) {
         return None;
     }
     Some(fold16(sum16(&p[8..40]) + u32::from(len) + u32::from(nh) + sum16(body)) == 0xffff)
@@ -104,6 +105,9 @@ fn with_inner_sum(mut p: Vec<u8>) -> Vec<u8> {
         };
     p[at..at + 2].copy_from_slice(&[0, 0]);
     let len = u16::from_be_bytes([p[4], p[5]]);
+    if p[6] == 17 {
+        p[44..46].copy_from_slice(&len.to_be_bytes());
+    }
     let sum = !fold16(sum16(&p[8..40]) + u32::from(len) + u32::from(p[6]) + sum16(&p[40..]));
     p[at..at + 2].copy_from_slice(&(if sum == 0 { 0xffff } else { sum }).to_be_bytes());
     p
@@ -126,6 +130,23 @@ fn outer_udp(name: &str, ip: &Ipv4Packet<&[u8]>, from: Ipv4Addr, to: Ipv4Addr, i
         }
     }
     (u16::from_be_bytes([d[0], d[1]]), u16::from_be_bytes([d[2], d[3]]))
+}
+
+/// UDP packet `p` with its UDP length 4 bytes short of its payload (its sum then covers
+/// less than the packet carries).
+fn short_udp(mut p: Vec<u8>) -> Vec<u8> {
+    let len = u16::from_be_bytes([p[44], p[45]]) - 4;
+    p[44..46].copy_from_slice(&len.to_be_bytes());
+    p
+}
+
+/// An ICMPv6 echo request of `n` data bytes, its checksum left zero.
+fn icmp6(src: &str, dst: &str, n: usize) -> Vec<u8> {
+    let mut m = vec![128, 0, 0, 0, 0x12, 0x34, 0, 1];
+    m.extend(std::iter::repeat_n(0x5a, n));
+    let mut p = ipv6(src, dst, 64, &m);
+    p[6] = 58;
+    p
 }
 
 /// An IPv6 TCP segment from `src` to `dst` carrying `data`, its checksum left zero.
@@ -468,6 +489,8 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
             ("large UDP with its sum", with_inner_sum(ipv6(NATIVE, C, 64, &[7u8; 1232])), true),
             ("TCP with its sum", with_inner_sum(tcp6(NATIVE, C, &[9u8; 1000])), true),
             ("TCP, its sum still to be taken", tcp6_pending(NATIVE, C, &[9u8; 1000]), true),
+            ("UDP shorter than its payload", short_udp(with_inner_sum(ipv6(NATIVE, C, 64, &[7u8; 300]))), true),
+            ("ICMPv6 with its sum", with_inner_sum(icmp6(NATIVE, C, 300)), true),
             ("from 6to4", udp6("2002:c000:201::1", C), false),
             ("from ISATAP", udp6("2001:db8::200:5efe:c000:201", C), false),
             ("to an unknown client", udp6(NATIVE, "2001:0:4136:e378:8000:63bf:3fff:fdd3"), false),
@@ -504,7 +527,7 @@ fn encapsulation_sends_only_what_the_relay_sends_and_exactly_so() {
         let out = k.test_run(Program::Encap, &input).unwrap();
         assert_eq!((out.verdict, &out.packet), (TC_ACT_OK, &input), "a stale peer is the relay's");
         let c = k.counters().unwrap();
-        assert_eq!(c[Counter::EncapForwarded as usize], 6);
+        assert_eq!(c[Counter::EncapForwarded as usize], 8);
         assert_eq!(c[Counter::EncapStale as usize], 1);
         assert_eq!(c[Counter::EncapSource as usize], 2);
     });
@@ -631,8 +654,10 @@ fn check_client_frame(k: &mut KernelPath, c: &mut Client<Rng>, w: &mut Recorder,
         assert!(!xdp_moved, "{name}: XDP moved what tc ingress leaves to userland");
         return false;
     }
-    let covered = input[40..42] != [0, 0] || inner_sum_holds(&input[42..]) == Some(true);
-    assert_eq!(xdp_moved, covered, "{name}: XDP moves what tc ingress does, if a checksum it can vouch for covers it");
+    // Either way it takes only a packet whose own sum holds: by the outer sum's word, or
+    // its own count.
+    let holds = inner_sum_holds(&input[42..]) == Some(true);
+    assert_eq!(xdp_moved, holds, "{name}: XDP moves what tc ingress does, if the inner packet's sum holds");
     assert_eq!(out.verdict, TC_ACT_REDIRECT, "{name}: into the Teredo interface");
     let ip = Ipv4Packet::new_checked(&input[14..]).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
     let repr = Ipv4Repr::parse(&ip).unwrap_or_else(|e| panic!("{name}: moved a bad IPv4 header: {e:?}"));
@@ -709,7 +734,7 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
         f
     };
     let mut xdp_took = 0;
-    for n in [0, 1, 2, 3, 5, 511, 512, 513, 1024, 1100, 1211] {
+    for n in [0, 1, 2, 3, 5, 236, 300, 491, 511, 512, 513, 1024, 1100, 1211] {
         let good = unsummed(with_inner_sum(tcp6(C, &me_s, &vec![0xa5; n])));
         assert!(check_client_frame(&mut k, &mut c, &mut w, &format!("no UDP checksum, TCP of {n} bytes"), &good));
         let mut bad = good.clone();
@@ -730,8 +755,20 @@ fn a_clients_decapsulation_moves_only_what_the_client_delivers_and_exactly_so() 
             &pending
         ));
         xdp_took += usize::from(k.test_run(Program::DecapXdp, &good).unwrap().packet != good);
+        // With a UDP sum over the whole datagram, as a socket sends it: a driver's
+        // "verified" would vouch for the bytes as the relay sent them, not for a segment
+        // damaged before it, whose own sum fails (XDP leaves it).
+        let summed = frame_to(C_MAPPED, to_me, &with_inner_sum(tcp6(C, &me_s, &vec![0xa5; n])));
+        assert_ne!(summed[40..42], [0, 0]);
+        assert!(check_client_frame(&mut k, &mut c, &mut w, &format!("UDP checksum, TCP of {n} bytes"), &summed));
+        xdp_took += usize::from(k.test_run(Program::DecapXdp, &summed).unwrap().packet != summed);
+        let mut damaged = with_inner_sum(tcp6(C, &me_s, &vec![0xa5; n]));
+        *damaged.last_mut().unwrap() ^= 0x40;
+        let damaged = frame_to(C_MAPPED, to_me, &damaged);
+        let name = format!("UDP checksum over a damaged TCP segment, {n} bytes");
+        assert!(check_client_frame(&mut k, &mut c, &mut w, &name, &damaged));
     }
-    assert_eq!(xdp_took, 11, "XDP took every TCP segment whose own sum holds");
+    assert_eq!(xdp_took, 28, "XDP took every TCP segment whose own sum holds");
     assert!(check_client_frame(&mut k, &mut c, &mut w, "no UDP checksum, UDP without one", &unsummed(udp6(C, &me_s))));
     // A native IPv6 packet to the client's address on the Ethernet interface carries no
     // mark: tc ingress leaves it to the host, as it arrived.

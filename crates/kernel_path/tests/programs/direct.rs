@@ -276,6 +276,12 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         };
         assert!(moves(&mut k, "plain", &native_frame(NATIVE, C, 64, 12)));
         assert!(moves(&mut k, "full size", &native_frame(NATIVE, C, 64, 1240)));
+        // With an inner sum that holds, an outer one that does too, over the hop limit
+        // as it leaves (taken down by one).
+        for n in [0, 300, 1200] {
+            let segment = to_d0(l2(&with_inner_sum(tcp6(NATIVE, C, &vec![3u8; n]))));
+            assert!(moves(&mut k, &format!("TCP of {n} bytes with its sum"), &segment));
+        }
         // The host's to handle: it answers with an error, judges a loop, or routes
         // elsewhere.
         assert!(!moves(&mut k, "over the Teredo interface's MTU", &native_frame(NATIVE, C, 64, 1241)));
@@ -355,7 +361,7 @@ fn a_direct_relay_encapsulates_at_once_what_the_host_would_route_to_its_clients(
         assert!(!moves(&mut k, "stale", &native_frame(NATIVE, C, 64, 12)));
         let c = k.counters().unwrap();
         // Only what moved is counted here: the rest meets the Teredo interface's program.
-        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (6, 6));
+        assert_eq!((c[Counter::EncapForwarded as usize], c[Counter::EncapDirect as usize]), (9, 9));
         assert_eq!(c[Counter::EncapStale as usize] + c[Counter::EncapNotPlain as usize], 0);
 
         k.peers().trust(&a(C), C_MAPPED, monotonic_ns()).unwrap();

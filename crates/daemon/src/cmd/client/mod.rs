@@ -254,8 +254,8 @@ fn serve(
     let mut inputs = Inputs {
         datagrams: vec![
             // Rows for the socket only where XDP decapsulates on every interface: tc
-            // ingress, after GRO, would take a row of a trusted peer's datagrams for
-            // one packet and send it up whole.
+            // ingress, after GRO, cannot take a row of a trusted peer's datagrams out
+            // of the tunnel (it sends the row up to the daemon whole).
             RecvBatch::for_service(dup(&opened.service)?, BATCH, SLOT, decap_at_tc),
             RecvBatch::new(dup(&opened.probe)?, BATCH, SLOT),
         ],
