@@ -95,60 +95,45 @@ static __always_inline int classify(void *data, void *end, __u32 frame_len, __u3
 	return MOVE;
 }
 
-// The ones' complement sum (unfolded, in memory order) of the `len` bytes at `p`, all
-// before `end`, or -1 where they are not (or are more than 1,536). In chunks whose
-// sizes the verifier knows: bpf_csum_diff's must be constants.
-static __always_inline __s64 sum_bytes(void *p, __u32 len, void *end)
+// The ones' complement sum (unfolded, in memory order) of the `len` bytes at offset
+// `off` of frame `ctx`, or -1 where they are not all in it (or are more than 1,536):
+// copied 256 bytes at a time into a buffer (the last piece into a zeroed one) and
+// summed there. bpf_csum_diff's sizes must be known to the verifier: summing in place
+// took a chunk for each power of two, whose combinations the verifier explored one by
+// one (tens of milliseconds at each load), and a chunk read in place at a variable
+// offset is one it cannot bound.
+static __always_inline __s64 sum_bytes(struct xdp_md *ctx, __u32 off, __u32 len)
 {
+	__u8 buf[256];
 	__u64 sum = 0;
 	if (len > 1536)
 		return -1;
-	for (int i = 0; i < 3 && len >= 512; i++) {
-		if (p + 512 > end)
+	for (int i = 0; i < 6 && len >= sizeof(buf); i++) {
+		if (bpf_xdp_load_bytes(ctx, off, buf, sizeof(buf)))
 			return -1;
-		sum += (__u32)bpf_csum_diff(0, 0, p, 512, 0);
-		p += 512;
-		len -= 512;
+		sum += (__u32)bpf_csum_diff(0, 0, (void *)buf, sizeof(buf), 0);
+		off += sizeof(buf);
+		len -= sizeof(buf);
 	}
-#define SUM_CHUNK(n)                                                    \
-	if (len & (n)) {                                                \
-		if (p + (n) > end)                                      \
-			return -1;                                      \
-		sum += (__u32)bpf_csum_diff(0, 0, p, (n), 0);           \
-		p += (n);                                               \
-	}
-	SUM_CHUNK(256)
-	SUM_CHUNK(128)
-	SUM_CHUNK(64)
-	SUM_CHUNK(32)
-	SUM_CHUNK(16)
-	SUM_CHUNK(8)
-	SUM_CHUNK(4)
-#undef SUM_CHUNK
-	if (len & 2) {
-		if (p + 2 > end)
-			return -1;
-		sum += *(__u16 *)p;
-		p += 2;
-	}
-	if (len & 1) {
-		if (p + 1 > end)
-			return -1;
-		sum += bpf_htons((__u16)(*(__u8 *)p) << 8); // the last byte, a zero after it
-	}
+	__builtin_memset(buf, 0, sizeof(buf));
+	len &= sizeof(buf) - 1;
+	if (len >= 1 && bpf_xdp_load_bytes(ctx, off, buf, len))
+		return -1;
+	sum += (__u32)bpf_csum_diff(0, 0, (void *)buf, sizeof(buf), 0);
 	sum = (sum & 0xffffffff) + (sum >> 32);
 	return (__u32)((sum & 0xffffffff) + (sum >> 32));
 }
 
-// Whether IPv6 packet `ip6` (in the frame before `end`) carries a TCP, UDP or ICMPv6
-// message right after its header whose own checksum holds, summing all of it.
-static __always_inline int inner_sum_holds(struct ipv6hdr *ip6, void *end)
+// Whether IPv6 packet `ip6` (in frame `ctx`, before `end`) carries a TCP, UDP or
+// ICMPv6 message right after its header whose own checksum holds, summing all of it.
+static __always_inline int inner_sum_holds(struct xdp_md *ctx, struct ipv6hdr *ip6, void *end)
 {
 	__u32 addresses = 0;
 	__u16 check = 0;
 	if (!transport_sums(ip6, end, &addresses, &check))
 		return 0;
-	__s64 body = sum_bytes(ip6 + 1, bpf_ntohs(ip6->payload_len), end);
+	__u32 at = (__u32)((void *)(ip6 + 1) - (void *)(long)ctx->data);
+	__s64 body = sum_bytes(ctx, at, bpf_ntohs(ip6->payload_len));
 	if (body < 0)
 		return 0;
 	__u32 pseudo = addresses + ip6->payload_len + bpf_htons(ip6->nexthdr);
@@ -185,14 +170,14 @@ static __always_inline int outer_sum_vouches(struct iphdr *ip4, struct udphdr *u
 // verified, vouches for nothing), or whose inner sum it checked itself; anything else
 // (an inner sum that does not hold, or is still to be taken) goes to tc ingress, which
 // leaves the host to check it.
-static __always_inline int client_takes(void *data, void *end)
+static __always_inline int client_takes(struct xdp_md *ctx, void *data, void *end)
 {
 	struct iphdr *ip4 = data + ETH_HLEN;
 	struct udphdr *udp = (void *)(ip4 + 1);
 	struct ipv6hdr *ip6 = (void *)(udp + 1);
 	if ((void *)(ip6 + 1) > end)
 		return 0;
-	return outer_sum_vouches(ip4, udp, ip6, end) || inner_sum_holds(ip6, end);
+	return outer_sum_vouches(ip4, udp, ip6, end) || inner_sum_holds(ctx, ip6, end);
 }
 
 // From a trusted client to the native IPv6 network, in the driver (XDP): the outer
@@ -211,7 +196,7 @@ int teredo_decap(struct xdp_md *ctx)
 	int what = classify(data, end, (__u32)(end - data), &inner, &cfg);
 	if (what < 0 || !cfg)
 		return XDP_PASS;
-	if (frozen.client && (what != MOVE || !client_takes(data, end)))
+	if (frozen.client && (what != MOVE || !client_takes(ctx, data, end)))
 		return XDP_PASS;
 	if (what != MOVE) {
 		count(what, 1);
