@@ -136,8 +136,7 @@ static __always_inline int inner_sum_holds(struct xdp_md *ctx, struct ipv6hdr *i
 	__s64 body = sum_bytes(ctx, at, bpf_ntohs(ip6->payload_len));
 	if (body < 0)
 		return 0;
-	__u32 pseudo = addresses + ip6->payload_len + bpf_htons(ip6->nexthdr);
-	return fold(fold((__u32)body) + pseudo) == 0xffff;
+	return fold(fold((__u32)body) + pseudo6_sum(ip6, addresses)) == 0xffff;
 }
 
 // Whether datagram `udp` of `ip4`, around IPv6 packet `ip6`, has a UDP checksum that
@@ -152,10 +151,7 @@ static __always_inline int outer_sum_vouches(struct iphdr *ip4, struct udphdr *u
 	__u16 check = 0;
 	if (!udp->check || !transport_sums(ip6, end, &addresses, &check))
 		return 0;
-	__u16 pseudo6 = fold(addresses + ip6->payload_len + bpf_htons(ip6->nexthdr));
-	__u32 sum = (ip4->saddr & 0xffff) + (ip4->saddr >> 16) + (ip4->daddr & 0xffff) + (ip4->daddr >> 16) +
-		    bpf_htons(IPPROTO_UDP) + udp->len + udp->source + udp->dest + udp->len + udp->check + addresses +
-		    head_words(ip6) + (__u16)~pseudo6;
+	__u32 sum = datagram_head_sum(ip4, udp) + addresses + head_words(ip6) + (__u16)~pseudo6_sum(ip6, addresses);
 	return fold(sum) == 0xffff;
 }
 

@@ -35,22 +35,21 @@ static __always_inline __u32 inner_sum(struct __sk_buff *skb, __u32 l2, const __
 	__u16 check = 0;
 	if (!transport_sums(ip6, end, &addresses, &check))
 		return 0;
-	__u32 upper = addresses + bpf_htons(ip6->nexthdr);
-	__u16 pseudo = fold(upper + ip6->payload_len);
-	if (check == pseudo || check == fold(upper)) // a train's pseudo sum has no length
+	__u16 pseudo = pseudo6_sum(ip6, addresses);
+	// A train's pseudo sum has no length.
+	if (check == pseudo || check == fold(addresses + bpf_htons(ip6->nexthdr)))
 		return 0;
 	return addresses + head_words(head6 ? (const void *)head6 : (const void *)ip6) + (__u16)~pseudo;
 }
 
-// The outer UDP checksum of `ip`'s datagram `udp` around a packet of inner sum
-// `inner` (`inner_sum`; 0: none, which RFC 768 allows over IPv4).
+// The outer UDP checksum of `ip`'s datagram `udp` (its checksum field still zero)
+// around a packet of inner sum `inner` (`inner_sum`; 0: none, which RFC 768 allows
+// over IPv4).
 static __always_inline __u16 outer_udp_check(__u32 inner, const struct iphdr *ip, const struct udphdr *udp)
 {
 	if (!inner)
 		return 0;
-	__u32 sum = inner + (ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
-		    bpf_htons(IPPROTO_UDP) + udp->len + udp->source + udp->dest + udp->len;
-	__u16 check = ~fold(sum);
+	__u16 check = ~fold(inner + datagram_head_sum(ip, udp));
 	return check ? check : 0xffff; // a sum of zero is sent as all ones
 }
 

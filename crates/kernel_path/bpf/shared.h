@@ -283,6 +283,21 @@ static __always_inline int transport_sums(struct ipv6hdr *ip6, void *end, __u32 
 	return 1;
 }
 
+// The sum (unfolded, in memory order) of `ip`'s datagram `udp` but its payload: the
+// pseudo-header's and the UDP header's words, the checksum field as it stands.
+static __always_inline __u32 datagram_head_sum(const struct iphdr *ip, const struct udphdr *udp)
+{
+	return (ip->saddr & 0xffff) + (ip->saddr >> 16) + (ip->daddr & 0xffff) + (ip->daddr >> 16) +
+	       bpf_htons(IPPROTO_UDP) + udp->len + udp->source + udp->dest + udp->len + udp->check;
+}
+
+// The transport pseudo-header's sum of IPv6 packet `ip6` (whose addresses' words sum to
+// `addresses`), folded: its next header right after its fixed header.
+static __always_inline __u16 pseudo6_sum(const struct ipv6hdr *ip6, __u32 addresses)
+{
+	return fold(addresses + ip6->payload_len + bpf_htons(ip6->nexthdr));
+}
+
 // The 16-bit words of IPv6 header `h`'s first 8 bytes, summed.
 static __always_inline __u32 head_words(const void *h)
 {
